@@ -1,6 +1,6 @@
 module github.com/ohd-dev/ohd
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
