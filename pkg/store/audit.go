@@ -1,0 +1,204 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// AuditRecord is one audited request: who asked for what and what they got.
+// It holds names, never values.
+type AuditRecord struct {
+	Seq          uint64    `json:"seq"`
+	Time         time.Time `json:"time"`
+	Source       string    `json:"source"` // "broker", "control", "api"
+	Conversation string    `json:"conversation,omitempty"`
+	Route        string    `json:"route"`
+	Kind         string    `json:"kind,omitempty"`
+	Name         string    `json:"name,omitempty"`
+	PeerPID      int       `json:"peer_pid,omitempty"`
+	PeerUID      int       `json:"peer_uid"`
+	Allowed      bool      `json:"allowed"`
+	Status       int       `json:"status,omitempty"`
+	Code         string    `json:"code,omitempty"` // why it was refused
+}
+
+// AuditFilter selects audit records; zero fields match everything.
+type AuditFilter struct {
+	Conversation string
+	Since        time.Time
+	// Limit keeps only the newest Limit records; 0 means all.
+	Limit int
+}
+
+// AppendAudit writes records synchronously, assigning their Seq.
+func (s *Store) AppendAudit(recs ...AuditRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAudit)
+		for i := range recs {
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			recs[i].Seq = seq
+			data, err := json.Marshal(&recs[i])
+			if err != nil {
+				return err
+			}
+			if err := b.Put(seqKey(seq), data); err != nil {
+				return err
+			}
+		}
+		return trimAudit(b, s.audit.max)
+	})
+}
+
+func seqKey(seq uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return k[:]
+}
+
+// trimAudit drops the oldest records past max. Sequence numbers are
+// contiguous, so the count is the distance from the first key to the last
+// sequence: no walk of the bucket.
+func trimAudit(b *bolt.Bucket, max int) error {
+	last := b.Sequence()
+	// Re-seek after each delete: a bbolt cursor's Next after Delete skips
+	// an item.
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil && last-binary.BigEndian.Uint64(k)+1 > uint64(max); k, _ = c.First() {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AuditAsync queues rec for the background writer and returns at once. If
+// the queue is full (the disk cannot keep up), the record is written
+// synchronously rather than dropped.
+func (s *Store) AuditAsync(rec AuditRecord) {
+	select {
+	case s.audit.ch <- rec:
+	default:
+		if err := s.AppendAudit(rec); err != nil {
+			s.log.Error("audit write failed", "err", err)
+		}
+	}
+}
+
+// FlushAudit waits until every record queued before the call is written.
+func (s *Store) FlushAudit() {
+	done := make(chan struct{})
+	s.audit.flush <- done
+	<-done
+}
+
+// Audit returns the records matching f, oldest first. Queued records are
+// flushed first, so a caller sees its own requests.
+func (s *Store) Audit(f AuditFilter) ([]AuditRecord, error) {
+	s.FlushAudit()
+	var out []AuditRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAudit).ForEach(func(_, v []byte) error {
+			var r AuditRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			if f.Conversation != "" && r.Conversation != f.Conversation {
+				return nil
+			}
+			if !f.Since.IsZero() && r.Time.Before(f.Since) {
+				return nil
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[len(out)-f.Limit:]
+	}
+	return out, err
+}
+
+// auditWriter batches audit records into one transaction per interval.
+type auditWriter struct {
+	s     *Store
+	ch    chan AuditRecord
+	flush chan chan struct{}
+	stop  chan struct{}
+	done  sync.WaitGroup
+	every time.Duration
+	max   int
+}
+
+func newAuditWriter(s *Store, every time.Duration, max int) *auditWriter {
+	if every == 0 {
+		every = 100 * time.Millisecond
+	}
+	if max == 0 {
+		max = 200000
+	}
+	w := &auditWriter{
+		s: s, ch: make(chan AuditRecord, 4096), flush: make(chan chan struct{}),
+		stop: make(chan struct{}), every: every, max: max,
+	}
+	w.done.Add(1)
+	go w.run()
+	return w
+}
+
+func (w *auditWriter) run() {
+	defer w.done.Done()
+	t := time.NewTicker(w.every)
+	defer t.Stop()
+	var batch []AuditRecord
+	write := func() {
+		// Drain what is queued so a flush covers everything sent before it.
+		for {
+			select {
+			case r := <-w.ch:
+				batch = append(batch, r)
+				continue
+			default:
+			}
+			break
+		}
+		if len(batch) == 0 {
+			return
+		}
+		if err := w.s.AppendAudit(batch...); err != nil {
+			w.s.log.Error("audit write failed", "records", len(batch), "err", err)
+		}
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case r := <-w.ch:
+			batch = append(batch, r)
+			if len(batch) >= 512 {
+				write()
+			}
+		case <-t.C:
+			write()
+		case done := <-w.flush:
+			write()
+			close(done)
+		case <-w.stop:
+			write()
+			return
+		}
+	}
+}
+
+func (w *auditWriter) close() {
+	close(w.stop)
+	w.done.Wait()
+}

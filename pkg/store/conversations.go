@@ -1,0 +1,375 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// State is a conversation's lifecycle state.
+type State string
+
+// The states of a conversation. A record is written in StateProvisioning
+// before any side effect; StateDeleted records are kept for history until
+// pruned.
+const (
+	StateProvisioning State = "provisioning"
+	StateRunning      State = "running"
+	StateStopped      State = "stopped"
+	StateFailed       State = "failed"
+	StateDeleted      State = "deleted"
+)
+
+// Live reports whether a conversation in state s owns resources (a
+// worktree, a socket, maybe a container).
+func (s State) Live() bool {
+	return s == StateProvisioning || s == StateRunning || s == StateStopped
+}
+
+// Grant kinds.
+const (
+	KindSecret = "secret"
+	KindGit    = "git"
+	KindLLM    = "llm"
+	KindOAuth  = "oauth"
+)
+
+// Kinds lists the grant kinds in display order.
+var Kinds = []string{KindSecret, KindGit, KindLLM, KindOAuth}
+
+// Grants are the names a conversation may use through its broker, per kind.
+// Git entries are "host" or "host/path/prefix".
+type Grants struct {
+	Secrets []string `json:"secrets,omitempty"`
+	Git     []string `json:"git,omitempty"`
+	LLM     []string `json:"llm,omitempty"`
+	OAuth   []string `json:"oauth,omitempty"`
+}
+
+// List returns the slice for kind, or nil for an unknown kind.
+func (g *Grants) List(kind string) *[]string {
+	switch kind {
+	case KindSecret:
+		return &g.Secrets
+	case KindGit:
+		return &g.Git
+	case KindLLM:
+		return &g.LLM
+	case KindOAuth:
+		return &g.OAuth
+	}
+	return nil
+}
+
+// Add grants name of kind; it reports whether anything changed.
+func (g *Grants) Add(kind, name string) bool {
+	l := g.List(kind)
+	if l == nil || slices.Contains(*l, name) {
+		return false
+	}
+	*l = append(*l, name)
+	sort.Strings(*l)
+	return true
+}
+
+// Remove revokes name of kind; it reports whether anything changed.
+func (g *Grants) Remove(kind, name string) bool {
+	l := g.List(kind)
+	if l == nil {
+		return false
+	}
+	i := slices.Index(*l, name)
+	if i < 0 {
+		return false
+	}
+	*l = slices.Delete(*l, i, i+1)
+	return true
+}
+
+func (g Grants) clone() Grants {
+	return Grants{
+		Secrets: slices.Clone(g.Secrets),
+		Git:     slices.Clone(g.Git),
+		LLM:     slices.Clone(g.LLM),
+		OAuth:   slices.Clone(g.OAuth),
+	}
+}
+
+// Removal records a requested end of a conversation and, once done, what
+// happened to the user's work. It is written before the first teardown step
+// so that a crash mid-removal is finished by reconcile.
+type Removal struct {
+	RequestedAt    time.Time `json:"requested_at"`
+	Discard        bool      `json:"discard,omitempty"`
+	Done           bool      `json:"done,omitempty"`
+	SnapshotRef    string    `json:"snapshot_ref,omitempty"`
+	SnapshotCommit string    `json:"snapshot_commit,omitempty"`
+	BranchKept     bool      `json:"branch_kept,omitempty"`
+	Message        string    `json:"message,omitempty"`
+}
+
+// Conversation is everything ohd knows about one conversation. It never
+// holds a secret value: the inner session key is kept sealed apart.
+type Conversation struct {
+	ID      string `json:"id"`
+	State   State  `json:"state"`
+	Runtime string `json:"runtime"`
+
+	// Workspace is the canonical host directory the conversation was
+	// created for; WorkingDir is where the agent works (the worktree, or
+	// the workspace itself when there is no worktree).
+	Workspace  string `json:"workspace"`
+	WorkingDir string `json:"working_dir"`
+
+	Repo        string `json:"repo,omitempty"`
+	CommonDir   string `json:"common_dir,omitempty"`
+	Worktree    string `json:"worktree,omitempty"`
+	AdminID     string `json:"admin_id,omitempty"`
+	Branch      string `json:"branch,omitempty"`
+	StartPoint  string `json:"start_point,omitempty"`
+	StartCommit string `json:"start_commit,omitempty"`
+
+	ContainerID   string `json:"container_id,omitempty"`
+	ContainerName string `json:"container_name,omitempty"`
+	Image         string `json:"image,omitempty"`
+	ImageID       string `json:"image_id,omitempty"`
+	HostPort      int    `json:"host_port,omitempty"`
+
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+
+	Grants      Grants `json:"grants"`
+	BrokerEpoch uint64 `json:"broker_epoch"`
+	BrokerDir   string `json:"broker_dir,omitempty"`
+
+	// Request is the conversation-API create body as forwarded to the
+	// inner server (secret-free), kept so a restarted container can be
+	// given its conversation again.
+	Request json.RawMessage `json:"request,omitempty"`
+
+	Notes      []string `json:"notes,omitempty"`
+	Error      string   `json:"error,omitempty"`
+	FailedStep string   `json:"failed_step,omitempty"`
+	Removal    *Removal `json:"removal,omitempty"`
+
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	LastActiveAt time.Time `json:"last_active_at"`
+}
+
+// Clone returns a deep copy of c.
+func (c *Conversation) Clone() Conversation {
+	out := *c
+	out.Grants = c.Grants.clone()
+	out.Notes = slices.Clone(c.Notes)
+	out.Request = slices.Clone(c.Request)
+	if c.Removal != nil {
+		r := *c.Removal
+		out.Removal = &r
+	}
+	return out
+}
+
+// NewID returns a random (version 4) UUID in canonical form.
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("store: crypto/rand failed: " + err.Error())
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// ValidID reports whether s is a UUID in canonical lower-case form
+// (8-4-4-4-12 hex digits). Conversation ids become path elements, branch
+// names and labels, so nothing else is accepted.
+func ValidID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("store: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}
+
+// CreateConversation writes a new record; ErrExists if the id is taken.
+func (s *Store) CreateConversation(c Conversation) error {
+	if !ValidID(c.ID) {
+		return fmt.Errorf("create conversation %q: id is not a UUID", c.ID)
+	}
+	now := time.Now().UTC()
+	if c.CreatedAt.IsZero() {
+		c.CreatedAt = now
+	}
+	c.UpdatedAt = now
+	if c.LastActiveAt.IsZero() {
+		c.LastActiveAt = now
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketConversations)
+		if b.Get([]byte(c.ID)) != nil {
+			return fmt.Errorf("create conversation %s: %w", c.ID, ErrExists)
+		}
+		return putJSON(b, c.ID, &c)
+	})
+	if err != nil {
+		return err
+	}
+	s.setCached(c.ID, &c)
+	return nil
+}
+
+// UpdateConversation applies fn to the record of id and writes it back in
+// one transaction. fn's error aborts the update and is returned as is.
+func (s *Store) UpdateConversation(id string, fn func(*Conversation) error) (Conversation, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c, err := s.Conversation(id)
+	if err != nil {
+		return Conversation{}, err
+	}
+	if err := fn(&c); err != nil {
+		return Conversation{}, err
+	}
+	c.ID = id
+	c.UpdatedAt = time.Now().UTC()
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		return putJSON(tx.Bucket(bucketConversations), id, &c)
+	})
+	if err != nil {
+		return Conversation{}, fmt.Errorf("update conversation %s: %w", id, err)
+	}
+	s.setCached(id, &c)
+	return c, nil
+}
+
+// Touch records activity on a conversation without a disk write more than
+// once per interval, so hot paths can call it on every request.
+func (s *Store) Touch(id string, interval time.Duration) {
+	s.mu.RLock()
+	c, ok := s.convs[id]
+	stale := ok && time.Since(c.LastActiveAt) >= interval
+	s.mu.RUnlock()
+	if !stale {
+		return
+	}
+	_, _ = s.UpdateConversation(id, func(c *Conversation) error {
+		c.LastActiveAt = time.Now().UTC()
+		return nil
+	})
+}
+
+// Conversation returns the record of id, or ErrNotFound.
+func (s *Store) Conversation(id string) (Conversation, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.convs[id]
+	if !ok {
+		return Conversation{}, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
+	}
+	return c.Clone(), nil
+}
+
+// Conversations returns every record, oldest first.
+func (s *Store) Conversations() []Conversation {
+	s.mu.RLock()
+	out := make([]Conversation, 0, len(s.convs))
+	for _, c := range s.convs {
+		out = append(out, c.Clone())
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// DeleteConversation removes the record of id and its sealed key.
+func (s *Store) DeleteConversation(id string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if _, err := s.Conversation(id); err != nil {
+		return err
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketConversations).Delete([]byte(id)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketConvKeys).Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("delete conversation %s: %w", id, err)
+	}
+	s.setCached(id, nil)
+	return nil
+}
+
+// setCached replaces the in-memory copy of id (nil deletes it). Callers
+// hold wmu, so the cache changes in commit order.
+func (s *Store) setCached(id string, c *Conversation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c == nil {
+		delete(s.convs, id)
+		return
+	}
+	cc := c.Clone()
+	s.convs[id] = &cc
+}
+
+// SetInnerKey stores the conversation's inner session key, sealed.
+func (s *Store) SetInnerKey(id string, key []byte) error {
+	sealed := s.key.Seal("conversation_keys|"+id, key)
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketConvKeys).Put([]byte(id), sealed)
+	})
+}
+
+// InnerKey returns the conversation's inner session key.
+func (s *Store) InnerKey(id string) ([]byte, error) {
+	var sealed []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketConvKeys).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("inner key of %s: %w", id, ErrNotFound)
+		}
+		sealed = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.key.Open("conversation_keys|"+id, sealed)
+}

@@ -1,0 +1,280 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// MaxSecretSize bounds a secret value (1 MiB).
+const MaxSecretSize = 1 << 20
+
+// ValidName reports whether s may name a secret, LLM profile or OAuth
+// server: 1 to 128 characters of [A-Za-z0-9._-], not starting with '.' or
+// '-'. Names appear in URLs, audit records and command lines, so nothing
+// that needs quoting is allowed.
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 128 || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+type secretRecord struct {
+	Sealed    []byte    `json:"sealed"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SecretInfo describes a stored secret without its value.
+type SecretInfo struct {
+	Name      string    `json:"name"`
+	Size      int       `json:"size"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// SetSecret stores value under name, sealed; it replaces an existing value.
+func (s *Store) SetSecret(name string, value []byte) error {
+	if !ValidName(name) {
+		return fmt.Errorf("set secret %q: invalid name: use 1-128 characters of A-Z a-z 0-9 . _ -", name)
+	}
+	if len(value) > MaxSecretSize {
+		return fmt.Errorf("set secret %s: value is %d bytes, the limit is %d", name, len(value), MaxSecretSize)
+	}
+	now := time.Now().UTC()
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSecrets)
+		rec := secretRecord{CreatedAt: now}
+		if err := getJSON(b, name, &rec); err != nil && err != ErrNotFound {
+			return err
+		}
+		rec.Sealed = s.key.Seal("secrets|"+name, value)
+		rec.UpdatedAt = now
+		return putJSON(b, name, &rec)
+	})
+}
+
+// Secret returns the value of the secret name, or ErrNotFound.
+func (s *Store) Secret(name string) ([]byte, error) {
+	var rec secretRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketSecrets), name, &rec)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", name, err)
+	}
+	v, err := s.key.Open("secrets|"+name, rec.Sealed)
+	if err != nil {
+		return nil, fmt.Errorf("secret %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// Secrets lists the stored secrets by name, without values.
+func (s *Store) Secrets() ([]SecretInfo, error) {
+	var out []SecretInfo
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSecrets).ForEach(func(k, _ []byte) error {
+			var rec secretRecord
+			if err := getJSON(tx.Bucket(bucketSecrets), string(k), &rec); err != nil {
+				return err
+			}
+			size := len(rec.Sealed) - 1 - 12 - 16 // version, nonce, tag
+			out = append(out, SecretInfo{Name: string(k), Size: max(size, 0), CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt})
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteSecret removes the secret name, or returns ErrNotFound.
+func (s *Store) DeleteSecret(name string) error {
+	return deleteKey(s.db, bucketSecrets, "secret", name)
+}
+
+func deleteKey(db *bolt.DB, bucket []byte, what, name string) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b.Get([]byte(name)) == nil {
+			return fmt.Errorf("%s %s: %w", what, name, ErrNotFound)
+		}
+		return b.Delete([]byte(name))
+	})
+}
+
+// GitCredential says which credential the broker answers for a git host:
+// a username and the name of the secret holding the password or token.
+type GitCredential struct {
+	Host     string `json:"host"`
+	Username string `json:"username"`
+	Secret   string `json:"secret"`
+}
+
+// LLMProfile is an LLM provider configuration. The API key is the secret
+// named KeySecret; it is disclosed to a conversation only when
+// AllowDisclosure is set, and otherwise only injected by the broker's proxy.
+type LLMProfile struct {
+	Name            string `json:"name"`
+	Model           string `json:"model"`
+	BaseURL         string `json:"base_url"`
+	KeySecret       string `json:"key_secret"`
+	AuthHeader      string `json:"auth_header,omitempty"`
+	AllowDisclosure bool   `json:"allow_disclosure,omitempty"`
+}
+
+// OAuthServer is an OAuth token endpoint whose tokens the broker refreshes
+// on the host. Tokens are sealed at rest; ClientSecret names a secret.
+type OAuthServer struct {
+	Name         string    `json:"name"`
+	TokenURL     string    `json:"token_url"`
+	ClientID     string    `json:"client_id"`
+	ClientSecret string    `json:"client_secret,omitempty"`
+	Expiry       time.Time `json:"expiry"`
+	// Access and Refresh are the sealed tokens; use OAuthTokens to read
+	// them and SetOAuthTokens to write them.
+	Access  []byte `json:"access,omitempty"`
+	Refresh []byte `json:"refresh,omitempty"`
+}
+
+// PutGitCredential creates or replaces the credential for c.Host.
+func (s *Store) PutGitCredential(c GitCredential) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketGitCreds), c.Host, &c) })
+}
+
+// GitCredential returns the credential configured for host.
+func (s *Store) GitCredential(host string) (GitCredential, error) {
+	var c GitCredential
+	err := s.db.View(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bucketGitCreds), host, &c) })
+	if err != nil {
+		return c, fmt.Errorf("git credential %s: %w", host, err)
+	}
+	return c, nil
+}
+
+// GitCredentials lists the configured git credentials.
+func (s *Store) GitCredentials() ([]GitCredential, error) {
+	return listJSON[GitCredential](s.db, bucketGitCreds)
+}
+
+// DeleteGitCredential removes the credential of host.
+func (s *Store) DeleteGitCredential(host string) error {
+	return deleteKey(s.db, bucketGitCreds, "git credential", host)
+}
+
+// PutLLMProfile creates or replaces the profile p.Name.
+func (s *Store) PutLLMProfile(p LLMProfile) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketLLM), p.Name, &p) })
+}
+
+// LLMProfile returns the profile name.
+func (s *Store) LLMProfile(name string) (LLMProfile, error) {
+	var p LLMProfile
+	err := s.db.View(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bucketLLM), name, &p) })
+	if err != nil {
+		return p, fmt.Errorf("llm profile %s: %w", name, err)
+	}
+	return p, nil
+}
+
+// LLMProfiles lists the profiles.
+func (s *Store) LLMProfiles() ([]LLMProfile, error) { return listJSON[LLMProfile](s.db, bucketLLM) }
+
+// DeleteLLMProfile removes the profile name.
+func (s *Store) DeleteLLMProfile(name string) error {
+	return deleteKey(s.db, bucketLLM, "llm profile", name)
+}
+
+// PutOAuthServer creates or replaces the server o.Name's configuration,
+// keeping its stored tokens unless refresh is non-nil, in which case the
+// refresh token is replaced and the access token dropped.
+func (s *Store) PutOAuthServer(o OAuthServer, refresh []byte) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketOAuth)
+		var old OAuthServer
+		if err := getJSON(b, o.Name, &old); err == nil {
+			o.Access, o.Refresh, o.Expiry = old.Access, old.Refresh, old.Expiry
+		}
+		if refresh != nil {
+			o.Refresh = s.key.Seal("oauth_servers|"+o.Name+"|refresh", refresh)
+			o.Access, o.Expiry = nil, time.Time{}
+		}
+		return putJSON(b, o.Name, &o)
+	})
+}
+
+// OAuthServer returns the configuration of name (tokens still sealed).
+func (s *Store) OAuthServer(name string) (OAuthServer, error) {
+	var o OAuthServer
+	err := s.db.View(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bucketOAuth), name, &o) })
+	if err != nil {
+		return o, fmt.Errorf("oauth server %s: %w", name, err)
+	}
+	return o, nil
+}
+
+// OAuthTokens opens the sealed tokens of o (nil when absent).
+func (s *Store) OAuthTokens(o OAuthServer) (access, refresh []byte, err error) {
+	if o.Access != nil {
+		if access, err = s.key.Open("oauth_servers|"+o.Name+"|access", o.Access); err != nil {
+			return nil, nil, fmt.Errorf("oauth server %s: access token: %w", o.Name, err)
+		}
+	}
+	if o.Refresh != nil {
+		if refresh, err = s.key.Open("oauth_servers|"+o.Name+"|refresh", o.Refresh); err != nil {
+			return nil, nil, fmt.Errorf("oauth server %s: refresh token: %w", o.Name, err)
+		}
+	}
+	return access, refresh, nil
+}
+
+// SetOAuthTokens stores fresh tokens for name after a refresh; a nil
+// refresh keeps the old refresh token.
+func (s *Store) SetOAuthTokens(name string, access, refresh []byte, expiry time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketOAuth)
+		var o OAuthServer
+		if err := getJSON(b, name, &o); err != nil {
+			return fmt.Errorf("oauth server %s: %w", name, err)
+		}
+		o.Access = s.key.Seal("oauth_servers|"+name+"|access", access)
+		if refresh != nil {
+			o.Refresh = s.key.Seal("oauth_servers|"+name+"|refresh", refresh)
+		}
+		o.Expiry = expiry
+		return putJSON(b, name, &o)
+	})
+}
+
+// OAuthServers lists the servers (tokens still sealed).
+func (s *Store) OAuthServers() ([]OAuthServer, error) {
+	return listJSON[OAuthServer](s.db, bucketOAuth)
+}
+
+// DeleteOAuthServer removes the server name and its tokens.
+func (s *Store) DeleteOAuthServer(name string) error {
+	return deleteKey(s.db, bucketOAuth, "oauth server", name)
+}
+
+func listJSON[T any](db *bolt.DB, bucket []byte) ([]T, error) {
+	var out []T
+	err := db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		return b.ForEach(func(k, _ []byte) error {
+			var v T
+			if err := getJSON(b, string(k), &v); err != nil {
+				return err
+			}
+			out = append(out, v)
+			return nil
+		})
+	})
+	return out, err // bbolt iterates in key order: sorted by name
+}

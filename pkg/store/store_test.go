@@ -1,0 +1,343 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/ohd-dev/ohd/pkg/masterkey"
+)
+
+func newKey(t *testing.T, b byte) *masterkey.Key {
+	t.Helper()
+	k, err := masterkey.New(bytes.Repeat([]byte{b}, masterkey.Size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.Source = "test-key"
+	return k
+}
+
+func openStore(t *testing.T, path string, key *masterkey.Key) *Store {
+	t.Helper()
+	s, err := Open(path, key, Options{})
+	if err != nil {
+		t.Fatalf("Open(%q) = %v", path, err)
+	}
+	return s
+}
+
+func TestReopenKeepsEverything(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	key := newKey(t, 1)
+	s := openStore(t, path, key)
+	id := NewID()
+	conv := Conversation{
+		ID: id, State: StateRunning, Runtime: "local", Workspace: "/w", WorkingDir: "/w",
+		Grants: Grants{Secrets: []string{"a"}, Git: []string{"github.com/org"}}, BrokerEpoch: 3,
+	}
+	if err := s.CreateConversation(conv); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetInnerKey(id, []byte("inner-key-value")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetSecret("api", []byte("s3cret")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutLLMProfile(LLMProfile{Name: "default", Model: "m", BaseURL: "http://x", KeySecret: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutOAuthServer(OAuthServer{Name: "gh", TokenURL: "http://t", ClientID: "c"}, []byte("refresh-tok")); err != nil {
+		t.Fatal(err)
+	}
+	s.AuditAsync(AuditRecord{Time: time.Now(), Source: "broker", Conversation: id, Route: "GET /v1/whoami", Allowed: true})
+	serverID := s.ServerID()
+	before, err := s.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStore(t, path, key)
+	defer s.Close()
+	if s.ServerID() != serverID {
+		t.Errorf("ServerID after reopen = %q, want %q", s.ServerID(), serverID)
+	}
+	after, err := s.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("store changed across reopen (-before +after):\n%s", diff)
+	}
+	got, err := s.Conversation(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(conv, got, cmpopts.IgnoreFields(Conversation{}, "CreatedAt", "UpdatedAt", "LastActiveAt")); diff != "" {
+		t.Errorf("Conversation(%q) (-want +got):\n%s", id, diff)
+	}
+	if v, err := s.InnerKey(id); err != nil || string(v) != "inner-key-value" {
+		t.Errorf("InnerKey = %q, %v", v, err)
+	}
+	if v, err := s.Secret("api"); err != nil || string(v) != "s3cret" {
+		t.Errorf("Secret(api) = %q, %v", v, err)
+	}
+	o, err := s.OAuthServer("gh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, refresh, err := s.OAuthTokens(o); err != nil || string(refresh) != "refresh-tok" {
+		t.Errorf("OAuthTokens refresh = %q, %v", refresh, err)
+	}
+	recs, err := s.Audit(AuditFilter{Conversation: id})
+	if err != nil || len(recs) != 1 || recs[0].Route != "GET /v1/whoami" {
+		t.Errorf("Audit = %+v, %v; want the one record", recs, err)
+	}
+}
+
+func TestWrongKeyRefusedAndNothingWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s := openStore(t, path, newKey(t, 1))
+	if err := s.SetSecret("x", []byte("value")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(path, newKey(t, 2), Options{})
+	if !errors.Is(err, ErrWrongKey) {
+		t.Fatalf("Open with another key = %v, want ErrWrongKey", err)
+	}
+	for _, want := range []string{path, "test-key", "restore the original key"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(want)) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	now, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(orig, now) {
+		t.Error("the store file changed after a refused open")
+	}
+	// The right key still works.
+	s = openStore(t, path, newKey(t, 1))
+	defer s.Close()
+	if v, err := s.Secret("x"); err != nil || string(v) != "value" {
+		t.Errorf("Secret(x) = %q, %v", v, err)
+	}
+}
+
+func TestSecretsNeverInClear(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s := openStore(t, path, newKey(t, 7))
+	values := map[string]string{
+		"secret": "PLAINTEXT-SECRET-0123456789",
+		"inner":  "PLAINTEXT-INNER-KEY-98765",
+		"oauth":  "PLAINTEXT-REFRESH-TOKEN-555",
+		"access": "PLAINTEXT-ACCESS-TOKEN-777",
+	}
+	id := NewID()
+	if err := s.CreateConversation(Conversation{ID: id, State: StateRunning}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.SetSecret("one", []byte(values["secret"])))
+	must(t, s.SetInnerKey(id, []byte(values["inner"])))
+	must(t, s.PutOAuthServer(OAuthServer{Name: "o", TokenURL: "http://t"}, []byte(values["oauth"])))
+	must(t, s.SetOAuthTokens("o", []byte(values["access"]), nil, time.Now()))
+	must(t, s.Close())
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, v := range values {
+		if bytes.Contains(data, []byte(v)) {
+			t.Errorf("the %s value appears in clear in %s", what, path)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSealedValueBoundToItsName(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s := openStore(t, path, newKey(t, 1))
+	defer s.Close()
+	must(t, s.SetSecret("a", []byte("va")))
+	must(t, s.SetSecret("b", []byte("vb")))
+	// Copy a's sealed record over b's: it must not open as b.
+	dump, err := s.Dump()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSecrets).Put([]byte("b"), []byte(dump["secrets/a"]))
+	})
+	must(t, err)
+	if v, err := s.Secret("b"); !errors.Is(err, masterkey.ErrDecrypt) {
+		t.Errorf("Secret(b) after swapping in a's value = %q, %v; want ErrDecrypt", v, err)
+	}
+}
+
+func TestOpenLockedByAnotherProcess(t *testing.T) {
+	// bbolt's flock is per open file description, so a second Open in the
+	// same process conflicts exactly like another process would.
+	path := filepath.Join(t.TempDir(), FileName)
+	s := openStore(t, path, newKey(t, 1))
+	defer s.Close()
+	_, err := Open(path, newKey(t, 1), Options{LockTimeout: 50 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open = %v, want ErrLocked", err)
+	}
+}
+
+func TestConversationUpdateAndCache(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), FileName), newKey(t, 1))
+	defer s.Close()
+	id := NewID()
+	must(t, s.CreateConversation(Conversation{ID: id, State: StateProvisioning}))
+	if err := s.CreateConversation(Conversation{ID: id}); !errors.Is(err, ErrExists) {
+		t.Errorf("CreateConversation twice = %v, want ErrExists", err)
+	}
+	c, err := s.UpdateConversation(id, func(c *Conversation) error {
+		c.State = StateRunning
+		c.Grants.Add(KindSecret, "x")
+		return nil
+	})
+	must(t, err)
+	if c.State != StateRunning {
+		t.Errorf("state = %q", c.State)
+	}
+	// Mutating a returned copy must not change the store.
+	c.Grants.Secrets[0] = "mutated"
+	got, _ := s.Conversation(id)
+	if got.Grants.Secrets[0] != "x" {
+		t.Errorf("store cache aliased a returned slice: %v", got.Grants.Secrets)
+	}
+	boom := errors.New("boom")
+	if _, err := s.UpdateConversation(id, func(c *Conversation) error { c.State = StateFailed; return boom }); !errors.Is(err, boom) {
+		t.Errorf("UpdateConversation error = %v, want boom", err)
+	}
+	if got, _ := s.Conversation(id); got.State != StateRunning {
+		t.Errorf("aborted update changed state to %q", got.State)
+	}
+	if _, err := s.Conversation(NewID()); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Conversation(unknown) = %v, want ErrNotFound", err)
+	}
+	must(t, s.DeleteConversation(id))
+	if _, err := s.Conversation(id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after delete: %v", err)
+	}
+}
+
+func TestConcurrentUpdates(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), FileName), newKey(t, 1))
+	defer s.Close()
+	id := NewID()
+	must(t, s.CreateConversation(Conversation{ID: id}))
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := s.UpdateConversation(id, func(c *Conversation) error { c.BrokerEpoch++; return nil })
+			if err != nil {
+				t.Error(err)
+			}
+			_, _ = s.Conversation(id)
+		}()
+	}
+	wg.Wait()
+	if c, _ := s.Conversation(id); c.BrokerEpoch != 20 {
+		t.Errorf("epoch after 20 increments = %d", c.BrokerEpoch)
+	}
+}
+
+func TestAuditTrimAndFilter(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), FileName), newKey(t, 1), Options{AuditMax: 10})
+	must(t, err)
+	defer s.Close()
+	a, b := NewID(), NewID()
+	for i := 0; i < 25; i++ {
+		id := a
+		if i%2 == 1 {
+			id = b
+		}
+		s.AuditAsync(AuditRecord{Time: time.Now(), Conversation: id, Route: "r", Allowed: true})
+	}
+	all, err := s.Audit(AuditFilter{})
+	must(t, err)
+	if len(all) != 10 {
+		t.Fatalf("kept %d records, want 10", len(all))
+	}
+	if all[0].Seq != 16 || all[9].Seq != 25 {
+		t.Errorf("kept seqs %d..%d, want the newest 16..25", all[0].Seq, all[9].Seq)
+	}
+	onlyB, err := s.Audit(AuditFilter{Conversation: b, Limit: 2})
+	must(t, err)
+	if len(onlyB) != 2 || onlyB[0].Conversation != b || onlyB[1].Seq != 24 {
+		t.Errorf("filtered = %+v", onlyB)
+	}
+}
+
+func TestValidIDAndName(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{NewID(), true},
+		{"0b5e4c1a-1d2e-4f00-8a9b-0123456789ab", true},
+		{"0B5E4C1A-1D2E-4F00-8A9B-0123456789AB", false},
+		{"0b5e4c1a1d2e4f008a9b0123456789ab", false},
+		{"../../../../etc/passwd-aaaaaaaaaaaaaa", false},
+		{"", false},
+		{"0b5e4c1a-1d2e-4f00-8a9b-0123456789a\x00", false},
+	} {
+		if got := ValidID(tc.in); got != tc.want {
+			t.Errorf("ValidID(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"openai-key", true}, {"a.b_c-D9", true}, {"", false}, {"-x", false}, {".x", false},
+		{"a/b", false}, {"a b", false}, {string(bytes.Repeat([]byte("a"), 129)), false}, {"é", false},
+	} {
+		if got := ValidName(tc.in); got != tc.want {
+			t.Errorf("ValidName(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzValidID(f *testing.F) {
+	f.Add(NewID())
+	f.Add("../x")
+	f.Fuzz(func(t *testing.T, s string) {
+		if !ValidID(s) {
+			return
+		}
+		if filepath.Base(s) != s || filepath.Clean(s) != s || len(s) != 36 {
+			t.Fatalf("ValidID accepted %q, which is not a plain path element", s)
+		}
+	})
+}
