@@ -1,0 +1,24 @@
+// Package failpoint lets crash tests stop ohd at a named step.
+//
+// Release builds compile Hit to nothing. A binary built with the build tag
+// ohd_failpoints reads OHD_FAILPOINTS, a comma-separated list of step names,
+// and kills its own process with SIGKILL when it reaches one of them, so a
+// test can check that every step is recoverable after a crash.
+package failpoint
+
+// Steps names every failpoint, in the order a create and a delete reach
+// them. Tests iterate over it; Hit panics in failpoint builds on a name not
+// listed here, so the list cannot drift from the code.
+var Steps = []string{
+	"create/after-record",
+	"create/after-worktree",
+	"create/after-broker",
+	"create/after-container-create",
+	"create/after-start",
+	"create/after-forward",
+	"delete/after-mark",
+	"delete/after-container",
+	"delete/after-broker",
+	"delete/mid-snapshot",
+	"delete/after-worktree",
+}

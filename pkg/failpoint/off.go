@@ -1,0 +1,9 @@
+//go:build !ohd_failpoints
+
+package failpoint
+
+// Enabled reports whether this binary was built with failpoints.
+const Enabled = false
+
+// Hit does nothing in release builds.
+func Hit(string) {}
