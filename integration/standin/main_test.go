@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// env returns a getenv over m.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		want    Config
+		wantErr bool
+	}{
+		{"defaults", nil, Config{Addr: "0.0.0.0:8000", Runtime: "local"}, false},
+		{"everything", map[string]string{
+			"STANDIN_ADDR":            "127.0.0.1:9",
+			"OH_SESSION_API_KEYS_0":   "k0",
+			"OH_SESSION_API_KEYS_1":   "k1",
+			"OH_SESSION_API_KEYS_3":   "not read: _2 is missing",
+			"OHD_CONVERSATION_ID":     "6F9619FF8B86D011B42D00C04FC964FF",
+			"OH_CONVERSATION_RUNTIME": "docker",
+			"STANDIN_HEALTH_DELAY":    "2s",
+			"STANDIN_EXIT_AFTER":      "1s",
+			"STANDIN_ANY_ID":          "1",
+		}, Config{
+			Addr: "127.0.0.1:9", Keys: []string{"k0", "k1"},
+			ConversationID: "6f9619ff-8b86-d011-b42d-00c04fc964ff", Runtime: "docker",
+			HealthDelay: 2 * time.Second, ExitAfter: time.Second, AnyID: true,
+		}, false},
+		{"bad delay", map[string]string{"STANDIN_HEALTH_DELAY": "soon"}, Config{}, true},
+		{"negative exit", map[string]string{"STANDIN_EXIT_AFTER": "-1s"}, Config{}, true},
+		{"bad conversation id", map[string]string{"OHD_CONVERSATION_ID": "x"}, Config{}, true},
+		{"bad any id", map[string]string{"STANDIN_ANY_ID": "yes please"}, Config{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := configFromEnv(env(tt.env))
+			if tt.wantErr {
+				if !errors.Is(err, errConfig) {
+					t.Fatalf("configFromEnv(%v) error = %v, want errConfig", tt.env, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("configFromEnv(%v) (-want +got):\n%s", tt.env, diff)
+			}
+		})
+	}
+}
+
+func TestRunExitAfter(t *testing.T) {
+	var stderr syncBuffer
+	code := run(context.Background(), []string{"standin"}, env(map[string]string{
+		"STANDIN_ADDR":       "127.0.0.1:0",
+		"STANDIN_EXIT_AFTER": "50ms",
+	}), &stderr)
+	if code != exitCrash {
+		t.Errorf("run with STANDIN_EXIT_AFTER = %d, want %d", code, exitCrash)
+	}
+	if !strings.Contains(stderr.String(), "simulated crash: exiting with status 3") {
+		t.Errorf("stderr lacks the crash line:\n%s", stderr.String())
+	}
+}
+
+func TestRunBadConfig(t *testing.T) {
+	var stderr syncBuffer
+	if code := run(context.Background(), []string{"standin"}, env(map[string]string{"STANDIN_EXIT_AFTER": "x"}), &stderr); code != 2 {
+		t.Errorf("run with a bad STANDIN_EXIT_AFTER = %d, want 2", code)
+	}
+	if code := run(context.Background(), []string{"standin", "extra"}, env(nil), &stderr); code != 2 {
+		t.Errorf("run with an argument = %d, want 2", code)
+	}
+}
+
+// TestBinarySIGTERM runs the real binary and checks it answers and stops
+// promptly on SIGTERM, as a container's PID 1 must.
+func TestBinarySIGTERM(t *testing.T) {
+	bin := testenv.GoBuild(t, "./integration/standin", "CGO_ENABLED=0")
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"STANDIN_ADDR=127.0.0.1:0", "OH_SESSION_API_KEYS_0=" + testKey}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	// The first log line names the address.
+	sc := bufio.NewScanner(stderr)
+	addrRE := regexp.MustCompile(`addr=(\S+)`)
+	var addr string
+	for addr == "" && sc.Scan() {
+		if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && strings.Contains(sc.Text(), "listening") {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no listening line on stderr (%v)", sc.Err())
+	}
+	drained := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(stderr)
+		drained <- string(b)
+	}()
+
+	resp, err := http.Get("http://" + addr + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /health = %d", resp.StatusCode)
+	}
+
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	logs := <-drained
+	err = cmd.Wait()
+	if err != nil {
+		t.Errorf("standin after SIGTERM: %v, want exit status 0\n%s", err, logs)
+	}
+	// Generous bound: the promise is "well under a second"; a loaded CI
+	// machine must not make this flaky.
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("standin took %s to stop after SIGTERM", d)
+	}
+	if strings.Contains(logs, testKey) {
+		t.Errorf("the log contains the session key:\n%s", logs)
+	}
+}
