@@ -1,0 +1,414 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// AddOptions says what Add creates.
+type AddOptions struct {
+	// Repo is the repository, as returned by Inspect (Add inspects its
+	// Workspace again and refuses if anything changed).
+	Repo Repo
+	// ConversationID is a canonical UUID (see ValidateID).
+	ConversationID string
+	// StartPoint is an optional branch, tag or commit to start from. When
+	// empty, the first that exists of refs/remotes/origin/HEAD, main,
+	// master and HEAD is used. Nothing is fetched.
+	StartPoint string
+}
+
+// Worktree is a conversation's worktree as Add created it. Persist every
+// field: Remove, Snapshot, MountPlan and Health need them and check them
+// for consistency.
+type Worktree struct {
+	ConversationID string
+	// Repo is the TopLevel of the host repository.
+	Repo string
+	// CommonDir is the canonical git common dir.
+	CommonDir string
+	// Path is the canonical worktree path <Root>/<id>/<basename(Repo)>.
+	Path string
+	// AdminID is the name of the worktree's admin dir, read from
+	// <Path>/.git after creation (git picks it; it is not always the
+	// basename of Path).
+	AdminID string
+	// AdminDir is <CommonDir>/worktrees/<AdminID>.
+	AdminDir string
+	// Branch is "openhands/<id>".
+	Branch string
+	// StartPoint is the start point used, as named by the order (for
+	// example "refs/remotes/origin/HEAD", "main", "HEAD", or the explicit
+	// one).
+	StartPoint string
+	// StartCommit is the full hex id of the commit the branch started at.
+	StartCommit string
+	// UID and GID own the repository; git ran as them and the container
+	// must too.
+	UID, GID int
+}
+
+// startCandidates is the start point order when none is given: the name
+// recorded, and the ref checked (full ref names, so a tag called "main"
+// cannot stand in for the branch).
+var startCandidates = [][2]string{
+	{"refs/remotes/origin/HEAD", "refs/remotes/origin/HEAD"},
+	{"main", "refs/heads/main"},
+	{"master", "refs/heads/master"},
+	{"HEAD", "HEAD"},
+}
+
+// Add creates the conversation's worktree on the host: branch
+// openhands/<id> from the start point, locked with reason
+// "ohd conversation <id>", at <Root>/<id>/<basename>. Every check runs
+// before the first change; if git fails midway, Add removes what it
+// created (directory, admin dir, branch) before returning the error.
+func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
+	id := opts.ConversationID
+	if err := ValidateID(id); err != nil {
+		return Worktree{}, fmt.Errorf("worktree add: %w", err)
+	}
+	if err := checkStartPoint(opts.StartPoint); err != nil {
+		return Worktree{}, fmt.Errorf("worktree add: %w", err)
+	}
+	repo, err := m.recheck(ctx, opts.Repo)
+	if err != nil {
+		return Worktree{}, fmt.Errorf("worktree add: %w", err)
+	}
+	if m.euid != 0 && repo.UID != m.euid {
+		return Worktree{}, fmt.Errorf("worktree add %s: %w", repo.TopLevel, ownerError(repo.UID, m.euid))
+	}
+	base := filepath.Base(repo.TopLevel)
+	if base == "/" || base == "." {
+		return Worktree{}, fmt.Errorf("worktree add %s: %w: a repository at the file system root cannot be named", repo.TopLevel, ErrInvalidPath)
+	}
+	convDir := filepath.Join(m.root, id)
+	wt := Worktree{
+		ConversationID: id,
+		Repo:           repo.TopLevel,
+		CommonDir:      repo.CommonDir,
+		Path:           filepath.Join(convDir, base),
+		Branch:         BranchName(id),
+		UID:            repo.UID,
+		GID:            repo.GID,
+	}
+	fail := func(err error) (Worktree, error) {
+		return Worktree{}, fmt.Errorf("worktree add %s: %w", wt.Path, err)
+	}
+	if within(wt.Path, repo.CommonDir) || within(repo.CommonDir, convDir) {
+		return fail(fmt.Errorf("%w: the worktree root %s overlaps the git dir %s: choose a worktree root outside the repository's git dir", ErrInvalidPath, m.root, repo.CommonDir))
+	}
+	if err := checkTraversable(m.root, repo.UID, repo.GID); err != nil {
+		return fail(err)
+	}
+	if ok, err := lexists(convDir); err != nil || ok {
+		if err == nil {
+			err = fmt.Errorf("%w: %s exists: remove the conversation first", ErrExists, convDir)
+		}
+		return fail(err)
+	}
+	rt := repoTarget(repo)
+	if err := m.checkFree(ctx, rt, wt); err != nil {
+		return fail(err)
+	}
+	wt.StartPoint, wt.StartCommit, err = m.resolveStartPoint(ctx, rt, repo, opts.StartPoint)
+	if err != nil {
+		return fail(err)
+	}
+
+	// Side effects start here.
+	unlock, err := m.lockRepo(ctx, repo.CommonDir)
+	if err != nil {
+		return fail(err)
+	}
+	if err := m.checkFree(ctx, rt, wt); err != nil { // another ohd may have won the race
+		unlock()
+		return fail(err)
+	}
+	worktreesDir := filepath.Join(repo.CommonDir, "worktrees")
+	hadWorktreesDir, err := lexists(worktreesDir)
+	if err != nil {
+		unlock()
+		return fail(err)
+	}
+	undo := func(cause error) (Worktree, error) {
+		m.undoAdd(ctx, wt, hadWorktreesDir)
+		return fail(cause)
+	}
+	if err := os.Mkdir(convDir, 0o700); err != nil {
+		unlock()
+		return fail(fmt.Errorf("create %s: %w", convDir, err))
+	}
+	if err := m.chown(convDir, repo.UID, repo.GID); err != nil {
+		defer unlock()
+		return undo(err)
+	}
+	// --no-checkout: the files are checked out below by a separate git
+	// run in the new worktree's own context, because that context (its
+	// admin dir, its branch) decides which config includes apply, and the
+	// filter drivers must be enumerated in exactly that context.
+	_, err = m.git(ctx, rt, runOpts{}, "worktree", "add",
+		"--lock", "--reason", LockReason(id),
+		"--no-checkout", "-b", wt.Branch, "--no-track",
+		wt.Path, wt.StartCommit)
+	if err != nil {
+		defer unlock()
+		return undo(fmt.Errorf("create worktree in %s: %w", repo.TopLevel, err))
+	}
+	if wt.AdminDir, err = findAdminDir(wt.CommonDir, wt.Path); err != nil {
+		defer unlock()
+		return undo(err)
+	}
+	wt.AdminID = filepath.Base(wt.AdminDir)
+	unlock()
+
+	if _, err := m.git(ctx, worktreeTarget(wt), runOpts{}, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
+		unlock, lerr := m.lockRepo(context.WithoutCancel(ctx), repo.CommonDir)
+		if lerr == nil {
+			defer unlock()
+		}
+		return undo(fmt.Errorf("check out %s: %w", wt.StartPoint, err))
+	}
+	m.log.Info("worktree added", "conversation", id, "path", wt.Path, "branch", wt.Branch,
+		"start_point", wt.StartPoint, "start_commit", wt.StartCommit, "admin_id", wt.AdminID)
+	return wt, nil
+}
+
+// recheck inspects r.Workspace again and requires the same answer, so a
+// stale or hand-made Repo cannot point Add somewhere else.
+func (m *Manager) recheck(ctx context.Context, r Repo) (Repo, error) {
+	if r.Workspace == "" {
+		return Repo{}, fmt.Errorf("%w: Repo.Workspace is empty: call Inspect first", ErrInvalidPath)
+	}
+	got, err := m.Inspect(ctx, r.Workspace)
+	if err != nil {
+		return Repo{}, err
+	}
+	if !got.IsGit {
+		return Repo{}, fmt.Errorf("%s: %w: start the conversation without a worktree, or run git init there", got.Workspace, ErrNotGit)
+	}
+	if diff := cmp.Diff(r, got); diff != "" {
+		return Repo{}, fmt.Errorf("%s: %w: the repository changed since it was inspected (-given +now):\n%s", r.Workspace, ErrInvalidPath, diff)
+	}
+	return got, nil
+}
+
+// checkFree fails with ErrExists if the branch or a registration for the
+// worktree path already exists.
+func (m *Manager) checkFree(ctx context.Context, rt gitTarget, wt Worktree) error {
+	if _, ok, err := m.revParse(ctx, rt, "refs/heads/"+wt.Branch); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("%w: branch %s exists in %s: delete it or use another conversation id", ErrExists, wt.Branch, wt.Repo)
+	}
+	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	if err != nil {
+		return err
+	}
+	for _, r := range regs {
+		if filepath.Clean(r.Path) == wt.Path {
+			return fmt.Errorf("%w: %s is still registered as a worktree of %s: remove the conversation first", ErrExists, wt.Path, wt.Repo)
+		}
+	}
+	return nil
+}
+
+// checkStartPoint rejects start points that are option-like or carry
+// control characters before git sees them.
+func checkStartPoint(sp string) error {
+	switch {
+	case sp == "":
+		return nil
+	case strings.HasPrefix(sp, "-"):
+		return fmt.Errorf("%w %q: it looks like an option: pass a branch, tag or commit", ErrInvalidStartPoint, truncate(sp, 64))
+	case len(sp) > 1024:
+		return fmt.Errorf("%w: longer than 1024 bytes: pass a branch, tag or commit", ErrInvalidStartPoint)
+	}
+	for _, c := range []byte(sp) {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w %q: it contains a control character: pass a branch, tag or commit", ErrInvalidStartPoint, sp)
+		}
+	}
+	return nil
+}
+
+// resolveStartPoint applies the start point order and returns the name
+// used and its commit.
+func (m *Manager) resolveStartPoint(ctx context.Context, rt gitTarget, repo Repo, explicit string) (string, string, error) {
+	if explicit != "" {
+		commit, ok, err := m.revParse(ctx, rt, explicit+"^{commit}")
+		var ge *GitError
+		if err != nil && errors.As(err, &ge) && ge.ExitCode == 128 {
+			ok, err = false, nil // e.g. bad revision syntax: same answer for the user
+		}
+		if err != nil {
+			return "", "", err
+		}
+		if !ok {
+			return "", "", fmt.Errorf("%w: %q is not a commit in %s: pass an existing branch, tag or commit to --start-point", ErrInvalidStartPoint, explicit, repo.TopLevel)
+		}
+		return explicit, commit, nil
+	}
+	for _, c := range startCandidates {
+		commit, ok, err := m.revParse(ctx, rt, c[1]+"^{commit}")
+		if err != nil {
+			return "", "", err
+		}
+		if ok {
+			return c[0], commit, nil
+		}
+	}
+	return "", "", fmt.Errorf("%w: %s has no commit to start from (no origin/HEAD, main, master or HEAD): commit something first or pass --start-point", ErrNoCommits, repo.TopLevel)
+}
+
+// revParse resolves rev to an object id; ok is false when it does not
+// exist (exit status 1 of rev-parse --verify --quiet).
+func (m *Manager) revParse(ctx context.Context, t gitTarget, rev string) (oid string, ok bool, err error) {
+	out, err := m.git(ctx, t, runOpts{}, "rev-parse", "--verify", "--quiet", "--end-of-options", rev)
+	if err != nil {
+		var ge *GitError
+		if errors.As(err, &ge) && ge.ExitCode == 1 {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	oid = strings.TrimSpace(out)
+	if !isHexID(oid) {
+		return "", false, fmt.Errorf("git rev-parse %s: unexpected output %q", rev, truncate(out, 100))
+	}
+	return oid, true, nil
+}
+
+// isHexID reports whether s is a full SHA-1 or SHA-256 object id.
+func isHexID(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// undoAdd removes what a failed Add created: the admin dir (only one whose
+// gitdir points at our path), the conversation dir, the branch (only if it
+// still points at the start commit) and an empty worktrees/ dir that did
+// not exist before. The caller holds the repository lock.
+func (m *Manager) undoAdd(ctx context.Context, wt Worktree, hadWorktreesDir bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
+	defer cancel()
+	if admin, err := findAdminDir(wt.CommonDir, wt.Path); err == nil {
+		if err := os.RemoveAll(admin); err != nil {
+			m.log.Warn("undo worktree add: remove admin dir", "path", admin, "err", err)
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(m.root, wt.ConversationID)); err != nil {
+		m.log.Warn("undo worktree add: remove conversation dir", "path", wt.Path, "err", err)
+	}
+	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
+	if oid, ok, err := m.revParse(ctx, ct, "refs/heads/"+wt.Branch); err == nil && ok && oid == wt.StartCommit {
+		if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-d", "refs/heads/"+wt.Branch, wt.StartCommit); err != nil {
+			m.log.Warn("undo worktree add: delete branch", "branch", wt.Branch, "err", err)
+		}
+	}
+	if !hadWorktreesDir {
+		_ = os.Remove(filepath.Join(wt.CommonDir, "worktrees")) // only if empty
+	}
+}
+
+// findAdminDir returns the admin dir of the worktree at path: the one its
+// .git file names, if that one's gitdir points back at path; else the first
+// under <commonDir>/worktrees whose gitdir points at path.
+func findAdminDir(commonDir, path string) (string, error) {
+	want := filepath.Join(path, ".git")
+	worktrees := filepath.Join(commonDir, "worktrees")
+	if b, err := readLinkFile(want); err == nil {
+		if admin, err := parseDotGit(b, path); err == nil && filepath.Dir(admin) == worktrees && adminPointsAt(admin, path) {
+			return admin, nil
+		}
+	}
+	ents, err := os.ReadDir(worktrees)
+	if err != nil {
+		return "", fmt.Errorf("find the admin dir of %s: %w", path, err)
+	}
+	for _, e := range ents {
+		admin := filepath.Join(worktrees, e.Name())
+		if e.IsDir() && adminPointsAt(admin, path) {
+			return admin, nil
+		}
+	}
+	return "", fmt.Errorf("find the admin dir of %s: no entry in %s points at it", path, worktrees)
+}
+
+// adminPointsAt reports whether <admin>/gitdir names <path>/.git.
+func adminPointsAt(admin, path string) bool {
+	b, err := readLinkFile(filepath.Join(admin, "gitdir"))
+	if err != nil {
+		return false
+	}
+	p, err := parseAdminGitdir(b, admin)
+	return err == nil && samePath(p, filepath.Join(path, ".git"))
+}
+
+// samePath compares two absolute paths, resolving symlinks where they exist.
+func samePath(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ra, err1 := filepath.EvalSymlinks(a)
+	rb, err2 := filepath.EvalSymlinks(b)
+	if err1 != nil || err2 != nil {
+		// The paths may not exist (a removed worktree); compare their
+		// resolved parents.
+		ra, err1 = evalParent(a)
+		rb, err2 = evalParent(b)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+	}
+	return ra == rb
+}
+
+func evalParent(p string) (string, error) {
+	d, err := filepath.EvalSymlinks(filepath.Dir(p))
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, filepath.Base(p)), nil
+}
+
+// chown gives path to uid:gid when ohd is root (otherwise ohd is the owner).
+func (m *Manager) chown(path string, uid, gid int) error {
+	if m.euid != 0 {
+		return nil
+	}
+	if err := os.Lchown(path, uid, gid); err != nil {
+		return fmt.Errorf("chown %s to %d:%d: %w", path, uid, gid, err)
+	}
+	return nil
+}
+
+// repoTarget runs git in the context of the workspace's own work tree.
+func repoTarget(r Repo) gitTarget {
+	return gitTarget{dir: r.TopLevel, gitDir: r.GitDir, uid: r.UID, gid: r.GID}
+}
+
+// commonTarget runs git on the common dir, with no work tree.
+func commonTarget(commonDir string, uid, gid int) gitTarget {
+	return gitTarget{dir: commonDir, gitDir: commonDir, uid: uid, gid: gid}
+}
+
+// worktreeTarget runs git in the conversation worktree's own context,
+// naming the recorded admin dir and path explicitly (the .git file is
+// agent-writable and is not followed).
+func worktreeTarget(wt Worktree) gitTarget {
+	return gitTarget{dir: wt.Path, gitDir: wt.AdminDir, workTree: wt.Path, uid: wt.UID, gid: wt.GID}
+}

@@ -1,0 +1,142 @@
+// Package worktree creates, snapshots and removes the host-side git
+// worktrees of ohd conversations.
+//
+// # Where to start
+//
+// New returns a Manager for a worktree root. Inspect tells whether a
+// workspace directory is in a git work tree; Add creates the
+// conversation's worktree; MountPlan lists the bind mounts its container
+// needs; Health and Registrations serve `ohctl doctor`; Remove (which calls
+// Snapshot) ends it. ContainerGitConfig is the git configuration the
+// container's environment must carry.
+//
+// # One path, two namespaces
+//
+// Git records absolute paths in both directions: the worktree's .git file
+// names <common-dir>/worktrees/<admin-id>, and that admin dir's gitdir file
+// names <worktree>/.git. If the worktree is created inside a container at a
+// container-only path, the host sees a registration that points nowhere
+// ("prunable gitdir file points to non-existent location"), and a prune on
+// the host deletes a live conversation. So:
+//
+//   - every `git worktree add` runs on the host, at
+//     <Root>/<conversation-id>/<basename of the repository>;
+//   - the container gets the worktree and the git common dir bind-mounted
+//     at exactly their host paths (MountPlan: Source == Target), so both
+//     pointers resolve in both namespaces for the conversation's whole life;
+//   - paths are canonical (symlinks resolved, e.g. macOS /var ->
+//     /private/var), and the admin dir's name is read from <worktree>/.git,
+//     never assumed;
+//   - the worktree is added with `--lock --reason "ohd conversation <id>"`,
+//     so no prune (host, container, gc) removes it while it lives, and the
+//     container's git runs with gc.auto=0 and gc.worktreePruneExpire=never
+//     (ContainerGitConfig).
+//
+// In the container, the common dir is read-only except for what a
+// committing agent writes: objects/, refs/, logs/ and its own
+// worktrees/<admin-id>/. The shared config, hooks/, info/, packed-refs and
+// other conversations' admin dirs cannot be changed from inside.
+//
+// The branch is openhands/<id>, created with --no-track (no write to the
+// shared config), from the first of: the explicit start point,
+// refs/remotes/origin/HEAD, main, master, HEAD. Nothing is fetched.
+//
+// # Ownership
+//
+// Host-side git runs as the owner of the git common dir: when ohd is root,
+// each git child gets the owner's uid and gid (and no supplementary
+// groups), so the worktree, its admin dir, the branch ref and snapshot
+// objects belong to the user, and the container (which runs as the same
+// uid:gid) sees no "dubious ownership". When ohd is not root it must be
+// that owner (ErrOwner otherwise). <Root>/<id> is created 0700 and given to
+// the owner; Root and any parents New creates are 0711, so the owner can
+// reach the worktree on the host without listing other conversations.
+//
+// # Hardened git
+//
+// The agent can write to its worktree, its admin dir, and (through its
+// mounts) to objects/, refs/ and logs/ of the shared repository, and git
+// executes programs named in configuration. Host-side git must never run
+// any of them. Every git command this package runs:
+//
+//   - is executed directly (no shell), with its own process group and a
+//     timeout (Options.Timeout) after which the group is killed;
+//   - gets a fixed environment and nothing inherited: PATH fixed, HOME and
+//     XDG_CONFIG_HOME a nonexistent directory, GIT_CONFIG_NOSYSTEM=1,
+//     GIT_CONFIG_GLOBAL=/dev/null, GIT_ATTR_NOSYSTEM=1,
+//     GIT_TERMINAL_PROMPT=0, GIT_NO_REPLACE_OBJECTS=1 (refs/replace is
+//     agent-writable), LC_ALL=C, a fixed identity "ohd <ohd@localhost>";
+//   - names its git dir and work tree explicitly (--git-dir, --work-tree)
+//     so neither discovery nor core.worktree nor the agent-writable .git
+//     file decides what it operates on;
+//   - passes -c overrides that disable every program git 2.39 could run
+//     from configuration for the commands used here: core.fsmonitor,
+//     core.hooksPath=/dev/null (all hooks, including post-checkout and
+//     reference-transaction), diff.external, core.sshCommand, core.askPass,
+//     credential.helper, core.editor and sequence.editor (":" = none),
+//     core.pager, gpg programs and commit/tag signing, submodule recursion
+//     and status.submoduleSummary (no git children in submodules),
+//     gc.auto/maintenance.auto, and protocol.allow=never, which forbids
+//     every transport and with it any fetch, lazy fetch or ssh;
+//   - disables every filter driver the repository's configuration defines.
+//     Driver names are not known in advance, so before each command
+//     `git config -z --get-regexp ^filter\.` (which runs nothing) lists
+//     them in exactly the same context as the command (same --git-dir,
+//     --work-tree and directory), so include.path, includeIf (gitdir:,
+//     onbranch:, hasconfig:) and config.worktree resolve as they will for
+//     the command; each driver then gets clean, smudge and process set to
+//     empty (git 2.39 runs no filter for an empty command) and
+//     required=false. The settings travel in GIT_CONFIG_COUNT/KEY/VALUE,
+//     which, unlike -c, can name a driver containing "=".
+//
+// For the same reason `git worktree add` runs with --no-checkout and the
+// files are checked out by a second git run in the new worktree's own
+// context: git would otherwise check out in a child process whose config
+// context (the new admin dir, the new branch) differs from the parent's.
+//
+// Consequences: filters such as Git LFS are not applied on the host, so an
+// LFS repository's worktree starts with pointer files (run `git lfs
+// checkout` in the container); a partial clone whose blobs are missing
+// cannot be checked out. Configuration is enumerated right before each
+// command; callers must not let an agent run concurrently with Snapshot or
+// Remove (stop the container first).
+//
+// # Serialization
+//
+// Mutations of one repository's worktree metadata (worktree add and
+// remove, branch deletion, snapshot ref updates) are serialized by an
+// in-process lock keyed by the canonical common dir plus an flock(2) on a
+// file in Options.LockDir named by a hash of that path, so parallel
+// creates in one repository never fail on config.lock or ref locks, and
+// two ohd processes sharing LockDir serialize as well.
+//
+// # Snapshot and removal policy
+//
+// Ending a conversation loses no work. Remove first calls Snapshot, which
+// records the uncommitted state (modified, staged and untracked files; not
+// ignored ones) as a commit under refs/ohd/snapshots/<id>. It builds the
+// tree in a temporary index that starts as a copy of the worktree's index
+// (staged content counts; the worktree's own index is never written); the
+// commit's parent is the worktree's HEAD, plus the staged index state as a
+// second parent when that differs from both HEAD and the working tree.
+// Nothing uncommitted: no snapshot.
+//
+// Remove then unlocks and removes the worktree (if the directory is already
+// gone, the admin dir is deleted after checking that its gitdir still points
+// at this worktree, so an admin dir git has since reused is not touched),
+// and deletes the branch only if it has no commits beyond StartCommit, no
+// snapshot exists, and no other worktree has it checked out; otherwise the
+// branch is kept and RemoveResult.Message says why. RemoveOptions.Discard
+// skips the snapshot and deletes the branch and snapshot ref. Remove is
+// idempotent, so an interrupted removal can simply be retried; a snapshot
+// saved by the interrupted attempt still keeps the branch.
+//
+// # Bad input changes nothing
+//
+// Add validates the id, the start point (not option-like, no control
+// characters, a commit that exists), the repository (inspected again and
+// compared with the Repo given), the owner's access to the root, and that
+// neither the conversation directory, nor the branch, nor a registration
+// exists, all before its first change. If git fails midway, Add removes
+// the directory, the admin dir and the branch it created.
+package worktree

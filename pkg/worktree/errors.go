@@ -1,0 +1,89 @@
+package worktree
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors. Every error returned by this package wraps at most one
+// of them; callers test with errors.Is. The text around the sentinel says
+// what failed, on what, and what to do next.
+var (
+	// ErrInvalidPath is returned when a workspace path is unusable: empty,
+	// relative, missing, not a directory, inside a .git directory, or
+	// changed since it was inspected.
+	ErrInvalidPath = errors.New("invalid path")
+
+	// ErrInvalidID is returned when a conversation id is not a canonical
+	// (lower-case, hyphenated) UUID.
+	ErrInvalidID = errors.New("invalid conversation id")
+
+	// ErrInvalidStartPoint is returned when an explicit start point is
+	// option-like, contains control characters, or does not name a commit.
+	ErrInvalidStartPoint = errors.New("invalid start point")
+
+	// ErrNoCommits is returned by Add when no start point exists because
+	// the repository has no commits.
+	ErrNoCommits = errors.New("repository has no commits")
+
+	// ErrNotGit is returned by Add when the Repo is not a git work tree.
+	ErrNotGit = errors.New("not a git repository")
+
+	// ErrExists is returned by Add when the conversation's directory,
+	// branch or worktree registration already exists.
+	ErrExists = errors.New("already exists")
+
+	// ErrOwner is returned when git cannot run as the repository's owner:
+	// ohd is neither root nor that owner, or the owner cannot reach the
+	// worktree root.
+	ErrOwner = errors.New("repository owner mismatch")
+
+	// ErrInvalidWorktree is returned when a Worktree value is inconsistent
+	// (for example its Path is not <Root>/<id>/<basename>), so acting on it
+	// could touch something that is not the conversation's.
+	ErrInvalidWorktree = errors.New("invalid worktree record")
+
+	// ErrUnsavedWork is returned by Remove when the worktree directory holds
+	// files that cannot be snapshotted (its registration is gone); nothing
+	// is removed unless RemoveOptions.Discard is set.
+	ErrUnsavedWork = errors.New("worktree has work that cannot be saved")
+
+	// ErrGit is wrapped by every failure of a git command (see GitError).
+	ErrGit = errors.New("git failed")
+)
+
+// GitError describes a failed git invocation. It wraps ErrGit.
+type GitError struct {
+	// Args are git's arguments after the fixed hardening options.
+	Args []string
+	// Dir is the directory git ran in.
+	Dir string
+	// ExitCode is git's exit status, or -1 if it did not exit normally
+	// (killed by the timeout, could not start).
+	ExitCode int
+	// Stderr is git's standard error, trimmed and truncated.
+	Stderr string
+	// Err is the underlying error from os/exec or the context.
+	Err error
+}
+
+func (e *GitError) Error() string {
+	var b strings.Builder
+	b.WriteString("git ")
+	b.WriteString(strings.Join(e.Args, " "))
+	if e.Dir != "" {
+		fmt.Fprintf(&b, " (in %s)", e.Dir)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	if e.Stderr != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Stderr)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrGit and the underlying error, so both errors.Is(err,
+// ErrGit) and errors.Is(err, context.DeadlineExceeded) work.
+func (e *GitError) Unwrap() []error { return []error{ErrGit, e.Err} }

@@ -1,0 +1,347 @@
+package worktree
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// gitSearchPath is where New looks for git, and the PATH git's children
+// get. The caller's PATH is never used: a directory an unprivileged user
+// controls must not decide which program a root daemon runs.
+var gitSearchPath = []string{"/usr/local/bin", "/usr/bin", "/bin"}
+
+// noHome is HOME and XDG_CONFIG_HOME for git: a path that does not exist,
+// so neither ~/.gitconfig nor ~/.config/git/{config,attributes,ignore} is
+// read (and git does not warn about an unreadable one, as it would for a
+// directory it may not enter).
+const noHome = "/nonexistent"
+
+// hardenedConfig is passed as "-c key=value" to every git command ohd runs.
+// Each entry turns off something git would otherwise execute (or reach the
+// network with) because a config file said so. The agent can write into the
+// shared git directory and into its worktree, so none of those files are
+// trusted. Per-driver settings (filter.<driver>.*) cannot be listed here;
+// filterOverrides adds them for the drivers the repository defines.
+var hardenedConfig = [][2]string{
+	{"core.fsmonitor", "false"},       // fsmonitor hook program
+	{"core.hooksPath", os.DevNull},    // every hook (post-checkout, reference-transaction, post-index-change, ...)
+	{"core.sshCommand", ""},           // ssh program (network is off anyway, see protocol.allow)
+	{"core.askPass", ""},              // askpass program
+	{"core.editor", ":"},              // ":" is git's built-in "no editor"
+	{"sequence.editor", ":"},          //
+	{"core.pager", ""},                // empty: no pager (also --no-pager)
+	{"diff.external", ""},             // external diff program (also GIT_EXTERNAL_DIFF is never set)
+	{"credential.helper", ""},         // empty resets the helper list
+	{"commit.gpgSign", "false"},       // commit-tree honours commit.gpgSign
+	{"tag.gpgSign", "false"},          //
+	{"gpg.program", ""},               // signing/verification programs
+	{"gpg.ssh.program", ""},           //
+	{"gpg.x509.program", ""},          //
+	{"log.showSignature", "false"},    //
+	{"protocol.allow", "never"},       // no transport at all: no fetch, no lazy fetch of a partial clone
+	{"submodule.recurse", "false"},    // no child git in submodules (their config is not enumerated)
+	{"status.submoduleSummary", "false"},
+	{"gc.auto", "0"},                  // no auto-gc (it could prune worktrees)
+	{"maintenance.auto", "false"},     //
+	{"core.splitIndex", "false"},      // the snapshot's temporary index must not write shared index files into the git dir
+	{"core.untrackedCache", "false"},  //
+	{"advice.detachedHead", "false"},  // quieter stderr
+}
+
+// filterKeys are the per-driver keys that make git run a filter program;
+// filterOverrides sets each to empty (which git 2.39 treats as "no
+// filter", see apply_filter in convert.c) and required=false (so the empty
+// filter is not an error).
+var filterKeys = [][2]string{
+	{"clean", ""},
+	{"smudge", ""},
+	{"process", ""},
+	{"required", "false"},
+}
+
+// gitTarget says where a git command runs and as whom.
+type gitTarget struct {
+	// dir is the child's working directory.
+	dir string
+	// gitDir and workTree are passed as --git-dir and --work-tree when set,
+	// so git neither discovers the repository nor honours core.worktree.
+	gitDir, workTree string
+	// uid and gid are the repository owner; git runs with these
+	// credentials when ohd is root (see Manager.sysProcAttr).
+	uid, gid int
+	// discover allows repository discovery from dir (Inspect only); it adds
+	// safe.directory=* because discovery runs before the owner is known.
+	discover bool
+}
+
+// runOpts are per-invocation extras.
+type runOpts struct {
+	// env is added to the fixed environment (e.g. GIT_INDEX_FILE).
+	env []string
+	// stdin, when set, is git's standard input (else /dev/null).
+	stdin []byte
+	// raw skips the filter enumeration; only for `git config` and
+	// `git version`, which run no filters.
+	raw bool
+}
+
+const (
+	maxStdout = 64 << 20
+	maxStderr = 64 << 10
+	// maxStderrInError is how much of git's stderr an error message keeps.
+	maxStderrInError = 2 << 10
+)
+
+// baseEnv is git's complete environment; nothing is inherited from ohd.
+func baseEnv() []string {
+	return []string{
+		"PATH=" + strings.Join(gitSearchPath, ":"),
+		"HOME=" + noHome,
+		"XDG_CONFIG_HOME=" + noHome,
+		"LC_ALL=C",
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_CONFIG_GLOBAL=" + os.DevNull,
+		"GIT_ATTR_NOSYSTEM=1",
+		"GIT_TERMINAL_PROMPT=0",
+		"GIT_NO_REPLACE_OBJECTS=1", // refs/replace is agent-writable
+		"GIT_NO_LAZY_FETCH=1",      // git >= 2.44; protocol.allow=never covers older ones
+		"GIT_OPTIONAL_LOCKS=0",
+		"GIT_AUTHOR_NAME=ohd",
+		"GIT_AUTHOR_EMAIL=ohd@localhost",
+		"GIT_COMMITTER_NAME=ohd",
+		"GIT_COMMITTER_EMAIL=ohd@localhost",
+	}
+}
+
+// git runs git with args at t, hardened, and returns its standard output.
+// Unless o.raw, it first enumerates the filter drivers git sees at t and
+// disables each one.
+func (m *Manager) git(ctx context.Context, t gitTarget, o runOpts, args ...string) (string, error) {
+	env := append(baseEnv(), o.env...)
+	if !o.raw {
+		overrides, err := m.filterOverrides(ctx, t, o)
+		if err != nil {
+			return "", err
+		}
+		env = append(env, configEnv(overrides)...)
+	}
+	return m.run(ctx, t, env, o.stdin, args)
+}
+
+// filterOverrides lists the filter drivers defined in the configuration git
+// reads at t (with the same --git-dir/--work-tree/cwd, so includeIf
+// conditions, config.worktree and includes resolve exactly as for the
+// command that follows) and returns settings that disable each of them.
+// `git config` reads configuration and runs nothing.
+func (m *Manager) filterOverrides(ctx context.Context, t gitTarget, o runOpts) ([][2]string, error) {
+	env := append(baseEnv(), o.env...)
+	out, err := m.run(ctx, t, env, nil, []string{"config", "-z", "--get-regexp", `^filter\.`})
+	if err != nil {
+		var ge *GitError
+		if errors.As(err, &ge) && ge.ExitCode == 1 && ge.Stderr == "" {
+			return nil, nil // no filter.* keys
+		}
+		return nil, fmt.Errorf("list filter drivers: %w", err)
+	}
+	entries, err := parseConfigList([]byte(out))
+	if err != nil {
+		return nil, fmt.Errorf("list filter drivers: %w", err)
+	}
+	return disableFilters(filterDrivers(entries)), nil
+}
+
+// disableFilters returns the settings that turn off each driver.
+func disableFilters(drivers []string) [][2]string {
+	out := make([][2]string, 0, len(drivers)*len(filterKeys))
+	for _, d := range drivers {
+		for _, kv := range filterKeys {
+			out = append(out, [2]string{"filter." + d + "." + kv[0], kv[1]})
+		}
+	}
+	return out
+}
+
+// configEnv encodes settings as GIT_CONFIG_COUNT/KEY/VALUE, which, unlike
+// "-c key=value", also carries a subsection that contains "=".
+func configEnv(kvs [][2]string) []string {
+	if len(kvs) == 0 {
+		return nil
+	}
+	env := make([]string, 0, 1+2*len(kvs))
+	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(kvs)))
+	for i, kv := range kvs {
+		env = append(env,
+			"GIT_CONFIG_KEY_"+strconv.Itoa(i)+"="+kv[0],
+			"GIT_CONFIG_VALUE_"+strconv.Itoa(i)+"="+kv[1])
+	}
+	return env
+}
+
+// globalArgs are the options before the subcommand.
+func globalArgs(t gitTarget) []string {
+	args := []string{"--no-pager"}
+	for _, kv := range hardenedConfig {
+		args = append(args, "-c", kv[0]+"="+kv[1])
+	}
+	if t.discover {
+		args = append(args, "-c", "safe.directory=*")
+	}
+	if t.gitDir != "" {
+		args = append(args, "--git-dir="+t.gitDir)
+	}
+	if t.workTree != "" {
+		args = append(args, "--work-tree="+t.workTree)
+	}
+	return args
+}
+
+// run executes git directly (no shell) with env as its whole environment,
+// in its own process group, as the target's owner, under m.timeout.
+func (m *Manager) run(ctx context.Context, t gitTarget, env []string, stdin []byte, args []string) (string, error) {
+	attr, err := m.sysProcAttr(t.uid, t.gid)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, m.gitPath, append(globalArgs(t), args...)...)
+	cmd.Dir = t.dir
+	cmd.Env = env
+	cmd.SysProcAttr = attr
+	// Kill the whole group: git may have started children of its own.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	stdout := &cappedBuffer{max: maxStdout}
+	stderr := &cappedBuffer{max: maxStderr}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+
+	start := time.Now()
+	err = cmd.Run()
+	m.log.Debug("git", "args", args, "dir", t.dir, "uid", t.uid, "duration", time.Since(start), "err", err)
+	if err == nil && stdout.truncated {
+		err = fmt.Errorf("output larger than %d bytes", maxStdout)
+	}
+	if err != nil {
+		ge := &GitError{Args: args, Dir: t.dir, ExitCode: -1, Stderr: trimStderr(stderr.String()), Err: err}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.Exited() {
+			ge.ExitCode = ee.ExitCode()
+		}
+		if ctx.Err() != nil {
+			ge.Err = fmt.Errorf("%w (timeout %s)", ctx.Err(), m.timeout)
+		}
+		return stdout.String(), ge
+	}
+	return stdout.String(), nil
+}
+
+// trimStderr keeps an error message short and on one line.
+func trimStderr(s string) string {
+	s = strings.TrimSpace(s)
+	s = strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " | ")), " ")
+	if len(s) > maxStderrInError {
+		s = s[:maxStderrInError] + "..."
+	}
+	return s
+}
+
+// cappedBuffer keeps the first max bytes written and notes the rest.
+type cappedBuffer struct {
+	bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room < len(p) {
+		b.truncated = true
+		if room > 0 {
+			b.Buffer.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.Buffer.Write(p)
+}
+
+// sysProcAttr returns the process attributes for running git as uid:gid.
+// As root, git runs with the owner's credentials and no supplementary
+// groups; otherwise ohd must be the owner.
+func (m *Manager) sysProcAttr(uid, gid int) (*syscall.SysProcAttr, error) {
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if m.euid == 0 {
+		if uid != 0 || gid != 0 {
+			attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+		}
+		return attr, nil
+	}
+	if uid != m.euid {
+		return nil, ownerError(uid, m.euid)
+	}
+	return attr, nil
+}
+
+func ownerError(owner, self int) error {
+	return fmt.Errorf("%w: the repository belongs to uid %d but ohd runs as uid %d: run ohd as root or as the repository's owner", ErrOwner, owner, self)
+}
+
+// lookGit finds git in the fixed search path.
+func lookGit() (string, error) {
+	for _, d := range gitSearchPath {
+		p := filepath.Join(d, "git")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("git not found in %s: install git or set the git binary explicitly", strings.Join(gitSearchPath, ":"))
+}
+
+// minGit is the oldest git this package supports: `worktree list -z`
+// appeared in 2.36.
+var minGit = [3]int{2, 36, 0}
+
+// parseGitVersion parses the output of `git version`, e.g.
+// "git version 2.39.5" or "git version 2.39.3 (Apple Git-146)".
+func parseGitVersion(s string) ([3]int, error) {
+	var v [3]int
+	f := strings.Fields(s)
+	if len(f) < 3 || f[0] != "git" || f[1] != "version" {
+		return v, fmt.Errorf("unexpected `git version` output %q", s)
+	}
+	parts := strings.Split(f[2], ".")
+	if len(parts) < 2 {
+		return v, fmt.Errorf("unexpected git version %q", f[2])
+	}
+	for i := 0; i < 3 && i < len(parts); i++ {
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			if i == 2 { // e.g. "2.40.rc0"
+				break
+			}
+			return v, fmt.Errorf("unexpected git version %q", f[2])
+		}
+		v[i] = n
+	}
+	return v, nil
+}
+
+func versionLess(a, b [3]int) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}

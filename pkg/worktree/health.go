@@ -1,0 +1,125 @@
+package worktree
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Health is the state of one worktree as the host repository sees it, for
+// `ohctl doctor`. A live conversation should be Registered, Locked, not
+// Prunable, with GitdirResolves true.
+type Health struct {
+	// Registered is true when `git worktree list` has an entry for Path.
+	Registered bool
+	// Locked and LockReason come from that entry.
+	Locked     bool
+	LockReason string
+	// Prunable is true when a `git worktree prune` on the host would
+	// delete the entry; PrunableReason is git's explanation.
+	Prunable       bool
+	PrunableReason string
+	// GitdirResolves is true when <Path>/.git names AdminDir and
+	// <AdminDir>/gitdir names <Path>/.git, both existing.
+	GitdirResolves bool
+	// Branch is the branch checked out in the worktree (short name, e.g.
+	// "openhands/<id>"), empty when detached or unregistered.
+	Branch string
+}
+
+// Health reports how the host repository sees wt.
+func (m *Manager) Health(ctx context.Context, wt Worktree) (Health, error) {
+	if err := m.checkWorktree(wt); err != nil {
+		return Health{}, fmt.Errorf("worktree health: %w", err)
+	}
+	uid, gid, err := owner(wt.CommonDir)
+	if err != nil {
+		return Health{}, fmt.Errorf("worktree health %s: repository git dir: %w", wt.Path, err)
+	}
+	regs, err := m.registrations(ctx, wt.CommonDir, uid, gid)
+	if err != nil {
+		return Health{}, fmt.Errorf("worktree health %s: %w", wt.Path, err)
+	}
+	var h Health
+	for _, r := range regs {
+		if !samePath(r.Path, wt.Path) {
+			continue
+		}
+		h.Registered = true
+		h.Locked, h.LockReason = r.Locked, r.LockReason
+		h.Prunable, h.PrunableReason = r.Prunable, r.PrunableReason
+		h.Branch = strings.TrimPrefix(r.Branch, "refs/heads/")
+		break
+	}
+	h.GitdirResolves = dotGitPointsAt(wt.Path, wt.AdminDir) && adminPointsAt(wt.AdminDir, wt.Path)
+	return h, nil
+}
+
+// dotGitPointsAt reports whether <path>/.git names admin (and admin exists).
+func dotGitPointsAt(path, admin string) bool {
+	b, err := readLinkFile(filepath.Join(path, ".git"))
+	if err != nil {
+		return false
+	}
+	p, err := parseDotGit(b, path)
+	if err != nil || !samePath(p, admin) {
+		return false
+	}
+	st, err := os.Stat(admin)
+	return err == nil && st.IsDir()
+}
+
+// Registrations lists the worktrees registered in a repository, from
+// `git worktree list --porcelain -z` run as the repository's owner.
+// commonDirOrRepo is either a git common dir or any directory inside a work
+// tree. For doctor: an entry whose Prunable is true has a gitdir that does
+// not resolve on the host (for example one created inside a container).
+func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]Registration, error) {
+	dir, err := checkWorkspace(commonDirOrRepo)
+	if err != nil {
+		return nil, fmt.Errorf("worktree registrations: %w", err)
+	}
+	commonDir := dir
+	if !looksLikeGitDir(dir) {
+		repo, err := m.Inspect(ctx, dir)
+		if err != nil {
+			return nil, fmt.Errorf("worktree registrations: %w", err)
+		}
+		if !repo.IsGit {
+			return nil, fmt.Errorf("worktree registrations %s: %w", dir, ErrNotGit)
+		}
+		commonDir = repo.CommonDir
+	}
+	uid, gid, err := owner(commonDir)
+	if err != nil {
+		return nil, fmt.Errorf("worktree registrations %s: %w", commonDir, err)
+	}
+	regs, err := m.registrations(ctx, commonDir, uid, gid)
+	if err != nil {
+		return nil, fmt.Errorf("worktree registrations %s: %w", commonDir, err)
+	}
+	return regs, nil
+}
+
+// looksLikeGitDir reports whether dir has the shape of a git common dir.
+func looksLikeGitDir(dir string) bool {
+	for _, name := range []string{"HEAD", "objects", "refs"} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid int) ([]Registration, error) {
+	if m.euid != 0 && uid != m.euid {
+		return nil, ownerError(uid, m.euid)
+	}
+	out, err := m.git(ctx, commonTarget(commonDir, uid, gid), runOpts{}, "worktree", "list", "--porcelain", "-z")
+	if err != nil {
+		return nil, err
+	}
+	return ParseWorktreeList([]byte(out))
+}

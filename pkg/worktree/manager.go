@@ -1,0 +1,271 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Options configures a Manager; the zero value of optional fields is safe.
+type Options struct {
+	// Root is the worktree root (required, absolute): worktrees go to
+	// <Root>/<conversation-id>/<repo-basename>. It and any parents New
+	// creates are made 0711, so repository owners can reach their
+	// worktrees without being able to list other conversations. Keep it
+	// on persistent storage (under the state directory), never /tmp.
+	Root string
+	// LockDir holds the per-repository lock files (one small file per
+	// repository, named by a hash of its git common dir). It should be in
+	// ohd's state directory; it is created 0700. Default: <Root>/.ohd-locks.
+	LockDir string
+	// Git is the absolute path of the git binary. Default: the first "git"
+	// in /usr/local/bin, /usr/bin, /bin (never the caller's PATH).
+	Git string
+	// Timeout bounds each git invocation. Default: 60s.
+	Timeout time.Duration
+	// Logger receives debug records of git invocations and info records of
+	// adds and removes. Default: discard.
+	Logger *slog.Logger
+}
+
+// Manager creates, inspects and removes conversation worktrees. It is safe
+// for concurrent use; mutations of one repository are serialized (also
+// across processes sharing LockDir).
+type Manager struct {
+	root    string
+	lockDir string
+	gitPath string
+	timeout time.Duration
+	log     *slog.Logger
+	euid    int
+	locks   repoLocks
+}
+
+// DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.
+const DefaultTimeout = 60 * time.Second
+
+// New validates opts, creates Root (0711) and LockDir (0700) if missing,
+// finds git and checks its version.
+func New(opts Options) (*Manager, error) {
+	m := &Manager{timeout: opts.Timeout, log: opts.Logger, euid: os.Geteuid()}
+	if m.timeout <= 0 {
+		m.timeout = DefaultTimeout
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Root == "" || !filepath.IsAbs(opts.Root) {
+		return nil, fmt.Errorf("worktree: root %q: %w: the worktree root must be an absolute path", opts.Root, ErrInvalidPath)
+	}
+	root, err := mkdirAllMode(filepath.Clean(opts.Root), 0o711)
+	if err != nil {
+		return nil, fmt.Errorf("worktree: create root %s: %w", opts.Root, err)
+	}
+	m.root = root
+
+	lockDir := opts.LockDir
+	if lockDir == "" {
+		lockDir = filepath.Join(m.root, ".ohd-locks")
+	}
+	if !filepath.IsAbs(lockDir) {
+		return nil, fmt.Errorf("worktree: lock dir %q: %w: must be an absolute path", lockDir, ErrInvalidPath)
+	}
+	if m.lockDir, err = mkdirAllMode(filepath.Clean(lockDir), 0o700); err != nil {
+		return nil, fmt.Errorf("worktree: create lock dir %s: %w", lockDir, err)
+	}
+
+	m.gitPath = opts.Git
+	if m.gitPath == "" {
+		if m.gitPath, err = lookGit(); err != nil {
+			return nil, fmt.Errorf("worktree: %w", err)
+		}
+	} else if !filepath.IsAbs(m.gitPath) {
+		return nil, fmt.Errorf("worktree: git binary %q: %w: must be an absolute path", m.gitPath, ErrInvalidPath)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	out, err := m.git(ctx, gitTarget{dir: "/", uid: m.euid, gid: os.Getegid()}, runOpts{raw: true}, "version")
+	if err != nil {
+		return nil, fmt.Errorf("worktree: run %s: %w", m.gitPath, err)
+	}
+	v, err := parseGitVersion(strings.TrimSpace(out))
+	if err != nil {
+		return nil, fmt.Errorf("worktree: %w", err)
+	}
+	if versionLess(v, minGit) {
+		return nil, fmt.Errorf("worktree: %s is git %d.%d.%d; ohd needs git %d.%d or newer", m.gitPath, v[0], v[1], v[2], minGit[0], minGit[1])
+	}
+	return m, nil
+}
+
+// Root returns the canonical worktree root.
+func (m *Manager) Root() string { return m.root }
+
+// mkdirAllMode creates dir and missing parents with mode (set explicitly,
+// whatever the umask), and returns dir's canonical path. Existing
+// directories keep their mode.
+func mkdirAllMode(dir string, mode os.FileMode) (string, error) {
+	var missing []string
+	for p := dir; ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err == nil {
+			if !st.IsDir() {
+				return "", fmt.Errorf("%s is not a directory", p)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+		if err := os.Chmod(missing[i], mode); err != nil {
+			return "", err
+		}
+	}
+	return filepath.EvalSymlinks(dir)
+}
+
+// ValidateID reports whether id is a canonical UUID: 36 characters,
+// lower-case hex digits with hyphens at positions 8, 13, 18 and 23. The id
+// becomes a directory name and part of ref names, so nothing else is
+// accepted.
+func ValidateID(id string) error {
+	if len(id) != 36 {
+		return fmt.Errorf("%w %q: want a lower-case UUID like 123e4567-e89b-12d3-a456-426614174000", ErrInvalidID, truncate(id, 64))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return fmt.Errorf("%w %q: want a lower-case UUID like 123e4567-e89b-12d3-a456-426614174000", ErrInvalidID, id)
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return fmt.Errorf("%w %q: want a lower-case UUID like 123e4567-e89b-12d3-a456-426614174000", ErrInvalidID, id)
+			}
+		}
+	}
+	return nil
+}
+
+// BranchName returns the branch of a conversation: "openhands/<id>".
+func BranchName(id string) string { return "openhands/" + id }
+
+// SnapshotRef returns the ref Snapshot writes: "refs/ohd/snapshots/<id>".
+func SnapshotRef(id string) string { return "refs/ohd/snapshots/" + id }
+
+// LockReason is the reason recorded with `git worktree add --lock`.
+func LockReason(id string) string { return "ohd conversation " + id }
+
+// owner returns the uid and gid owning path.
+func owner(path string) (uid, gid int, err error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, fmt.Errorf("stat %s: no owner information", path)
+	}
+	return int(sys.Uid), int(sys.Gid), nil
+}
+
+// checkTraversable reports whether uid:gid (without supplementary groups,
+// as git runs) can reach dir: every component needs the search bit that
+// applies to that user.
+func checkTraversable(dir string, uid, gid int) error {
+	if uid == 0 {
+		return nil
+	}
+	for p := dir; ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("stat %s: no owner information", p)
+		}
+		perm := st.Mode().Perm()
+		var bit os.FileMode = 0o001
+		switch {
+		case int(sys.Uid) == uid:
+			bit = 0o100
+		case int(sys.Gid) == gid:
+			bit = 0o010
+		}
+		if perm&bit == 0 {
+			return fmt.Errorf("%w: uid %d cannot reach %s: %s has mode %04o (owner %d): make it traversable, e.g. chmod 0711 %s",
+				ErrOwner, uid, dir, p, perm, sys.Uid, p)
+		}
+		if filepath.Dir(p) == p {
+			return nil
+		}
+	}
+}
+
+// within reports whether path is dir or below it (both clean and absolute).
+func within(path, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+// lexists reports whether path exists without following a final symlink.
+func lexists(path string) (bool, error) {
+	_, err := os.Lstat(path)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}
+
+// readLinkFile reads a small file (a .git or gitdir file) without
+// following a final symlink: the agent can write both, and ohd may be
+// root.
+func readLinkFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > maxLinkFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxLinkFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxLinkFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxLinkFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxLinkFile)
+	}
+	return b, nil
+}

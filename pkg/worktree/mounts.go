@@ -1,0 +1,119 @@
+package worktree
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Mount is a bind mount for the conversation's container. Source always
+// equals Target: the container sees every path at its host path.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
+}
+
+// commonWritable are the parts of the git common dir a committing agent
+// writes, mounted read-write over the read-only common dir. Everything
+// else (config, hooks/, info/, packed-refs, other worktrees' admin dirs)
+// stays read-only in the container.
+var commonWritable = []string{"objects", "refs", "logs"}
+
+// MountPlan returns the bind mounts that make wt resolve inside a
+// container exactly as on the host, parents before children:
+//
+//	<Path>                          read-write
+//	<CommonDir>                     read-only
+//	<CommonDir>/logs                read-write
+//	<CommonDir>/objects             read-write
+//	<CommonDir>/refs                read-write
+//	<CommonDir>/worktrees/<AdminID> read-write
+//
+// Every source exists on the host when MountPlan returns (a missing logs/
+// is created, owned by the repository owner), is a real directory (not a
+// symlink) and is canonical. Call it after Add and before creating the
+// container, and again before each container (re)start.
+func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
+	if err := m.checkWorktree(wt); err != nil {
+		return nil, fmt.Errorf("worktree mount plan: %w", err)
+	}
+	if !dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path) {
+		return nil, fmt.Errorf("worktree mount plan %s: %w: its .git file and %s/gitdir do not point at each other: check `ohctl doctor`, or remove and recreate the conversation", wt.Path, ErrInvalidWorktree, wt.AdminDir)
+	}
+	mounts := []Mount{
+		{Source: wt.Path, Target: wt.Path},
+		{Source: wt.CommonDir, Target: wt.CommonDir, ReadOnly: true},
+		{Source: wt.AdminDir, Target: wt.AdminDir},
+	}
+	for _, name := range commonWritable {
+		p := filepath.Join(wt.CommonDir, name)
+		if err := m.ensureDir(p, wt.UID, wt.GID); err != nil {
+			return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+		}
+		mounts = append(mounts, Mount{Source: p, Target: p})
+	}
+	for _, mt := range mounts {
+		if err := checkMountSource(mt.Source); err != nil {
+			return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(wt.CommonDir, "objects", "info", "alternates")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		// Alternates are agent-writable (objects/ is), so they are never
+		// turned into mounts; git in the container will not find objects
+		// stored only there.
+		m.log.Warn("repository uses objects/info/alternates; those object stores are not mounted into the container",
+			"common_dir", wt.CommonDir)
+	}
+	sortMounts(mounts)
+	return mounts, nil
+}
+
+// sortMounts orders mounts so that a parent comes before anything below it.
+func sortMounts(ms []Mount) {
+	sort.SliceStable(ms, func(i, j int) bool {
+		di, dj := strings.Count(ms[i].Target, "/"), strings.Count(ms[j].Target, "/")
+		if di != dj {
+			return di < dj
+		}
+		return ms[i].Target < ms[j].Target
+	})
+}
+
+// ensureDir makes sure p is a directory, creating it for uid:gid (mode
+// 0755) when missing.
+func (m *Manager) ensureDir(p string, uid, gid int) error {
+	err := os.Mkdir(p, 0o755)
+	switch {
+	case err == nil:
+		return m.chown(p, uid, gid)
+	case errors.Is(err, fs.ErrExist):
+		return nil // checked by checkMountSource
+	default:
+		return fmt.Errorf("create %s: %w", p, err)
+	}
+}
+
+// checkMountSource requires p to be a real, canonical directory: Docker
+// resolves symlinks in a bind source, so a symlink planted in the git dir
+// could otherwise mount an arbitrary host directory.
+func checkMountSource(p string) error {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("mount source: %w", err)
+	}
+	if st.Mode()&fs.ModeSymlink != 0 || !st.IsDir() {
+		return fmt.Errorf("%w: mount source %s is not a directory (%s): it must be a real directory", ErrInvalidWorktree, p, st.Mode().Type())
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return fmt.Errorf("mount source: %w", err)
+	}
+	if real != p {
+		return fmt.Errorf("%w: mount source %s resolves to %s: its path must not go through a symlink", ErrInvalidWorktree, p, real)
+	}
+	return nil
+}

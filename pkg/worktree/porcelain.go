@@ -1,0 +1,167 @@
+package worktree
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Registration is one entry of `git worktree list --porcelain -z`: a
+// worktree as the repository records it.
+type Registration struct {
+	// Path is the worktree's directory as git reports it.
+	Path string
+	// Head is the commit checked out (empty for an unborn or bare entry).
+	Head string
+	// Branch is the full ref checked out ("refs/heads/main"), empty when
+	// detached or bare.
+	Branch string
+	Bare   bool
+	// Detached is true when HEAD is not a branch.
+	Detached bool
+	// Locked is true when the worktree is locked; LockReason is the reason
+	// given, if any.
+	Locked     bool
+	LockReason string
+	// Prunable is true when `git worktree prune` would delete the entry;
+	// PrunableReason says why (e.g. "gitdir file points to non-existent
+	// location").
+	Prunable       bool
+	PrunableReason string
+}
+
+// errPorcelain is wrapped by ParseWorktreeList errors.
+var errPorcelain = errors.New("parse git worktree list --porcelain -z")
+
+// ParseWorktreeList parses the output of `git worktree list --porcelain -z`:
+// attributes terminated by NUL, each record ending with an empty attribute.
+// Unknown attributes are ignored, so newer git versions parse too.
+func ParseWorktreeList(b []byte) ([]Registration, error) {
+	var (
+		out []Registration
+		cur *Registration
+	)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, 0)
+		if i < 0 {
+			return nil, fmt.Errorf("%w: attribute %q is not NUL-terminated", errPorcelain, truncate(string(b), 64))
+		}
+		field := string(b[:i])
+		b = b[i+1:]
+		if field == "" {
+			if cur == nil {
+				return nil, fmt.Errorf("%w: empty record", errPorcelain)
+			}
+			out = append(out, *cur)
+			cur = nil
+			continue
+		}
+		key, val, hasVal := strings.Cut(field, " ")
+		if cur == nil {
+			if key != "worktree" || !hasVal || val == "" {
+				return nil, fmt.Errorf("%w: record starts with %q, want \"worktree <path>\"", errPorcelain, truncate(field, 64))
+			}
+			cur = &Registration{Path: val}
+			continue
+		}
+		switch key {
+		case "worktree":
+			return nil, fmt.Errorf("%w: record for %q is not terminated", errPorcelain, cur.Path)
+		case "HEAD":
+			cur.Head = val
+		case "branch":
+			cur.Branch = val
+		case "bare":
+			cur.Bare = true
+		case "detached":
+			cur.Detached = true
+		case "locked":
+			cur.Locked, cur.LockReason = true, val
+		case "prunable":
+			cur.Prunable, cur.PrunableReason = true, val
+		}
+	}
+	if cur != nil {
+		return nil, fmt.Errorf("%w: record for %q is not terminated (truncated output?)", errPorcelain, cur.Path)
+	}
+	return out, nil
+}
+
+// formatWorktreeList is the inverse of ParseWorktreeList, for tests.
+func formatWorktreeList(regs []Registration) []byte {
+	var b bytes.Buffer
+	attr := func(s string) { b.WriteString(s); b.WriteByte(0) }
+	with := func(k, v string) string {
+		if v == "" {
+			return k
+		}
+		return k + " " + v
+	}
+	for _, r := range regs {
+		attr("worktree " + r.Path)
+		if r.Bare {
+			attr("bare")
+		}
+		if r.Head != "" {
+			attr("HEAD " + r.Head)
+		}
+		if r.Branch != "" {
+			attr("branch " + r.Branch)
+		}
+		if r.Detached {
+			attr("detached")
+		}
+		if r.Locked {
+			attr(with("locked", r.LockReason))
+		}
+		if r.Prunable {
+			attr(with("prunable", r.PrunableReason))
+		}
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// maxLinkFile bounds the size of a .git or gitdir file ohd reads: both hold
+// one path.
+const maxLinkFile = 64 << 10
+
+// parseDotGit parses the contents of a linked worktree's .git file
+// ("gitdir: <path>\n") and returns the git dir it names, made absolute
+// relative to dir (the directory holding the file; git >= 2.48 can write
+// relative paths).
+func parseDotGit(b []byte, dir string) (string, error) {
+	s, ok := strings.CutPrefix(string(b), "gitdir: ")
+	if !ok {
+		return "", fmt.Errorf("parse .git file: does not start with \"gitdir: \"")
+	}
+	return linkPath(s, dir, ".git file")
+}
+
+// parseAdminGitdir parses the contents of <admin-dir>/gitdir ("<path>\n",
+// the worktree's .git file), made absolute relative to adminDir.
+func parseAdminGitdir(b []byte, adminDir string) (string, error) {
+	return linkPath(string(b), adminDir, "gitdir file")
+}
+
+func linkPath(s, dir, what string) (string, error) {
+	s = strings.TrimSuffix(s, "\n")
+	s = strings.TrimSuffix(s, "\r")
+	switch {
+	case s == "":
+		return "", fmt.Errorf("parse %s: empty path", what)
+	case strings.ContainsAny(s, "\x00\n\r"):
+		return "", fmt.Errorf("parse %s: path contains a control character", what)
+	case len(s) > maxLinkFile:
+		return "", fmt.Errorf("parse %s: path too long", what)
+	}
+	if !filepath.IsAbs(s) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			return "", fmt.Errorf("parse %s: relative path %q and no absolute base", what, truncate(s, 64))
+		}
+		s = filepath.Join(dir, s)
+	}
+	return filepath.Clean(s), nil
+}

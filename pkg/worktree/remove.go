@@ -1,0 +1,280 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// RemoveOptions says how Remove treats unsaved work.
+type RemoveOptions struct {
+	// Discard skips the snapshot and deletes the branch and any snapshot
+	// ref, whatever they hold.
+	Discard bool
+}
+
+// RemoveResult says what Remove kept and why.
+type RemoveResult struct {
+	// SnapshotRef is "refs/ohd/snapshots/<id>" when uncommitted work was
+	// recorded (now or by an earlier, interrupted Remove), else "".
+	SnapshotRef    string
+	SnapshotCommit string
+	// CommitsBeyondStart is the number of commits on the branch that are
+	// not reachable from StartCommit (-1 if it could not be counted).
+	CommitsBeyondStart int
+	// BranchKept is true when the branch was left in place: it has commits
+	// beyond StartCommit, a snapshot was needed, it is checked out
+	// elsewhere, or it could not be checked.
+	BranchKept bool
+	// BranchDeleted is true when Remove deleted the branch.
+	BranchDeleted bool
+	// AlreadyRemoved is true when there was no worktree left to remove (a
+	// retry after an interrupted or completed Remove).
+	AlreadyRemoved bool
+	// Message is one sentence for the user, e.g. "worktree /w removed;
+	// branch openhands/<id> kept: 2 commits beyond start; uncommitted work
+	// saved in refs/ohd/snapshots/<id>".
+	Message string
+}
+
+// Remove ends the worktree's life on the host and loses no work:
+//
+//  1. unless Discard, Snapshot records uncommitted work (if that fails,
+//     nothing is removed);
+//  2. the worktree is unlocked and removed (`git worktree remove --force`;
+//     if git cannot, or the directory is already gone, ohd deletes the
+//     directory and the admin dir itself, the admin dir only after
+//     checking that its gitdir points at wt.Path);
+//  3. the branch is deleted only if it has no commits beyond StartCommit,
+//     no snapshot exists and no other worktree has it checked out; with
+//     Discard the branch and the snapshot ref are deleted regardless
+//     (unless checked out elsewhere);
+//  4. <Root>/<id> is removed.
+//
+// It leaves no worktrees/ registration behind and is idempotent: calling
+// it again after a crash or a completed removal finishes the job. Call it
+// with the container stopped.
+func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (RemoveResult, error) {
+	res := RemoveResult{CommitsBeyondStart: -1}
+	if err := m.checkWorktree(wt); err != nil {
+		return res, fmt.Errorf("worktree remove: %w", err)
+	}
+	fail := func(err error) (RemoveResult, error) {
+		return res, fmt.Errorf("worktree remove %s: %w", wt.Path, err)
+	}
+	convDir := filepath.Join(m.root, wt.ConversationID)
+
+	dirExists, err := lexists(wt.Path)
+	if err != nil {
+		return fail(err)
+	}
+	if ok, err := lexists(wt.CommonDir); err != nil {
+		return fail(err)
+	} else if !ok {
+		// The repository is gone: no snapshot, no branch to keep.
+		if dirExists && !opts.Discard {
+			return fail(fmt.Errorf("%w: the repository's git dir %s no longer exists, so the files in %s cannot be saved: copy what you need, then remove with --discard", ErrUnsavedWork, wt.CommonDir, wt.Path))
+		}
+		if err := os.RemoveAll(convDir); err != nil {
+			return fail(err)
+		}
+		res.AlreadyRemoved = !dirExists
+		res.Message = fmt.Sprintf("worktree %s removed; repository git dir %s no longer exists", wt.Path, wt.CommonDir)
+		return res, nil
+	}
+	// Git runs as the repository's current owner.
+	if wt.UID, wt.GID, err = owner(wt.CommonDir); err != nil {
+		return fail(err)
+	}
+	if m.euid != 0 && wt.UID != m.euid {
+		return fail(ownerError(wt.UID, m.euid))
+	}
+	registered := adminPointsAt(wt.AdminDir, wt.Path)
+	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
+	snapRef := SnapshotRef(wt.ConversationID)
+
+	if !opts.Discard {
+		switch {
+		case dirExists && registered:
+			if res.SnapshotRef, res.SnapshotCommit, err = m.Snapshot(ctx, wt); err != nil {
+				return fail(fmt.Errorf("%w: nothing was removed: fix the cause, or remove with --discard to drop uncommitted work", err))
+			}
+		case dirExists:
+			return fail(fmt.Errorf("%w: %s is no longer registered as a worktree of %s, so its uncommitted work cannot be snapshotted: copy what you need, then remove with --discard", ErrUnsavedWork, wt.Path, wt.Repo))
+		}
+		if res.SnapshotRef == "" { // an earlier, interrupted Remove may have saved one
+			if oid, ok, err := m.revParse(ctx, ct, snapRef); err != nil {
+				return fail(err)
+			} else if ok {
+				res.SnapshotRef, res.SnapshotCommit = snapRef, oid
+			}
+		}
+	}
+	res.AlreadyRemoved = !dirExists && !registered
+
+	unlock, err := m.lockRepo(ctx, wt.CommonDir)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+
+	if err := m.removeWorktree(ctx, wt, ct, dirExists, registered); err != nil {
+		return fail(err)
+	}
+	checkedOutIn, err := m.settleBranch(ctx, wt, ct, opts, &res)
+	if err != nil {
+		return fail(err)
+	}
+	if opts.Discard {
+		if oid, ok, err := m.revParse(ctx, ct, snapRef); err != nil {
+			return fail(err)
+		} else if ok {
+			if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-d", snapRef, oid); err != nil {
+				return fail(fmt.Errorf("delete %s: %w", snapRef, err))
+			}
+		}
+	}
+	if err := os.Remove(convDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fail(fmt.Errorf("remove %s: %w", convDir, err))
+	}
+	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	if err != nil {
+		return fail(err)
+	}
+	for _, r := range regs {
+		if samePath(r.Path, wt.Path) {
+			return fail(fmt.Errorf("%s is still registered after removal (git worktree list shows it): run `git worktree remove --force --force %s` in %s", wt.Path, wt.Path, wt.Repo))
+		}
+	}
+	res.Message = removeMessage(wt, opts, res, checkedOutIn)
+	m.log.Info("worktree removed", "conversation", wt.ConversationID, "path", wt.Path,
+		"branch_kept", res.BranchKept, "snapshot", res.SnapshotRef, "discard", opts.Discard)
+	return res, nil
+}
+
+// removeWorktree unlocks and removes the worktree directory and its admin
+// dir. The caller holds the repository lock.
+func (m *Manager) removeWorktree(ctx context.Context, wt Worktree, ct gitTarget, dirExists, registered bool) error {
+	if registered {
+		if _, err := os.Lstat(filepath.Join(wt.AdminDir, "locked")); err == nil {
+			if _, err := m.git(ctx, ct, runOpts{}, "worktree", "unlock", wt.Path); err != nil {
+				m.log.Warn("git worktree unlock failed; removing by hand", "path", wt.Path, "err", err)
+			}
+		}
+		if dirExists && dotGitPointsAt(wt.Path, wt.AdminDir) {
+			if _, err := m.git(ctx, ct, runOpts{}, "worktree", "remove", "--force", wt.Path); err != nil {
+				m.log.Warn("git worktree remove failed; removing by hand", "path", wt.Path, "err", err)
+			}
+		}
+		// Whatever git left: the admin dir only while it is still ours
+		// (git may since have reused the name for another worktree).
+		if adminPointsAt(wt.AdminDir, wt.Path) {
+			if err := os.RemoveAll(wt.AdminDir); err != nil {
+				return fmt.Errorf("remove admin dir %s: %w", wt.AdminDir, err)
+			}
+		}
+		_ = os.Remove(filepath.Join(wt.CommonDir, "worktrees")) // git does this too; only if empty
+	}
+	// The snapshot (or Discard) has been taken care of by now.
+	if err := os.RemoveAll(wt.Path); err != nil {
+		return fmt.Errorf("remove %s: %w", wt.Path, err)
+	}
+	return nil
+}
+
+// settleBranch deletes or keeps the conversation's branch and fills res.
+// It returns the path of another worktree that has the branch checked out,
+// if any (the branch is then kept).
+func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, opts RemoveOptions, res *RemoveResult) (string, error) {
+	ref := "refs/heads/" + wt.Branch
+	oid, ok, err := m.revParse(ctx, ct, ref)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", nil // already deleted (by an earlier Remove, or by hand)
+	}
+	if n, err := m.commitsBeyond(ctx, ct, oid, wt.StartCommit); err == nil {
+		res.CommitsBeyondStart = n
+	} else {
+		m.log.Warn("cannot count the branch's commits; keeping it", "branch", wt.Branch, "err", err)
+	}
+	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	if err != nil {
+		return "", err
+	}
+	for _, r := range regs {
+		if r.Branch == ref {
+			res.BranchKept = true
+			return r.Path, nil
+		}
+	}
+	if !opts.Discard && (res.CommitsBeyondStart != 0 || res.SnapshotRef != "") {
+		res.BranchKept = true
+		return "", nil
+	}
+	// Delete only the value just checked, so a concurrent update is not lost.
+	if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-d", ref, oid); err != nil {
+		return "", fmt.Errorf("delete branch %s: %w", wt.Branch, err)
+	}
+	res.BranchDeleted = true
+	return "", nil
+}
+
+// commitsBeyond counts the commits reachable from tip but not from start.
+func (m *Manager) commitsBeyond(ctx context.Context, ct gitTarget, tip, start string) (int, error) {
+	if !isHexID(start) {
+		return -1, fmt.Errorf("no valid start commit recorded (%q)", start)
+	}
+	out, err := m.git(ctx, ct, runOpts{}, "rev-list", "--count", tip, "^"+start, "--")
+	if err != nil {
+		return -1, err
+	}
+	return strconv.Atoi(strings.TrimSpace(out))
+}
+
+// removeMessage is the sentence for the user.
+func removeMessage(wt Worktree, opts RemoveOptions, res RemoveResult, checkedOutIn string) string {
+	var b strings.Builder
+	if res.AlreadyRemoved {
+		fmt.Fprintf(&b, "worktree %s was already removed", wt.Path)
+	} else {
+		fmt.Fprintf(&b, "worktree %s removed", wt.Path)
+	}
+	switch {
+	case res.BranchKept && checkedOutIn != "":
+		fmt.Fprintf(&b, "; branch %s kept: it is checked out in %s", wt.Branch, checkedOutIn)
+	case res.BranchKept:
+		var why []string
+		switch res.CommitsBeyondStart {
+		case -1:
+			why = append(why, "its commits could not be counted")
+		case 0:
+		case 1:
+			why = append(why, "1 commit beyond start")
+		default:
+			why = append(why, fmt.Sprintf("%d commits beyond start", res.CommitsBeyondStart))
+		}
+		if res.SnapshotRef != "" {
+			why = append(why, "uncommitted work saved in "+res.SnapshotRef)
+		}
+		fmt.Fprintf(&b, "; branch %s kept: %s", wt.Branch, strings.Join(why, "; "))
+	case res.BranchDeleted && opts.Discard:
+		fmt.Fprintf(&b, "; branch %s and any snapshot discarded", wt.Branch)
+	case res.BranchDeleted:
+		fmt.Fprintf(&b, "; branch %s deleted (no commits beyond start, nothing uncommitted)", wt.Branch)
+	case opts.Discard:
+		b.WriteString("; snapshot discarded")
+	default:
+		fmt.Fprintf(&b, "; branch %s no longer exists", wt.Branch)
+		if res.SnapshotRef != "" {
+			fmt.Fprintf(&b, "; uncommitted work saved in %s", res.SnapshotRef)
+		}
+	}
+	return b.String()
+}

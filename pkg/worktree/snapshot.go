@@ -1,0 +1,185 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Snapshot records the uncommitted state of wt (modified, staged and
+// untracked files; not ignored ones) as a commit and points
+// refs/ohd/snapshots/<id> at it. It returns ("", "", nil) when nothing is
+// uncommitted.
+//
+// The commit's tree is the working tree as `git add -A` sees it, built in a
+// temporary index that starts as a copy of the worktree's index (so staged
+// files count and the worktree's own index is never touched). Its first
+// parent is the worktree's HEAD (none if HEAD is unborn). When the index
+// held staged content that differs from both HEAD and the working tree, a
+// second parent records that index state, as `git stash` does.
+//
+// Call it with the container stopped: the agent must not change the
+// worktree (or the config files it can reach) while ohd reads it.
+func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string, err error) {
+	if err := m.checkWorktree(wt); err != nil {
+		return "", "", fmt.Errorf("worktree snapshot: %w", err)
+	}
+	if m.euid != 0 && wt.UID != m.euid {
+		return "", "", fmt.Errorf("worktree snapshot %s: %w", wt.Path, ownerError(wt.UID, m.euid))
+	}
+	if !adminPointsAt(wt.AdminDir, wt.Path) {
+		return "", "", fmt.Errorf("worktree snapshot %s: %w: %s is not this worktree's registration: nothing can be snapshotted", wt.Path, ErrInvalidWorktree, wt.AdminDir)
+	}
+	commit, err = m.snapshotCommit(ctx, wt)
+	if err != nil || commit == "" {
+		if err != nil {
+			err = fmt.Errorf("worktree snapshot %s: %w", wt.Path, err)
+		}
+		return "", "", err
+	}
+	ref = SnapshotRef(wt.ConversationID)
+	unlock, err := m.lockRepo(ctx, wt.CommonDir)
+	if err != nil {
+		return "", "", fmt.Errorf("worktree snapshot %s: %w", wt.Path, err)
+	}
+	defer unlock()
+	_, err = m.git(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), runOpts{},
+		"update-ref", "--create-reflog", "-m", "ohd: snapshot of conversation "+wt.ConversationID, ref, commit)
+	if err != nil {
+		return "", "", fmt.Errorf("worktree snapshot %s: record %s: %w", wt.Path, ref, err)
+	}
+	m.log.Info("worktree snapshot", "conversation", wt.ConversationID, "ref", ref, "commit", commit)
+	return ref, commit, nil
+}
+
+// snapshotCommit builds the snapshot commit (objects only, no ref) and
+// returns its id, or "" when there is nothing uncommitted.
+func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, error) {
+	t := worktreeTarget(wt)
+	head, hasHead, err := m.revParse(ctx, t, "HEAD^{commit}")
+	if err != nil {
+		return "", fmt.Errorf("read HEAD: %w", err)
+	}
+	headTree, err := m.emptyTree(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	if hasHead {
+		if headTree, _, err = m.revParse(ctx, t, head+"^{tree}"); err != nil {
+			return "", fmt.Errorf("read HEAD's tree: %w", err)
+		}
+	}
+
+	tmp, err := os.MkdirTemp("", "ohd-snapshot-")
+	if err != nil {
+		return "", fmt.Errorf("temporary index: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := m.chown(tmp, wt.UID, wt.GID); err != nil {
+		return "", err
+	}
+	index := filepath.Join(tmp, "index")
+	if err := m.copyIndex(filepath.Join(wt.AdminDir, "index"), index, wt.UID, wt.GID); err != nil {
+		return "", err
+	}
+	o := runOpts{env: []string{"GIT_INDEX_FILE=" + index}}
+
+	// The index as the agent left it (fails when it has conflicts; then
+	// there is no separate index state to keep).
+	indexTree, err := m.git(ctx, t, o, "write-tree")
+	indexTree = strings.TrimSpace(indexTree)
+	if err != nil {
+		var ge *GitError
+		if !errors.As(err, &ge) || ge.ExitCode < 0 {
+			return "", fmt.Errorf("write the index tree: %w", err)
+		}
+		indexTree = ""
+	}
+	if _, err := m.git(ctx, t, o, "add", "--all"); err != nil {
+		return "", fmt.Errorf("add the working tree to a temporary index: %w", err)
+	}
+	out, err := m.git(ctx, t, o, "write-tree")
+	if err != nil {
+		return "", fmt.Errorf("write the working tree: %w", err)
+	}
+	workTree := strings.TrimSpace(out)
+	if workTree == headTree && (indexTree == "" || indexTree == headTree) {
+		return "", nil
+	}
+
+	var parents []string
+	if hasHead {
+		parents = append(parents, "-p", head)
+	}
+	when := time.Now().UTC().Format(time.RFC3339)
+	if indexTree != "" && indexTree != headTree && indexTree != workTree {
+		msg := fmt.Sprintf("ohd: index of conversation %s at %s", wt.ConversationID, when)
+		args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, indexTree)
+		out, err := m.git(ctx, t, runOpts{}, args...)
+		if err != nil {
+			return "", fmt.Errorf("commit the index state: %w", err)
+		}
+		parents = append(parents, "-p", strings.TrimSpace(out))
+	}
+	msg := fmt.Sprintf("ohd: snapshot of conversation %s at %s\n\n"+
+		"Uncommitted changes (modified, staged and untracked files) of\n%s\n"+
+		"when the conversation ended. A second parent, if any, is the index.\n",
+		wt.ConversationID, when, wt.Path)
+	args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, workTree)
+	out, err = m.git(ctx, t, runOpts{}, args...)
+	if err != nil {
+		return "", fmt.Errorf("commit the snapshot: %w", err)
+	}
+	commit := strings.TrimSpace(out)
+	if !isHexID(commit) {
+		return "", fmt.Errorf("git commit-tree: unexpected output %q", truncate(out, 100))
+	}
+	return commit, nil
+}
+
+// emptyTree returns the id of the empty tree in this repository's hash
+// (without writing it).
+func (m *Manager) emptyTree(ctx context.Context, t gitTarget) (string, error) {
+	out, err := m.git(ctx, t, runOpts{stdin: []byte{}}, "hash-object", "-t", "tree", "--stdin")
+	if err != nil {
+		return "", fmt.Errorf("hash the empty tree: %w", err)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// copyIndex copies the worktree's index to dst (owned by uid:gid). The
+// source is opened without following a symlink (the admin dir is
+// agent-writable and ohd may be root); a missing index copies nothing
+// (git then starts from an empty index).
+func (m *Manager) copyIndex(src, dst string, uid, gid int) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open the worktree's index: %w", err)
+	}
+	defer in.Close()
+	if st, err := in.Stat(); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("the worktree's index %s is not a regular file", src)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("temporary index: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy the worktree's index: %w", err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("copy the worktree's index: %w", err)
+	}
+	return m.chown(dst, uid, gid)
+}
