@@ -1,0 +1,481 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/peercred"
+)
+
+// Options configure a Broker. The zero value of every field but RuntimeDir,
+// Key and Backend is a safe default.
+type Options struct {
+	// RuntimeDir holds the sockets: <RuntimeDir>/conversations/<id>/
+	// broker.sock, with the token in <RuntimeDir>/conversations/<id>/token.
+	// Required, absolute. The conversations directory is created 0711 so a
+	// conversation's uid can reach its own directory; keep RuntimeDir short
+	// (a socket path is at most 107 bytes).
+	RuntimeDir string
+	// Key is the 32-byte broker key (see DeriveKey). Required.
+	Key []byte
+	// Backend answers what the broker needs from ohd's store. Required.
+	Backend Backend
+	// Logger receives operational messages (names, never values). nil
+	// discards them.
+	Logger *slog.Logger
+	// Limits bound each conversation; zero fields take their defaults.
+	Limits Limits
+	// HTTPClient reaches LLM providers and OAuth token endpoints. nil means
+	// a client with dial, TLS and response-header timeouts and the
+	// environment's proxy settings. The broker never follows redirects
+	// with it (a redirect is passed to the caller).
+	HTTPClient *http.Client
+	// Now is the clock (tests). nil means time.Now.
+	Now func() time.Time
+}
+
+// Limits bound what one conversation can ask of the broker. Each
+// conversation has its own budget, so one busy conversation cannot starve
+// another.
+type Limits struct {
+	// MaxBody bounds request bodies (git-credential); default 64 KiB.
+	MaxBody int64
+	// MaxProxyBody bounds request bodies forwarded to an LLM provider
+	// (prompts are large); default 32 MiB.
+	MaxProxyBody int64
+	// MaxInFlight is the number of requests one conversation may have in
+	// progress (streaming LLM responses included); default 8; negative
+	// means no limit. Requests over it are refused at once with 429.
+	MaxInFlight int
+	// Rate is the refill rate per second of the conversation's token
+	// bucket; default 50; negative means no limit.
+	Rate float64
+	// Burst is the bucket's size; default 100.
+	Burst int
+	// ReadHeaderTimeout cuts off a client that does not send its request
+	// headers in time; default 5s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle that long; default 2m.
+	IdleTimeout time.Duration
+}
+
+const (
+	defaultMaxBody           = 64 << 10
+	defaultMaxProxyBody      = 32 << 20
+	defaultMaxInFlight       = 8
+	defaultRate              = 50
+	defaultBurst             = 100
+	defaultReadHeaderTimeout = 5 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	maxHeaderBytes           = 64 << 10
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBody <= 0 {
+		l.MaxBody = defaultMaxBody
+	}
+	if l.MaxProxyBody <= 0 {
+		l.MaxProxyBody = defaultMaxProxyBody
+	}
+	if l.MaxInFlight == 0 {
+		l.MaxInFlight = defaultMaxInFlight
+	}
+	if l.Rate == 0 {
+		l.Rate = defaultRate
+	}
+	if l.Burst <= 0 {
+		l.Burst = defaultBurst
+	}
+	if l.ReadHeaderTimeout <= 0 {
+		l.ReadHeaderTimeout = defaultReadHeaderTimeout
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = defaultIdleTimeout
+	}
+	return l
+}
+
+// Grants are the names a conversation may use, per kind. A Git entry is a
+// host ("github.com", "git.example.com:8443") or a host and a path prefix
+// ("github.com/acme" or "github.com/acme/widgets").
+type Grants struct {
+	Secrets []string `json:"secrets"`
+	Git     []string `json:"git"`
+	LLM     []string `json:"llm"`
+	OAuth   []string `json:"oauth"`
+}
+
+// Conversation is what the broker needs to know about a conversation.
+type Conversation struct {
+	ID string
+	// UID and GID own the conversation's directory, socket and token; a
+	// peer must run as UID (or root).
+	UID, GID int
+	// Epoch is the current token epoch; rotation and revocation bump it.
+	Epoch  uint64
+	Grants Grants
+}
+
+// GitCredential is the credential configured for a git host.
+type GitCredential struct {
+	Username string
+	Password []byte
+}
+
+// LLMProfile is an LLM provider and the key to reach it.
+type LLMProfile struct {
+	Name, Model string
+	// BaseURL is where proxied requests go: the path after .../proxy/ is
+	// appended to it.
+	BaseURL string
+	APIKey  []byte
+	// AllowDisclosure lets GET /v1/llm/{profile} hand the key to the
+	// conversation. Without it the key is only ever injected by the proxy.
+	AllowDisclosure bool
+	// AuthHeader is the header the key goes in: "" means
+	// "Authorization: Bearer <key>"; any other name (e.g. "x-api-key")
+	// carries the bare key.
+	AuthHeader string
+}
+
+// OAuthServer is an OAuth 2 authorization server and the tokens ohd holds
+// for it.
+type OAuthServer struct {
+	Name, TokenURL, ClientID string
+	ClientSecret, RefreshToken, AccessToken []byte
+	// Expiry of AccessToken; zero means it does not expire.
+	Expiry time.Time
+}
+
+// AuditRecord is one request to the broker: names and outcome, never
+// values.
+type AuditRecord struct {
+	Time         time.Time // when the request arrived
+	Conversation string    // the socket's conversation
+	Route        string    // the route pattern, e.g. "GET /v1/secrets/{name}"; "" for no route
+	Kind         string    // "secret", "git", "llm", "oauth", or ""
+	Name         string    // the name asked for (a git host[/path]), or ""
+	PeerPID      int       // from SO_PEERCRED, at connect time; -1 if unknown
+	PeerUID      int       // from SO_PEERCRED; -1 if unknown
+	Allowed      bool      // the request passed every check and was served
+	Status       int       // the HTTP status answered (the provider's, for the LLM proxy)
+	Code         string    // the error code if refused ("" if allowed)
+	// Reason says precisely why a request was refused (e.g. "stale_epoch",
+	// "peer_uid", "rate", "in_flight"); "" if allowed. The caller is told
+	// less (see doc.go).
+	Reason string
+}
+
+// Backend is what the broker needs from ohd: the daemon implements it on
+// its store. Every method but Audit is called on the request path and must
+// be cheap (Conversation on every request: serve it from memory).
+type Backend interface {
+	// Conversation returns the conversation id, or ErrNotFound if it is
+	// unknown or ended.
+	Conversation(ctx context.Context, id string) (Conversation, error)
+	// Secret returns the value of a secret, or ErrNotFound. The broker
+	// neither keeps nor modifies the slice.
+	Secret(ctx context.Context, name string) ([]byte, error)
+	// GitCredential returns the credential configured for host (lower
+	// case, with ":port" if not the default), or ErrNotFound.
+	GitCredential(ctx context.Context, host string) (GitCredential, error)
+	// LLMProfile returns a profile, or ErrNotFound.
+	LLMProfile(ctx context.Context, name string) (LLMProfile, error)
+	// OAuthServer returns a server and its current tokens, or ErrNotFound.
+	// After SaveOAuthTokens returns, OAuthServer must return the saved
+	// tokens.
+	OAuthServer(ctx context.Context, name string) (OAuthServer, error)
+	// SaveOAuthTokens stores tokens the broker obtained by refreshing;
+	// refresh is the (possibly rotated) refresh token to keep.
+	SaveOAuthTokens(ctx context.Context, name string, access, refresh []byte, expiry time.Time) error
+	// Audit records a request. It must not block: batch the writes.
+	Audit(rec AuditRecord)
+}
+
+// Endpoint is where a conversation's broker lives on the host.
+type Endpoint struct {
+	Dir       string // <RuntimeDir>/conversations/<id>, to bind-mount at /run/ohd
+	Socket    string // Dir/broker.sock
+	TokenFile string // Dir/token
+}
+
+// Socket and token file names inside a conversation's directory, and where
+// the directory is mounted in a container.
+const (
+	SocketName         = "broker.sock"
+	TokenName          = "token"
+	ContainerDir       = "/run/ohd"
+	DefaultSocket      = ContainerDir + "/" + SocketName
+	DefaultTokenFile   = ContainerDir + "/" + TokenName
+	EnvSocket          = "OHD_BROKER_SOCKET"
+	EnvTokenFile       = "OHD_BROKER_TOKEN_FILE"
+	conversationsDir   = "conversations"
+	maxSocketPathBytes = 107
+)
+
+// Broker serves one Unix socket per conversation. Its methods are safe for
+// concurrent use.
+type Broker struct {
+	opts   Options
+	limits Limits
+	key    []byte
+	log    *slog.Logger
+	now    func() time.Time
+	hc     *http.Client
+	oauth  flights
+	root   string // <RuntimeDir>/conversations
+
+	ctx    context.Context // cancelled by Shutdown: ends OAuth refreshes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // serve goroutines and OAuth refreshes
+
+	mu     sync.Mutex // guards convs and closed; held across Open/Close file work (rare, not the request path)
+	convs  map[string]*conversation
+	closed bool
+}
+
+// conversation is one socket and its server.
+type conversation struct {
+	b    *Broker
+	id   string
+	ep   Endpoint
+	srv  *http.Server
+	ln   *net.UnixListener
+	done chan struct{} // closed when Serve returned
+	lim  limiter
+	mac  atomic.Pointer[macEntry]
+}
+
+type macEntry struct {
+	epoch uint64
+	mac   string
+}
+
+// New returns a Broker serving nothing yet; Open starts conversations.
+func New(opts Options) (*Broker, error) {
+	if opts.RuntimeDir == "" || !filepath.IsAbs(opts.RuntimeDir) {
+		return nil, fmt.Errorf("new broker: runtime dir %q must be an absolute path", opts.RuntimeDir)
+	}
+	if len(opts.Key) != KeySize {
+		return nil, fmt.Errorf("new broker: key is %d bytes, want %d (use DeriveKey)", len(opts.Key), KeySize)
+	}
+	if opts.Backend == nil {
+		return nil, errors.New("new broker: no backend")
+	}
+	b := &Broker{
+		opts:   opts,
+		limits: opts.Limits.withDefaults(),
+		key:    append([]byte(nil), opts.Key...),
+		log:    opts.Logger,
+		now:    opts.Now,
+		root:   filepath.Join(filepath.Clean(opts.RuntimeDir), conversationsDir),
+		convs:  make(map[string]*conversation),
+	}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	b.hc = noRedirects(opts.HTTPClient)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// Open starts serving conversation conv: it creates
+// <RuntimeDir>/conversations/<id>/ (0700) with broker.sock (0600) and
+// token (0400), all owned by conv.UID:conv.GID, writes the token of
+// conv.Epoch, and serves the socket until Close or Shutdown.
+//
+// Open is idempotent. For a conversation this Broker already serves it
+// rewrites the token for conv.Epoch and returns the same Endpoint. For a
+// directory left by an earlier ohd (a restart) it keeps the directory (its
+// inode, which a container has bind-mounted) and atomically replaces the
+// stale socket with a live one; a token of the same epoch keeps working,
+// as tokens depend only on the key, the id and the epoch.
+func (b *Broker) Open(ctx context.Context, conv Conversation) (Endpoint, error) {
+	if !ValidID(conv.ID) {
+		return Endpoint{}, fmt.Errorf("open broker %q: %w", conv.ID, ErrInvalidID)
+	}
+	if conv.UID < 0 || conv.GID < 0 {
+		return Endpoint{}, fmt.Errorf("open broker %s: invalid owner %d:%d", conv.ID, conv.UID, conv.GID)
+	}
+	if err := ctx.Err(); err != nil {
+		return Endpoint{}, fmt.Errorf("open broker %s: %w", conv.ID, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return Endpoint{}, fmt.Errorf("open broker %s: %w", conv.ID, ErrClosed)
+	}
+	if c, ok := b.convs[conv.ID]; ok {
+		if err := b.writeToken(conv.ID, conv.Epoch, conv.UID, conv.GID); err != nil {
+			return Endpoint{}, fmt.Errorf("open broker %s: %w", conv.ID, err)
+		}
+		return c.ep, nil
+	}
+	ep := b.endpoint(conv.ID)
+	if len(ep.Socket) > maxSocketPathBytes {
+		return Endpoint{}, fmt.Errorf("open broker %s: socket path %s is %d bytes, the limit is %d: use a shorter runtime dir", conv.ID, ep.Socket, len(ep.Socket), maxSocketPathBytes)
+	}
+	if err := b.prepareDir(ep.Dir, conv.UID, conv.GID); err != nil {
+		return Endpoint{}, fmt.Errorf("open broker %s: %w", conv.ID, err)
+	}
+	if err := b.writeToken(conv.ID, conv.Epoch, conv.UID, conv.GID); err != nil {
+		return Endpoint{}, fmt.Errorf("open broker %s: %w", conv.ID, err)
+	}
+	ln, err := b.listen(ep.Socket, conv.UID, conv.GID)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("open broker %s: %w", conv.ID, err)
+	}
+	c := &conversation{b: b, id: conv.ID, ep: ep, ln: ln, done: make(chan struct{})}
+	c.lim.init(b.limits)
+	c.srv = &http.Server{
+		Handler:           c,
+		ConnContext:       peercred.ConnContext,
+		ReadHeaderTimeout: b.limits.ReadHeaderTimeout,
+		IdleTimeout:       b.limits.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(b.log.With("conversation", conv.ID).Handler(), slog.LevelDebug),
+	}
+	b.convs[conv.ID] = c
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(c.done)
+		if err := c.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			b.log.Error("broker socket stopped", "conversation", c.id, "err", err)
+		}
+	}()
+	b.log.Debug("broker open", "conversation", conv.ID, "socket", ep.Socket)
+	return ep, nil
+}
+
+// WriteToken atomically rewrites the token file of conversation id for
+// epoch, owned by uid:gid and mode 0400. Rotation: the caller bumps the
+// epoch in its store first (so Backend.Conversation returns it), then
+// writes the token; from then on only the new token is accepted.
+func (b *Broker) WriteToken(id string, epoch uint64, uid, gid int) error {
+	if !ValidID(id) {
+		return fmt.Errorf("write token %q: %w", id, ErrInvalidID)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("write token %s: %w", id, ErrClosed)
+	}
+	if err := b.writeToken(id, epoch, uid, gid); err != nil {
+		return fmt.Errorf("write token %s: %w", id, err)
+	}
+	return nil
+}
+
+// Close stops serving conversation id, cutting its open connections, and
+// removes its directory (the conversation ended). It is not an error if
+// the conversation is not served (after a restart) or the directory is
+// already gone.
+func (b *Broker) Close(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("close broker %q: %w", id, ErrInvalidID)
+	}
+	b.mu.Lock()
+	c := b.convs[id]
+	delete(b.convs, id)
+	b.mu.Unlock()
+	if c != nil {
+		c.srv.Close()
+		<-c.done
+	}
+	if err := removeAll(b.endpoint(id).Dir); err != nil {
+		return fmt.Errorf("close broker %s: %w", id, err)
+	}
+	b.log.Debug("broker closed", "conversation", id)
+	return nil
+}
+
+// Shutdown stops every socket, letting requests in progress finish until
+// ctx ends (then it cuts them), and keeps the directories: a restarted ohd
+// Opens them again. The Broker cannot be used afterwards.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	convs := make([]*conversation, 0, len(b.convs))
+	for id, c := range b.convs {
+		convs = append(convs, c)
+		delete(b.convs, id)
+	}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(convs))
+	for i, c := range convs {
+		wg.Go(func() {
+			if err := c.srv.Shutdown(ctx); err != nil {
+				c.srv.Close()
+				errs[i] = fmt.Errorf("shutdown broker %s: %w", c.id, err)
+			}
+		})
+	}
+	wg.Wait()
+	b.cancel()
+	b.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (b *Broker) endpoint(id string) Endpoint {
+	dir := filepath.Join(b.root, id)
+	return Endpoint{Dir: dir, Socket: filepath.Join(dir, SocketName), TokenFile: filepath.Join(dir, TokenName)}
+}
+
+// expectedMAC returns the MAC text for this conversation at epoch,
+// computed once per epoch.
+func (c *conversation) expectedMAC(epoch uint64) string {
+	if e := c.mac.Load(); e != nil && e.epoch == epoch {
+		return e.mac
+	}
+	e := &macEntry{epoch: epoch, mac: computeMAC(c.b.key, c.id, strconv.FormatUint(epoch, 10))}
+	c.mac.Store(e)
+	return e.mac
+}
+
+// noRedirects returns a copy of hc (or of a default client) that hands
+// redirects back instead of following them: a redirect must not carry an
+// injected key or a client secret to another URL.
+func noRedirects(hc *http.Client) *http.Client {
+	var c http.Client
+	if hc != nil {
+		c = *hc
+	} else {
+		c.Transport = &http.Transport{
+			Proxy: http.ProxyFromEnvironment,
+			DialContext: (&net.Dialer{
+				Timeout:   10 * time.Second,
+				KeepAlive: 30 * time.Second,
+			}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          100,
+			MaxIdleConnsPerHost:   16,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: 5 * time.Minute, // non-streamed completions are slow
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
+
+// discard drains and closes a body so the connection can be reused.
+func discard(rc io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(rc, 64<<10))
+	rc.Close()
+}

@@ -1,0 +1,93 @@
+package broker
+
+import (
+	"bytes"
+	"strings"
+)
+
+// redactor masks every occurrence of a key in a stream without delaying
+// the stream more than it must: after masking the occurrences in what it
+// has, it holds back only the longest tail that could be the start of the
+// key (usually nothing), so a streamed response (SSE, chunked) still
+// flows chunk by chunk. Occurrences become '*' of the same length, which
+// keeps Content-Length right.
+//
+// Use: read into space(), pass the count to advance, send what it
+// returns; at the end of the stream send flush().
+type redactor struct {
+	key        []byte
+	buf        []byte
+	start, end int // held bytes are buf[start:end]
+}
+
+const redactBufSize = 32 << 10
+
+func newRedactor(key []byte) *redactor {
+	return &redactor{key: key, buf: make([]byte, len(key)+redactBufSize)}
+}
+
+// space moves held bytes to the front and returns where the next read
+// goes.
+func (r *redactor) space() []byte {
+	if r.start > 0 {
+		r.end = copy(r.buf, r.buf[r.start:r.end])
+		r.start = 0
+	}
+	return r.buf[r.end:]
+}
+
+// advance accounts for n bytes read into space() and returns the bytes
+// that are safe to send; they stay valid until the next call to space.
+func (r *redactor) advance(n int) []byte {
+	data := r.buf[:r.end+n]
+	keep := 0
+	if len(r.key) > 0 {
+		maskAll(data, r.key)
+		keep = partialSuffix(data, r.key)
+	}
+	r.start, r.end = len(data)-keep, len(data)
+	return data[:len(data)-keep]
+}
+
+// flush returns what is held at the end of the stream: a start of the key
+// that never completed, so not the key.
+func (r *redactor) flush() []byte {
+	out := r.buf[r.start:r.end]
+	r.start, r.end = 0, 0
+	return out
+}
+
+// maskAll replaces every occurrence of key in data by '*'.
+func maskAll(data, key []byte) {
+	for i := 0; ; {
+		j := bytes.Index(data[i:], key)
+		if j < 0 {
+			return
+		}
+		s := i + j
+		for k := s; k < s+len(key); k++ {
+			data[k] = '*'
+		}
+		i = s + len(key)
+	}
+}
+
+// partialSuffix returns the length of the longest suffix of data, shorter
+// than key, that is a prefix of key.
+func partialSuffix(data, key []byte) int {
+	from := len(data) - min(len(key)-1, len(data))
+	for i := from; i < len(data); i++ {
+		if data[i] == key[0] && bytes.HasPrefix(key, data[i:]) {
+			return len(data) - i
+		}
+	}
+	return 0
+}
+
+// redactString masks key in s.
+func redactString(s string, key []byte) string {
+	if len(key) == 0 || !strings.Contains(s, string(key)) {
+		return s
+	}
+	return strings.ReplaceAll(s, string(key), strings.Repeat("*", len(key)))
+}
