@@ -151,7 +151,7 @@ type LLMProfile struct {
 // OAuthServer is an OAuth 2 authorization server and the tokens ohd holds
 // for it.
 type OAuthServer struct {
-	Name, TokenURL, ClientID string
+	Name, TokenURL, ClientID                string
 	ClientSecret, RefreshToken, AccessToken []byte
 	// Expiry of AccessToken; zero means it does not expire.
 	Expiry time.Time

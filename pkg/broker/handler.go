@@ -400,4 +400,3 @@ func (c *conversation) backendFailed(w http.ResponseWriter, rec *AuditRecord, er
 	}
 	c.refuse(w, rec, refInternal)
 }
-
