@@ -127,8 +127,19 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := m.checkFree(ctx, rt, wt); err != nil { // another ohd may have won the race
+	// Another ohd process may have won a race for this id.
+	if _, ok, err := m.revParse(ctx, rt, "refs/heads/"+wt.Branch); err != nil || ok {
 		unlock()
+		if err == nil {
+			err = fmt.Errorf("%w: branch %s was just created by someone else", ErrExists, wt.Branch)
+		}
+		return fail(err)
+	}
+	if ok, err := lexists(convDir); err != nil || ok {
+		unlock()
+		if err == nil {
+			err = fmt.Errorf("%w: %s was just created by someone else", ErrExists, convDir)
+		}
 		return fail(err)
 	}
 	worktreesDir := filepath.Join(repo.CommonDir, "worktrees")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,29 +33,29 @@ const noHome = "/nonexistent"
 // trusted. Per-driver settings (filter.<driver>.*) cannot be listed here;
 // filterOverrides adds them for the drivers the repository defines.
 var hardenedConfig = [][2]string{
-	{"core.fsmonitor", "false"},       // fsmonitor hook program
-	{"core.hooksPath", os.DevNull},    // every hook (post-checkout, reference-transaction, post-index-change, ...)
-	{"core.sshCommand", ""},           // ssh program (network is off anyway, see protocol.allow)
-	{"core.askPass", ""},              // askpass program
-	{"core.editor", ":"},              // ":" is git's built-in "no editor"
-	{"sequence.editor", ":"},          //
-	{"core.pager", ""},                // empty: no pager (also --no-pager)
-	{"diff.external", ""},             // external diff program (also GIT_EXTERNAL_DIFF is never set)
-	{"credential.helper", ""},         // empty resets the helper list
-	{"commit.gpgSign", "false"},       // commit-tree honours commit.gpgSign
-	{"tag.gpgSign", "false"},          //
-	{"gpg.program", ""},               // signing/verification programs
-	{"gpg.ssh.program", ""},           //
-	{"gpg.x509.program", ""},          //
-	{"log.showSignature", "false"},    //
-	{"protocol.allow", "never"},       // no transport at all: no fetch, no lazy fetch of a partial clone
-	{"submodule.recurse", "false"},    // no child git in submodules (their config is not enumerated)
+	{"core.fsmonitor", "false"},    // fsmonitor hook program
+	{"core.hooksPath", os.DevNull}, // every hook (post-checkout, reference-transaction, post-index-change, ...)
+	{"core.sshCommand", ""},        // ssh program (network is off anyway, see protocol.allow)
+	{"core.askPass", ""},           // askpass program
+	{"core.editor", ":"},           // ":" is git's built-in "no editor"
+	{"sequence.editor", ":"},       //
+	{"core.pager", ""},             // empty: no pager (also --no-pager)
+	{"diff.external", ""},          // external diff program (also GIT_EXTERNAL_DIFF is never set)
+	{"credential.helper", ""},      // empty resets the helper list
+	{"commit.gpgSign", "false"},    // commit-tree honours commit.gpgSign
+	{"tag.gpgSign", "false"},       //
+	{"gpg.program", ""},            // signing/verification programs
+	{"gpg.ssh.program", ""},        //
+	{"gpg.x509.program", ""},       //
+	{"log.showSignature", "false"}, //
+	{"protocol.allow", "never"},    // no transport at all: no fetch, no lazy fetch of a partial clone
+	{"submodule.recurse", "false"}, // no child git in submodules (their config is not enumerated)
 	{"status.submoduleSummary", "false"},
-	{"gc.auto", "0"},                  // no auto-gc (it could prune worktrees)
-	{"maintenance.auto", "false"},     //
-	{"core.splitIndex", "false"},      // the snapshot's temporary index must not write shared index files into the git dir
-	{"core.untrackedCache", "false"},  //
-	{"advice.detachedHead", "false"},  // quieter stderr
+	{"gc.auto", "0"},                 // no auto-gc (it could prune worktrees)
+	{"maintenance.auto", "false"},    //
+	{"core.splitIndex", "false"},     // the snapshot's temporary index must not write shared index files into the git dir
+	{"core.untrackedCache", "false"}, //
+	{"advice.detachedHead", "false"}, // quieter stderr
 }
 
 // filterKeys are the per-driver keys that make git run a filter program;
@@ -123,11 +124,11 @@ func baseEnv() []string {
 }
 
 // git runs git with args at t, hardened, and returns its standard output.
-// Unless o.raw, it first enumerates the filter drivers git sees at t and
-// disables each one.
+// Unless o.raw, or the command cannot run a filter (mayRunFilters), it
+// first enumerates the filter drivers git sees at t and disables each one.
 func (m *Manager) git(ctx context.Context, t gitTarget, o runOpts, args ...string) (string, error) {
 	env := append(baseEnv(), o.env...)
-	if !o.raw {
+	if !o.raw && mayRunFilters(args) {
 		overrides, err := m.filterOverrides(ctx, t, o)
 		if err != nil {
 			return "", err
@@ -135,6 +136,36 @@ func (m *Manager) git(ctx context.Context, t gitTarget, o runOpts, args ...strin
 		env = append(env, configEnv(overrides)...)
 	}
 	return m.run(ctx, t, env, o.stdin, args)
+}
+
+// mayRunFilters reports whether a git command might convert between
+// blobs and work tree files (and so run a filter driver). It answers false
+// only for a fixed list of commands that touch refs or objects and never
+// work tree content or the index; anything else, including commands added
+// later, gets the filter enumeration.
+func mayRunFilters(args []string) bool {
+	if len(args) == 0 {
+		return true
+	}
+	switch args[0] {
+	case "rev-parse", "update-ref", "rev-list", "commit-tree", "config", "version":
+		return false
+	// Not write-tree: writing the index re-checks racily clean entries by
+	// content, through the clean filter.
+	case "hash-object": // only from stdin, without --path
+		return slices.Contains(args, "--path") || !slices.Contains(args, "--stdin")
+	case "worktree":
+		if len(args) < 2 {
+			return true
+		}
+		switch args[1] {
+		case "list", "lock", "unlock":
+			return false
+		case "add":
+			return !slices.Contains(args, "--no-checkout")
+		}
+	}
+	return true
 }
 
 // filterOverrides lists the filter drivers defined in the configuration git

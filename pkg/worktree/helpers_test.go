@@ -156,3 +156,12 @@ func lines(s string) []string {
 	}
 	return strings.Split(s, "\n")
 }
+
+// commitFile writes file in dir, commits it and returns the commit id.
+func commitFile(t testing.TB, dir, file, content, msg string) string {
+	t.Helper()
+	testenv.WriteFile(t, filepath.Join(dir, file), content)
+	gitIn(t, dir, "add", "--", file)
+	gitIn(t, dir, "commit", "-q", "-m", msg)
+	return gitIn(t, dir, "rev-parse", "HEAD")
+}

@@ -126,7 +126,16 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if err := m.removeWorktree(ctx, wt, ct, dirExists, registered); err != nil {
 		return fail(err)
 	}
-	checkedOutIn, err := m.settleBranch(ctx, wt, ct, opts, &res)
+	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	if err != nil {
+		return fail(err)
+	}
+	for _, r := range regs {
+		if samePath(r.Path, wt.Path) {
+			return fail(fmt.Errorf("%s is still registered after removal (git worktree list shows it): run `git worktree remove --force --force %s` in %s", wt.Path, wt.Path, wt.Repo))
+		}
+	}
+	checkedOutIn, err := m.settleBranch(ctx, wt, ct, opts, regs, &res)
 	if err != nil {
 		return fail(err)
 	}
@@ -141,15 +150,6 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	}
 	if err := os.Remove(convDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fail(fmt.Errorf("remove %s: %w", convDir, err))
-	}
-	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
-	if err != nil {
-		return fail(err)
-	}
-	for _, r := range regs {
-		if samePath(r.Path, wt.Path) {
-			return fail(fmt.Errorf("%s is still registered after removal (git worktree list shows it): run `git worktree remove --force --force %s` in %s", wt.Path, wt.Path, wt.Repo))
-		}
 	}
 	res.Message = removeMessage(wt, opts, res, checkedOutIn)
 	m.log.Info("worktree removed", "conversation", wt.ConversationID, "path", wt.Path,
@@ -190,7 +190,7 @@ func (m *Manager) removeWorktree(ctx context.Context, wt Worktree, ct gitTarget,
 // settleBranch deletes or keeps the conversation's branch and fills res.
 // It returns the path of another worktree that has the branch checked out,
 // if any (the branch is then kept).
-func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, opts RemoveOptions, res *RemoveResult) (string, error) {
+func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, opts RemoveOptions, regs []Registration, res *RemoveResult) (string, error) {
 	ref := "refs/heads/" + wt.Branch
 	oid, ok, err := m.revParse(ctx, ct, ref)
 	if err != nil {
@@ -203,10 +203,6 @@ func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, o
 		res.CommitsBeyondStart = n
 	} else {
 		m.log.Warn("cannot count the branch's commits; keeping it", "branch", wt.Branch, "err", err)
-	}
-	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
-	if err != nil {
-		return "", err
 	}
 	for _, r := range regs {
 		if r.Branch == ref {

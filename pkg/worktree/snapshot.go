@@ -67,14 +67,14 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("read HEAD: %w", err)
 	}
-	headTree, err := m.emptyTree(ctx, t)
-	if err != nil {
-		return "", err
-	}
+	var headTree string
 	if hasHead {
-		if headTree, _, err = m.revParse(ctx, t, head+"^{tree}"); err != nil {
-			return "", fmt.Errorf("read HEAD's tree: %w", err)
-		}
+		headTree, _, err = m.revParse(ctx, t, head+"^{tree}")
+	} else {
+		headTree, err = m.emptyTree(ctx, t)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read HEAD's tree: %w", err)
 	}
 
 	tmp, err := os.MkdirTemp("", "ohd-snapshot-")

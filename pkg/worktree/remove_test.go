@@ -1,0 +1,306 @@
+package worktree
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// assertGone checks that nothing of wt is left: no registration, no admin
+// dir, no conversation directory.
+func assertGone(t *testing.T, m *Manager, wt Worktree) {
+	t.Helper()
+	for _, r := range worktreeList(t, wt.Repo) {
+		if r.Path != wt.Repo {
+			t.Errorf("git worktree list still has %+v, want only the main worktree %s", r, wt.Repo)
+		}
+	}
+	for _, p := range []string{wt.AdminDir, wt.Path, filepath.Join(m.Root(), wt.ConversationID)} {
+		if exists(t, p) {
+			t.Errorf("%s still exists after Remove", p)
+		}
+	}
+}
+
+// TestRemoveKeepsWork: modified, staged and untracked files end up in the
+// snapshot with their content; the branch is kept; nothing stale remains.
+func TestRemoveKeepsWork(t *testing.T) {
+	m, repo, wt := newRepoWorktree(t)
+	ctx := testCtx(t)
+	id := wt.ConversationID
+
+	testenv.WriteFile(t, filepath.Join(wt.Path, "README.md"), "modified\n")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "staged.txt"), "staged\n")
+	gitIn(t, wt.Path, "add", "staged.txt")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "dir", "untracked.txt"), "untracked\n")
+	testenv.WriteFile(t, filepath.Join(wt.Path, ".gitignore"), "*.log\n")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "ignored.log"), "ignored\n")
+	indexBefore := readFile(t, filepath.Join(wt.AdminDir, "index"))
+
+	res, err := m.Remove(ctx, wt, RemoveOptions{})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	ref := "refs/ohd/snapshots/" + id
+	want := RemoveResult{
+		SnapshotRef:        ref,
+		SnapshotCommit:     gitIn(t, repo.TopLevel, "rev-parse", ref),
+		CommitsBeyondStart: 0,
+		BranchKept:         true,
+		Message:            "worktree " + wt.Path + " removed; branch openhands/" + id + " kept: uncommitted work saved in " + ref,
+	}
+	if diff := cmp.Diff(want, res); diff != "" {
+		t.Errorf("Remove result mismatch (-want +got):\n%s", diff)
+	}
+	files := map[string]string{
+		"README.md":         "modified\n",
+		"staged.txt":        "staged\n",
+		"dir/untracked.txt": "untracked\n",
+		".gitignore":        "*.log\n",
+	}
+	for f, content := range files {
+		if got := gitIn(t, repo.TopLevel, "show", ref+":"+f) + "\n"; got != content {
+			t.Errorf("snapshot %s = %q, want %q", f, got, content)
+		}
+	}
+	if got := gitIn(t, repo.TopLevel, "ls-tree", "-r", "--name-only", ref); strings.Contains(got, "ignored.log") {
+		t.Errorf("snapshot tree has ignored.log: %q", got)
+	}
+	if got, want := gitIn(t, repo.TopLevel, "rev-parse", ref+"^1"), wt.StartCommit; got != want {
+		t.Errorf("snapshot parent = %s, want HEAD %s", got, want)
+	}
+	// The index (staged.txt added) differed from HEAD and from the working
+	// tree, so it is the second parent.
+	if got := gitIn(t, repo.TopLevel, "ls-tree", "-r", "--name-only", ref+"^2"); got != "README.md\nstaged.txt" {
+		t.Errorf("snapshot index parent tree = %q, want README.md and staged.txt", got)
+	}
+	if got := gitIn(t, repo.TopLevel, "show", ref+"^2:README.md"); got != "hello" {
+		t.Errorf("snapshot index README.md = %q, want the unstaged original", got)
+	}
+	_ = indexBefore
+	if !refExists(t, repo.TopLevel, "refs/heads/"+wt.Branch) {
+		t.Errorf("branch %s deleted, want kept (a snapshot was needed)", wt.Branch)
+	}
+	assertGone(t, m, wt)
+}
+
+// TestSnapshotDoesNotTouchIndex: Snapshot leaves the worktree's own index
+// byte-for-byte unchanged, and returns nothing for a clean worktree.
+func TestSnapshotDoesNotTouchIndex(t *testing.T) {
+	m, repo, wt := newRepoWorktree(t)
+	ctx := testCtx(t)
+	if ref, commit, err := m.Snapshot(ctx, wt); err != nil || ref != "" || commit != "" {
+		t.Fatalf("Snapshot(clean) = %q, %q, %v; want nothing", ref, commit, err)
+	}
+	if refExists(t, repo.TopLevel, SnapshotRef(wt.ConversationID)) {
+		t.Fatalf("Snapshot(clean) created %s", SnapshotRef(wt.ConversationID))
+	}
+	testenv.WriteFile(t, filepath.Join(wt.Path, "new.txt"), "new\n")
+	index := filepath.Join(wt.AdminDir, "index")
+	before := readFile(t, index)
+	ref, commit, err := m.Snapshot(ctx, wt)
+	if err != nil || ref != SnapshotRef(wt.ConversationID) || !isHexID(commit) {
+		t.Fatalf("Snapshot = %q, %q, %v; want the snapshot ref and a commit", ref, commit, err)
+	}
+	if after := readFile(t, index); after != before {
+		t.Errorf("Snapshot changed the worktree's index")
+	}
+	if got := gitIn(t, wt.Path, "status", "--porcelain"); got != "?? new.txt" {
+		t.Errorf("git status after Snapshot = %q, want new.txt still untracked", got)
+	}
+	if got := gitIn(t, repo.TopLevel, "rev-list", "--parents", "-n", "1", commit); got != commit+" "+wt.StartCommit {
+		t.Errorf("snapshot parents = %q, want only HEAD (index == HEAD)", got)
+	}
+}
+
+// TestRemoveBranchPolicy: a branch with a commit is kept, a clean branch
+// without commits is deleted, Discard deletes branch and snapshot.
+func TestRemoveBranchPolicy(t *testing.T) {
+	t.Run("commit kept", func(t *testing.T) {
+		m, repo, wt := newRepoWorktree(t)
+		commitFile(t, wt.Path, "work.txt", "work\n", "agent work")
+		commitFile(t, wt.Path, "more.txt", "more\n", "more work")
+		res, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		if err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		want := RemoveResult{
+			CommitsBeyondStart: 2,
+			BranchKept:         true,
+			Message:            "worktree " + wt.Path + " removed; branch " + wt.Branch + " kept: 2 commits beyond start",
+		}
+		if diff := cmp.Diff(want, res); diff != "" {
+			t.Errorf("Remove result mismatch (-want +got):\n%s", diff)
+		}
+		if got := gitIn(t, repo.TopLevel, "show", wt.Branch+":work.txt"); got != "work" {
+			t.Errorf("kept branch work.txt = %q, want %q", got, "work")
+		}
+		assertGone(t, m, wt)
+	})
+	t.Run("clean deleted", func(t *testing.T) {
+		m, repo, wt := newRepoWorktree(t)
+		res, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		if err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		want := RemoveResult{
+			CommitsBeyondStart: 0,
+			BranchDeleted:      true,
+			Message:            "worktree " + wt.Path + " removed; branch " + wt.Branch + " deleted (no commits beyond start, nothing uncommitted)",
+		}
+		if diff := cmp.Diff(want, res); diff != "" {
+			t.Errorf("Remove result mismatch (-want +got):\n%s", diff)
+		}
+		if refExists(t, repo.TopLevel, "refs/heads/"+wt.Branch) {
+			t.Errorf("branch %s kept, want deleted", wt.Branch)
+		}
+		if exists(t, filepath.Join(wt.CommonDir, "logs", "refs", "heads", wt.Branch)) {
+			t.Errorf("the branch's reflog is left behind")
+		}
+		assertGone(t, m, wt)
+	})
+	t.Run("discard", func(t *testing.T) {
+		m, repo, wt := newRepoWorktree(t)
+		commitFile(t, wt.Path, "work.txt", "work\n", "agent work")
+		testenv.WriteFile(t, filepath.Join(wt.Path, "dirty.txt"), "dirty\n")
+		// An earlier snapshot exists too: Discard drops it.
+		if _, _, err := m.Snapshot(testCtx(t), wt); err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Remove(testCtx(t), wt, RemoveOptions{Discard: true})
+		if err != nil {
+			t.Fatalf("Remove(Discard): %v", err)
+		}
+		if !res.BranchDeleted || res.BranchKept || res.SnapshotRef != "" {
+			t.Errorf("Remove(Discard) = %+v, want branch deleted and no snapshot", res)
+		}
+		for _, ref := range []string{"refs/heads/" + wt.Branch, SnapshotRef(wt.ConversationID)} {
+			if refExists(t, repo.TopLevel, ref) {
+				t.Errorf("%s exists after Remove(Discard)", ref)
+			}
+		}
+		assertGone(t, m, wt)
+	})
+	t.Run("checked out elsewhere", func(t *testing.T) {
+		m, repo, wt := newRepoWorktree(t)
+		// The user took the branch over in another worktree of their own.
+		other := filepath.Join(testenv.TempDir(t), "other")
+		gitIn(t, wt.Path, "checkout", "-q", "--detach")
+		gitIn(t, repo.TopLevel, "worktree", "add", "-q", other, wt.Branch)
+		res, err := m.Remove(testCtx(t), wt, RemoveOptions{Discard: true})
+		if err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		if !res.BranchKept || res.BranchDeleted || !strings.Contains(res.Message, "checked out in "+other) {
+			t.Errorf("Remove = %+v, want the branch kept because %s has it checked out", res, other)
+		}
+		if !refExists(t, repo.TopLevel, "refs/heads/"+wt.Branch) {
+			t.Errorf("branch deleted while checked out in %s", other)
+		}
+	})
+}
+
+// TestRemoveIdempotent: a Remove after the worktree directory was deleted
+// by hand, after a crash halfway, and after a completed Remove all succeed
+// and leave nothing stale.
+func TestRemoveIdempotent(t *testing.T) {
+	t.Run("directory deleted by hand", func(t *testing.T) {
+		m, repo, wt := newRepoWorktree(t)
+		if err := os.RemoveAll(wt.Path); err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		if err != nil {
+			t.Fatalf("Remove after rm -rf: %v", err)
+		}
+		if !res.BranchDeleted {
+			t.Errorf("Remove = %+v, want the unchanged branch deleted", res)
+		}
+		assertGone(t, m, wt)
+		_ = repo
+	})
+	t.Run("crash after snapshot", func(t *testing.T) {
+		m, repo, wt := newRepoWorktree(t)
+		testenv.WriteFile(t, filepath.Join(wt.Path, "work.txt"), "work\n")
+		ref, commit, err := m.Snapshot(testCtx(t), wt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The crash happened after git removed the directory, before the
+		// admin dir went.
+		if err := os.RemoveAll(wt.Path); err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		if err != nil {
+			t.Fatalf("Remove (retry): %v", err)
+		}
+		if res.SnapshotRef != ref || res.SnapshotCommit != commit || !res.BranchKept {
+			t.Errorf("Remove (retry) = %+v, want the earlier snapshot %s reported and the branch kept", res, commit)
+		}
+		assertGone(t, m, wt)
+		_ = repo
+	})
+	t.Run("twice", func(t *testing.T) {
+		m, _, wt := newRepoWorktree(t)
+		commitFile(t, wt.Path, "work.txt", "work\n", "agent work")
+		first, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		if err != nil {
+			t.Fatalf("Remove: %v", err)
+		}
+		second, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		if err != nil {
+			t.Fatalf("Remove (again): %v", err)
+		}
+		if !second.AlreadyRemoved || !second.BranchKept || second.CommitsBeyondStart != 1 {
+			t.Errorf("Remove (again) = %+v, want already removed, branch kept", second)
+		}
+		if first.AlreadyRemoved {
+			t.Errorf("first Remove = %+v, want AlreadyRemoved false", first)
+		}
+		assertGone(t, m, wt)
+	})
+	t.Run("admin dir name reused", func(t *testing.T) {
+		// After a removal, git may give the same admin dir name to a new
+		// worktree; a retried Remove of the old one must not touch it.
+		m := newManager(t)
+		repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+		old := mustAdd(t, m, repo, newID(t), "")
+		if _, err := m.Remove(testCtx(t), old, RemoveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cur := mustAdd(t, m, repo, newID(t), "")
+		if cur.AdminDir != old.AdminDir {
+			t.Fatalf("git did not reuse the admin dir name (%s vs %s); the test needs it", cur.AdminDir, old.AdminDir)
+		}
+		if _, err := m.Remove(testCtx(t), old, RemoveOptions{Discard: true}); err != nil {
+			t.Fatalf("Remove (retry of the old one): %v", err)
+		}
+		if h, err := m.Health(testCtx(t), cur); err != nil || !h.Registered || !h.GitdirResolves {
+			t.Errorf("Health(current) = %+v, %v after removing the old worktree; want intact", h, err)
+		}
+	})
+	t.Run("unregistered directory keeps files", func(t *testing.T) {
+		m, _, wt := newRepoWorktree(t)
+		testenv.WriteFile(t, filepath.Join(wt.Path, "work.txt"), "work\n")
+		if err := os.RemoveAll(wt.AdminDir); err != nil { // e.g. a prune elsewhere
+			t.Fatal(err)
+		}
+		_, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		if !errors.Is(err, ErrUnsavedWork) {
+			t.Fatalf("Remove(unregistered dir) = %v, want ErrUnsavedWork", err)
+		}
+		if got := readFile(t, filepath.Join(wt.Path, "work.txt")); got != "work\n" {
+			t.Fatalf("work.txt = %q after refused Remove", got)
+		}
+		if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Discard: true}); err != nil {
+			t.Fatalf("Remove(Discard): %v", err)
+		}
+		assertGone(t, m, wt)
+	})
+}
