@@ -162,6 +162,9 @@ func linkPath(s, dir, what string) (string, error) {
 			return "", fmt.Errorf("parse %s: relative path %q and no absolute base", what, truncate(s, 64))
 		}
 		s = filepath.Join(dir, s)
+		if strings.ContainsAny(s, "\x00\n\r") {
+			return "", fmt.Errorf("parse %s: base directory contains a control character", what)
+		}
 	}
 	return filepath.Clean(s), nil
 }
