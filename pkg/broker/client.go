@@ -42,16 +42,20 @@ func NewClient(socket, tokenFile string) *Client {
 	return &Client{
 		socket:    socket,
 		tokenFile: tokenFile,
-		hc: &http.Client{Transport: &http.Transport{
-			// No Proxy: a container's HTTP_PROXY must not see the token.
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return d.DialContext(ctx, "unix", socket)
+		hc: &http.Client{
+			// A redirect from an LLM provider is the caller's to follow.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			Transport: &http.Transport{
+				// No Proxy: a container's HTTP_PROXY must not see the token.
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					return d.DialContext(ctx, "unix", socket)
+				},
+				MaxIdleConnsPerHost:   8,
+				IdleConnTimeout:       30 * time.Second,
+				ResponseHeaderTimeout: 5 * time.Minute,
+				DisableCompression:    true,
 			},
-			MaxIdleConnsPerHost:   8,
-			IdleConnTimeout:       30 * time.Second,
-			ResponseHeaderTimeout: 5 * time.Minute,
-			DisableCompression:    true,
-		}},
+		},
 	}
 }
 

@@ -1,0 +1,235 @@
+package broker_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+)
+
+func TestBodyTooLarge(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { o.Limits.MaxBody = 1024 })
+	ep := e.open(broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: broker.Grants{Git: []string{"git.example.com"}}})
+	tok := e.token("conv-1", 1)
+	big := "protocol=https\nhost=git.example.com\nwwwauth[]=" + strings.Repeat("a", 1024) + "\n"
+	for _, chunked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chunked=%v", chunked), func(t *testing.T) {
+			var body io.Reader = strings.NewReader(big)
+			if chunked {
+				body = io.MultiReader(body) // hides the length
+			}
+			n := e.auditCount()
+			resp, b := e.request(ep.Socket, http.MethodPost, "/v1/git-credential?action=get", authed(tok), body)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"code":"too_large"`) {
+				t.Errorf("oversize body = %d %s, want 413 too_large", resp.StatusCode, b)
+			}
+			if rec := e.audit(n + 1); rec.Status != 413 || rec.Allowed || rec.Reason != "too_large" {
+				t.Errorf("audit record %+v", rec)
+			}
+		})
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newEnv(t, func(o *broker.Options) {
+		o.Now = clock
+		o.Limits.Rate = 0.5 // a token every 2s
+		o.Limits.Burst = 3
+	})
+	ep := e.open(broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1})
+	other := e.open(broker.Conversation{ID: "conv-2", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1})
+	whoami := func(ep broker.Endpoint, id string) *http.Response {
+		resp, _ := e.request(ep.Socket, http.MethodGet, "/v1/whoami", authed(e.token(id, 1)), nil)
+		return resp
+	}
+	for i := range 3 {
+		if resp := whoami(ep, "conv-1"); resp.StatusCode != 200 {
+			t.Fatalf("request %d within the burst = %d", i, resp.StatusCode)
+		}
+	}
+	n := e.auditCount()
+	resp := whoami(ep, "conv-1")
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "2" {
+		t.Errorf("request over the rate = %d, Retry-After %q; want 429 and 2", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if rec := e.audit(n + 1); rec.Code != "rate_limited" || rec.Reason != "rate" || rec.Status != 429 {
+		t.Errorf("audit record %+v", rec)
+	}
+	// Another conversation has its own bucket.
+	if resp := whoami(other, "conv-2"); resp.StatusCode != 200 {
+		t.Errorf("other conversation = %d, want 200", resp.StatusCode)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Second)
+	mu.Unlock()
+	if resp := whoami(ep, "conv-1"); resp.StatusCode != 200 {
+		t.Errorf("after the refill = %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestSlowHeadersCutOff trickles a request's headers slower than the
+// header timeout allows: the broker must drop the connection.
+func TestSlowHeadersCutOff(t *testing.T) {
+	e := newEnv(t, func(o *broker.Options) { o.Limits.ReadHeaderTimeout = 200 * time.Millisecond })
+	ep := e.open(broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1})
+	conn, err := net.Dial("unix", ep.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	closed := make(chan error, 1)
+	go func() {
+		_, err := conn.Read(make([]byte, 1))
+		closed <- err
+	}()
+	start := time.Now()
+	if _, err := io.WriteString(conn, "GET /v1/whoami HTTP/1.1\r\nHost: x\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case err := <-closed:
+			if err == nil {
+				t.Fatalf("the broker answered a request whose headers never ended")
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("cut off after %v", d)
+			}
+			return
+		case <-tick.C:
+			if time.Since(start) > 30*time.Second {
+				t.Fatal("a client trickling headers was not cut off in 30s")
+			}
+			// The broker may already have closed; a write error is fine.
+			_, _ = fmt.Fprintf(conn, "X-Trickle-%d: 1\r\n", i)
+		}
+	}
+}
+
+// TestConversationIsolation fills conversation A's in-flight budget with
+// slow LLM requests: A's next request is refused with 429, and B is
+// served meanwhile.
+func TestConversationIsolation(t *testing.T) {
+	const inFlight = 4
+	var arrived atomic.Int32
+	arrivedCh := make(chan struct{}, inFlight)
+	release := make(chan struct{})
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		arrivedCh <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		fmt.Fprint(w, "done")
+	}))
+	t.Cleanup(provider.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	e := newEnv(t, func(o *broker.Options) { o.Limits.MaxInFlight = inFlight })
+	grants := broker.Grants{LLM: []string{"slow"}}
+	a := e.open(broker.Conversation{ID: "conv-a", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: grants})
+	b := e.open(broker.Conversation{ID: "conv-b", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: grants})
+	e.be.SetLLMProfile(broker.LLMProfile{Name: "slow", BaseURL: provider.URL, APIKey: []byte("sk-" + marker)})
+
+	ca := e.client(a)
+	var wg sync.WaitGroup
+	errs := make(chan error, inFlight)
+	for range inFlight {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodGet, "http://x/v1/llm/slow/proxy/wait", nil)
+			resp, err := ca.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "done" {
+				errs <- fmt.Errorf("slow request: %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+	for range inFlight {
+		select {
+		case <-arrivedCh:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d slow requests reached the provider", arrived.Load())
+		}
+	}
+	if _, err := ca.Whoami(context.Background()); !errors.Is(err, broker.ErrRateLimited) {
+		t.Errorf("A's request over its in-flight limit: %v, want ErrRateLimited", err)
+	}
+	resp, _ := e.request(a.Socket, http.MethodGet, "/v1/whoami", authed(e.token("conv-a", 1)), nil)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("A over its in-flight limit = %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	cb := e.client(b)
+	for i := range 20 {
+		if _, err := cb.Whoami(context.Background()); err != nil {
+			t.Fatalf("B's request %d while A is saturated: %v", i, err)
+		}
+	}
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if _, err := ca.Whoami(context.Background()); err != nil {
+		t.Errorf("A after its slow requests finished: %v", err)
+	}
+}
+
+// TestKeepAliveServesManyRequests checks a client connection is reused
+// (peer credentials are read once per connection, not per request).
+func TestKeepAliveServesManyRequests(t *testing.T) {
+	e := newEnv(t)
+	ep := e.open(broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1})
+	conn, err := net.Dial("unix", ep.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for i := range 5 {
+		fmt.Fprintf(conn, "GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-OHD-Request: 1\r\n\r\n", e.token("conv-1", 1))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d on one connection: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d = %d", i, resp.StatusCode)
+		}
+	}
+	recs := e.be.AuditRecords()
+	for _, r := range recs {
+		if r.PeerPID != os.Getpid() || !r.Allowed {
+			t.Errorf("audit record %+v, want this process, allowed", r)
+		}
+	}
+}
