@@ -23,6 +23,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 )
 
 // TestStartSettings starts one container with every option set and checks
@@ -117,6 +118,18 @@ func TestStartSettings(t *testing.T) {
 		RestartPolicy: "no", Init: true,
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
 	}
+	// The engine adds the image's labels under the container's own.
+	img, err := rawClient(t).ImageInspect(ctx, s.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Config != nil {
+		for k, v := range img.Config.Labels {
+			if _, ok := want.Labels[k]; !ok {
+				want.Labels[k] = v
+			}
+		}
+	}
 	if d.logConfig.Type == "" { // an engine whose log driver ohd leaves alone
 		want.LogConfig = got.LogConfig
 	}
@@ -163,10 +176,6 @@ func TestStartSettings(t *testing.T) {
 
 	// Env: exactly what was given, plus what the image itself sets; never
 	// the secret from ohd's environment.
-	img, err := rawClient(t).ImageInspect(ctx, s.Image)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var fromImage []string
 	if img.Config != nil {
 		fromImage = img.Config.Env
@@ -207,20 +216,21 @@ func TestStartSettings(t *testing.T) {
 	// Read-only root, writable /tmp (and exec allowed there), writable
 	// worktree, read-only mount.
 	for _, c := range []struct {
-		cmd  string
-		want int
+		cmd      string
+		writable bool
 	}{
-		{"touch /etc/x", 1},
-		{"touch /tmp/x", 0},
-		{"touch " + rw + "/x", 1}, // rw belongs to root here; see TestNonRootUser
-		{"touch " + ro + "/x", 1},
+		{": > /etc/x", false},
+		{": > /tmp/x", true},
+		{": > " + rw + "/x", false}, // rw belongs to root here; see TestNonRootUser
+		{": > " + ro + "/x", false},
 	} {
-		code, err := d.Exec(ctx, inst.ContainerID, []string{"/bin/sh", "-c", c.cmd + " 2>/dev/null"}, ExecOptions{})
+		var stderr bytes.Buffer
+		code, err := d.Exec(ctx, inst.ContainerID, []string{"/bin/sh", "-c", c.cmd}, ExecOptions{Stderr: &stderr})
 		if err != nil {
 			t.Fatalf("Exec(%q): %v", c.cmd, err)
 		}
-		if code != c.want {
-			t.Errorf("Exec(%q) exit code = %d, want %d", c.cmd, code, c.want)
+		if (code == 0) != c.writable {
+			t.Errorf("Exec(%q) exit code = %d (%s), want writable=%v", c.cmd, code, strings.TrimSpace(stderr.String()), c.writable)
 		}
 	}
 }
@@ -240,12 +250,12 @@ func TestNonRootUser(t *testing.T) {
 	ctx := context.Background()
 
 	var out bytes.Buffer
-	code, err := d.Exec(ctx, inst.ContainerID, []string{"/bin/sh", "-c", "id -u; id -g; touch made-inside"}, ExecOptions{Stdout: &out, Stderr: &out})
+	code, err := d.Exec(ctx, inst.ContainerID, []string{"/bin/sh", "-c", shUIDGID + "; : > made-inside"}, ExecOptions{Stdout: &out, Stderr: &out})
 	if err != nil || code != 0 {
-		t.Fatalf("Exec(id; touch) = %d, %v; output %q", code, err, out.String())
+		t.Fatalf("Exec(uid, gid; write a file) = %d, %v; output %q", code, err, out.String())
 	}
 	if got, want := strings.Fields(out.String()), []string{"1000", "1000"}; !slices.Equal(got, want) {
-		t.Errorf("id -u; id -g in the container = %q, want %q", got, want)
+		t.Errorf("uid, gid of a shell in the container = %q, want %q", got, want)
 	}
 	st, err := os.Stat(filepath.Join(dir, "made-inside"))
 	if err != nil {
@@ -282,9 +292,10 @@ func TestExec(t *testing.T) {
 	}{
 		{"exit code", []string{"/bin/sh", "-c", "exit 7"}, ExecOptions{}, 7, "", ""},
 		{"streams", []string{"/bin/sh", "-c", "echo out; echo err >&2"}, ExecOptions{}, 0, "out\n", "err\n"},
-		{"stdin", []string{"cat"}, ExecOptions{Stdin: strings.NewReader("hello\n")}, 0, "hello\n", ""},
+		{"stdin", []string{"/bin/sh", "-c", "while read -r l; do echo \"<$l>\"; done"}, ExecOptions{Stdin: strings.NewReader("hello\nworld\n")}, 0, "<hello>\n<world>\n", ""},
 		{"env and dir", []string{"/bin/sh", "-c", "echo $GREETING; pwd"}, ExecOptions{Env: []string{"GREETING=hi"}, WorkingDir: "/tmp"}, 0, "hi\n/tmp\n", ""},
-		{"user", []string{"id", "-u"}, ExecOptions{User: "1234:1234"}, 0, "1234\n", ""},
+		{"user", []string{"/bin/sh", "-c", shUIDGID}, ExecOptions{User: "1234:1235"}, 0, "1234\n1235\n", ""},
+		{"container user", []string{"/bin/sh", "-c", shUIDGID}, ExecOptions{}, 0, "1000\n1000\n", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -371,15 +382,15 @@ func TestStartFailures(t *testing.T) {
 		edit: func(s *Spec) {
 			s.Env = []string{"STANDIN_HEALTH_DELAY=1h", "STANDIN_EXIT_AFTER=300ms"}
 		},
-		wantErr: ErrExited, wantStep: StepReady, wantLog: "exiting after",
-		wantMsg: []string{"ready", "code 3", "exiting after"},
+		wantErr: ErrExited, wantStep: StepReady, wantLog: "simulated crash",
+		wantMsg: []string{"ready", "code 3", "simulated crash"},
 	}, {
 		name: "not ready in time",
 		edit: func(s *Spec) {
 			s.Env = []string{"STANDIN_HEALTH_DELAY=1h"}
 			s.ReadyTimeout = 1500 * time.Millisecond
 		},
-		wantErr: ErrNotReady, wantStep: StepReady, wantLog: "listening",
+		wantErr: ErrNotReady, wantStep: StepReady, wantLog: "path=/health status=503",
 		wantMsg: []string{"ready", "/health did not answer 200 within 1.5s", "503"},
 	}, {
 		name:    "missing image",
@@ -631,7 +642,7 @@ func TestList(t *testing.T) {
 // image says how to provide it.
 func TestResolveImage(t *testing.T) {
 	d, _ := testDocker(t)
-	ref := testImage(t)
+	ref := testimage.Ensure(t)
 	ctx := context.Background()
 	img, err := d.ResolveImage(ctx, ref)
 	if err != nil {
@@ -654,19 +665,22 @@ func TestResolveImage(t *testing.T) {
 	}
 }
 
-// TestLogs checks Logs separates stdout from stderr.
+// TestLogs checks Logs separates stdout from stderr, and Spec.Cmd
+// replaces the image's command.
 func TestLogs(t *testing.T) {
 	d, server := testDocker(t)
-	inst := mustStart(t, d, baseSpec(t, server))
+	s := baseSpec(t, server)
+	s.Cmd = []string{"/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exec /usr/local/bin/standin"}
+	inst := mustStart(t, d, s)
 	var stdout, stderr bytes.Buffer
 	if err := d.Logs(context.Background(), inst.ContainerID, false, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(stdout.String(), "listening") || strings.Contains(stdout.String(), "uid") {
-		t.Errorf("stdout = %q, want the listening line only", stdout.String())
+	if stdout.String() != "to-stdout\n" {
+		t.Errorf("stdout = %q, want %q", stdout.String(), "to-stdout\n")
 	}
-	if !strings.Contains(stderr.String(), "uid 1000") {
-		t.Errorf("stderr = %q, want the uid line", stderr.String())
+	if e := stderr.String(); !strings.HasPrefix(e, "to-stderr\n") || !strings.Contains(e, "standin: listening") {
+		t.Errorf("stderr = %q, want to-stderr then the standin's log", e)
 	}
 	// Follow ends with the caller's context, without an error.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

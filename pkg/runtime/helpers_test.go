@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/moby/moby/client"
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 )
 
 // newUUID returns a random UUID (version 4).
@@ -98,7 +98,7 @@ func baseSpec(t testing.TB, server string) Spec {
 	return Spec{
 		ConversationID: newUUID(t),
 		ServerID:       server,
-		Image:          testImage(t),
+		Image:          testimage.Ensure(t),
 		UID:            testenv.UnprivilegedUID,
 		GID:            testenv.UnprivilegedGID,
 		Resources:      Resources{MemoryBytes: 64 << 20, NanoCPUs: 500_000_000, PidsLimit: 64},
@@ -127,4 +127,6 @@ func mustStart(t testing.TB, d *Docker, s Spec) Instance {
 	return inst
 }
 
-var _ = fmt.Sprintf
+// shUIDGID is a /bin/sh script (the test image has no id(1)) printing the
+// real uid and gid of the shell.
+const shUIDGID = `while read -r k a rest; do case $k in Uid:|Gid:) echo "$a";; esac; done < /proc/self/status`
