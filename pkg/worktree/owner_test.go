@@ -102,8 +102,18 @@ func TestOwnership(t *testing.T) {
 	}
 	assertOwnedBy(t, uid, convDir, repo.CommonDir)
 
-	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{}); err != nil {
+	// A root-owned directory in the worktree (someone used sudo there):
+	// git, running as the owner, cannot delete it; Remove must still.
+	testenv.WriteFile(t, filepath.Join(wt.Path, "by-root", "file"), "root's\n")
+	if err := os.Chmod(filepath.Join(wt.Path, "by-root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+	if err != nil {
 		t.Fatalf("Remove: %v", err)
+	}
+	if got := gitIn(t, repoDir, "show", res.SnapshotRef+":by-root/file"); got != "root's" {
+		t.Errorf("snapshot by-root/file = %q, want it saved", got)
 	}
 	assertOwnedBy(t, uid, repo.CommonDir)
 	assertGone(t, m, wt)

@@ -94,7 +94,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if m.euid != 0 && wt.UID != m.euid {
 		return fail(ownerError(wt.UID, m.euid))
 	}
-	registered := adminPointsAt(wt.AdminDir, wt.Path)
+	registered := ownsAdmin(wt)
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	snapRef := SnapshotRef(wt.ConversationID)
 
@@ -159,21 +159,27 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 
 // removeWorktree unlocks and removes the worktree directory and its admin
 // dir. The caller holds the repository lock.
+//
+// Unlocking deletes <AdminDir>/locked directly (that file is the lock, see
+// gitrepository-layout(5)): `git worktree unlock <path>` picks the first
+// registration claiming the path, which need not be ours if an agent
+// rewrote another admin dir's gitdir. For the same reason `git worktree
+// remove` is used only when exactly one registration claims the path and
+// both pointers agree; otherwise, or if git fails, ohd deletes the
+// directory and (only if it is ours, see ownsAdmin) the admin dir itself.
 func (m *Manager) removeWorktree(ctx context.Context, wt Worktree, ct gitTarget, dirExists, registered bool) error {
 	if registered {
-		if _, err := os.Lstat(filepath.Join(wt.AdminDir, "locked")); err == nil {
-			if _, err := m.git(ctx, ct, runOpts{}, "worktree", "unlock", wt.Path); err != nil {
-				m.log.Warn("git worktree unlock failed; removing by hand", "path", wt.Path, "err", err)
-			}
+		if err := os.Remove(filepath.Join(wt.AdminDir, "locked")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("unlock %s: %w", wt.Path, err)
 		}
-		if dirExists && dotGitPointsAt(wt.Path, wt.AdminDir) {
+		if dirExists && adminPointsAt(wt.AdminDir, wt.Path) && dotGitPointsAt(wt.Path, wt.AdminDir) && m.claimedOnce(ctx, wt) {
 			if _, err := m.git(ctx, ct, runOpts{}, "worktree", "remove", "--force", wt.Path); err != nil {
 				m.log.Warn("git worktree remove failed; removing by hand", "path", wt.Path, "err", err)
 			}
 		}
-		// Whatever git left: the admin dir only while it is still ours
-		// (git may since have reused the name for another worktree).
-		if adminPointsAt(wt.AdminDir, wt.Path) {
+		// Still there: git did not remove it. It is still ours (checked
+		// before unlocking; git cannot reuse a name that exists).
+		if ok, err := lexists(wt.AdminDir); err != nil || ok {
 			if err := os.RemoveAll(wt.AdminDir); err != nil {
 				return fmt.Errorf("remove admin dir %s: %w", wt.AdminDir, err)
 			}
@@ -185,6 +191,47 @@ func (m *Manager) removeWorktree(ctx context.Context, wt Worktree, ct gitTarget,
 		return fmt.Errorf("remove %s: %w", wt.Path, err)
 	}
 	return nil
+}
+
+// claimedOnce reports whether exactly one registration names wt.Path.
+func (m *Manager) claimedOnce(ctx context.Context, wt Worktree) bool {
+	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, r := range regs {
+		if samePath(r.Path, wt.Path) {
+			n++
+		}
+	}
+	return n == 1
+}
+
+// ownsAdmin reports whether wt.AdminDir is this conversation's admin dir
+// and so may be used and deleted: its gitdir names wt.Path; or it names
+// another path whose .git does not point back (the file was rewritten, or
+// is missing) while its lock still carries this conversation's reason. An
+// admin dir git has reused for another live worktree (a retried Remove
+// after the name was recycled) fails both tests.
+func ownsAdmin(wt Worktree) bool {
+	st, err := os.Lstat(wt.AdminDir)
+	if err != nil || !st.IsDir() {
+		return false
+	}
+	if adminPointsAt(wt.AdminDir, wt.Path) {
+		return true
+	}
+	b, err := readLinkFile(filepath.Join(wt.AdminDir, "locked"))
+	if err != nil || strings.TrimSpace(string(b)) != LockReason(wt.ConversationID) {
+		return false
+	}
+	if b, err := readLinkFile(filepath.Join(wt.AdminDir, "gitdir")); err == nil {
+		if p, err := parseAdminGitdir(b, wt.AdminDir); err == nil && filepath.Base(p) == ".git" && dotGitPointsAt(filepath.Dir(p), wt.AdminDir) {
+			return false // a live worktree elsewhere really uses it
+		}
+	}
+	return true
 }
 
 // settleBranch deletes or keeps the conversation's branch and fills res.

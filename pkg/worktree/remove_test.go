@@ -304,3 +304,62 @@ func TestRemoveIdempotent(t *testing.T) {
 		assertGone(t, m, wt)
 	})
 }
+
+// TestRemoveTamperedPointers: the agent rewrote its .git file to name
+// another conversation's admin dir and its admin dir's gitdir to name the
+// other worktree. Remove still snapshots and removes its own worktree,
+// leaves no stale registration and does not harm the other one.
+func TestRemoveTamperedPointers(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	a := mustAdd(t, m, repo, newID(t), "")
+	b := mustAdd(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(a.Path, "work.txt"), "work of a\n")
+	testenv.WriteFile(t, filepath.Join(a.Path, ".git"), "gitdir: "+b.AdminDir+"\n")
+	testenv.WriteFile(t, filepath.Join(a.AdminDir, "gitdir"), filepath.Join(b.Path, ".git")+"\n")
+
+	res, err := m.Remove(testCtx(t), a, RemoveOptions{})
+	if err != nil {
+		t.Fatalf("Remove(tampered): %v", err)
+	}
+	if res.SnapshotRef == "" {
+		t.Errorf("Remove(tampered) = %+v, want a snapshot of work.txt", res)
+	} else if got := gitIn(t, repo.TopLevel, "show", res.SnapshotRef+":work.txt"); got != "work of a" {
+		t.Errorf("snapshot work.txt = %q, want %q", got, "work of a")
+	}
+	for _, p := range []string{a.AdminDir, a.Path} {
+		if exists(t, p) {
+			t.Errorf("%s still exists", p)
+		}
+	}
+	regs := worktreeList(t, repo.TopLevel)
+	if len(regs) != 2 || regs[1].Path != b.Path || !regs[1].Locked {
+		t.Errorf("git worktree list = %+v, want the main worktree and b, locked", regs)
+	}
+	if h, err := m.Health(testCtx(t), b); err != nil || !h.Registered || !h.GitdirResolves || !h.Locked {
+		t.Errorf("Health(b) = %+v, %v; want intact", h, err)
+	}
+	if _, err := m.Remove(testCtx(t), b, RemoveOptions{}); err != nil {
+		t.Fatalf("Remove(b): %v", err)
+	}
+	assertGone(t, m, b)
+}
+
+// TestSnapshotOrphanHead: an agent that switched to an unborn branch
+// still gets its files saved, in a commit without parents.
+func TestSnapshotOrphanHead(t *testing.T) {
+	m, repo, wt := newRepoWorktree(t)
+	gitIn(t, wt.Path, "checkout", "-q", "--orphan", "fresh")
+	gitIn(t, wt.Path, "rm", "-q", "-rf", "--cached", ".")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "only.txt"), "only\n")
+	_, commit, err := m.Snapshot(testCtx(t), wt)
+	if err != nil || commit == "" {
+		t.Fatalf("Snapshot(orphan) = %q, %v", commit, err)
+	}
+	if got := gitIn(t, repo.TopLevel, "rev-list", "--parents", "-n", "1", commit); got != commit {
+		t.Errorf("snapshot parents = %q, want none", got)
+	}
+	if got := gitIn(t, repo.TopLevel, "show", commit+":only.txt"); got != "only" {
+		t.Errorf("snapshot only.txt = %q", got)
+	}
+}

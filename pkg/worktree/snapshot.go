@@ -34,7 +34,7 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 	if m.euid != 0 && wt.UID != m.euid {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w", wt.Path, ownerError(wt.UID, m.euid))
 	}
-	if !adminPointsAt(wt.AdminDir, wt.Path) {
+	if !ownsAdmin(wt) {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w: %s is not this worktree's registration: nothing can be snapshotted", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	commit, err = m.snapshotCommit(ctx, wt)
