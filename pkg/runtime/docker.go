@@ -335,7 +335,7 @@ func (d *Docker) Start(ctx context.Context, s Spec) (Instance, error) {
 	}
 
 	t1 := time.Now()
-	port, err := d.startAndPort(ctx, res.ID, s.InnerPort)
+	port, _, err := d.startAndPort(ctx, res.ID, s.InnerPort)
 	inst.Timings.Start = time.Since(t1)
 	if err != nil {
 		return Instance{}, d.failStart(ctx, startStep(err), name, res.ID, err, true)
@@ -355,22 +355,32 @@ func (d *Docker) Start(ctx context.Context, s Spec) (Instance, error) {
 }
 
 // Restart starts the existing container id again (an idle conversation
-// coming back), reads its port back and waits until it is ready. s gives
-// InnerPort, HealthPath and ReadyTimeout; the rest of the container's
-// settings are those it was created with. On failure the container is
-// stopped, not removed: the caller decides whether to re-create it.
+// coming back), reads its port back (it may differ from before the stop)
+// and waits until it is ready. Of s only the readiness fields matter:
+// HealthPath and ReadyTimeout (defaults as for Start), and InnerPort (0
+// means the port recorded in the container's dev.ohd.inner-port label);
+// the container keeps the settings it was created with. On failure the
+// container is stopped, not removed: the caller decides whether to
+// re-create it.
 func (d *Docker) Restart(ctx context.Context, id string, s Spec) (Instance, error) {
-	s, err := d.prepare(s)
-	name := ContainerName(s.ConversationID)
-	if err != nil {
+	inner := s.InnerPort
+	s = s.withDefaults()
+	name := shortID(id)
+	if err := s.validateReadiness(); err != nil {
 		return Instance{}, fmt.Errorf("restart container %s: %w", name, err)
 	}
 	inst := Instance{ContainerID: id, Name: name}
 	t1 := time.Now()
-	port, err := d.startAndPort(ctx, id, s.InnerPort)
+	port, ins, err := d.startAndPort(ctx, id, inner)
 	inst.Timings.Start = time.Since(t1)
+	if ins.Name != "" {
+		inst.Name = ins.Name
+	}
+	if ins.ID != "" {
+		id, inst.ContainerID = ins.ID, ins.ID
+	}
 	if err != nil {
-		return Instance{}, d.failStart(ctx, startStep(err), name, id, err, false)
+		return Instance{}, d.failStart(ctx, startStep(err), inst.Name, id, err, false)
 	}
 	inst.HostPort = port
 	inst.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -378,29 +388,39 @@ func (d *Docker) Restart(ctx context.Context, id string, s Spec) (Instance, erro
 	err = d.waitReady(ctx, id, inst.Addr, s)
 	inst.Timings.Ready = time.Since(t2)
 	if err != nil {
-		return Instance{}, d.failStart(ctx, StepReady, name, id, err, false)
+		return Instance{}, d.failStart(ctx, StepReady, inst.Name, id, err, false)
 	}
 	return inst, nil
 }
 
 // startAndPort starts the container (a running one is left as is) and
-// reads back the host port the engine published innerPort on.
-func (d *Docker) startAndPort(ctx context.Context, id string, innerPort int) (int, error) {
+// reads back the host port the engine published innerPort on (0: the
+// port of the container's dev.ohd.inner-port label, else 8000). It also
+// returns the container's ID and name once known.
+func (d *Docker) startAndPort(ctx context.Context, id string, innerPort int) (int, Container, error) {
 	if _, err := d.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		return 0, classify(err)
+		return 0, Container{}, classify(err)
 	}
 	res, err := d.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return 0, d.wrap("inspect", shortID(id), err)
+		return 0, Container{}, d.wrap("inspect", shortID(id), err)
 	}
-	if st := res.Container.State; st != nil && !st.Running {
-		return 0, fmt.Errorf("%w with code %d right after start", ErrExited, st.ExitCode)
+	ci := res.Container
+	c := Container{ID: ci.ID, Name: strings.TrimPrefix(ci.Name, "/")}
+	if innerPort == 0 && ci.Config != nil {
+		innerPort, _ = strconv.Atoi(ci.Config.Labels[LabelInnerPort])
 	}
-	port := publishedPort(res.Container.NetworkSettings, innerPort)
+	if innerPort <= 0 || innerPort > 65535 {
+		innerPort = DefaultInnerPort
+	}
+	if st := ci.State; st != nil && !st.Running {
+		return 0, c, fmt.Errorf("%w with code %d right after start", ErrExited, st.ExitCode)
+	}
+	port := publishedPort(ci.NetworkSettings, innerPort)
 	if port == 0 {
-		return 0, fmt.Errorf("inspect %s: the engine published no host port for %d/tcp", shortID(id), innerPort)
+		return 0, c, fmt.Errorf("inspect %s: the engine published no host port for %d/tcp", shortID(id), innerPort)
 	}
-	return port, nil
+	return port, c, nil
 }
 
 // startStep names the step a startAndPort error belongs to: a container

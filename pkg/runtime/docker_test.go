@@ -539,7 +539,9 @@ func TestStopRestart(t *testing.T) {
 	if err := d.Stop(ctx, first.ContainerID, time.Second); err != nil {
 		t.Errorf("Stop of a stopped container: %v, want nil", err)
 	}
-	again, err := d.Restart(ctx, first.ContainerID, s)
+	// Restart needs only the readiness fields; the inner port comes from
+	// the container's label.
+	again, err := d.Restart(ctx, first.ContainerID, Spec{ReadyTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("Restart: %v", err)
 	}
@@ -564,6 +566,20 @@ func TestStopRestart(t *testing.T) {
 		t.Errorf("Inspect ImageID = %q, want sha256:...", c.ImageID)
 	}
 	t.Logf("port before stop %d, after restart %d", first.HostPort, again.HostPort)
+
+	// A Restart that fails leaves the container stopped, not removed.
+	if err := d.Stop(ctx, first.ContainerID, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.Restart(ctx, first.ContainerID, Spec{HealthPath: "/no-such-path", ReadyTimeout: time.Second})
+	var se *StartError
+	if !errors.Is(err, ErrNotReady) || !errors.As(err, &se) || se.Step != StepReady || se.Removed || se.Name != first.Name {
+		t.Errorf("Restart with a failing health check = %v, want a ready-step ErrNotReady naming %s, container kept", err, first.Name)
+	}
+	c, err = d.Inspect(ctx, first.ContainerID)
+	if err != nil || c.Running {
+		t.Errorf("Inspect after a failed Restart = %+v, %v; want the container kept, stopped", c, err)
+	}
 
 	if err := d.Remove(ctx, first.ContainerID); err != nil {
 		t.Fatal(err)

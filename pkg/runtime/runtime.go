@@ -222,8 +222,9 @@ type Runtime interface {
 	// which step failed and carries the tail of its logs.
 	Start(ctx context.Context, s Spec) (Instance, error)
 	// Restart starts an existing (stopped) container again, waits for it to
-	// be ready and reads its port back (it may have changed). On failure
-	// the container is stopped, not removed.
+	// be ready and reads its port back (it may have changed). Only the
+	// readiness fields of s are used (InnerPort 0: the container's own).
+	// On failure the container is stopped, not removed.
 	Restart(ctx context.Context, containerID string, s Spec) (Instance, error)
 	// Stop stops the container, killing it after timeout. Stopping a
 	// stopped container is no error; a missing one is ErrNotFound.
@@ -295,10 +296,26 @@ func (s Spec) withDefaults() Spec {
 	return s
 }
 
+// validateReadiness checks the fields readiness uses (defaults applied).
+func (s Spec) validateReadiness() error {
+	switch {
+	case s.InnerPort < 1 || s.InnerPort > 65535:
+		return fmt.Errorf("%w: inner port %d out of range", ErrInvalidSpec, s.InnerPort)
+	case !strings.HasPrefix(s.HealthPath, "/"):
+		return fmt.Errorf("%w: health path %q does not start with /", ErrInvalidSpec, s.HealthPath)
+	case s.ReadyTimeout < 0:
+		return fmt.Errorf("%w: ready timeout %v is negative", ErrInvalidSpec, s.ReadyTimeout)
+	}
+	return nil
+}
+
 // validate reports the first problem of a Spec whose defaults are applied.
 func (s Spec) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidSpec}, args...)...)
+	}
+	if err := s.validateReadiness(); err != nil {
+		return err
 	}
 	switch {
 	case ContainerName(s.ConversationID) == "ohd-":
@@ -309,12 +326,6 @@ func (s Spec) validate() error {
 		return bad("image is empty")
 	case s.UID < 0 || s.GID < 0:
 		return bad("uid:gid %d:%d is negative", s.UID, s.GID)
-	case s.InnerPort < 1 || s.InnerPort > 65535:
-		return bad("inner port %d out of range", s.InnerPort)
-	case !strings.HasPrefix(s.HealthPath, "/"):
-		return bad("health path %q does not start with /", s.HealthPath)
-	case s.ReadyTimeout < 0:
-		return bad("ready timeout %v is negative", s.ReadyTimeout)
 	case s.Resources.MemoryBytes < 6<<20:
 		return bad("memory limit %d bytes is below the engine's 6 MiB minimum", s.Resources.MemoryBytes)
 	case s.Resources.NanoCPUs < 0 || s.Resources.PidsLimit < 0 || s.TmpSize < 0:
