@@ -23,7 +23,8 @@
 // A container is named "ohd-" + the first 12 hex digits of the
 // conversation UUID ([ContainerName]) and carries the labels
 // dev.ohd.server=<server id>, dev.ohd.conversation=<uuid> and
-// dev.ohd.inner-port=<port>. Starting a conversation whose name is taken
+// dev.ohd.inner-port=<port> (the engine adds the image's own labels
+// underneath; these win). Starting a conversation whose name is taken
 // fails with [ErrConflict]; the runtime never removes a container it did
 // not just create: reconciling leftovers is the caller's decision.
 //
