@@ -65,7 +65,11 @@
 //     XDG_CONFIG_HOME a nonexistent directory, GIT_CONFIG_NOSYSTEM=1,
 //     GIT_CONFIG_GLOBAL=/dev/null, GIT_ATTR_NOSYSTEM=1,
 //     GIT_TERMINAL_PROMPT=0, GIT_NO_REPLACE_OBJECTS=1 (refs/replace is
-//     agent-writable), LC_ALL=C, a fixed identity "ohd <ohd@localhost>";
+//     agent-writable), an empty GIT_ALLOW_PROTOCOL (no transport, whatever
+//     protocol.<name>.allow says) and GIT_NO_LAZY_FETCH=1, so a partial
+//     clone's missing object (objects/ is agent-writable) never makes git
+//     contact its promisor remote or run an ext:: command; LC_ALL=C; a
+//     fixed identity "ohd <ohd@localhost>";
 //   - names its git dir and work tree explicitly (--git-dir, --work-tree)
 //     so neither discovery nor core.worktree nor the agent-writable .git
 //     file decides what it operates on;

@@ -48,7 +48,7 @@ var hardenedConfig = [][2]string{
 	{"gpg.ssh.program", ""},        //
 	{"gpg.x509.program", ""},       //
 	{"log.showSignature", "false"}, //
-	{"protocol.allow", "never"},    // no transport at all: no fetch, no lazy fetch of a partial clone
+	{"protocol.allow", "never"},    // no transport (and GIT_ALLOW_PROTOCOL in baseEnv beats protocol.<name>.allow)
 	{"submodule.recurse", "false"}, // no child git in submodules (their config is not enumerated)
 	{"status.submoduleSummary", "false"},
 	{"gc.auto", "0"},                 // no auto-gc (it could prune worktrees)
@@ -114,7 +114,14 @@ func baseEnv() []string {
 		"GIT_ATTR_NOSYSTEM=1",
 		"GIT_TERMINAL_PROMPT=0",
 		"GIT_NO_REPLACE_OBJECTS=1", // refs/replace is agent-writable
-		"GIT_NO_LAZY_FETCH=1",      // git >= 2.44; protocol.allow=never covers older ones
+		// No transport at all, whatever protocol.<name>.allow says: an
+		// empty allow-list overrides the configuration. Without it a
+		// partial clone's missing object (objects/ is agent-writable)
+		// would make git lazily fetch from the promisor remote, and an
+		// ext:: URL runs a command.
+		"GIT_ALLOW_PROTOCOL=",
+		"GIT_PROTOCOL_FROM_USER=0",
+		"GIT_NO_LAZY_FETCH=1", // git >= 2.44 only
 		"GIT_OPTIONAL_LOCKS=0",
 		"GIT_AUTHOR_NAME=ohd",
 		"GIT_AUTHOR_EMAIL=ohd@localhost",

@@ -299,3 +299,60 @@ func TestEmptyFilterOverrideDisablesFilter(t *testing.T) {
 		t.Errorf("without the overrides git ran %q, want the clean filter (the check above proves nothing otherwise)", got)
 	}
 }
+
+// TestNoLazyFetch: in a partial clone whose promisor remote is an ext::
+// URL (a command) explicitly allowed by protocol.ext.allow, a missing blob
+// makes plain git run that command; ohd's git runs nothing, and Add fails
+// cleanly instead.
+func TestNoLazyFetch(t *testing.T) {
+	src := testenv.NewRepo(t, testenv.RepoOptions{})
+	commitFile(t, src, "big.txt", "only on the server\n", "second")
+	gitIn(t, src, "config", "uploadpack.allowFilter", "true")
+	dst := filepath.Join(testenv.TempDir(t), "clone")
+	gitIn(t, filepath.Dir(dst), "clone", "-q", "--no-checkout", "--filter=blob:none", "file://"+src, dst)
+	e := &evilRepo{dir: dst, markers: filepath.Join(testenv.TempDir(t), "fired"), bin: testenv.TempDir(t)}
+	gitIn(t, dst, "config", "remote.origin.url", "ext::"+e.program(t, "ext-transport", false)+" %S")
+	gitIn(t, dst, "config", "protocol.ext.allow", "always")
+
+	// Control: plain git runs the ext:: command to fetch the blob.
+	if _, err := testenv.GitOutput(dst, "cat-file", "-p", "HEAD:big.txt"); err == nil {
+		t.Fatalf("plain git read a blob the partial clone should lack")
+	}
+	if got := e.fired(t); !contains(got, "ext-transport") {
+		t.Fatalf("plain git ran %q, want the ext:: command (the test would prove nothing)", got)
+	}
+	e.reset(t)
+
+	m := newManager(t)
+	repo := mustInspect(t, m, dst)
+	before := listing(t, m.Root(), repo.CommonDir)
+	_, err := m.Add(testCtx(t), AddOptions{Repo: repo, ConversationID: newID(t)})
+	if err == nil {
+		t.Fatalf("Add in a partial clone without the blobs succeeded; want a checkout error")
+	}
+	if got := e.fired(t); len(got) != 0 {
+		t.Errorf("Add ran %q", got)
+	}
+	if after := listing(t, m.Root(), repo.CommonDir); !equalStrings(before, after) {
+		t.Errorf("failed Add changed the disk:\n%s", cmp.Diff(before, after))
+	}
+
+	// Each layer holds on its own: without GIT_NO_LAZY_FETCH (which git
+	// before 2.39.4 and 2.40-2.43 ignore), the protocol allow-list alone
+	// refuses the transport.
+	var env []string
+	for _, kv := range baseEnv() {
+		if !strings.HasPrefix(kv, "GIT_NO_LAZY_FETCH=") {
+			env = append(env, kv)
+		}
+	}
+	cmd := exec.Command(m.gitPath, append(globalArgs(gitTarget{}), "cat-file", "-p", "HEAD:big.txt")...)
+	cmd.Dir, cmd.Env = dst, env
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "transport 'ext' not allowed") {
+		t.Errorf("hardened git without GIT_NO_LAZY_FETCH = %v: %s; want the ext transport refused", err, out)
+	}
+	if got := e.fired(t); len(got) != 0 {
+		t.Errorf("hardened git without GIT_NO_LAZY_FETCH ran %q", got)
+	}
+}
