@@ -230,6 +230,7 @@ func (d *Docker) containerConfig(s Spec) (*container.Config, *container.HostConf
 		Image:        s.Image,
 		User:         fmt.Sprintf("%d:%d", s.UID, s.GID),
 		Env:          slices.Clone(s.Env),
+		Entrypoint:   slices.Clone(s.Entrypoint),
 		Cmd:          slices.Clone(s.Cmd),
 		WorkingDir:   s.WorkingDir,
 		Labels:       labels,

@@ -25,7 +25,11 @@ func (d *Docker) ResolveImage(ctx context.Context, ref string) (Image, error) {
 		return Image{}, d.wrap("resolve image", ref, err)
 	}
 	id := res.ID
-	return Image{Ref: ref, ID: id, Floating: !isImageID(ref, id) && Floating(ref)}, nil
+	img := Image{Ref: ref, ID: id, Floating: !isImageID(ref, id) && Floating(ref)}
+	if res.Config != nil {
+		img.Entrypoint, img.Cmd = res.Config.Entrypoint, res.Config.Cmd
+	}
+	return img, nil
 }
 
 // isImageID says ref names the image by (a prefix of) its ID.

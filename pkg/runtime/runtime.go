@@ -97,7 +97,10 @@ type Spec struct {
 	Env []string
 	// WorkingDir is the process's working directory; "" keeps the image's.
 	WorkingDir string
-	// Cmd, if set, replaces the image's command (the entrypoint stays).
+	// Entrypoint, if set, replaces the image's entrypoint (ohd wraps the
+	// image's own entrypoint and command with its key-handing helper).
+	Entrypoint []string
+	// Cmd, if set, replaces the image's command.
 	Cmd []string
 	// InnerPort is the port the inner server listens on; 0 means 8000. It
 	// is published on 127.0.0.1 with a port the engine picks.
@@ -191,6 +194,8 @@ type Image struct {
 	ID string
 	// Floating says Ref can move: a "latest" tag or no tag and no digest.
 	Floating bool
+	// Entrypoint and Cmd are the image's own, as its configuration says.
+	Entrypoint, Cmd []string
 }
 
 // ExecOptions say how Exec runs a command.
