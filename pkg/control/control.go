@@ -1,0 +1,153 @@
+// Package control is ohd's control API: the JSON types spoken over the
+// daemon's control socket and the client ohctl uses.
+//
+// The API is HTTP over a Unix socket (0600; only the daemon's uid and root
+// may connect, checked with SO_PEERCRED). Routes, all under /v1:
+//
+//	GET    /v1/version
+//	GET    /v1/conversations                         → []store.Conversation
+//	POST   /v1/conversations                         CreateRequest → store.Conversation (201)
+//	GET    /v1/conversations/{id}                    → store.Conversation
+//	DELETE /v1/conversations/{id}[?discard=true]     → store.Conversation (with its Removal)
+//	POST   /v1/conversations/{id}/grants             GrantRequest → store.Conversation
+//	DELETE /v1/conversations/{id}/grants/{kind}/{name}
+//	POST   /v1/conversations/{id}/token/rotate       → store.Conversation
+//	GET    /v1/conversations/{id}/logs[?follow=true] → the container's output (text stream)
+//	POST   /v1/conversations/{id}/exec               ExecRequest → ExecFrame lines (NDJSON stream)
+//	POST   /v1/prune                                 PruneRequest → PruneReport
+//	GET    /v1/doctor[?id=ID]                        → DoctorReport
+//	GET    /v1/secrets                               → []store.SecretInfo
+//	PUT    /v1/secrets/{name}                        body: the raw value
+//	DELETE /v1/secrets/{name}
+//	GET    /v1/git-credentials, PUT|DELETE /v1/git-credentials/{host}
+//	GET    /v1/llm-profiles,    PUT|DELETE /v1/llm-profiles/{name}
+//	GET    /v1/oauth-servers,   PUT|DELETE /v1/oauth-servers/{name}
+//	GET    /v1/audit[?conversation=ID&limit=N]       → []store.AuditRecord
+//
+// Errors answer {"error": "...", "code": "..."} with a status that matches
+// the code (see the Code constants).
+package control
+
+import (
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// Error codes of the control API.
+const (
+	CodeBadRequest  = "bad_request" // 400: the request is malformed; nothing changed
+	CodeForbidden   = "forbidden"   // 403: the caller may not use the control socket
+	CodeNotFound    = "not_found"   // 404
+	CodeConflict    = "conflict"    // 409: not possible in the current state
+	CodeTooLarge    = "too_large"   // 413
+	CodeUnavailable = "unavailable" // 503: a dependency (the Docker engine) does not answer
+	CodeInternal    = "internal"    // 500
+)
+
+// Error is the body of an error answer.
+type Error struct {
+	Message string `json:"error"`
+	Code    string `json:"code"`
+	// Step names the create step that failed, when one did.
+	Step string `json:"step,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// CreateRequest asks for a conversation.
+type CreateRequest struct {
+	// ID is the conversation's UUID; "" lets ohd generate one.
+	ID string `json:"id,omitempty"`
+	// Repo is the absolute host path of the workspace.
+	Repo string `json:"repo"`
+	// Worktree asks for a git worktree of Repo.
+	Worktree bool `json:"worktree,omitempty"`
+	// StartPoint is an explicit start point for the worktree's branch.
+	StartPoint string `json:"start_point,omitempty"`
+	// Grants are the conversation's initial grants.
+	Grants store.Grants `json:"grants"`
+}
+
+// GrantRequest adds a grant.
+type GrantRequest struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+}
+
+// ExecRequest runs a command in a conversation's container.
+type ExecRequest struct {
+	Cmd []string `json:"cmd"`
+}
+
+// ExecFrame is one line of an exec answer: output, or the exit code last.
+type ExecFrame struct {
+	Stream   string `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data     []byte `json:"data,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// PruneRequest asks the daemon to clean up.
+type PruneRequest struct {
+	// DryRun reports what would be done and does nothing.
+	DryRun bool `json:"dry_run"`
+	// OlderThan limits pruning of conversations to those inactive for at
+	// least this long (a Go duration, e.g. "72h"); "" means any age.
+	OlderThan string `json:"older_than,omitempty"`
+}
+
+// PruneItem is one thing prune did, would do, or reports.
+type PruneItem struct {
+	// Kind is "conversation", "record", "container", "socket-dir",
+	// "worktree-dir", "branch" or "snapshot".
+	Kind string `json:"kind"`
+	ID   string `json:"id,omitempty"`
+	Path string `json:"path,omitempty"`
+	// Action is "remove", "purge" (a deleted record), or "keep" (reported
+	// only: user work ohd never deletes on its own).
+	Action string `json:"action"`
+	Detail string `json:"detail,omitempty"`
+	Done   bool   `json:"done"`
+	Error  string `json:"error,omitempty"`
+}
+
+// PruneReport is the answer of a prune.
+type PruneReport struct {
+	DryRun bool        `json:"dry_run"`
+	Items  []PruneItem `json:"items"`
+}
+
+// Version is the answer of /v1/version.
+type Version struct {
+	Version    string `json:"version"`
+	APIVersion string `json:"api_version"`
+	Runtime    string `json:"runtime"`
+	ServerID   string `json:"server_id"`
+	StateDir   string `json:"state_dir"`
+}
+
+// DoctorCheck is one check of ohctl doctor.
+type DoctorCheck struct {
+	Conversation string `json:"conversation,omitempty"`
+	Check        string `json:"check"`
+	// Status is "ok", "warn" or "fail".
+	Status string `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Repair says what --repair would do (or did, with Repaired).
+	Repair   string `json:"repair,omitempty"`
+	Repaired bool   `json:"repaired,omitempty"`
+}
+
+// DoctorReport is the answer of /v1/doctor.
+type DoctorReport struct {
+	Checks []DoctorCheck `json:"checks"`
+}
+
+// OK reports whether no check failed.
+func (r DoctorReport) OK() bool {
+	for _, c := range r.Checks {
+		if c.Status == "fail" {
+			return false
+		}
+	}
+	return true
+}

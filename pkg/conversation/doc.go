@@ -1,0 +1,44 @@
+// Package conversation orchestrates a conversation's resources: its record
+// in the store, its git worktree, its broker socket and its container.
+//
+// # Create
+//
+// Create validates everything first (paths, ids, grant names, the image),
+// so bad input changes nothing. It then writes the record in state
+// provisioning, before any side effect, and provisions in order:
+//
+//	worktree  (pkg/worktree: git worktree add on the host)
+//	broker    (pkg/broker: socket directory, token, inner key file)
+//	container (pkg/runtime: create, start, wait until ready)
+//	forward   (optional caller step, e.g. the conversation API's create)
+//
+// Each completed step is recorded. If a step fails, every completed step is
+// undone in reverse order, the record ends in state failed with the step
+// named, and the error (a *StepError) says which step failed and why.
+//
+// # Remove
+//
+// Remove first records the request (Removal) in the record, then stops and
+// removes the container, closes the broker, snapshots uncommitted work and
+// removes the worktree (pkg/worktree decides whether the branch is kept),
+// and marks the record deleted with what was kept. Each step is idempotent,
+// so a removal interrupted by a crash is finished by Reconcile.
+//
+// # Reconcile
+//
+// At start-up Reconcile makes the world match the records: creates that
+// were interrupted are undone; removals that were interrupted are finished;
+// live conversations get their broker socket back (same directory, same
+// token) and adopt their container if it kept running; containers and
+// socket directories without a live record are removed. Worktree folders are
+// never deleted by reconcile: they may hold work (ohctl prune and doctor
+// report them).
+//
+// # Running, idle and stopped
+//
+// A conversation is running when its container is up and ready, stopped
+// when it is not (idle stop, the container died or was removed); its
+// worktree, identity and socket stay. Target starts a stopped conversation
+// again, sharing one attempt among concurrent callers. Watch follows the
+// engine's events so that a container that dies is noticed at once.
+package conversation

@@ -1,0 +1,558 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+	"github.com/ohd-dev/ohd/pkg/worktree"
+)
+
+// Get returns the record of id; deleted conversations are ErrNotFound.
+func (m *Manager) Get(id string) (store.Conversation, error) {
+	c, err := m.st.Conversation(id)
+	if err != nil || c.State == store.StateDeleted {
+		return store.Conversation{}, fmt.Errorf("conversation %s: %w", id, ErrNotFound)
+	}
+	return c, nil
+}
+
+// RemoveOptions say how Remove ends a conversation.
+type RemoveOptions struct {
+	// Discard deletes the branch and any snapshot: the user's work in the
+	// worktree is lost.
+	Discard bool
+}
+
+// Remove ends a conversation: container, broker, worktree (after a
+// snapshot of uncommitted work), identity. It returns the final record,
+// whose Removal says what was kept.
+func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (store.Conversation, error) {
+	if !store.ValidID(id) {
+		return store.Conversation{}, fmt.Errorf("%w: conversation id %q is not a UUID", ErrInvalid, id)
+	}
+	unlock := m.lock(id)
+	defer unlock()
+	conv, err := m.Get(id)
+	if err != nil {
+		return conv, err
+	}
+	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		if c.Removal == nil || !c.Removal.Done {
+			c.Removal = &store.Removal{RequestedAt: time.Now().UTC(), Discard: opts.Discard}
+		}
+		return nil
+	})
+	if err != nil {
+		return conv, err
+	}
+	failpoint.Hit("delete/after-mark")
+	return m.finishRemoval(ctx, conv)
+}
+
+// finishRemoval tears conv down and marks it deleted.
+func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (store.Conversation, error) {
+	res, err := m.teardown(ctx, conv, conv.Removal.Discard)
+	if err != nil {
+		return conv, fmt.Errorf("remove conversation %s: %w (run the removal again, or restart ohd, to finish it)", conv.ID, err)
+	}
+	conv, err = m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
+		c.State = store.StateDeleted
+		c.BrokerEpoch++ // revoke: no token of this conversation verifies again
+		c.ContainerID, c.HostPort = "", 0
+		c.Removal.Done = true
+		c.Removal.SnapshotRef, c.Removal.SnapshotCommit = res.SnapshotRef, res.SnapshotCommit
+		c.Removal.BranchKept, c.Removal.Message = res.BranchKept, res.Message
+		return nil
+	})
+	if err != nil {
+		return conv, err
+	}
+	m.log.Info("conversation removed", "id", conv.ID, "snapshot", res.SnapshotRef, "branch_kept", res.BranchKept)
+	return conv, nil
+}
+
+// teardown removes conv's container(s), broker directory and worktree. It
+// is idempotent: each step tolerates what an earlier run already removed.
+func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard bool) (worktree.RemoveResult, error) {
+	var res worktree.RemoveResult
+	if err := m.removeContainers(ctx, conv); err != nil {
+		return res, fmt.Errorf("remove container: %w", err)
+	}
+	failpoint.Hit("delete/after-container")
+	if err := m.br.Close(conv.ID); err != nil {
+		return res, fmt.Errorf("close broker: %w", err)
+	}
+	if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
+		return res, fmt.Errorf("remove broker directory: %w", err)
+	}
+	failpoint.Hit("delete/after-broker")
+	if conv.Worktree != "" {
+		var err error
+		res, err = m.wt.Remove(ctx, worktreeOf(conv), worktree.RemoveOptions{Discard: discard})
+		if err != nil {
+			return res, fmt.Errorf("remove worktree: %w", err)
+		}
+		failpoint.Hit("delete/after-worktree")
+	}
+	return res, nil
+}
+
+// removeContainers removes every container of conv: the recorded one and
+// any other the engine has with its label (a crash between create and
+// record leaves one unrecorded).
+func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation) error {
+	if m.rt.Kind() == "local" {
+		return nil
+	}
+	ids := map[string]bool{}
+	if conv.ContainerID != "" {
+		ids[conv.ContainerID] = true
+	}
+	list, err := m.rt.List(ctx, m.st.ServerID())
+	if err != nil {
+		return err
+	}
+	for _, c := range list {
+		if c.ConversationID == conv.ID {
+			ids[c.ID] = true
+		}
+	}
+	for id := range ids {
+		m.setQuiet(conv.ID, 1)
+		err := m.rt.Stop(ctx, id, m.cfg.StopTimeout)
+		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			m.log.Warn("container stop failed; removing it by force", "id", conv.ID, "container", shortID(id), "err", err)
+		}
+		err = m.rt.Remove(ctx, id)
+		m.setQuiet(conv.ID, -1)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Manager) setQuiet(id string, delta int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.quiet[id] += delta
+	if m.quiet[id] <= 0 {
+		delete(m.quiet, id)
+	}
+}
+
+func (m *Manager) isQuiet(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.quiet[id] > 0
+}
+
+// Grant adds a grant to a live conversation.
+func (m *Manager) Grant(id, kind, name string) (store.Conversation, error) {
+	return m.changeGrant(id, kind, name, true)
+}
+
+// Revoke removes a grant from a live conversation.
+func (m *Manager) Revoke(id, kind, name string) (store.Conversation, error) {
+	return m.changeGrant(id, kind, name, false)
+}
+
+func (m *Manager) changeGrant(id, kind, name string, add bool) (store.Conversation, error) {
+	if err := ValidateGrant(kind, name); err != nil {
+		return store.Conversation{}, err
+	}
+	if _, err := m.liveConversation(id); err != nil {
+		return store.Conversation{}, err
+	}
+	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		if add {
+			c.Grants.Add(kind, name)
+		} else if !c.Grants.Remove(kind, name) {
+			return fmt.Errorf("%w: conversation %s has no %s grant %q", ErrNotFound, id, kind, name)
+		}
+		return nil
+	})
+}
+
+func (m *Manager) liveConversation(id string) (store.Conversation, error) {
+	if !store.ValidID(id) {
+		return store.Conversation{}, fmt.Errorf("%w: conversation id %q is not a UUID", ErrInvalid, id)
+	}
+	c, err := m.Get(id)
+	if err != nil {
+		return c, err
+	}
+	if !c.State.Live() {
+		return c, fmt.Errorf("%w: conversation %s is %s", ErrConflict, id, c.State)
+	}
+	return c, nil
+}
+
+// RotateToken bumps the conversation's broker epoch (the old token stops
+// working) and rewrites its token file.
+func (m *Manager) RotateToken(id string) (store.Conversation, error) {
+	if _, err := m.liveConversation(id); err != nil {
+		return store.Conversation{}, err
+	}
+	unlock := m.lock(id)
+	defer unlock()
+	c, err := m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		c.BrokerEpoch++
+		return nil
+	})
+	if err != nil {
+		return c, err
+	}
+	if err := m.br.WriteToken(id, c.BrokerEpoch, c.UID, c.GID); err != nil {
+		return c, fmt.Errorf("rotate token of %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// Touch records activity for the idle timer.
+func (m *Manager) Touch(id string) {
+	interval := time.Second
+	if m.cfg.IdleTimeout > 0 && m.cfg.IdleTimeout/4 < interval {
+		interval = m.cfg.IdleTimeout / 4
+	}
+	m.st.Touch(id, interval)
+}
+
+// Target returns where the conversation's inner server answers, starting
+// its container again first if it is stopped. Concurrent callers for one
+// conversation share one start.
+func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
+	c, err := m.liveConversation(id)
+	if err != nil {
+		return Target{}, err
+	}
+	if c.State == store.StateProvisioning {
+		return Target{}, fmt.Errorf("%w: conversation %s is still being created", ErrConflict, id)
+	}
+	if c.State != store.StateRunning || (m.rt.Kind() != "local" && c.HostPort == 0) {
+		if c, err = m.start(ctx, id); err != nil {
+			return Target{}, err
+		}
+	}
+	key, err := m.st.InnerKey(id)
+	if err != nil {
+		return Target{}, err
+	}
+	t := Target{InnerKey: key}
+	if c.HostPort != 0 {
+		t.Addr = fmt.Sprintf("127.0.0.1:%d", c.HostPort)
+	}
+	return t, nil
+}
+
+// start brings a stopped conversation back, one attempt for all callers.
+func (m *Manager) start(ctx context.Context, id string) (store.Conversation, error) {
+	m.mu.Lock()
+	if call, ok := m.starts[id]; ok {
+		m.mu.Unlock()
+		select {
+		case <-call.done:
+			return call.conv, call.err
+		case <-ctx.Done():
+			return store.Conversation{}, ctx.Err()
+		}
+	}
+	call := &startCall{done: make(chan struct{})}
+	m.starts[id] = call
+	m.mu.Unlock()
+
+	// The attempt must not die with the first caller's request.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	call.conv, call.err = m.doStart(sctx, id)
+	cancel()
+	m.mu.Lock()
+	delete(m.starts, id)
+	m.mu.Unlock()
+	close(call.done)
+	return call.conv, call.err
+}
+
+func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	c, err := m.liveConversation(id)
+	if err != nil {
+		return c, err
+	}
+	if c.State == store.StateRunning && (m.rt.Kind() == "local" || c.HostPort != 0) {
+		return c, nil
+	}
+	if m.rt.Kind() == "local" {
+		return m.setState(id, store.StateRunning, "")
+	}
+	if _, err := m.openBroker(ctx, c); err != nil {
+		return c, fmt.Errorf("start conversation %s: broker: %w", id, err)
+	}
+	spec, err := m.spec(ctx, c)
+	if err != nil {
+		return c, fmt.Errorf("start conversation %s: %w", id, err)
+	}
+	var inst runtime.Instance
+	if c.ContainerID != "" {
+		inst, err = m.rt.Restart(ctx, c.ContainerID, spec)
+		if errors.Is(err, runtime.ErrNotFound) {
+			c.ContainerID = ""
+		}
+	}
+	if c.ContainerID == "" {
+		inst, err = m.rt.Start(ctx, spec)
+	}
+	if err != nil {
+		return c, fmt.Errorf("start conversation %s: %w", id, err)
+	}
+	c, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		c.State = store.StateRunning
+		c.ContainerID, c.ContainerName, c.HostPort = inst.ContainerID, inst.Name, inst.HostPort
+		c.LastActiveAt = time.Now().UTC()
+		return nil
+	})
+	if err == nil {
+		m.log.Info("conversation started again", "id", id, "container", shortID(inst.ContainerID))
+	}
+	return c, err
+}
+
+func (m *Manager) setState(id string, state store.State, note string) (store.Conversation, error) {
+	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		c.State = state
+		if note != "" {
+			c.Notes = append(c.Notes, note)
+		}
+		return nil
+	})
+}
+
+// Stop stops a running conversation's container; its worktree, identity
+// and socket stay, and the next request starts it again.
+func (m *Manager) Stop(ctx context.Context, id, why string) (store.Conversation, error) {
+	unlock := m.lock(id)
+	defer unlock()
+	c, err := m.liveConversation(id)
+	if err != nil || c.State != store.StateRunning {
+		return c, err
+	}
+	if c.ContainerID != "" {
+		m.setQuiet(id, 1)
+		err := m.rt.Stop(ctx, c.ContainerID, m.cfg.StopTimeout)
+		m.setQuiet(id, -1)
+		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return c, fmt.Errorf("stop conversation %s: %w", id, err)
+		}
+	}
+	m.log.Info("conversation stopped", "id", id, "why", why)
+	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		c.State = store.StateStopped
+		c.HostPort = 0
+		return nil
+	})
+}
+
+// RunIdle stops conversations idle for longer than the idle timeout, until
+// ctx ends. It returns at once when no idle timeout is configured.
+func (m *Manager) RunIdle(ctx context.Context) {
+	if m.cfg.IdleTimeout <= 0 || m.rt.Kind() == "local" {
+		return
+	}
+	tick := min(m.cfg.IdleTimeout/4, 30*time.Second)
+	t := time.NewTicker(max(tick, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range m.st.Conversations() {
+			if c.State == store.StateRunning && time.Since(c.LastActiveAt) > m.cfg.IdleTimeout {
+				if _, err := m.Stop(ctx, c.ID, "idle"); err != nil {
+					m.log.Warn("idle stop failed", "id", c.ID, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// Watch follows the engine's events until ctx ends and marks conversations
+// whose container died or vanished behind ohd's back as stopped.
+func (m *Manager) Watch(ctx context.Context) error {
+	if m.rt.Kind() == "local" {
+		<-ctx.Done()
+		return nil
+	}
+	return m.rt.Events(ctx, m.st.ServerID(), func(ev runtime.Event) {
+		switch ev.Action {
+		case "die", "destroy", "oom":
+			m.containerGone(ev)
+		case runtime.ActionResync:
+			if err := m.syncContainers(ctx); err != nil {
+				m.log.Warn("resync with the engine failed", "err", err)
+			}
+		}
+	})
+}
+
+func (m *Manager) containerGone(ev runtime.Event) {
+	if ev.ConversationID == "" || m.isQuiet(ev.ConversationID) {
+		return
+	}
+	c, err := m.st.Conversation(ev.ConversationID)
+	if err != nil || c.State != store.StateRunning || c.ContainerID != ev.ContainerID {
+		return
+	}
+	note := fmt.Sprintf("container %s %s behind ohd's back at %s (exit code %d)", shortID(ev.ContainerID), action(ev.Action), ev.Time.UTC().Format(time.RFC3339), ev.ExitCode)
+	_, _ = m.st.UpdateConversation(c.ID, func(c *store.Conversation) error {
+		if c.State != store.StateRunning || c.ContainerID != ev.ContainerID {
+			return nil
+		}
+		c.State = store.StateStopped
+		c.HostPort = 0
+		if ev.Action == "destroy" {
+			c.ContainerID = ""
+		}
+		c.Notes = append(c.Notes, note)
+		return nil
+	})
+	m.log.Warn("conversation container gone", "id", c.ID, "container", shortID(ev.ContainerID), "action", ev.Action)
+}
+
+func action(a string) string {
+	switch a {
+	case "destroy":
+		return "was removed"
+	case "oom":
+		return "ran out of memory"
+	}
+	return "exited"
+}
+
+// syncContainers compares running records with the engine after the event
+// stream was down.
+func (m *Manager) syncContainers(ctx context.Context) error {
+	list, err := m.rt.List(ctx, m.st.ServerID())
+	if err != nil {
+		return err
+	}
+	byID := map[string]runtime.Container{}
+	for _, c := range list {
+		byID[c.ID] = c
+	}
+	for _, c := range m.st.Conversations() {
+		if c.State != store.StateRunning || c.ContainerID == "" {
+			continue
+		}
+		ct, ok := byID[c.ContainerID]
+		switch {
+		case !ok:
+			m.containerGone(runtime.Event{ContainerID: c.ContainerID, ConversationID: c.ID, Action: "destroy", Time: time.Now()})
+		case !ct.Running:
+			m.containerGone(runtime.Event{ContainerID: c.ContainerID, ConversationID: c.ID, Action: "die", ExitCode: ct.ExitCode, Time: time.Now()})
+		}
+	}
+	return nil
+}
+
+// Reconcile makes the world match the records after a start or a crash;
+// see the package comment. It logs what it did and returns the first
+// error after trying everything.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	var firstErr error
+	note := func(err error) {
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	var containers []runtime.Container
+	if m.rt.Kind() != "local" {
+		var err error
+		if containers, err = m.rt.List(ctx, m.st.ServerID()); err != nil {
+			return fmt.Errorf("reconcile: list containers: %w", err)
+		}
+	}
+	live := map[string]bool{}
+	for _, c := range m.st.Conversations() {
+		switch {
+		case c.Removal != nil && !c.Removal.Done:
+			m.log.Info("reconcile: finishing an interrupted removal", "id", c.ID)
+			_, err := m.finishRemoval(ctx, c)
+			note(err)
+		case c.State == store.StateProvisioning:
+			m.log.Info("reconcile: undoing an interrupted create", "id", c.ID)
+			_, err := m.fail(c, &StepError{ID: c.ID, Step: "interrupted", Err: errors.New("ohd stopped during the create")})
+			var se *StepError
+			if !errors.As(err, &se) {
+				note(err)
+			}
+		case c.State == store.StateRunning || c.State == store.StateStopped:
+			live[c.ID] = true
+			note(m.adopt(ctx, c, containers))
+		}
+	}
+	for _, ct := range containers {
+		if !live[ct.ConversationID] {
+			m.log.Info("reconcile: removing a container with no live conversation", "container", shortID(ct.ID), "conversation", ct.ConversationID)
+			note(m.rt.Remove(ctx, ct.ID))
+		} else if c, err := m.st.Conversation(ct.ConversationID); err == nil && c.ContainerID != ct.ID {
+			m.log.Info("reconcile: removing an extra container of a conversation", "container", shortID(ct.ID), "conversation", ct.ConversationID)
+			note(m.rt.Remove(ctx, ct.ID))
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(m.cfg.RuntimeDir, "conversations"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		note(err)
+	}
+	for _, e := range entries {
+		if !live[e.Name()] {
+			m.log.Info("reconcile: removing a socket directory with no live conversation", "dir", e.Name())
+			note(os.RemoveAll(filepath.Join(m.cfg.RuntimeDir, "conversations", e.Name())))
+		}
+	}
+	return firstErr
+}
+
+// adopt re-opens a live conversation's broker and matches its record with
+// its container.
+func (m *Manager) adopt(ctx context.Context, c store.Conversation, containers []runtime.Container) error {
+	if _, err := m.openBroker(ctx, c); err != nil {
+		return fmt.Errorf("reconcile %s: broker: %w", c.ID, err)
+	}
+	if m.rt.Kind() == "local" {
+		return nil
+	}
+	var found *runtime.Container
+	for i := range containers {
+		if containers[i].ID == c.ContainerID {
+			found = &containers[i]
+		}
+	}
+	_, err := m.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
+		switch {
+		case found == nil:
+			if r.State == store.StateRunning {
+				r.Notes = append(r.Notes, "container gone while ohd was down; it starts again on the next request")
+			}
+			r.State, r.ContainerID, r.HostPort = store.StateStopped, "", 0
+		case found.Running:
+			r.State, r.HostPort = store.StateRunning, found.HostPort
+			r.LastActiveAt = time.Now().UTC()
+		default:
+			r.State, r.HostPort = store.StateStopped, 0
+		}
+		return nil
+	})
+	if found != nil && found.Running {
+		m.log.Info("reconcile: adopted a running container", "id", c.ID, "container", shortID(found.ID))
+	}
+	return err
+}

@@ -1,0 +1,214 @@
+package conversation
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// PruneOptions say what Prune removes.
+type PruneOptions struct {
+	// DryRun reports and changes nothing.
+	DryRun bool
+	// OlderThan limits removal to conversations inactive this long.
+	OlderThan time.Duration
+	// WorktreeRoot is scanned for folders no conversation owns (reported,
+	// never deleted). "" skips the scan.
+	WorktreeRoot string
+}
+
+// Prune removes what is no longer in use: stopped and failed
+// conversations (their work is snapshotted and their branches kept as
+// Remove does), records of deleted conversations, and containers and
+// socket directories that no live conversation owns. It never deletes a
+// worktree folder, branch or snapshot on its own: those are reported as
+// "keep" so the user can decide.
+func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (control.PruneReport, error) {
+	rep := control.PruneReport{DryRun: opts.DryRun, Items: []control.PruneItem{}}
+	add := func(it control.PruneItem, do func() error) {
+		if !opts.DryRun && do != nil {
+			if err := do(); err != nil {
+				it.Error = err.Error()
+			} else {
+				it.Done = true
+			}
+		}
+		rep.Items = append(rep.Items, it)
+	}
+	cutoff := time.Now().Add(-opts.OlderThan)
+	live := map[string]bool{}
+	for _, c := range m.st.Conversations() {
+		old := !c.LastActiveAt.After(cutoff)
+		switch c.State {
+		case store.StateRunning, store.StateProvisioning:
+			live[c.ID] = true
+		case store.StateStopped:
+			if !old {
+				live[c.ID] = true
+				continue
+			}
+			id := c.ID
+			add(control.PruneItem{Kind: "conversation", ID: id, Path: c.Worktree, Action: "remove", Detail: "stopped, inactive since " + c.LastActiveAt.Format(time.RFC3339)}, func() error {
+				r, err := m.Remove(ctx, id, RemoveOptions{})
+				if err == nil && r.Removal != nil && (r.Removal.BranchKept || r.Removal.SnapshotRef != "") {
+					rep.Items = append(rep.Items, keepItem(r))
+				}
+				return err
+			})
+		case store.StateFailed, store.StateDeleted:
+			if !old {
+				continue
+			}
+			if c.Removal != nil && (c.Removal.BranchKept || c.Removal.SnapshotRef != "") {
+				rep.Items = append(rep.Items, keepItem(c))
+			}
+			id := c.ID
+			add(control.PruneItem{Kind: "record", ID: id, Action: "purge", Detail: string(c.State)}, func() error {
+				return m.st.DeleteConversation(id)
+			})
+		}
+	}
+	if m.rt.Kind() != "local" {
+		list, err := m.rt.List(ctx, m.st.ServerID())
+		if err != nil {
+			return rep, err
+		}
+		for _, ct := range list {
+			if !live[ct.ConversationID] {
+				cid := ct.ID
+				add(control.PruneItem{Kind: "container", ID: ct.ConversationID, Path: ct.Name, Action: "remove", Detail: "no live conversation"}, func() error {
+					return m.rt.Remove(ctx, cid)
+				})
+			}
+		}
+	}
+	dirs, _ := os.ReadDir(filepath.Join(m.cfg.RuntimeDir, "conversations"))
+	for _, e := range dirs {
+		if !live[e.Name()] {
+			p := filepath.Join(m.cfg.RuntimeDir, "conversations", e.Name())
+			add(control.PruneItem{Kind: "socket-dir", ID: e.Name(), Path: p, Action: "remove", Detail: "no live conversation"}, func() error {
+				return os.RemoveAll(p)
+			})
+		}
+	}
+	if opts.WorktreeRoot != "" {
+		owned := map[string]bool{}
+		for _, c := range m.st.Conversations() {
+			if c.State.Live() || (c.Removal != nil && !c.Removal.Done) {
+				owned[c.ID] = true
+			}
+		}
+		entries, _ := os.ReadDir(opts.WorktreeRoot)
+		for _, e := range entries {
+			if e.IsDir() && !owned[e.Name()] {
+				rep.Items = append(rep.Items, control.PruneItem{
+					Kind: "worktree-dir", ID: e.Name(), Path: filepath.Join(opts.WorktreeRoot, e.Name()), Action: "keep",
+					Detail: "no live conversation owns this folder; ohd never deletes it: inspect it and delete it yourself",
+				})
+			}
+		}
+	}
+	return rep, nil
+}
+
+func keepItem(c store.Conversation) control.PruneItem {
+	detail := c.Removal.Message
+	if detail == "" {
+		detail = fmt.Sprintf("branch %s kept; snapshot %s", c.Branch, c.Removal.SnapshotRef)
+	}
+	return control.PruneItem{Kind: "branch", ID: c.ID, Path: c.Repo, Action: "keep", Detail: detail}
+}
+
+// Doctor checks live conversations (or the one with id): the host
+// repository does not report the worktree prunable, the worktree resolves
+// inside the container, the container is hardened, and the broker
+// answers. With repair it fixes what can be fixed from the host.
+func (m *Manager) Doctor(ctx context.Context, id string, repair bool) (control.DoctorReport, error) {
+	rep := control.DoctorReport{Checks: []control.DoctorCheck{}}
+	convs := m.st.Conversations()
+	if id != "" {
+		c, err := m.Get(id)
+		if err != nil {
+			return rep, err
+		}
+		convs = []store.Conversation{c}
+	}
+	for _, c := range convs {
+		if !c.State.Live() || c.State == store.StateProvisioning {
+			continue
+		}
+		rep.Checks = append(rep.Checks, m.checkConversation(ctx, c, repair)...)
+	}
+	return rep, nil
+}
+
+func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, repair bool) []control.DoctorCheck {
+	var out []control.DoctorCheck
+	check := func(name, status, detail string) {
+		out = append(out, control.DoctorCheck{Conversation: c.ID, Check: name, Status: status, Detail: detail})
+	}
+	if c.Worktree != "" {
+		h, err := m.wt.Health(ctx, worktreeOf(c))
+		switch {
+		case err != nil:
+			check("worktree-host", "fail", err.Error())
+		case !h.Registered:
+			check("worktree-host", "fail", "the host repository has no registration for "+c.Worktree)
+		case h.Prunable:
+			check("worktree-host", "fail", "the host repository reports the worktree prunable: "+h.PrunableReason)
+		case !h.Locked:
+			check("worktree-host", "warn", "the worktree is not locked: a prune could remove it")
+		default:
+			check("worktree-host", "ok", "registered, locked, not prunable; gitdir resolves on the host")
+		}
+	}
+	if c.Runtime != "local" && c.State == store.StateRunning && c.ContainerID != "" {
+		if c.Worktree != "" {
+			var stdout, stderr bytes.Buffer
+			code, err := m.rt.Exec(ctx, c.ContainerID, []string{"git", "-C", c.Worktree, "status", "--short", "--branch"},
+				runtime.ExecOptions{Stdout: &stdout, Stderr: &stderr})
+			want := "## " + c.Branch
+			switch {
+			case err != nil:
+				check("worktree-container", "fail", err.Error())
+			case code != 0 || !strings.HasPrefix(stdout.String(), want):
+				check("worktree-container", "fail", fmt.Sprintf("git status in the container exited %d: %s", code, strings.TrimSpace(stderr.String()+stdout.String())))
+			default:
+				check("worktree-container", "ok", "git status in the container: "+strings.SplitN(stdout.String(), "\n", 2)[0])
+			}
+		}
+		if h, ok := m.rt.(interface {
+			Hardening(context.Context, string) ([]string, error)
+		}); ok {
+			problems, err := h.Hardening(ctx, c.ContainerID)
+			switch {
+			case err != nil:
+				check("container-hardening", "fail", err.Error())
+			case len(problems) > 0:
+				check("container-hardening", "fail", strings.Join(problems, "; "))
+			default:
+				check("container-hardening", "ok", "non-root user, all capabilities dropped, no-new-privileges, limits, loopback-only port")
+			}
+		}
+	}
+	dir := m.brokerDir(c.ID)
+	cl := broker.NewClient(filepath.Join(dir, "broker.sock"), filepath.Join(dir, "token"))
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := cl.Whoami(cctx)
+	cancel()
+	if err != nil {
+		check("broker", "fail", err.Error())
+	} else {
+		check("broker", "ok", "answers on "+filepath.Join(dir, "broker.sock"))
+	}
+	return out
+}

@@ -1,0 +1,616 @@
+package conversation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+	"github.com/ohd-dev/ohd/pkg/worktree"
+)
+
+// Paths inside every container.
+const (
+	// ContainerBrokerDir is where the conversation's broker directory is
+	// mounted (read-only).
+	ContainerBrokerDir = "/run/ohd"
+	// ContainerHelper is where a static ohctl is mounted, when configured.
+	ContainerHelper = "/run/ohd/bin/ohctl"
+	// InnerKeyFile is the name of the inner session key file in the
+	// broker directory (0400, owned by the conversation's uid).
+	InnerKeyFile = "session-api-key"
+)
+
+// Errors callers test with errors.Is.
+var (
+	// ErrNotFound: no conversation with that id (or it was deleted).
+	ErrNotFound = errors.New("conversation not found")
+	// ErrInvalid: the request is malformed; nothing was changed.
+	ErrInvalid = errors.New("invalid request")
+	// ErrConflict: the request conflicts with the conversation's state.
+	ErrConflict = errors.New("conflict")
+)
+
+// StepError is the error of a create that failed at one step; everything
+// the earlier steps provisioned has been undone.
+type StepError struct {
+	ID   string
+	Step string // "worktree", "broker", "image", "container", "forward"
+	Err  error
+}
+
+func (e *StepError) Error() string {
+	return fmt.Sprintf("create conversation %s: step %s failed: %v (everything provisioned was undone)", e.ID, e.Step, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Config configures a Manager. Fields marked required must be set; the zero
+// value of the others is safe.
+type Config struct {
+	// Store is ohd's store (required).
+	Store *store.Store
+	// Worktrees creates host-side worktrees (required).
+	Worktrees *worktree.Manager
+	// Broker serves the per-conversation sockets (required).
+	Broker *broker.Broker
+	// Runtime runs containers (required): runtime.NewLocal() for none.
+	Runtime runtime.Runtime
+	// Image is the image reference of conversation containers (docker).
+	Image string
+	// InnerPort is the inner server's port in the container; 0 = 8000.
+	InnerPort int
+	// HealthPath is polled for readiness; "" = "/health".
+	HealthPath string
+	// ReadyTimeout bounds the readiness wait; 0 = 60s.
+	ReadyTimeout time.Duration
+	// Resources are the container limits; zero fields take defaults.
+	Resources runtime.Resources
+	// ReadOnlyRootfs runs containers with a read-only root and tmpfs /tmp.
+	ReadOnlyRootfs bool
+	// ForwardEnv names host environment variables passed to containers
+	// (the operator's allow-list; they must not hold secrets).
+	ForwardEnv []string
+	// Getenv reads the host environment for ForwardEnv; nil = os.Getenv.
+	Getenv func(string) string
+	// Helper is the path of a static ohctl binary mounted into containers
+	// at /run/ohd/bin/ohctl; it wraps the image's entrypoint to hand the
+	// inner session key over without an environment variable, and serves
+	// as git's credential helper. Required for the docker runtime.
+	Helper string
+	// IdleTimeout stops a running container after this long without
+	// requests; 0 never stops idle containers.
+	IdleTimeout time.Duration
+	// StopTimeout is the grace period of a container stop; 0 = 10s.
+	StopTimeout time.Duration
+	// RuntimeDir is ohd's runtime directory (required): broker sockets
+	// live in <RuntimeDir>/conversations/<id>/.
+	RuntimeDir string
+	// Logger receives lifecycle logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Manager runs the lifecycle of conversations. It is safe for concurrent
+// use.
+type Manager struct {
+	cfg Config
+	st  *store.Store
+	wt  *worktree.Manager
+	br  *broker.Broker
+	rt  runtime.Runtime
+	log *slog.Logger
+
+	// locks serializes operations on one conversation (create, remove,
+	// restart, stop); starts shares one restart attempt among callers.
+	mu     sync.Mutex
+	locks  map[string]*sync.Mutex
+	starts map[string]*startCall
+	// quiet marks conversations whose container ohd itself is stopping,
+	// so the resulting engine event is not taken for a crash.
+	quiet map[string]int
+}
+
+type startCall struct {
+	done chan struct{}
+	conv store.Conversation
+	err  error
+}
+
+// New returns a Manager.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Worktrees == nil || cfg.Broker == nil || cfg.Runtime == nil || cfg.RuntimeDir == "" {
+		return nil, errors.New("conversation manager: store, worktrees, broker, runtime and runtime dir are required")
+	}
+	if cfg.Runtime.Kind() == "docker" && cfg.Helper == "" {
+		return nil, errors.New("conversation manager: the docker runtime needs a static ohctl to mount into containers (Helper)")
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger,
+		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, quiet: map[string]int{},
+	}, nil
+}
+
+// Runtime returns the runtime conversations run in.
+func (m *Manager) Runtime() runtime.Runtime { return m.rt }
+
+// Store returns the store.
+func (m *Manager) Store() *store.Store { return m.st }
+
+func (m *Manager) lock(id string) func() {
+	m.mu.Lock()
+	l, ok := m.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		m.locks[id] = l
+	}
+	m.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// CreateRequest asks for a new conversation.
+type CreateRequest struct {
+	// ID is the conversation's UUID; "" generates one.
+	ID string
+	// Workspace is the absolute host path of the workspace (required).
+	Workspace string
+	// Worktree asks for a git worktree of the workspace's repository. A
+	// workspace that is not a git repository starts without one, and the
+	// record's notes say so.
+	Worktree bool
+	// StartPoint is an explicit start point for the worktree's branch.
+	StartPoint string
+	// Grants are the conversation's initial grants.
+	Grants store.Grants
+	// Request is a secret-free copy of the API's create body, kept in the
+	// record.
+	Request json.RawMessage
+	// Forward, if set, runs after the container is ready and before the
+	// conversation is marked running (the conversation API forwards its
+	// create to the inner server here). Its error undoes everything.
+	Forward func(ctx context.Context, c store.Conversation, t Target) error
+}
+
+// Validate checks a request without side effects.
+func (r *CreateRequest) Validate() error {
+	if r.ID != "" && !store.ValidID(r.ID) {
+		return fmt.Errorf("%w: conversation id %q is not a UUID (8-4-4-4-12 lower-case hex digits)", ErrInvalid, r.ID)
+	}
+	if r.Workspace == "" {
+		return fmt.Errorf("%w: no workspace: pass the absolute path of a directory", ErrInvalid)
+	}
+	if r.StartPoint != "" && !r.Worktree {
+		return fmt.Errorf("%w: a start point was given without a worktree: add --worktree (worktree: true) or drop the start point", ErrInvalid)
+	}
+	return ValidateGrants(r.Grants)
+}
+
+// ValidateGrants checks every granted name.
+func ValidateGrants(g store.Grants) error {
+	for _, kind := range store.Kinds {
+		for _, name := range *g.List(kind) {
+			if err := ValidateGrant(kind, name); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateGrant checks one grant: kind is secret, git, llm or oauth; a git
+// name is "host[:port][/path/prefix]", the others are store names.
+func ValidateGrant(kind, name string) error {
+	switch kind {
+	case store.KindSecret, store.KindLLM, store.KindOAuth:
+		if !store.ValidName(name) {
+			return fmt.Errorf("%w: %s name %q: use 1-128 characters of A-Z a-z 0-9 . _ - (not starting with . or -)", ErrInvalid, kind, name)
+		}
+	case store.KindGit:
+		if !validGitGrant(name) {
+			return fmt.Errorf("%w: git grant %q: use host[:port][/path/prefix], e.g. github.com/my-org", ErrInvalid, name)
+		}
+	default:
+		return fmt.Errorf("%w: grant kind %q: use one of %s", ErrInvalid, kind, strings.Join(store.Kinds, ", "))
+	}
+	return nil
+}
+
+func validGitGrant(s string) bool {
+	if s == "" || len(s) > 512 || strings.Contains(s, "//") || strings.HasSuffix(s, "/") {
+		return false
+	}
+	host, path, _ := strings.Cut(s, "/")
+	if host == "" || strings.HasPrefix(host, ".") || strings.HasPrefix(host, "-") {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-' || c == ':' || c == '[' || c == ']') {
+			return false
+		}
+	}
+	for _, seg := range strings.Split(path, "/") {
+		if path != "" && (seg == "" || seg == "." || seg == "..") {
+			return false
+		}
+	}
+	for i := 0; i < len(path); i++ {
+		if c := path[i]; c < 0x21 || c == 0x7f || c == '?' || c == '#' || c == '%' {
+			return false
+		}
+	}
+	return true
+}
+
+// Target is where a running conversation's inner server answers.
+type Target struct {
+	// Addr is "127.0.0.1:<port>"; "" for the local runtime.
+	Addr string
+	// InnerKey is the inner session key the proxy sends.
+	InnerKey []byte
+}
+
+// Create provisions a conversation; see the package comment.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversation, error) {
+	if err := req.Validate(); err != nil {
+		return store.Conversation{}, err
+	}
+	repo, err := m.wt.Inspect(ctx, req.Workspace)
+	if err != nil {
+		return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	id := req.ID
+	if id == "" {
+		id = store.NewID()
+	} else if _, err := m.st.Conversation(id); err == nil {
+		return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
+	}
+	var img runtime.Image
+	if m.rt.Kind() != "local" {
+		if img, err = m.rt.ResolveImage(ctx, m.cfg.Image); err != nil {
+			return store.Conversation{}, &StepError{ID: id, Step: "image", Err: err}
+		}
+	}
+	uid, gid := repo.UID, repo.GID
+	if !repo.IsGit {
+		if uid, gid, err = ownerOf(repo.Workspace); err != nil {
+			return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	conv := store.Conversation{
+		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(),
+		Workspace: repo.Workspace, WorkingDir: repo.Workspace,
+		UID: uid, GID: gid, Grants: req.Grants, BrokerEpoch: 1,
+		Image: img.Ref, ImageID: img.ID, Request: req.Request,
+	}
+	if req.Worktree && !repo.IsGit {
+		conv.Notes = append(conv.Notes, "the workspace is not a git repository: started without a worktree, the workspace is mounted at its own path")
+	}
+	if img.Floating {
+		conv.Notes = append(conv.Notes, fmt.Sprintf("image %s is a floating reference; it was pinned to %s for this conversation", img.Ref, img.ID))
+		m.log.Warn("floating image reference: pin a version tag or digest", "image", img.Ref, "id", img.ID)
+	}
+	unlock := m.lock(id)
+	defer unlock()
+	if err := m.st.CreateConversation(conv); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
+		}
+		return store.Conversation{}, fmt.Errorf("create conversation %s: %w", id, err)
+	}
+	failpoint.Hit("create/after-record")
+	conv, err = m.provision(ctx, conv, repo, req)
+	if err != nil {
+		return m.fail(conv, err)
+	}
+	return conv, nil
+}
+
+func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo worktree.Repo, req CreateRequest) (store.Conversation, error) {
+	id := conv.ID
+	var err error
+	if repo.IsGit && req.Worktree {
+		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint})
+		if werr != nil {
+			return conv, &StepError{ID: id, Step: "worktree", Err: werr}
+		}
+		conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+			c.Repo, c.CommonDir, c.Worktree, c.AdminID = wt.Repo, wt.CommonDir, wt.Path, wt.AdminID
+			c.Branch, c.StartPoint, c.StartCommit, c.WorkingDir = wt.Branch, wt.StartPoint, wt.StartCommit, wt.Path
+			return nil
+		})
+		if err != nil {
+			return conv, &StepError{ID: id, Step: "worktree", Err: err}
+		}
+		failpoint.Hit("create/after-worktree")
+	}
+	innerKey, err := m.openBroker(ctx, conv)
+	if err != nil {
+		return conv, &StepError{ID: id, Step: "broker", Err: err}
+	}
+	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		c.BrokerDir = m.brokerDir(id)
+		return nil
+	})
+	if err != nil {
+		return conv, &StepError{ID: id, Step: "broker", Err: err}
+	}
+	failpoint.Hit("create/after-broker")
+	var target Target
+	if m.rt.Kind() != "local" {
+		spec, err := m.spec(ctx, conv)
+		if err != nil {
+			return conv, &StepError{ID: id, Step: "container", Err: err}
+		}
+		inst, err := m.rt.Start(ctx, spec)
+		if err != nil {
+			return conv, &StepError{ID: id, Step: "container", Err: err}
+		}
+		failpoint.Hit("create/after-start")
+		conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+			c.ContainerID, c.ContainerName, c.HostPort = inst.ContainerID, inst.Name, inst.HostPort
+			return nil
+		})
+		if err != nil {
+			return conv, &StepError{ID: id, Step: "container", Err: err}
+		}
+		target = Target{Addr: inst.Addr, InnerKey: innerKey}
+	}
+	if req.Forward != nil {
+		if err := req.Forward(ctx, conv, target); err != nil {
+			return conv, &StepError{ID: id, Step: "forward", Err: err}
+		}
+		failpoint.Hit("create/after-forward")
+	}
+	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		c.State = store.StateRunning
+		c.LastActiveAt = time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return conv, &StepError{ID: id, Step: "record", Err: err}
+	}
+	m.log.Info("conversation created", "id", id, "runtime", conv.Runtime, "worktree", conv.Worktree, "container", shortID(conv.ContainerID))
+	return conv, nil
+}
+
+// fail undoes whatever a failed create provisioned and records the failure.
+func (m *Manager) fail(conv store.Conversation, cause error) (store.Conversation, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	step := "record"
+	var se *StepError
+	if errors.As(cause, &se) {
+		step = se.Step
+	}
+	m.log.Warn("conversation create failed; undoing", "id", conv.ID, "step", step, "err", cause)
+	if cur, err := m.st.Conversation(conv.ID); err == nil {
+		conv = cur
+	}
+	if _, err := m.teardown(ctx, conv, false); err != nil {
+		m.log.Error("undo of a failed create incomplete; reconcile will retry", "id", conv.ID, "err", err)
+		cause = fmt.Errorf("%w; undo incomplete: %v", cause, err)
+	}
+	_, _ = m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
+		c.State = store.StateFailed
+		c.Error = cause.Error()
+		c.FailedStep = step
+		c.ContainerID, c.HostPort = "", 0
+		return nil
+	})
+	return store.Conversation{}, cause
+}
+
+// openBroker makes sure the inner key exists, opens the broker socket and
+// writes the key file into the broker directory. It returns the key.
+func (m *Manager) openBroker(ctx context.Context, conv store.Conversation) ([]byte, error) {
+	key, err := m.st.InnerKey(conv.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		key = newInnerKey()
+		err = m.st.SetInnerKey(conv.ID, key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ep, err := m.br.Open(ctx, brokerConversation(conv))
+	if err != nil {
+		return nil, err
+	}
+	if m.rt.Kind() != "local" {
+		if err := writeOwnedFile(filepath.Join(ep.Dir, InnerKeyFile), key, 0o400, conv.UID, conv.GID); err != nil {
+			return nil, err
+		}
+		if err := ensureMountpoint(filepath.Join(ep.Dir, "bin", "ohctl"), conv.UID, conv.GID); err != nil {
+			return nil, err
+		}
+	}
+	return key, nil
+}
+
+func (m *Manager) brokerDir(id string) string {
+	return filepath.Join(m.cfg.RuntimeDir, "conversations", id)
+}
+
+func newInnerKey() []byte {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic("conversation: crypto/rand failed: " + err.Error())
+	}
+	return []byte(base64.RawURLEncoding.EncodeToString(b))
+}
+
+// writeOwnedFile writes data atomically to path with mode, owned by uid:gid.
+func writeOwnedFile(path string, data []byte, mode os.FileMode, uid, gid int) error {
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Chmod(mode)
+	}
+	if werr == nil && os.Geteuid() == 0 {
+		werr = f.Chown(uid, gid)
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, werr)
+	}
+	return nil
+}
+
+// ensureMountpoint creates an empty file at path (and its directory) for a
+// bind mount of a file onto a read-only mounted directory.
+func ensureMountpoint(path string, uid, gid int) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o555)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if os.Geteuid() == 0 {
+		_ = os.Lchown(filepath.Dir(path), uid, gid)
+		_ = os.Lchown(path, uid, gid)
+	}
+	return nil
+}
+
+func ownerOf(path string) (int, int, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, fmt.Errorf("stat %s: no owner information", path)
+	}
+	return int(sys.Uid), int(sys.Gid), nil
+}
+
+func brokerConversation(c store.Conversation) broker.Conversation {
+	return broker.Conversation{
+		ID: c.ID, UID: c.UID, GID: c.GID, Epoch: c.BrokerEpoch,
+		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth},
+	}
+}
+
+func worktreeOf(c store.Conversation) worktree.Worktree {
+	return worktree.Worktree{
+		ConversationID: c.ID, Repo: c.Repo, CommonDir: c.CommonDir, Path: c.Worktree,
+		AdminID: c.AdminID, AdminDir: filepath.Join(c.CommonDir, "worktrees", c.AdminID),
+		Branch: c.Branch, StartPoint: c.StartPoint, StartCommit: c.StartCommit, UID: c.UID, GID: c.GID,
+	}
+}
+
+// spec builds the container spec of conv.
+func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Spec, error) {
+	var mounts []runtime.Mount
+	if conv.Worktree != "" {
+		plan, err := m.wt.MountPlan(worktreeOf(conv))
+		if err != nil {
+			return runtime.Spec{}, err
+		}
+		for _, p := range plan {
+			mounts = append(mounts, runtime.Mount{Source: p.Source, Target: p.Target, ReadOnly: p.ReadOnly})
+		}
+	} else {
+		mounts = append(mounts, runtime.Mount{Source: conv.Workspace, Target: conv.Workspace})
+	}
+	mounts = append(mounts,
+		runtime.Mount{Source: m.brokerDir(conv.ID), Target: ContainerBrokerDir, ReadOnly: true},
+		runtime.Mount{Source: m.cfg.Helper, Target: ContainerHelper, ReadOnly: true},
+	)
+	img, err := m.rt.ResolveImage(ctx, conv.ImageID)
+	if err != nil {
+		return runtime.Spec{}, err
+	}
+	cmd := append(append([]string{}, img.Entrypoint...), img.Cmd...)
+	if len(cmd) == 0 {
+		return runtime.Spec{}, fmt.Errorf("image %s has neither entrypoint nor command: nothing to run", conv.Image)
+	}
+	return runtime.Spec{
+		ConversationID: conv.ID,
+		ServerID:       m.st.ServerID(),
+		Image:          conv.ImageID,
+		UID:            conv.UID,
+		GID:            conv.GID,
+		Mounts:         mounts,
+		Env:            m.env(conv),
+		WorkingDir:     conv.WorkingDir,
+		Entrypoint:     []string{ContainerHelper, "inner-exec", "--key-file", ContainerBrokerDir + "/" + InnerKeyFile, "--"},
+		Cmd:            cmd,
+		InnerPort:      m.cfg.InnerPort,
+		Resources:      m.cfg.Resources,
+		ReadOnlyRootfs: m.cfg.ReadOnlyRootfs,
+		HealthPath:     m.cfg.HealthPath,
+		ReadyTimeout:   m.cfg.ReadyTimeout,
+	}, nil
+}
+
+// env is the container's environment: names and paths only, never a
+// secret value. The inner session key reaches the inner server through
+// the key file and the entrypoint wrapper, not through docker inspect.
+func (m *Manager) env(conv store.Conversation) []string {
+	env := []string{
+		"OH_CONVERSATION_RUNTIME=local",
+		"OHD_CONVERSATION_ID=" + conv.ID,
+		"OHD_BROKER_SOCKET=" + ContainerBrokerDir + "/broker.sock",
+		"OHD_BROKER_TOKEN_FILE=" + ContainerBrokerDir + "/token",
+	}
+	git := append(worktree.ContainerGitConfig(), [2]string{"credential.helper", ContainerHelper + " git-credential"})
+	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
+	for i, kv := range git {
+		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
+	}
+	for _, name := range m.cfg.ForwardEnv {
+		if v, ok := lookupEnv(m.cfg.Getenv, name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env
+}
+
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

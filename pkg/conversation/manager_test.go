@@ -1,0 +1,304 @@
+package conversation
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/masterkey"
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+	"github.com/ohd-dev/ohd/pkg/worktree"
+)
+
+type env struct {
+	m        *Manager
+	st       *store.Store
+	runDir   string
+	wtRoot   string
+	stateDir string
+}
+
+// newEnv builds a Manager with the local runtime on real git, a real
+// broker and a bbolt file in temp dirs.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	base := testenv.TempDir(t)
+	e := &env{stateDir: filepath.Join(base, "state"), wtRoot: filepath.Join(base, "wt")}
+	run, err := os.MkdirTemp("/tmp", "ohdconv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(run) })
+	e.runDir = run
+	key, err := masterkey.New(bytes.Repeat([]byte{3}, masterkey.Size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.st, err = store.Open(filepath.Join(e.stateDir, store.FileName), key, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.st.Close() })
+	e.m = e.manager(t, key)
+	return e
+}
+
+func (e *env) manager(t *testing.T, key *masterkey.Key) *Manager {
+	t.Helper()
+	wt, err := worktree.New(worktree.Options{Root: e.wtRoot, LockDir: filepath.Join(e.stateDir, "locks")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, err := broker.New(broker.Options{RuntimeDir: e.runDir, Key: key.Derive("ohd-broker-key-v1"), Backend: Backend{Store: e.st}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = br.Shutdown(context.Background()) })
+	m, err := New(Config{Store: e.st, Worktrees: wt, Broker: br, Runtime: runtime.NewLocal(), RuntimeDir: e.runDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func TestCreateAndRemoveLocal(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	c, err := e.m.Create(ctx, CreateRequest{Workspace: repo, Worktree: true, Grants: store.Grants{Secrets: []string{"s"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != store.StateRunning || c.Worktree == "" || c.BrokerDir != filepath.Join(e.runDir, "conversations", c.ID) {
+		t.Fatalf("Create = %+v", c)
+	}
+	for _, p := range []string{filepath.Join(c.BrokerDir, "broker.sock"), filepath.Join(c.BrokerDir, "token"), c.Worktree} {
+		if !exists(p) {
+			t.Errorf("%s missing after create", p)
+		}
+	}
+	if exists(filepath.Join(c.BrokerDir, InnerKeyFile)) {
+		t.Error("the local runtime wrote an inner key file: nothing reads it")
+	}
+
+	// The broker answers with the conversation's token.
+	cl := broker.NewClient(filepath.Join(c.BrokerDir, "broker.sock"), filepath.Join(c.BrokerDir, "token"))
+	if _, err := cl.Whoami(ctx); err != nil {
+		t.Errorf("Whoami = %v", err)
+	}
+	// Rotation: the old token file content stops working.
+	old, _ := os.ReadFile(filepath.Join(c.BrokerDir, "token"))
+	if _, err := e.m.RotateToken(c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(filepath.Join(c.BrokerDir, "token")); bytes.Equal(old, now) {
+		t.Error("RotateToken did not rewrite the token file")
+	}
+	if _, err := cl.Whoami(ctx); err != nil {
+		t.Errorf("Whoami with the rotated token = %v", err)
+	}
+
+	r, err := e.m.Remove(ctx, c.ID, RemoveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != store.StateDeleted || !r.Removal.Done || r.Removal.BranchKept || r.Removal.SnapshotRef != "" {
+		t.Errorf("Remove of a clean conversation = %+v, want deleted, branch deleted, no snapshot", r.Removal)
+	}
+	if exists(c.BrokerDir) || exists(c.Worktree) {
+		t.Error("broker dir or worktree left after Remove")
+	}
+	if _, err := e.m.Get(c.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Remove = %v, want ErrNotFound", err)
+	}
+	if _, err := e.m.Remove(ctx, c.ID, RemoveOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Remove = %v, want ErrNotFound", err)
+	}
+	if _, err := e.st.Conversation(c.ID); err != nil {
+		t.Errorf("the deleted record is gone: %v", err)
+	}
+}
+
+func TestCreateFailureUndoesEverything(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	boom := errors.New("inner server said 422")
+	_, err := e.m.Create(ctx, CreateRequest{Workspace: repo, Worktree: true, Forward: func(context.Context, store.Conversation, Target) error {
+		return boom
+	}})
+	var se *StepError
+	if !errors.As(err, &se) || se.Step != "forward" || !errors.Is(err, boom) {
+		t.Fatalf("Create error = %v, want a StepError at forward wrapping the cause", err)
+	}
+	if !strings.Contains(err.Error(), "step forward failed") {
+		t.Errorf("error %q does not name the step", err)
+	}
+	convs := e.st.Conversations()
+	if len(convs) != 1 || convs[0].State != store.StateFailed || convs[0].FailedStep != "forward" {
+		t.Fatalf("records = %+v, want one failed at forward", convs)
+	}
+	if out := testenv.Git(t, repo, "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
+		t.Errorf("a worktree is still registered:\n%s", out)
+	}
+	if refs := testenv.Git(t, repo, "for-each-ref", "--format=%(refname)"); strings.Contains(refs, "openhands/") {
+		t.Errorf("the branch is left:\n%s", refs)
+	}
+	entries, _ := os.ReadDir(filepath.Join(e.runDir, "conversations"))
+	if len(entries) != 0 {
+		t.Errorf("socket dirs left: %v", entries)
+	}
+	if entries, _ := os.ReadDir(e.wtRoot); len(entries) != 0 {
+		t.Errorf("worktree folders left: %v", entries)
+	}
+}
+
+func TestCreateRejectsBadInputBeforeAnyRecord(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	for _, tc := range []struct {
+		name string
+		req  CreateRequest
+	}{
+		{"relative", CreateRequest{Workspace: "rel/path", Worktree: true}},
+		{"missing", CreateRequest{Workspace: filepath.Join(repo, "missing"), Worktree: true}},
+		{"file", CreateRequest{Workspace: filepath.Join(repo, "README.md")}},
+		{"bad id", CreateRequest{ID: "x", Workspace: repo}},
+		{"start point without worktree", CreateRequest{Workspace: repo, StartPoint: "main"}},
+		{"bad secret grant", CreateRequest{Workspace: repo, Grants: store.Grants{Secrets: []string{"../x"}}}},
+		{"bad git grant", CreateRequest{Workspace: repo, Grants: store.Grants{Git: []string{"https://github.com"}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := e.m.Create(ctx, tc.req); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Create(%+v) = %v, want ErrInvalid", tc.req, err)
+			}
+		})
+	}
+	if n := len(e.st.Conversations()); n != 0 {
+		t.Errorf("bad input wrote %d records", n)
+	}
+}
+
+func TestReconcileAfterCrashes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+
+	// A create that crashed after the worktree step: record provisioning,
+	// worktree and broker present.
+	crashed, err := e.m.Create(ctx, CreateRequest{Workspace: repo, Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.UpdateConversation(crashed.ID, func(c *store.Conversation) error {
+		c.State = store.StateProvisioning
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A removal that crashed after it was recorded, with work to keep.
+	removing, err := e.m.Create(ctx, CreateRequest{Workspace: repo, Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WriteFile(t, filepath.Join(removing.Worktree, "work.txt"), "keep me\n")
+	if _, err := e.st.UpdateConversation(removing.ID, func(c *store.Conversation) error {
+		c.Removal = &store.Removal{RequestedAt: time.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A live one that must come through untouched.
+	live, err := e.m.Create(ctx, CreateRequest{Workspace: repo, Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An orphan socket directory.
+	orphan := filepath.Join(e.runDir, "conversations", store.NewID())
+	if err := os.MkdirAll(orphan, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := e.m.Reconcile(ctx); err != nil {
+		t.Fatalf("Reconcile = %v", err)
+	}
+	if c, _ := e.st.Conversation(crashed.ID); c.State != store.StateFailed || exists(crashed.Worktree) || exists(crashed.BrokerDir) {
+		t.Errorf("interrupted create not undone: state %s, worktree %v, broker %v", c.State, exists(crashed.Worktree), exists(crashed.BrokerDir))
+	}
+	c, _ := e.st.Conversation(removing.ID)
+	if c.State != store.StateDeleted || c.Removal.SnapshotRef == "" {
+		t.Errorf("interrupted removal not finished with a snapshot: %+v", c.Removal)
+	} else if got := testenv.Git(t, repo, "show", c.Removal.SnapshotRef+":work.txt"); got != "keep me" {
+		t.Errorf("snapshot work.txt = %q", got)
+	}
+	if c, _ := e.st.Conversation(live.ID); c.State != store.StateRunning || !exists(filepath.Join(live.BrokerDir, "broker.sock")) {
+		t.Errorf("live conversation disturbed: %s", c.State)
+	}
+	if exists(orphan) {
+		t.Error("orphan socket directory not removed")
+	}
+	out := testenv.Git(t, repo, "worktree", "list", "--porcelain")
+	if strings.Contains(out, "prunable") || strings.Count(out, "worktree ") != 2 {
+		t.Errorf("host registrations after reconcile:\n%s", out)
+	}
+}
+
+func TestGrantsReachTheBroker(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if err := e.st.SetSecret("api", []byte("v4lue")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.m.Create(ctx, CreateRequest{Workspace: testenv.TempDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := broker.NewClient(filepath.Join(c.BrokerDir, "broker.sock"), filepath.Join(c.BrokerDir, "token"))
+	if _, err := cl.Secret(ctx, "api"); err == nil {
+		t.Fatal("an ungranted secret was answered")
+	}
+	if _, err := e.m.Grant(c.ID, store.KindSecret, "api"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := cl.Secret(ctx, "api"); err != nil || string(v) != "v4lue" {
+		t.Errorf("Secret after grant = %q, %v", v, err)
+	}
+	if _, err := e.m.Revoke(c.ID, store.KindSecret, "api"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Secret(ctx, "api"); err == nil {
+		t.Error("a revoked secret was answered")
+	}
+	if _, err := e.m.Revoke(c.ID, store.KindSecret, "api"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("revoking twice = %v, want ErrNotFound", err)
+	}
+}
+
+func TestValidGitGrant(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"github.com", true}, {"github.com/org", true}, {"github.com/org/repo.git", true}, {"git.example:8443/a", true},
+		{"", false}, {"https://github.com", false}, {"github.com/", false}, {"github.com//x", false},
+		{"github.com/../x", false}, {"-host", false}, {"host/a b", false}, {"host/a?b", false}, {"ho st", false},
+	} {
+		if got := validGitGrant(tc.in); got != tc.want {
+			t.Errorf("validGitGrant(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

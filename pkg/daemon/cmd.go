@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/ohd-dev/ohd/pkg/version"
+)
+
+// Main runs the ohd command line (args[0] is the program name) and returns
+// the exit code: 0 after a clean shutdown, 1 on error, 2 on bad usage.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	usage := false
+	app := &cli.Command{
+		Name:            "ohd",
+		Usage:           "per-conversation containers, git worktrees and credential brokers for AI agents",
+		Version:         version.Version,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(context.Context, *cli.Command, error) {},
+		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error {
+			usage = true
+			return fmt.Errorf("%w (see ohd --help)", err)
+		},
+		Commands: []*cli.Command{serveCmd(stderr), {
+			Name:  "version",
+			Usage: "print the version",
+			Action: func(context.Context, *cli.Command) error {
+				fmt.Fprintf(stdout, "ohd %s\n", version.Version)
+				return nil
+			},
+		}},
+	}
+	if err := app.Run(ctx, args); err != nil {
+		fmt.Fprintf(stderr, "ohd: %v\n", err)
+		if usage {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func env(name string) cli.ValueSourceChain {
+	return cli.EnvVars("OHD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+}
+
+func serveCmd(stderr io.Writer) *cli.Command {
+	str := func(name, usage string) *cli.StringFlag {
+		return &cli.StringFlag{Name: name, Usage: usage, Sources: env(name)}
+	}
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the daemon (every flag is also OHD_<FLAG_NAME> in the environment)",
+		Flags: []cli.Flag{
+			str("state-dir", "state directory (default /var/lib/ohd as root, else $XDG_STATE_HOME/ohd)"),
+			str("runtime-dir", "runtime directory for sockets (default /run/ohd as root, else $XDG_RUNTIME_DIR/ohd)"),
+			str("control-socket", "ohctl's socket (default <runtime-dir>/ohd.sock)"),
+			str("listen", "conversation API address (default 127.0.0.1:8000; off disables it)"),
+			str("runtime", "docker, local, or auto: docker when the engine answers (default auto)"),
+			str("image", "conversation container image (default ohd-agent:latest; pin a version)"),
+			str("worktree-root", "where worktrees are created (default <state-dir>/worktrees)"),
+			str("log-format", "text or json (default text)"),
+			str("log-level", "debug, info, warn or error (default info)"),
+			&cli.StringSliceFlag{Name: "session-api-key", Usage: "accepted conversation API key (repeatable; default: generated into <state-dir>/session-api-key)", Sources: cli.EnvVars("OHD_SESSION_API_KEYS")},
+			str("ohctl-binary", "static ohctl mounted into containers (default: the ohctl next to ohd)"),
+			&cli.DurationFlag{Name: "idle-timeout", Usage: "stop containers idle this long (0: never)", Sources: env("idle-timeout")},
+			&cli.StringSliceFlag{Name: "forward-env", Usage: "host environment variable to pass to containers (repeatable; never secrets)", Sources: env("forward-env")},
+			&cli.BoolFlag{Name: "read-only-rootfs", Usage: "run containers with a read-only root and a tmpfs /tmp", Sources: env("read-only-rootfs")},
+			&cli.Int64Flag{Name: "memory", Usage: "container memory limit in bytes (default 4 GiB)", Sources: env("memory")},
+			&cli.Float64Flag{Name: "cpus", Usage: "container CPU limit (default 2)", Sources: env("cpus")},
+			&cli.Int64Flag{Name: "pids", Usage: "container process limit (default 512)", Sources: env("pids")},
+			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait this long for a container's health check (default 60s)", Sources: env("ready-timeout")},
+			str("health-path", "inner server health path (default /health)"),
+			str("metrics-listen", "also serve metrics on this loopback address"),
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() > 0 {
+				return fmt.Errorf("serve takes no arguments, got %q", cmd.Args().Slice())
+			}
+			cfg := Config{
+				StateDir: cmd.String("state-dir"), RuntimeDir: cmd.String("runtime-dir"), ControlSocket: cmd.String("control-socket"),
+				Listen: cmd.String("listen"), Runtime: cmd.String("runtime"), Image: cmd.String("image"),
+				WorktreeRoot: cmd.String("worktree-root"), LogFormat: cmd.String("log-format"), LogLevel: cmd.String("log-level"),
+				SessionAPIKeys: cmd.StringSlice("session-api-key"), Helper: cmd.String("ohctl-binary"),
+				IdleTimeout: cmd.Duration("idle-timeout"), ForwardEnv: cmd.StringSlice("forward-env"),
+				ReadOnlyRootfs: cmd.Bool("read-only-rootfs"), MemoryBytes: cmd.Int64("memory"),
+				NanoCPUs: int64(cmd.Float64("cpus") * 1e9), PidsLimit: cmd.Int64("pids"),
+				ReadyTimeout: cmd.Duration("ready-timeout"), HealthPath: cmd.String("health-path"),
+				MetricsListen: cmd.String("metrics-listen"), Getenv: os.Getenv,
+			}
+			if err := cfg.Defaults(); err != nil {
+				return err
+			}
+			log := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+			return Run(ctx, cfg, log, nil)
+		},
+	}
+}

@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/control"
+)
+
+// Config is everything `ohd serve` can be told. Every field has a flag
+// and an OHD_<NAME> environment variable (see cmd.go); zero values take
+// the defaults documented on each field.
+type Config struct {
+	// StateDir holds the store (ohd.db), the master key, the generated
+	// session API key, lock files and, by default, the worktrees.
+	// Default: /var/lib/ohd as root, else $XDG_STATE_HOME/ohd
+	// (~/.local/state/ohd).
+	StateDir string
+	// RuntimeDir holds the control socket and the per-conversation broker
+	// directories. Default: /run/ohd as root, else $XDG_RUNTIME_DIR/ohd
+	// (or <tmp>/ohd-<uid> when XDG_RUNTIME_DIR is unset).
+	RuntimeDir string
+	// ControlSocket is the path of ohctl's socket (0600, daemon uid and root
+	// only). Default: <RuntimeDir>/ohd.sock.
+	ControlSocket string
+	// Listen is the conversation API's TCP address. Default
+	// 127.0.0.1:8000; "" after defaults never happens; "off" disables it.
+	// A non-loopback address is refused unless SessionAPIKeys are given.
+	Listen string
+	// Runtime is "docker", "local", or "auto" (the default): docker when the
+	// engine answers at start-up, else local with a warning.
+	Runtime string
+	// Image is the conversation container image reference. Default
+	// "ohd-agent:latest"; pin a version tag or digest in production.
+	Image string
+	// WorktreeRoot is where worktrees are created:
+	// <WorktreeRoot>/<conversation-id>/<repo-basename>.
+	// Default: <StateDir>/worktrees.
+	WorktreeRoot string
+	// LogFormat is "text" (default) or "json".
+	LogFormat string
+	// LogLevel is "debug", "info" (default), "warn" or "error".
+	LogLevel string
+	// SessionAPIKeys are the conversation API's accepted keys. When none
+	// are given, one is generated at first start into
+	// <StateDir>/session-api-key (0600).
+	SessionAPIKeys []string
+	// Helper is a static ohctl binary mounted into containers. Default: the
+	// ohctl next to the ohd executable.
+	Helper string
+	// IdleTimeout stops containers idle this long; 0 (default) never.
+	IdleTimeout time.Duration
+	// ForwardEnv names host environment variables forwarded to containers.
+	// They must not hold secrets (docker inspect shows them).
+	ForwardEnv []string
+	// ReadOnlyRootfs runs containers with a read-only root filesystem and
+	// a tmpfs /tmp.
+	ReadOnlyRootfs bool
+	// MemoryBytes, NanoCPUs and PidsLimit are container limits; 0 takes
+	// the defaults (4 GiB, 2 CPUs, 512).
+	MemoryBytes, NanoCPUs, PidsLimit int64
+	// ReadyTimeout bounds the wait for a container's health check; 0 =
+	// 60s. HealthPath is the path polled; "" = /health.
+	ReadyTimeout time.Duration
+	HealthPath   string
+	// MetricsListen, if set, serves Prometheus metrics on a separate
+	// loopback address (they are also on the conversation API at /metrics,
+	// behind its key).
+	MetricsListen string
+	// Getenv reads the environment; nil means os.Getenv (tests inject).
+	Getenv func(string) string
+}
+
+// Defaults fills every zero field. It reads the environment (XDG dirs,
+// CREDENTIALS_DIRECTORY is read later by the master key loader).
+func (c *Config) Defaults() error {
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	if c.StateDir == "" || c.RuntimeDir == "" {
+		state, run, err := control.DefaultDirs(c.Getenv)
+		if err != nil {
+			return err
+		}
+		if c.StateDir == "" {
+			c.StateDir = state
+		}
+		if c.RuntimeDir == "" {
+			c.RuntimeDir = run
+		}
+	}
+	if c.ControlSocket == "" {
+		c.ControlSocket = filepath.Join(c.RuntimeDir, "ohd.sock")
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8000"
+	}
+	if c.Runtime == "" {
+		c.Runtime = "auto"
+	}
+	if c.Image == "" {
+		c.Image = "ohd-agent:latest"
+	}
+	if c.WorktreeRoot == "" {
+		c.WorktreeRoot = filepath.Join(c.StateDir, "worktrees")
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.Helper == "" {
+		if exe, err := os.Executable(); err == nil {
+			c.Helper = filepath.Join(filepath.Dir(exe), "ohctl")
+		}
+	}
+	return nil
+}
+
+// Validate reports the first invalid field, saying what to do.
+func (c *Config) Validate() error {
+	for name, p := range map[string]string{"--state-dir": c.StateDir, "--runtime-dir": c.RuntimeDir, "--control-socket": c.ControlSocket, "--worktree-root": c.WorktreeRoot} {
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("%s %q: must be an absolute path", name, p)
+		}
+	}
+	switch c.Runtime {
+	case "auto", "docker", "local":
+	default:
+		return fmt.Errorf("--runtime %q: use docker, local or auto", c.Runtime)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
+	}
+	if c.Listen != "off" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen %q: want host:port, e.g. 127.0.0.1:8000 (or off): %v", c.Listen, err)
+		}
+		if !isLoopback(host) && len(c.SessionAPIKeys) == 0 {
+			return fmt.Errorf("--listen %q is not a loopback address: refusing to expose the conversation API without configured keys; pass --session-api-key (or OHD_SESSION_API_KEYS) or listen on 127.0.0.1", c.Listen)
+		}
+	}
+	if c.MetricsListen != "" {
+		host, _, err := net.SplitHostPort(c.MetricsListen)
+		if err != nil || !isLoopback(host) {
+			return fmt.Errorf("--metrics-listen %q: must be a loopback host:port", c.MetricsListen)
+		}
+	}
+	if len(c.ControlSocket) > 100 {
+		return fmt.Errorf("--control-socket %q: path is too long for a Unix socket (max ~100 bytes): choose a shorter --runtime-dir", c.ControlSocket)
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,322 @@
+// Package daemon is `ohd serve`: it loads the configuration, opens the
+// store, reconciles, and serves the control socket (for ohctl) and the
+// conversation API, until its context ends.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/masterkey"
+	"github.com/ohd-dev/ohd/pkg/peercred"
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+	"github.com/ohd-dev/ohd/pkg/version"
+	"github.com/ohd-dev/ohd/pkg/worktree"
+)
+
+// Daemon is a running ohd. Build it with Start; stop it by cancelling the
+// context given to Start and calling Wait.
+type Daemon struct {
+	cfg   Config
+	log   *slog.Logger
+	key   *masterkey.Key
+	store *store.Store
+	mgr   *conversation.Manager
+	br    *broker.Broker
+	rt    runtime.Runtime
+	lock  *os.File
+
+	control net.Listener
+	cancel  context.CancelFunc // ends every goroutine Start began
+	wg      sync.WaitGroup
+	errc    chan error
+}
+
+// NewLogger returns the daemon's logger for format ("text" or "json") and
+// level, writing to w.
+func NewLogger(w io.Writer, format, level string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Run starts the daemon, serves until ctx ends, and shuts down cleanly.
+// ready, if non-nil, is called once everything serves.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Daemon)) error {
+	d, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready(d)
+	}
+	return d.Wait(ctx)
+}
+
+// Start prepares the directories, takes the state lock, opens the store,
+// reconciles and starts serving. Its error says what to do.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err error) {
+	if err := cfg.Defaults(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Secrets live in this process's memory: no core dumps, no ptrace by
+	// other processes of the same uid.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+	ctx, cancel := context.WithCancel(ctx)
+	d := &Daemon{cfg: cfg, log: log, errc: make(chan error, 4), cancel: cancel}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	// The lock comes before any other side effect: a second daemon on
+	// this state must change nothing.
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create %s: %w", cfg.StateDir, err)
+	}
+	if err := d.takeLock(); err != nil {
+		return nil, err
+	}
+	if err := d.prepareDirs(); err != nil {
+		return nil, err
+	}
+	if d.key, err = masterkey.Load(cfg.StateDir, cfg.Getenv); err != nil {
+		return nil, err
+	}
+	if d.key.Created {
+		log.Info("created a new master key; back it up with the state directory", "path", d.key.Source)
+	}
+	if d.store, err = store.Open(filepath.Join(cfg.StateDir, store.FileName), d.key, store.Options{Logger: log}); err != nil {
+		return nil, err
+	}
+	wt, err := worktree.New(worktree.Options{Root: cfg.WorktreeRoot, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if d.rt, err = d.selectRuntime(ctx); err != nil {
+		return nil, err
+	}
+	d.br, err = broker.New(broker.Options{
+		RuntimeDir: cfg.RuntimeDir, Key: d.key.Derive("ohd-broker-key-v1"),
+		Backend: conversation.Backend{Store: d.store}, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.mgr, err = conversation.New(conversation.Config{
+		Store: d.store, Worktrees: wt, Broker: d.br, Runtime: d.rt, RuntimeDir: cfg.RuntimeDir,
+		Image: cfg.Image, HealthPath: cfg.HealthPath, ReadyTimeout: cfg.ReadyTimeout,
+		Resources:      runtime.Resources{MemoryBytes: cfg.MemoryBytes, NanoCPUs: cfg.NanoCPUs, PidsLimit: cfg.PidsLimit},
+		ReadOnlyRootfs: cfg.ReadOnlyRootfs, ForwardEnv: cfg.ForwardEnv, Getenv: cfg.Getenv,
+		Helper: cfg.Helper, IdleTimeout: cfg.IdleTimeout, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.mgr.Reconcile(ctx); err != nil {
+		// Keep serving: one broken conversation must not take every other
+		// one down. The log and `ohctl doctor` say what is wrong.
+		log.Error("reconcile incomplete", "err", err)
+	}
+	if err := d.listenControl(); err != nil {
+		return nil, err
+	}
+	d.serve(ctx)
+	log.Info("ohd serving", "version", version.Version, "state_dir", cfg.StateDir, "control_socket", cfg.ControlSocket,
+		"runtime", d.rt.Kind(), "server_id", d.store.ServerID())
+	return d, nil
+}
+
+// prepareDirs creates the state and runtime directories. The state dir is
+// 0711: the worktree root lives inside it by default, and the users whose
+// worktrees it holds must be able to reach them; everything secret in it
+// is 0600 or 0700 itself.
+func (d *Daemon) prepareDirs() error {
+	for _, dir := range []string{d.cfg.StateDir, d.cfg.RuntimeDir, filepath.Join(d.cfg.RuntimeDir, "conversations")} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return fmt.Errorf("chmod %s: %w", dir, err)
+		}
+	}
+	return os.MkdirAll(filepath.Dir(d.cfg.ControlSocket), 0o711)
+}
+
+// takeLock holds <state-dir>/ohd.lock for the daemon's life, so a second
+// daemon on the same state refuses to start instead of corrupting it.
+func (d *Daemon) takeLock() error {
+	path := filepath.Join(d.cfg.StateDir, "ohd.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(f)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder == "" {
+			holder = "unknown"
+		}
+		return fmt.Errorf("another ohd (pid %s) is already running on state directory %s: stop it first, or pass another --state-dir", holder, d.cfg.StateDir)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	d.lock = f
+	return nil
+}
+
+func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
+	switch d.cfg.Runtime {
+	case "local":
+		return runtime.NewLocal(), nil
+	case "docker":
+		return runtime.NewDocker(ctx, runtime.DockerOptions{Logger: d.log})
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rt, err := runtime.NewDocker(pctx, runtime.DockerOptions{Logger: d.log})
+	if err != nil {
+		d.log.Warn("Docker engine not reachable: using the local runtime (no containers); pass --runtime docker to require it", "err", err)
+		return runtime.NewLocal(), nil
+	}
+	return rt, nil
+}
+
+// listenControl opens the control socket, 0600. A stale socket file left
+// by a crash is replaced; a live one (another daemon with another state
+// dir) is an error.
+func (d *Daemon) listenControl() error {
+	path := d.cfg.ControlSocket
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("control socket %s is in use by another process: stop it, or pass another --control-socket", path)
+	}
+	_ = os.Remove(path)
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return fmt.Errorf("listen on control socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	d.control = ln
+	return nil
+}
+
+func (d *Daemon) serve(ctx context.Context) {
+	srv := &http.Server{
+		Handler:           d.controlHandler(),
+		ConnContext:       peercred.ConnContext,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+	d.goServe(ctx, "control", srv, d.control)
+	d.wg.Add(2)
+	go func() {
+		defer d.wg.Done()
+		if err := d.mgr.Watch(ctx); err != nil && ctx.Err() == nil {
+			d.log.Error("engine events stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer d.wg.Done()
+		d.mgr.RunIdle(ctx)
+	}()
+}
+
+// goServe runs srv on ln until ctx ends, then shuts it down gracefully.
+func (d *Daemon) goServe(ctx context.Context, name string, srv *http.Server, ln net.Listener) {
+	d.wg.Add(2)
+	go func() {
+		defer d.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.errc <- fmt.Errorf("%s server: %w", name, err)
+		}
+	}()
+	go func() {
+		defer d.wg.Done()
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+	}()
+}
+
+// Wait blocks until ctx ends (or a server fails) and shuts down: servers
+// stop, broker sockets close (their directories stay for the next start),
+// the store is flushed and closed. Containers keep running; the next
+// start adopts them.
+func (d *Daemon) Wait(ctx context.Context) error {
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-d.errc:
+	}
+	d.log.Info("ohd shutting down")
+	d.close()
+	return err
+}
+
+func (d *Daemon) close() {
+	d.cancel()
+	if d.control != nil {
+		d.control.Close()
+	}
+	d.wg.Wait()
+	if d.br != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = d.br.Shutdown(sctx)
+		cancel()
+	}
+	if d.rt != nil {
+		_ = d.rt.Close()
+	}
+	if d.store != nil {
+		_ = d.store.Close()
+	}
+	if d.lock != nil {
+		_ = d.lock.Truncate(0)
+		d.lock.Close()
+	}
+}
+
+// Manager returns the conversation manager (tests).
+func (d *Daemon) Manager() *conversation.Manager { return d.mgr }
+
+// Config returns the effective configuration.
+func (d *Daemon) Config() Config { return d.cfg }

@@ -1,0 +1,77 @@
+package ohctl
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+)
+
+// gitCredentialCmd is git's credential helper inside a container:
+// credential.helper = "/run/ohd/bin/ohctl git-credential".
+func (s *state) gitCredentialCmd() *cli.Command {
+	return &cli.Command{
+		Name:      "git-credential",
+		Usage:     "git credential helper that asks the conversation's broker (inside a container)",
+		ArgsUsage: "get|store|erase",
+		Description: "Reads git's credential request on standard input and answers from the broker at\n" +
+			"$OHD_BROKER_SOCKET (default /run/ohd/broker.sock) with the token in $OHD_BROKER_TOKEN_FILE\n" +
+			"(default /run/ohd/token).",
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			a, err := args(cmd, "ACTION")
+			if err != nil {
+				return err
+			}
+			switch a[0] {
+			case "get", "store", "erase":
+			default:
+				return usagef("git-credential %q: the action is get, store or erase", a[0])
+			}
+			return broker.GitCredentialHelper(ctx, a[0], s.env.Stdin, s.env.Stdout, s.env.Getenv)
+		},
+	}
+}
+
+// innerExecCmd is the entrypoint wrapper of conversation containers: it
+// reads the inner session key from a file in the read-only broker
+// directory and runs the image's own entrypoint with the key in
+// OH_SESSION_API_KEYS_0. The key thus never appears in the container's
+// configuration (docker inspect), only in the agent server's own process.
+func (s *state) innerExecCmd() *cli.Command {
+	return &cli.Command{
+		Name:            "inner-exec",
+		Hidden:          true,
+		Usage:           "run the inner agent server with its session key (container entrypoint)",
+		ArgsUsage:       "--key-file FILE -- CMD...",
+		SkipFlagParsing: true,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			a := cmd.Args().Slice()
+			if len(a) < 4 || a[0] != "--key-file" || a[2] != "--" {
+				return usagef("inner-exec: usage: ohctl inner-exec --key-file FILE -- CMD...")
+			}
+			key, err := os.ReadFile(a[1])
+			if err != nil {
+				return fmt.Errorf("inner-exec: read session key: %w", err)
+			}
+			argv := a[3:]
+			path, err := exec.LookPath(argv[0])
+			if err != nil {
+				return fmt.Errorf("inner-exec: %w", err)
+			}
+			env := []string{}
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "OH_SESSION_API_KEYS_0=") {
+					env = append(env, kv)
+				}
+			}
+			env = append(env, "OH_SESSION_API_KEYS_0="+strings.TrimSpace(string(key)))
+			return syscall.Exec(path, argv, env)
+		},
+	}
+}

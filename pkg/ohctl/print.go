@@ -1,0 +1,223 @@
+package ohctl
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table prints aligned columns.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		if c == "" {
+			cells[i] = "-"
+		}
+		// A tab or newline inside a cell would break the columns.
+		cells[i] = strings.Map(func(r rune) rune {
+			if r == '\t' || r == '\n' || r == '\r' {
+				return ' '
+			}
+			return r
+		}, cells[i])
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// ago renders how long before now t was, coarsely ("5s", "3m", "2h", "4d").
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func printConversations(w io.Writer, convs []store.Conversation, now time.Time) {
+	if len(convs) == 0 {
+		fmt.Fprintln(w, "no conversations (create one with `ohctl create --repo PATH --worktree`)")
+		return
+	}
+	t := newTable(w, "ID", "STATE", "RUNTIME", "BRANCH", "WORKING DIR", "CONTAINER", "ACTIVE")
+	for _, c := range convs {
+		t.row(c.ID, string(c.State), c.Runtime, c.Branch, c.WorkingDir, c.ContainerName, ago(now, c.LastActiveAt))
+	}
+	_ = t.flush()
+}
+
+func printConversation(w io.Writer, c store.Conversation, now time.Time) {
+	t := newTable(w, "FIELD", "VALUE")
+	t.row("id", c.ID)
+	t.row("state", string(c.State))
+	t.row("runtime", c.Runtime)
+	t.row("workspace", c.Workspace)
+	t.row("working dir", c.WorkingDir)
+	if c.Worktree != "" {
+		t.row("repository", c.Repo)
+		t.row("worktree", c.Worktree)
+		t.row("branch", c.Branch)
+		t.row("start point", fmt.Sprintf("%s (%s)", c.StartPoint, short(c.StartCommit)))
+	}
+	if c.Runtime != "local" {
+		t.row("image", fmt.Sprintf("%s (%s)", c.Image, short(strings.TrimPrefix(c.ImageID, "sha256:"))))
+		t.row("container", fmt.Sprintf("%s %s", c.ContainerName, short(c.ContainerID)))
+		if c.HostPort != 0 {
+			t.row("inner address", fmt.Sprintf("127.0.0.1:%d", c.HostPort))
+		}
+	}
+	t.row("user", fmt.Sprintf("%d:%d", c.UID, c.GID))
+	t.row("broker", c.BrokerDir)
+	t.row("broker epoch", fmt.Sprint(c.BrokerEpoch))
+	for _, kind := range store.Kinds {
+		t.row("grants "+kind, strings.Join(*c.Grants.List(kind), ", "))
+	}
+	t.row("created", fmt.Sprintf("%s (%s ago)", c.CreatedAt.UTC().Format(time.RFC3339), ago(now, c.CreatedAt)))
+	t.row("last active", fmt.Sprintf("%s ago", ago(now, c.LastActiveAt)))
+	for _, n := range c.Notes {
+		t.row("note", n)
+	}
+	if c.Error != "" {
+		t.row("error", c.Error)
+	}
+	if r := c.Removal; r != nil {
+		t.row("removal", removalSummary(c))
+	}
+	_ = t.flush()
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+func removalSummary(c store.Conversation) string {
+	r := c.Removal
+	if r == nil {
+		return ""
+	}
+	if !r.Done {
+		return "requested " + r.RequestedAt.UTC().Format(time.RFC3339) + ", not finished"
+	}
+	if r.Message != "" {
+		return r.Message
+	}
+	return "done"
+}
+
+func printRemoval(w io.Writer, c store.Conversation) {
+	fmt.Fprintf(w, "conversation %s removed\n", c.ID)
+	r := c.Removal
+	if r == nil {
+		return
+	}
+	if r.SnapshotRef != "" {
+		fmt.Fprintf(w, "uncommitted work saved as %s (%s)\n", r.SnapshotRef, short(r.SnapshotCommit))
+	}
+	if r.BranchKept {
+		fmt.Fprintf(w, "branch %s kept in %s\n", c.Branch, c.Repo)
+	}
+	if r.Message != "" {
+		fmt.Fprintln(w, r.Message)
+	}
+}
+
+func printPrune(w io.Writer, rep control.PruneReport) {
+	if len(rep.Items) == 0 {
+		fmt.Fprintln(w, "nothing to prune")
+		return
+	}
+	head := "DONE"
+	if rep.DryRun {
+		head = "WOULD"
+	}
+	t := newTable(w, head, "KIND", "ID", "PATH", "DETAIL")
+	for _, it := range rep.Items {
+		status := it.Action
+		switch {
+		case it.Action == "keep":
+			status = "keep"
+		case it.Error != "":
+			status = "failed: " + it.Error
+		case !rep.DryRun && !it.Done:
+			status = "skipped"
+		}
+		t.row(status, it.Kind, it.ID, it.Path, it.Detail)
+	}
+	_ = t.flush()
+}
+
+func printDoctor(w io.Writer, rep control.DoctorReport) {
+	if len(rep.Checks) == 0 {
+		fmt.Fprintln(w, "no live conversations to check")
+		return
+	}
+	t := newTable(w, "STATUS", "CONVERSATION", "CHECK", "DETAIL")
+	for _, c := range rep.Checks {
+		detail := c.Detail
+		if c.Repair != "" {
+			if c.Repaired {
+				detail += " (repaired: " + c.Repair + ")"
+			} else {
+				detail += " (--repair would: " + c.Repair + ")"
+			}
+		}
+		t.row(strings.ToUpper(c.Status), c.Conversation, c.Check, detail)
+	}
+	_ = t.flush()
+}
+
+func printAudit(w io.Writer, recs []store.AuditRecord) {
+	if len(recs) == 0 {
+		fmt.Fprintln(w, "no audit records")
+		return
+	}
+	t := newTable(w, "TIME", "SOURCE", "CONVERSATION", "ROUTE", "KIND", "NAME", "PEER", "RESULT")
+	for _, r := range recs {
+		result := "allowed"
+		if !r.Allowed {
+			result = "refused"
+			if r.Code != "" {
+				result += " (" + r.Code + ")"
+			}
+		}
+		peer := fmt.Sprintf("uid %d", r.PeerUID)
+		if r.PeerPID != 0 {
+			peer += fmt.Sprintf(" pid %d", r.PeerPID)
+		}
+		t.row(r.Time.UTC().Format("2006-01-02 15:04:05.000Z"), r.Source, r.Conversation, r.Route, r.Kind, r.Name, peer, result)
+	}
+	_ = t.flush()
+}
