@@ -170,3 +170,25 @@ func TestAddFailsMidway(t *testing.T) {
 		t.Errorf("failed Add left registrations: %+v", regs)
 	}
 }
+
+// TestUndoAddInterrupted: git stopped right after creating the admin dir
+// (only its lock, carrying our reason, is written): the undo finds it by
+// that reason and leaves other admin dirs alone.
+func TestUndoAddInterrupted(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	id := newID(t)
+	wt := Worktree{ConversationID: id, Repo: repo.TopLevel, CommonDir: repo.CommonDir,
+		Path: filepath.Join(m.Root(), id, "repo"), Branch: BranchName(id), UID: repo.UID, GID: repo.GID}
+	half := filepath.Join(repo.CommonDir, "worktrees", "repo")
+	other := filepath.Join(repo.CommonDir, "worktrees", "repo1")
+	testenv.WriteFile(t, filepath.Join(half, "locked"), LockReason(id))
+	testenv.WriteFile(t, filepath.Join(other, "locked"), LockReason(newID(t)))
+	m.undoAdd(testCtx(t), wt, true)
+	if exists(t, half) {
+		t.Errorf("undoAdd left the half-created admin dir %s", half)
+	}
+	if !exists(t, other) {
+		t.Errorf("undoAdd removed %s, another conversation's", other)
+	}
+}

@@ -105,8 +105,12 @@ func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]
 
 // looksLikeGitDir reports whether dir has the shape of a git common dir.
 func looksLikeGitDir(dir string) bool {
-	for _, name := range []string{"HEAD", "objects", "refs"} {
-		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+	head, err := os.Lstat(filepath.Join(dir, "HEAD"))
+	if err != nil || !head.Mode().IsRegular() {
+		return false
+	}
+	for _, name := range []string{"objects", "refs"} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || !st.IsDir() {
 			return false
 		}
 	}

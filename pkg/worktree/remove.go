@@ -78,7 +78,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	} else if !ok {
 		// The repository is gone: no snapshot, no branch to keep.
 		if dirExists && !opts.Discard {
-			return fail(fmt.Errorf("%w: the repository's git dir %s no longer exists, so the files in %s cannot be saved: copy what you need, then remove with --discard", ErrUnsavedWork, wt.CommonDir, wt.Path))
+			return fail(fmt.Errorf("%w: the repository's git dir %s no longer exists (moved or deleted), so the files in %s cannot be saved: copy what you need, then remove with --discard", ErrUnsavedWork, wt.CommonDir, wt.Path))
 		}
 		if err := os.RemoveAll(convDir); err != nil {
 			return fail(err)
