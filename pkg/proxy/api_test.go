@@ -1,0 +1,463 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+func TestCreateRewritesAndForwards(t *testing.T) {
+	fake := newFake(t)
+	fake.tap = true
+	p := startProxy(t, fake, nil)
+	repo := filepath.Join(fake.root, "myrepo")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := store.NewID()
+	body := `{"workspace":{"kind":"LocalWorkspace","working_dir":"` + repo + `"},"worktree":true,` +
+		`"conversation_id":"` + strings.ToUpper(id) + `",` +
+		`"agent":{"kind":"Agent","llm":{"model":"m","api_key":"sk-very-secret"}},` +
+		`"custom_field":{"a":[1,2,{"b":"<&>"}]},"max_iterations":7}`
+	resp, rb := p.do(t, "POST", "/api/conversations", outerKeys[1], strings.NewReader(body), "Content-Type", "application/json")
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /api/conversations = %d %s, want 201", resp.StatusCode, rb)
+	}
+	wantWD := filepath.Join(fake.root, "worktrees", id, "myrepo")
+	info := decode[struct {
+		ID        string `json:"id"`
+		Workspace struct {
+			WorkingDir string `json:"working_dir"`
+		} `json:"workspace"`
+	}](t, rb)
+	if info.ID != id || info.Workspace.WorkingDir != wantWD {
+		t.Errorf("create answer id=%q working_dir=%q, want %q and %q (the inner server's answer)", info.ID, info.Workspace.WorkingDir, id, wantWD)
+	}
+	if got := resp.Header.Get("X-Ohd-Worktree"); got != wantWD {
+		t.Errorf("X-Ohd-Worktree = %q, want %q", got, wantWD)
+	}
+
+	// What the inner server received.
+	reqs := fake.tapOf(id).requests()
+	if len(reqs) != 1 || reqs[0].method != "POST" || reqs[0].path != "/api/conversations" {
+		t.Fatalf("inner server got %d requests (%+v), want one POST /api/conversations", len(reqs), reqs)
+	}
+	if got := reqs[0].header.Get("X-Session-API-Key"); got != string(fake.innerOf(id).key) {
+		t.Errorf("forwarded create carries key %q, want the inner key", got)
+	}
+	var got, sent map[string]any
+	if err := json.Unmarshal(reqs[0].body, &got); err != nil {
+		t.Fatalf("forwarded body %s: %v", reqs[0].body, err)
+	}
+	_ = json.Unmarshal([]byte(body), &sent)
+	want := sent
+	delete(want, "worktree")
+	want["conversation_id"] = id
+	want["workspace"] = map[string]any{"kind": "LocalWorkspace", "working_dir": wantWD}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("forwarded body (-want +got):\n%s", d)
+	}
+	if !bytes.Contains(reqs[0].body, []byte(`"<&>"`)) {
+		t.Errorf("forwarded body %s: value \"<&>\" not kept byte for byte", reqs[0].body)
+	}
+
+	// What ohd was asked, and what it keeps.
+	cr := fake.createRequests()[0]
+	if cr.ID != id || cr.Workspace != repo || !cr.Worktree {
+		t.Errorf("CreateRequest = {ID:%q Workspace:%q Worktree:%v}, want {%q %q true}", cr.ID, cr.Workspace, cr.Worktree, id, repo)
+	}
+	if bytes.Contains(cr.Request, []byte("sk-very-secret")) || bytes.Contains(cr.Request, []byte("api_key")) {
+		t.Errorf("CreateRequest.Request = %s: holds the agent's secret", cr.Request)
+	}
+	rec := decode[map[string]any](t, cr.Request)
+	if rec["max_iterations"] != float64(7) || rec["conversation_id"] != id {
+		t.Errorf("CreateRequest.Request = %s: want max_iterations 7 and the id", cr.Request)
+	}
+}
+
+func TestCreateGeneratesID(t *testing.T) {
+	fake := newFake(t)
+	fake.tap = true
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	if !store.ValidID(id) {
+		t.Fatalf("generated id %q is not a canonical UUID", id)
+	}
+	body := decode[map[string]any](t, fake.tapOf(id).requests()[0].body)
+	if body["conversation_id"] != id {
+		t.Errorf("forwarded conversation_id = %v, want %q", body["conversation_id"], id)
+	}
+	if _, ok := body["worktree"]; ok {
+		t.Errorf("forwarded body has worktree: %v", body)
+	}
+}
+
+func TestCreateErrors(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	existing := p.create(t, nil)
+	ws := func(dir string) string { return `"workspace":{"working_dir":"` + dir + `"}` }
+	tests := []struct {
+		name, body string
+		code       int
+		want       string // in the body
+	}{
+		{"not json", `{"workspace":`, 422, "json_invalid"},
+		{"not an object", `[1,2]`, 422, "json_invalid"},
+		{"two values", `{"workspace":{"working_dir":"/"}} {}`, 422, "more than one JSON value"},
+		{"no workspace", `{"agent":{}}`, 422, `"loc":["body","workspace"]`},
+		{"no working_dir", `{"workspace":{"kind":"LocalWorkspace"}}`, 422, `"loc":["body","workspace","working_dir"]`},
+		{"working_dir not a string", `{"workspace":{"working_dir":3}}`, 422, "string_type"},
+		{"worktree not a bool", `{` + ws(fake.root) + `,"worktree":"yes"}`, 422, "bool_type"},
+		{"bad conversation_id", `{` + ws(fake.root) + `,"conversation_id":"nope"}`, 422, "uuid_parsing"},
+		{"relative working_dir", `{` + ws("repo") + `}`, 400, `"step":"validate"`},
+		{"working_dir missing on host", `{` + ws(filepath.Join(fake.root, "nowhere")) + `}`, 400, `"step":"validate"`},
+		{"existing id", `{` + ws(fake.root) + `,"conversation_id":"` + existing + `"}`, 409, "already exists"},
+		{"parent", `{` + ws(fake.root) + `,"parent_conversation_id":"` + existing + `"}`, 501, "child conversations are not supported"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(tc.body))
+			if resp.StatusCode != tc.code || !strings.Contains(string(b), tc.want) {
+				t.Errorf("POST %s = %d %s, want %d with %q", tc.body, resp.StatusCode, b, tc.code, tc.want)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type = %q, want application/json", ct)
+			}
+		})
+	}
+}
+
+func TestCreateInnerRejects(t *testing.T) {
+	fake := newFake(t)
+	fake.badWorkingDir = true
+	p := startProxy(t, fake, nil)
+	id := store.NewID()
+	body := `{"workspace":{"working_dir":"` + fake.root + `"},"conversation_id":"` + id + `"}`
+	resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(body))
+	// The stand-in answers 400 when working_dir is not a directory.
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("POST = %d %s, want the inner server's 400", resp.StatusCode, b)
+	}
+	got := decode[map[string]any](t, b)
+	if got["step"] != "forward" || got["conversation_id"] != id || !strings.Contains(got["detail"].(string), "is not a directory") {
+		t.Errorf("body %s: want the inner detail with step forward and the id", b)
+	}
+	if h := resp.Header.Get("X-Ohd-Failed-Step"); h != "forward" {
+		t.Errorf("X-Ohd-Failed-Step = %q, want forward", h)
+	}
+	if c := fake.called("create-failed " + id); len(c) != 1 {
+		t.Errorf("fake Create failures = %v, want one for %s", fake.called("create"), id)
+	}
+	if resp, b := p.do(t, "GET", "/api/conversations/"+id, outerKeys[0], nil); resp.StatusCode != 404 {
+		t.Errorf("GET after failed create = %d %s, want 404", resp.StatusCode, b)
+	}
+}
+
+func TestCreateInnerDown(t *testing.T) {
+	fake := newFake(t)
+	fake.innerDown = true
+	p := startProxy(t, fake, nil)
+	resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(`{"workspace":{"working_dir":"`+fake.root+`"}}`))
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), `"step":"forward"`) {
+		t.Fatalf("POST with the inner server down = %d %s, want 502 naming step forward", resp.StatusCode, b)
+	}
+	if strings.Contains(string(b), "127.0.0.1") {
+		t.Errorf("error body %s reveals an inner address", b)
+	}
+}
+
+func TestCreateLocalRuntime(t *testing.T) {
+	fake := newFake(t)
+	fake.local = true
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	resp, b := p.do(t, "GET", "/api/conversations/"+id, outerKeys[0], nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Ohd-Source") != "ohd" {
+		t.Errorf("GET local conversation = %d (source %q) %s, want 200 from ohd", resp.StatusCode, resp.Header.Get("X-Ohd-Source"), b)
+	}
+	resp, b = p.do(t, "POST", "/api/conversations/"+id+"/run", outerKeys[0], nil)
+	if resp.StatusCode != http.StatusNotImplemented {
+		t.Errorf("POST run on a local conversation = %d %s, want 501", resp.StatusCode, b)
+	}
+}
+
+func TestGet(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+
+	resp, b := p.do(t, "GET", "/api/conversations/"+strings.ToUpper(id), outerKeys[0], nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Ohd-Source") != "inner" {
+		t.Fatalf("GET running = %d (source %q) %s, want 200 from the inner server", resp.StatusCode, resp.Header.Get("X-Ohd-Source"), b)
+	}
+	if got := decode[map[string]any](t, b); got["id"] != id || got["execution_status"] != "idle" {
+		t.Errorf("GET running = %s", b)
+	}
+	if n := len(fake.called("touch")); n != 0 {
+		t.Errorf("a metadata read touched the conversation %d times, want 0", n)
+	}
+
+	fake.stopConv(id)
+	before := len(fake.called("target"))
+	resp, b = p.do(t, "GET", "/api/conversations/"+id, outerKeys[0], nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Ohd-Source") != "ohd" {
+		t.Fatalf("GET stopped = %d (source %q) %s, want 200 from ohd", resp.StatusCode, resp.Header.Get("X-Ohd-Source"), b)
+	}
+	if n := len(fake.called("target")) - before; n != 0 {
+		t.Errorf("GET of a stopped conversation called Target %d times: it must not start it", n)
+	}
+	got := decode[conversationInfo](t, b)
+	if got.ID != id || got.ExecutionStatus != "idle" || got.Workspace.WorkingDir != fake.root || got.OHD.State != store.StateStopped {
+		t.Errorf("GET stopped = %s", b)
+	}
+
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/api/conversations/" + store.NewID(), 404},
+		{"/api/conversations/not-a-uuid", 422},
+	} {
+		resp, b := p.do(t, "GET", tc.path, outerKeys[0], nil)
+		if resp.StatusCode != tc.code {
+			t.Errorf("GET %s = %d %s, want %d", tc.path, resp.StatusCode, b, tc.code)
+		}
+	}
+}
+
+func TestBatchGet(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	a, b := p.create(t, nil), p.create(t, nil)
+	fake.stopConv(b)
+	unknown := store.NewID()
+	resp, body := p.do(t, "GET", "/api/conversations?ids="+b+"&ids="+unknown+"&ids="+a, outerKeys[0], nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET ?ids = %d %s, want 200", resp.StatusCode, body)
+	}
+	got := decode[[]*struct {
+		ID string `json:"id"`
+	}](t, body)
+	var ids []string
+	for _, g := range got {
+		if g == nil {
+			ids = append(ids, "null")
+		} else {
+			ids = append(ids, g.ID)
+		}
+	}
+	if d := cmp.Diff([]string{b, "null", a}, ids); d != "" {
+		t.Errorf("GET ?ids order (-want +got):\n%s", d)
+	}
+	for _, q := range []string{"", "?ids=bad", "?other=1"} {
+		resp, body := p.do(t, "GET", "/api/conversations"+q, outerKeys[0], nil)
+		if resp.StatusCode != 422 || !strings.HasPrefix(string(body), `{"detail":[`) {
+			t.Errorf("GET /api/conversations%s = %d %s, want 422 with a validation list", q, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestCountAndSearch(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	ids := []string{p.create(t, nil), p.create(t, nil), p.create(t, nil)}
+	if resp, b := p.do(t, "POST", "/api/conversations/"+ids[1]+"/run", outerKeys[0], nil); resp.StatusCode != 200 {
+		t.Fatalf("POST run = %d %s", resp.StatusCode, b)
+	}
+	fake.stopConv(ids[2])
+
+	for _, tc := range []struct {
+		query string
+		want  string
+	}{
+		{"", "3"},
+		{"?status=running", "1"},
+		{"?status=idle", "2"},
+		{"?status=paused", "0"},
+	} {
+		resp, b := p.do(t, "GET", "/api/conversations/count"+tc.query, outerKeys[0], nil)
+		if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != tc.want {
+			t.Errorf("GET count%s = %d %q, want a bare %s", tc.query, resp.StatusCode, b, tc.want)
+		}
+	}
+	if resp, b := p.do(t, "GET", "/api/conversations/count?status=bogus", outerKeys[0], nil); resp.StatusCode != 422 {
+		t.Errorf("GET count?status=bogus = %d %s, want 422", resp.StatusCode, b)
+	}
+
+	type page struct {
+		Items []struct {
+			ID              string `json:"id"`
+			ExecutionStatus string `json:"execution_status"`
+		} `json:"items"`
+		NextPageID *string `json:"next_page_id"`
+	}
+	var seen []string
+	q := "/api/conversations/search?limit=2&sort_order=CREATED_AT"
+	for range 3 {
+		resp, b := p.do(t, "GET", q, outerKeys[0], nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s = %d %s", q, resp.StatusCode, b)
+		}
+		pg := decode[page](t, b)
+		raw := decode[map[string]json.RawMessage](t, b)
+		if _, ok := raw["next_page_id"]; !ok || raw["items"] == nil {
+			t.Errorf("search answer %s: want items and next_page_id", b)
+		}
+		for _, it := range pg.Items {
+			seen = append(seen, it.ID)
+		}
+		if pg.NextPageID == nil {
+			break
+		}
+		q = "/api/conversations/search?limit=2&sort_order=CREATED_AT&page_id=" + *pg.NextPageID
+	}
+	if d := cmp.Diff(ids, seen); d != "" {
+		t.Errorf("search pages (-want +got):\n%s", d)
+	}
+	resp, b := p.do(t, "GET", "/api/conversations/search?status=running", outerKeys[0], nil)
+	pg := decode[page](t, b)
+	if resp.StatusCode != 200 || len(pg.Items) != 1 || pg.Items[0].ID != ids[1] || pg.NextPageID != nil {
+		t.Errorf("search?status=running = %d %s, want only %s", resp.StatusCode, b, ids[1])
+	}
+	resp, b = p.do(t, "GET", "/api/conversations/search", outerKeys[0], nil)
+	pg = decode[page](t, b)
+	if len(pg.Items) != 3 || pg.Items[0].ID != ids[2] {
+		t.Errorf("search default order = %s, want newest first", b)
+	}
+	for _, q := range []string{"limit=0", "limit=101", "page_id=x", "sort_order=NAME"} {
+		if resp, b := p.do(t, "GET", "/api/conversations/search?"+q, outerKeys[0], nil); resp.StatusCode != 422 {
+			t.Errorf("search?%s = %d %s, want 422", q, resp.StatusCode, b)
+		}
+	}
+	if n := len(fake.called("start")); n != 0 {
+		t.Errorf("count/search started %d stopped conversations, want none", n)
+	}
+}
+
+func TestDelete(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	resp, b := p.do(t, "DELETE", "/api/conversations/"+id, outerKeys[0], nil)
+	if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != `{"success":true}` {
+		t.Fatalf("DELETE = %d %s, want 200 {\"success\":true}", resp.StatusCode, b)
+	}
+	if got := fake.called("remove"); !slices.Equal(got, []string{"remove " + id}) {
+		t.Errorf("Remove calls = %v", got)
+	}
+	for _, path := range []string{"/api/conversations/" + id, "/api/conversations/" + store.NewID()} {
+		if resp, b := p.do(t, "DELETE", path, outerKeys[0], nil); resp.StatusCode != 404 {
+			t.Errorf("DELETE %s = %d %s, want 404", path, resp.StatusCode, b)
+		}
+	}
+}
+
+func TestUnsupportedRoutes(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	for _, tail := range []string{"fork", "children", "children/x", "credential-bindings", "credential-bindings/abc"} {
+		resp, b := p.do(t, "POST", "/api/conversations/"+id+"/"+tail, outerKeys[0], nil)
+		if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(b), "not supported by ohd") {
+			t.Errorf("POST .../%s = %d %s, want 501 saying why", tail, resp.StatusCode, b)
+		}
+	}
+	if resp, b := p.do(t, "GET", "/api/settings", outerKeys[0], nil); resp.StatusCode != 404 {
+		t.Errorf("GET /api/settings = %d %s, want 404", resp.StatusCode, b)
+	}
+}
+
+func TestExposeSecretsRefused(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	for _, path := range []string{"/api/conversations/" + id + "/echo/x", "/api/conversations/" + id, "/api/conversations/search"} {
+		resp, b := p.do(t, "GET", path, outerKeys[0], nil, "X-Expose-Secrets", "plaintext")
+		if resp.StatusCode != 422 {
+			t.Errorf("GET %s with X-Expose-Secrets = %d %s, want 422", path, resp.StatusCode, b)
+		}
+	}
+}
+
+func TestHealthNeedsNoKey(t *testing.T) {
+	p := startProxy(t, newFake(t), nil)
+	for _, path := range []string{"/alive", "/health", "/ready"} {
+		if resp, b := p.do(t, "GET", path, "", nil); resp.StatusCode != 200 {
+			t.Errorf("GET %s = %d %s, want 200", path, resp.StatusCode, b)
+		}
+	}
+}
+
+// TestAuth sends every route without a key and with a wrong one, and each
+// configured key to one route.
+func TestAuth(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	routes := []struct{ method, path string }{
+		{"POST", "/api/conversations"},
+		{"GET", "/api/conversations?ids=" + id},
+		{"GET", "/api/conversations/count"},
+		{"GET", "/api/conversations/search"},
+		{"GET", "/api/conversations/" + id},
+		{"PATCH", "/api/conversations/" + id},
+		{"DELETE", "/api/conversations/" + id},
+		{"POST", "/api/conversations/" + id + "/run"},
+		{"GET", "/api/conversations/" + id + "/echo/x"},
+		{"POST", "/api/conversations/" + id + "/fork"},
+		{"GET", "/api/conversations/" + store.NewID()},
+		{"GET", "/sockets/events/" + id},
+		{"GET", "/server_info"},
+		{"GET", "/no/such/route"},
+	}
+	for _, rt := range routes {
+		for _, key := range []string{"", wrongKey, outerKeys[0][1:]} {
+			resp, b := p.do(t, rt.method, rt.path, key, strings.NewReader(`{}`))
+			if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(string(b), `{"detail":"Unauthorized`) {
+				t.Errorf("%s %s with key %q = %d %s, want 401 {\"detail\":\"Unauthorized...\"}", rt.method, rt.path, key, resp.StatusCode, b)
+			}
+		}
+	}
+	if n := len(fake.called("remove")) + len(fake.called("target")); n != 0 {
+		t.Errorf("unauthenticated requests reached the orchestrator %d times", n)
+	}
+	for _, key := range outerKeys {
+		resp, b := p.do(t, "GET", "/api/conversations/count", key, nil)
+		if resp.StatusCode != 200 {
+			t.Errorf("GET count with configured key %q = %d %s, want 200", key, resp.StatusCode, b)
+		}
+	}
+}
+
+func TestKeySet(t *testing.T) {
+	ks, err := newKeySet([][]byte{[]byte("a"), []byte("bb"), []byte("a-much-longer-key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"a", true}, {"bb", true}, {"a-much-longer-key", true},
+		{"", false}, {"b", false}, {"a-much-longer-kez", false}, {"bb ", false}, {"A", false},
+	} {
+		if got := ks.valid(tc.in); got != tc.want {
+			t.Errorf("valid(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	for _, keys := range [][][]byte{nil, {[]byte("")}, {[]byte("ok"), []byte(" ")}} {
+		if _, err := newKeySet(keys); err == nil {
+			t.Errorf("newKeySet(%q) = nil error, want one", keys)
+		}
+	}
+}

@@ -1,0 +1,376 @@
+package proxy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/conversation"
+)
+
+// unsupportedTails are the first path segments under a conversation that
+// ohd refuses with 501: each needs several conversations to share one
+// agent server, and ohd gives every conversation its own.
+var unsupportedTails = map[string]string{
+	"fork":                "forking a conversation is not supported by ohd: each conversation has its own container and worktree; create a new conversation instead",
+	"children":            "child conversations are not supported by ohd: each conversation has its own container and worktree",
+	"credential-bindings": "credential bindings are not supported by ohd: grant credentials with `ohctl grant ID KIND NAME`; the conversation reaches them through its broker socket",
+}
+
+// forward serves /api/conversations/{id}[/{tail...}] by forwarding to the
+// conversation's inner server (GET and DELETE of /{id} have their own
+// handlers).
+func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
+	fp, ok := parseForwardPath(r.URL.EscapedPath())
+	if !ok {
+		writeDetail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if fp.ID == "" {
+		writeValidation(w, uuidError(fp.RawID, "path", "conversation_id"))
+		return
+	}
+	if msg, bad := unsupportedTails[fp.First]; bad && fp.HasTail {
+		writeDetail(w, http.StatusNotImplemented, msg)
+		return
+	}
+	if _, ok := s.visible(fp.ID); !ok {
+		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
+		return
+	}
+	if r.ContentLength > s.opts.MaxBody {
+		writeTooLarge(w, s.opts.MaxBody)
+		return
+	}
+	t, err := s.conv.Target(r.Context(), fp.ID)
+	if err != nil {
+		s.targetError(w, fp.ID, err)
+		return
+	}
+	if t.Addr == "" {
+		writeDetail(w, http.StatusNotImplemented, "conversation "+fp.ID+" runs in ohd's local runtime: it has no agent server to forward to")
+		return
+	}
+	s.conv.Touch(fp.ID)
+
+	body := &limitedBody{r: r.Body, n: s.opts.MaxBody}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = body
+	}
+	stripHopByHop(r.Header)
+	ft := &fwdTarget{
+		id: fp.ID, addr: t.Addr, key: string(t.InnerKey),
+		path: fp.innerPath(), query: stripAuthQuery(r.URL.RawQuery), body: body,
+	}
+	ctx := context.WithValue(r.Context(), fwdKey{}, ft)
+	tw := &touchWriter{ResponseWriter: w, touch: func() { s.conv.Touch(fp.ID) }}
+	s.rp.ServeHTTP(tw, r.WithContext(ctx))
+}
+
+// targetError answers a failed Target.
+func (s *Server) targetError(w http.ResponseWriter, id string, err error) {
+	switch {
+	case errors.Is(err, conversation.ErrNotFound):
+		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
+	case errors.Is(err, conversation.ErrConflict):
+		writeDetail(w, http.StatusConflict, err.Error())
+	case errors.Is(err, conversation.ErrInvalid):
+		writeDetail(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, context.Canceled):
+		writeDetail(w, http.StatusServiceUnavailable, "request cancelled while conversation "+id+" was starting")
+	default:
+		s.log.Warn("conversation API: conversation could not be started", "id", id, "err", err)
+		writeDetail(w, http.StatusServiceUnavailable, "conversation "+id+" could not be started: "+err.Error()+"; retry, or see `ohctl show "+id+"` and `ohctl logs "+id+"`")
+	}
+}
+
+func writeTooLarge(w http.ResponseWriter, limit int64) {
+	writeDetail(w, http.StatusRequestEntityTooLarge, "request body too large: ohd accepts at most "+strconv.FormatInt(limit, 10)+" bytes")
+}
+
+// fwdKey is the context key of the forwarding target.
+type fwdKey struct{}
+
+// fwdTarget is where one forwarded request goes.
+type fwdTarget struct {
+	id, addr, key string
+	path          string // escaped
+	query         string // auth parameters stripped
+	body          *limitedBody
+}
+
+func (s *Server) newReverseProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:        rewriteRequest,
+		Transport:      s.transport,
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   s.proxyError,
+		BufferPool:     bufferPool{},
+		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+}
+
+// rewriteRequest points the outbound request at the inner server. The
+// client's Host is kept, so URLs an inner server builds from it name ohd,
+// not the inner address. Hop-by-hop and X-Forwarded-* headers are already
+// gone (ReverseProxy and stripHopByHop).
+func rewriteRequest(pr *httputil.ProxyRequest) {
+	ft := pr.In.Context().Value(fwdKey{}).(*fwdTarget)
+	u := pr.Out.URL
+	u.Scheme, u.Host, u.User = "http", ft.addr, nil
+	u.Path, _ = url.PathUnescape(ft.path)
+	u.RawPath = ft.path
+	u.RawQuery = ft.query
+	u.Fragment, u.RawFragment = "", ""
+	h := pr.Out.Header
+	for _, name := range clientCredentialHeaders {
+		h.Del(name)
+	}
+	h.Set("X-Session-API-Key", ft.key)
+}
+
+// clientCredentialHeaders never reach an inner server.
+var clientCredentialHeaders = []string{
+	"Authorization", "Proxy-Authorization", "Cookie", "X-Session-API-Key", "X-Expose-Secrets",
+}
+
+// hopByHop are the headers of one connection (RFC 9110 7.6.1, and the
+// older Keep-Alive and Proxy-Connection).
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// stripHopByHop removes the hop-by-hop headers of h, those the Connection
+// header names included. Upgrade goes too: forwarded routes are plain
+// HTTP (the WebSocket route has its own bridge).
+func stripHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+}
+
+// maxErrorBody bounds an inner redirect or error body ohd reads to scrub
+// it; the rest is dropped (such bodies are short).
+const maxErrorBody = 1 << 20
+
+// modifyResponse keeps the inner address out of what the client sees:
+// URL-bearing headers are rewritten to relative form, redirect and error
+// bodies are scrubbed, and cookies set by the inner server are dropped (ohd never
+// forwards a cookie back to it, so they would be useless).
+func modifyResponse(resp *http.Response) error {
+	ft := resp.Request.Context().Value(fwdKey{}).(*fwdTarget)
+	resp.Header.Del("Set-Cookie")
+	resp.Header.Del("Set-Cookie2")
+	scrubHeaders(resp.Header, ft.addr)
+	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotModified && resp.Request.Method != http.MethodHead {
+		scrubErrorBody(resp, ft.addr)
+	}
+	return nil
+}
+
+// innerForms returns the spellings of the inner address, addr being
+// "host:port" (as Target.Addr).
+func innerForms(addr string) []string {
+	forms := []string{addr}
+	if _, port, err := net.SplitHostPort(addr); err == nil {
+		forms = append(forms, "localhost:"+port, "[::1]:"+port, "127.0.0.1:"+port)
+	}
+	return forms
+}
+
+// scrubString makes URLs on the inner address relative (so a client
+// resolves them against ohd) and replaces any other mention of it.
+func scrubString(v, addr string) string {
+	for _, f := range innerForms(addr) {
+		if !strings.Contains(strings.ToLower(v), strings.ToLower(f)) {
+			continue
+		}
+		for _, scheme := range []string{"http://", "https://", "ws://", "wss://"} {
+			v = replaceFold(v, scheme+f, "")
+		}
+		v = replaceFold(v, f, scrubbedAddr)
+	}
+	return scrubLoopback(v)
+}
+
+// replaceFold replaces every case-insensitive (ASCII) occurrence of old.
+func replaceFold(s, old, new string) string {
+	lo, lold := strings.ToLower(s), strings.ToLower(old)
+	if len(lo) != len(s) || !strings.Contains(lo, lold) {
+		return strings.ReplaceAll(s, old, new)
+	}
+	var b strings.Builder
+	for {
+		i := strings.Index(lo, lold)
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		b.WriteString(new)
+		s, lo = s[i+len(old):], lo[i+len(old):]
+	}
+}
+
+func scrubHeaders(h http.Header, addr string) {
+	for name, vs := range h {
+		for i, v := range vs {
+			nv := scrubString(v, addr)
+			if nv == "" && (name == "Location" || name == "Content-Location") {
+				nv = "/"
+			}
+			vs[i] = nv
+		}
+	}
+}
+
+// scrubErrorBody replaces resp's body by a scrubbed copy of at most
+// maxErrorBody bytes. A body in an encoding ohd cannot read is replaced
+// by a short JSON detail.
+func scrubErrorBody(resp *http.Response, addr string) {
+	var src io.Reader = resp.Body
+	enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
+	readable := true
+	switch enc {
+	case "", "identity":
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			readable = false
+		} else {
+			src = zr
+		}
+	default:
+		readable = false
+	}
+	var body []byte
+	if readable {
+		b, err := io.ReadAll(io.LimitReader(src, maxErrorBody))
+		if err != nil && len(b) == 0 {
+			readable = false
+		}
+		body = []byte(scrubString(string(b), addr))
+	}
+	if !readable {
+		body = []byte(`{"detail":"` + http.StatusText(resp.StatusCode) + ` (the conversation server's error body was withheld: ohd could not read its encoding)"}` + "\n")
+		resp.Header.Set("Content-Type", "application/json")
+	}
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-MD5")
+	resp.Header.Del("Digest")
+	resp.Header.Del("Repr-Digest")
+	resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	resp.TransferEncoding = nil
+}
+
+// proxyError answers a forwarding failure without the inner address.
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	ft, _ := r.Context().Value(fwdKey{}).(*fwdTarget)
+	id := ""
+	if ft != nil {
+		id = ft.id
+		if ft.body.exceeded.Load() {
+			writeTooLarge(w, s.opts.MaxBody)
+			return
+		}
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeTooLarge(w, s.opts.MaxBody)
+		return
+	}
+	if r.Context().Err() != nil {
+		// The client went away; nobody reads this answer.
+		w.WriteHeader(http.StatusBadGateway)
+		return
+	}
+	s.log.Warn("conversation API: forwarding failed", "id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		writeDetail(w, http.StatusGatewayTimeout, "conversation "+id+": its agent server did not answer in time")
+		return
+	}
+	writeDetail(w, http.StatusBadGateway, "conversation "+id+": its agent server is unreachable (it may be starting or may have stopped): retry, or see `ohctl show "+id+"`")
+}
+
+// limitedBody is a request body that fails once more than n bytes were
+// read, and remembers it did (so the answer is 413, not 502).
+type limitedBody struct {
+	r        io.ReadCloser
+	n        int64
+	exceeded atomic.Bool
+}
+
+var errBodyTooLarge = errors.New("request body too large")
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.n < 0 {
+		b.exceeded.Store(true)
+		return 0, errBodyTooLarge
+	}
+	if int64(len(p)) > b.n+1 {
+		p = p[:b.n+1]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	if b.n < 0 {
+		b.exceeded.Store(true)
+		return 0, errBodyTooLarge
+	}
+	return n, err
+}
+
+func (b *limitedBody) Close() error { return b.r.Close() }
+
+// touchWriter records activity while a long response streams, at most
+// once a second, so the idle timer never stops a conversation that is
+// being watched.
+type touchWriter struct {
+	http.ResponseWriter
+	touch func()
+	last  time.Time
+}
+
+func (t *touchWriter) Write(p []byte) (int, error) {
+	if now := time.Now(); now.Sub(t.last) >= time.Second {
+		if !t.last.IsZero() {
+			t.touch()
+		}
+		t.last = now
+	}
+	return t.ResponseWriter.Write(p)
+}
+
+func (t *touchWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }
+
+// bufferPool lends ReverseProxy its copy buffers.
+type bufferPool struct{}
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *(copyBuffers.Get().(*[]byte)) }
+func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }

@@ -1,0 +1,261 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// echoed is the stand-in's /echo/ answer.
+type echoed struct {
+	Method     string              `json:"method"`
+	Path       string              `json:"path"`
+	RawQuery   string              `json:"raw_query"`
+	Host       string              `json:"host"`
+	Headers    map[string][]string `json:"headers"`
+	Body       string              `json:"body"`
+	BodyBytes  int                 `json:"body_bytes"`
+	RemoteAddr string              `json:"remote_addr"`
+}
+
+func TestForwardHeadersAndQuery(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	inner := fake.innerOf(id)
+	touches := len(fake.called("touch"))
+
+	path := "/api/conversations/" + id + "/echo/some%2Fpath/x?keep=1&session_api_key=" + outerKeys[0] +
+		"&Session_Api_Key=a&session%5Fapi%5Fkey=b&access_token=c&authorization=d&b=2&empty="
+	resp, b := p.do(t, "POST", path, outerKeys[0], strings.NewReader("hello"),
+		"Authorization", "Bearer "+outerKeys[1],
+		"Cookie", "oh_workspace_session_key="+outerKeys[2],
+		"Connection", "X-Hop-Named",
+		"X-Hop-Named", "v",
+		"Keep-Alive", "timeout=5",
+		"Proxy-Authorization", "Basic eA==",
+		"Forwarded", "for=192.0.2.1",
+		"X-Forwarded-For", "192.0.2.1",
+		"X-Custom", "kept",
+		"Content-Type", "text/plain",
+	)
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s = %d %s", path, resp.StatusCode, b)
+	}
+	e := decode[echoed](t, b)
+	if e.Method != "POST" || e.Path != "/api/conversations/"+id+"/echo/some/path/x" || e.Body != "hello" {
+		t.Errorf("inner saw %s %s body %q", e.Method, e.Path, e.Body)
+	}
+	if e.RawQuery != "keep=1&b=2&empty=" {
+		t.Errorf("inner saw query %q, want %q", e.RawQuery, "keep=1&b=2&empty=")
+	}
+	if e.Host != p.host {
+		t.Errorf("inner saw Host %q, want the client's %q", e.Host, p.host)
+	}
+	for _, h := range []string{"Authorization", "Cookie", "X-Hop-Named", "Keep-Alive", "Proxy-Authorization", "Forwarded", "X-Forwarded-For", "Connection"} {
+		if v, ok := e.Headers[h]; ok {
+			t.Errorf("inner saw header %s: %q, want it stripped", h, v)
+		}
+	}
+	if got := e.Headers["X-Session-Api-Key"]; len(got) != 1 || got[0] != string(inner.key) {
+		t.Errorf("inner saw X-Session-API-Key %q, want only the inner key", got)
+	}
+	if got := e.Headers["X-Custom"]; len(got) != 1 || got[0] != "kept" {
+		t.Errorf("inner saw X-Custom %q, want kept", got)
+	}
+	for _, k := range outerKeys {
+		if strings.Contains(string(b), k) {
+			t.Errorf("an outer key reached the inner server: %s", b)
+		}
+	}
+	if n := len(fake.called("touch")) - touches; n < 1 {
+		t.Errorf("forwarded request touched the conversation %d times, want at least once", n)
+	}
+}
+
+func TestForwardStartsStopped(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	fake.stopConv(id)
+	resp, b := p.do(t, "GET", "/api/conversations/"+id+"/echo/x", outerKeys[0], nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET after stop = %d %s, want 200 from a restarted inner server", resp.StatusCode, b)
+	}
+	if got := fake.called("start"); len(got) != 1 {
+		t.Errorf("starts = %v, want one", got)
+	}
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/api/conversations/" + store.NewID() + "/echo/x", 404},
+		{"/api/conversations/xyz/echo/x", 422},
+	} {
+		if resp, b := p.do(t, "GET", tc.path, outerKeys[0], nil); resp.StatusCode != tc.code {
+			t.Errorf("GET %s = %d %s, want %d", tc.path, resp.StatusCode, b, tc.code)
+		}
+	}
+}
+
+func TestRedirectDoesNotRevealInner(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	inner := fake.innerOf(id)
+	_, port, _ := net.SplitHostPort(inner.addr)
+	for _, host := range []string{"", inner.addr, "localhost:" + port} {
+		t.Run("host="+host, func(t *testing.T) {
+			var hdr []string
+			if host != "" {
+				// A Host naming the inner address makes the stand-in
+				// redirect to it: ohd must rewrite that.
+				hdr = []string{"Host", host}
+			}
+			resp, b := p.do(t, "GET", "/api/conversations/"+id+"/redirect", outerKeys[0], nil, hdr...)
+			if resp.StatusCode != http.StatusFound {
+				t.Fatalf("GET redirect = %d %s, want 302", resp.StatusCode, b)
+			}
+			loc := resp.Header.Get("Location")
+			if strings.Contains(loc, ":"+port) || strings.Contains(string(b), ":"+port) {
+				t.Errorf("redirect reveals the inner port %s: Location %q, body %q", port, loc, b)
+			}
+			if host != "" && loc != "/api/conversations/"+id+"/echo/redirected" {
+				t.Errorf("Location = %q, want the relative path", loc)
+			}
+		})
+	}
+}
+
+func TestErrorBodyDoesNotRevealInner(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	_, port, _ := net.SplitHostPort(fake.innerOf(id).addr)
+	resp, b := p.do(t, "GET", "/api/conversations/"+id+"/error", outerKeys[0], nil)
+	if resp.StatusCode != 500 {
+		t.Fatalf("GET error = %d %s, want the inner 500", resp.StatusCode, b)
+	}
+	if strings.Contains(string(b), ":"+port) || strings.Contains(string(b), "127.0.0.1:") {
+		t.Errorf("error body reveals the inner address: %s", b)
+	}
+	if !strings.Contains(string(b), scrubbedAddr) {
+		t.Errorf("error body %s: want the address replaced by %q", b, scrubbedAddr)
+	}
+}
+
+func TestInnerDownIs502(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	inner := fake.innerOf(id)
+	_, port, _ := net.SplitHostPort(inner.addr)
+	inner.stop()
+	resp, b := p.do(t, "GET", "/api/conversations/"+id+"/echo/x", outerKeys[0], nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.HasPrefix(string(b), `{"detail":`) {
+		t.Fatalf("GET with the inner server down = %d %s, want 502 JSON", resp.StatusCode, b)
+	}
+	if strings.Contains(string(b), port) || strings.Contains(string(b), "127.0.0.1") {
+		t.Errorf("502 body reveals the inner address: %s", b)
+	}
+}
+
+// chunked hides its length so the client sends a chunked body.
+type chunked struct{ r io.Reader }
+
+func (c chunked) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func TestBodyLimit(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, func(o *Options) { o.MaxBody = 4096 })
+	id := p.create(t, nil)
+	big := "/api/conversations/" + id + "/big"
+	for _, tc := range []struct {
+		name string
+		body io.Reader
+		code int
+	}{
+		{"at the limit", bytes.NewReader(make([]byte, 4096)), 200},
+		{"over, with length", bytes.NewReader(make([]byte, 4097)), 413},
+		{"over, chunked", chunked{bytes.NewReader(make([]byte, 100000))}, 413},
+		{"at the limit, chunked", chunked{bytes.NewReader(make([]byte, 4096))}, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := p.do(t, "POST", big, outerKeys[0], tc.body)
+			if resp.StatusCode != tc.code {
+				t.Errorf("POST big = %d %s, want %d", resp.StatusCode, b, tc.code)
+			}
+		})
+	}
+	body := `{"workspace":{"working_dir":"` + fake.root + `"},"pad":"` + strings.Repeat("x", 5000) + `"}`
+	if resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], chunked{strings.NewReader(body)}); resp.StatusCode != 413 {
+		t.Errorf("oversize create = %d %s, want 413", resp.StatusCode, b)
+	}
+}
+
+func TestStreamingIsIncremental(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	// The second event comes a minute after the first: the first must
+	// reach the client long before that.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", p.url+"/api/conversations/"+id+"/stream?n=2&interval_ms=60000", nil)
+	req.Header.Set("X-Session-API-Key", outerKeys[0])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "data: {\"i\":0}\n" {
+		t.Fatalf("first streamed line = %q, %v; want the first event before the stream ends", line, err)
+	}
+}
+
+func TestScrubString(t *testing.T) {
+	const addr = "127.0.0.1:41234"
+	tests := []struct{ in, want string }{
+		{"http://127.0.0.1:41234/api/x?y=1", "/api/x?y=1"},
+		{"HTTP://LOCALHOST:41234/a", "/a"},
+		{"<http://127.0.0.1:41234/p>; rel=next", "</p>; rel=next"},
+		{"0; url=http://[::1]:41234/z", "0; url=/z"},
+		{"listening on 127.0.0.1:41234 and 0.0.0.0:8000", "listening on " + scrubbedAddr + " and " + scrubbedAddr},
+		{"ws://127.0.0.1:41234/sockets", "/sockets"},
+		{"https://example.com:8443/x", "https://example.com:8443/x"},
+		{"Mon, 01 Jan 2024 10:00:00 GMT", "Mon, 01 Jan 2024 10:00:00 GMT"},
+		{"127.0.0.2:9 localhost:5", scrubbedAddr + " " + scrubbedAddr},
+	}
+	for _, tc := range tests {
+		if got := scrubString(tc.in, addr); got != tc.want {
+			t.Errorf("scrubString(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestStripHopByHop(t *testing.T) {
+	h := http.Header{}
+	h.Set("Connection", "keep-alive, X-A,x-b")
+	h.Set("X-A", "1")
+	h.Set("X-B", "2")
+	h.Set("X-C", "3")
+	h.Set("Upgrade", "websocket")
+	h.Set("Te", "trailers")
+	h.Set("Transfer-Encoding", "chunked")
+	stripHopByHop(h)
+	if len(h) != 1 || h.Get("X-C") != "3" {
+		t.Errorf("stripHopByHop left %v, want only X-C", h)
+	}
+}

@@ -1,0 +1,390 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// Conversations is what the proxy needs from ohd's orchestrator;
+// *conversation.Manager implements it (List returns every record, as
+// store.Store.Conversations does).
+type Conversations interface {
+	// Create provisions a conversation and runs req.Forward before
+	// marking it running; its error undoes everything.
+	Create(ctx context.Context, req conversation.CreateRequest) (store.Conversation, error)
+	// Get returns a record; conversation.ErrNotFound if unknown or deleted.
+	Get(id string) (store.Conversation, error)
+	// List returns every record, oldest first.
+	List() []store.Conversation
+	// Target returns where the inner server answers, starting a stopped
+	// conversation again first.
+	Target(ctx context.Context, id string) (conversation.Target, error)
+	// Remove ends a conversation (snapshot, worktree, container, broker).
+	Remove(ctx context.Context, id string, opts conversation.RemoveOptions) (store.Conversation, error)
+	// Touch records activity for the idle timer.
+	Touch(id string)
+}
+
+// Observer receives counters the daemon can export as metrics. Its
+// methods are called on the request path and must not block.
+type Observer interface {
+	// ObserveRequest is called once per HTTP request with the route's
+	// label (see the package documentation), the status answered and
+	// the time taken (for a WebSocket, until it closed).
+	ObserveRequest(route string, status int, d time.Duration)
+	// WebSocketOpened is called when a client's WebSocket is accepted.
+	WebSocketOpened()
+	// WebSocketClosed is called when it ends, with the close code sent to
+	// the client (1006 if none could be sent).
+	WebSocketClosed(code int, d time.Duration)
+}
+
+// Timeouts bound the proxy's waits. A zero field takes its default.
+type Timeouts struct {
+	// ReadHeader bounds reading a client's request headers. Default 10s.
+	ReadHeader time.Duration
+	// Idle closes a client's idle keep-alive connection. Default 2m.
+	Idle time.Duration
+	// Dial bounds connecting to an inner server. Default 5s.
+	Dial time.Duration
+	// ResponseHeader bounds the wait for an inner server's response
+	// headers; the body may then stream for as long as it lasts.
+	// Default 10m (some agent-server calls run an LLM round trip).
+	ResponseHeader time.Duration
+	// Metadata bounds each inner read made for GET, list, search and
+	// count; on timeout ohd answers from its own records. Default 5s.
+	Metadata time.Duration
+	// WSAuth is how long a WebSocket client has to send its first-message
+	// authentication. Default 10s.
+	WSAuth time.Duration
+	// WSWrite bounds writing one WebSocket message (or a ping's answer):
+	// a client that does not read for this long is disconnected, so it
+	// cannot hold the inner server's stream. Default 30s.
+	WSWrite time.Duration
+	// WSPing is the interval of keepalive pings to WebSocket clients.
+	// Default 30s; negative disables them.
+	WSPing time.Duration
+	// Shutdown is the grace period Serve gives in-flight HTTP requests
+	// when its context ends. Default 10s.
+	Shutdown time.Duration
+}
+
+func (t *Timeouts) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&t.ReadHeader, 10*time.Second)
+	def(&t.Idle, 2*time.Minute)
+	def(&t.Dial, 5*time.Second)
+	def(&t.ResponseHeader, 10*time.Minute)
+	def(&t.Metadata, 5*time.Second)
+	def(&t.WSAuth, 10*time.Second)
+	def(&t.WSWrite, 30*time.Second)
+	def(&t.WSPing, 30*time.Second)
+	def(&t.Shutdown, 10*time.Second)
+}
+
+// Options configure a Server. Conversations and Keys are required; the zero
+// value of every other field is safe.
+type Options struct {
+	// Conversations is ohd's orchestrator (required).
+	Conversations Conversations
+	// Keys are the accepted session API keys (at least one, none empty):
+	// clients send one in X-Session-API-Key.
+	Keys [][]byte
+	// AllowRemote lets Serve accept a listener on a non-loopback address.
+	// The daemon sets it only when the operator configured the keys
+	// (not for a generated key file). Default false: loopback only.
+	AllowRemote bool
+	// Logger receives the proxy's logs (never a key or a header value);
+	// nil discards them.
+	Logger *slog.Logger
+	// MaxBody bounds a request body; a larger one is refused with 413.
+	// Default 16 MiB.
+	MaxBody int64
+	// MaxWSMessage bounds one WebSocket message in either direction; a
+	// larger one closes the connection with 1009. Default 16 MiB.
+	MaxWSMessage int64
+	// Timeouts bound waits; zero fields take their defaults.
+	Timeouts Timeouts
+	// WSOriginPatterns, if set, limits the Origin a WebSocket may come
+	// from (host patterns, as coder/websocket's AcceptOptions). Nil
+	// accepts any origin, as the agent server does: authentication is an
+	// explicit key, never an ambient credential such as a cookie, so a
+	// foreign page gains nothing by connecting.
+	WSOriginPatterns []string
+	// Observer, if set, receives request and WebSocket counters.
+	Observer Observer
+}
+
+// Server is the conversation API. Build it with New; serve it with Serve,
+// or mount Handler in another server.
+type Server struct {
+	conv Conversations
+	keys keySet
+	log  *slog.Logger
+	opts Options
+	t    Timeouts
+	obs  Observer
+
+	mux       *http.ServeMux
+	transport *http.Transport
+	client    *http.Client // metadata reads and the create forward
+	rp        *httputil.ReverseProxy
+
+	// WebSocket bookkeeping: closing is closed when Serve shuts down, so
+	// every bridge closes with 1001; wsWG counts running WebSocket
+	// handlers, and wsDone (under wsMu) refuses new ones once Serve waits.
+	closeOnce sync.Once
+	closing   chan struct{}
+	wsMu      sync.Mutex
+	wsDone    bool
+	wsWG      sync.WaitGroup
+}
+
+// New returns a Server for opts.
+func New(opts Options) (*Server, error) {
+	if opts.Conversations == nil {
+		return nil, errors.New("new conversation API: no Conversations given")
+	}
+	keys, err := newKeySet(opts.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("new conversation API: %w", err)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = 16 << 20
+	}
+	if opts.MaxWSMessage <= 0 {
+		opts.MaxWSMessage = 16 << 20
+	}
+	opts.Timeouts.defaults()
+	s := &Server{
+		conv: opts.Conversations, keys: keys, log: opts.Logger, opts: opts, t: opts.Timeouts,
+		obs: opts.Observer, closing: make(chan struct{}),
+	}
+	s.transport = &http.Transport{
+		// Never an HTTP proxy from the environment: inner servers are
+		// on this host.
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: s.t.Dial, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          512,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: s.t.ResponseHeader,
+		ExpectContinueTimeout: time.Second,
+		// Bodies pass through as the inner server encoded them.
+		DisableCompression: true,
+	}
+	s.client = &http.Client{
+		Transport: s.transport,
+		// An inner redirect is answered, never followed.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	s.rp = s.newReverseProxy()
+	s.routes()
+	return s, nil
+}
+
+// Handler returns the conversation API's handler. WebSockets it serves are
+// closed by Serve's shutdown only; a caller mounting Handler elsewhere ends
+// them by closing its own server's connections.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve serves the conversation API on ln until ctx ends. It refuses a
+// listener on a non-loopback address unless Options.AllowRemote is set
+// (ErrNonLoopback). At shutdown, WebSockets are closed with 1001 (going
+// away) and in-flight requests get Timeouts.Shutdown to finish; Serve
+// returns once every handler has returned.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.checkListener(ln); err != nil {
+		ln.Close()
+		return err
+	}
+	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	hs := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: s.t.ReadHeader,
+		IdleTimeout:       s.t.Idle,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		s.closeOnce.Do(func() { close(s.closing) })
+		sctx, cancel := context.WithTimeout(context.Background(), s.t.Shutdown)
+		_ = hs.Shutdown(sctx)
+		cancel()
+		err = <-errc
+	}
+	s.closeOnce.Do(func() { close(s.closing) })
+	cancelBase()
+	_ = hs.Close()
+	s.wsMu.Lock()
+	s.wsDone = true
+	s.wsMu.Unlock()
+	s.wsWG.Wait()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// wsStart registers a WebSocket handler with Serve's shutdown; false if
+// Serve has finished waiting for them.
+func (s *Server) wsStart() bool {
+	s.wsMu.Lock()
+	defer s.wsMu.Unlock()
+	if s.wsDone {
+		return false
+	}
+	s.wsWG.Add(1)
+	return true
+}
+
+func (s *Server) checkListener(ln net.Listener) error {
+	a, ok := ln.Addr().(*net.TCPAddr)
+	if !ok || a.IP.IsLoopback() || s.opts.AllowRemote {
+		return nil
+	}
+	return fmt.Errorf("serve conversation API on %s: %w: the address is not loopback and no session API keys were configured; listen on 127.0.0.1 or configure keys", a, ErrNonLoopback)
+}
+
+// Route labels passed to the Observer.
+const (
+	routeCreate      = "create"
+	routeGet         = "get"
+	routeBatchGet    = "batch_get"
+	routeCount       = "count"
+	routeSearch      = "search"
+	routeDelete      = "delete"
+	routeForward     = "forward"
+	routeEvents      = "events"
+	routeHealth      = "health"
+	routeUnsupported = "unsupported"
+	routeNotFound    = "not_found"
+)
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	s.mux = m
+	health := func(body string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(body + "\n"))
+		}
+	}
+	// The agent server's probes answer without a key; they say nothing
+	// about conversations.
+	m.Handle("GET /alive", s.route(routeHealth, false, health(`{"status":"ok"}`)))
+	m.Handle("GET /health", s.route(routeHealth, false, health(`{"status":"ok"}`)))
+	m.Handle("GET /ready", s.route(routeHealth, false, health(`{"status":"ready"}`)))
+
+	m.Handle("POST /api/conversations", s.route(routeCreate, true, s.create))
+	m.Handle("GET /api/conversations", s.route(routeBatchGet, true, s.batchGet))
+	m.Handle("/api/conversations", s.route(routeNotFound, true, methodNotAllowed("GET, POST")))
+	m.Handle("GET /api/conversations/count", s.route(routeCount, true, s.count))
+	m.Handle("GET /api/conversations/search", s.route(routeSearch, true, s.search))
+	m.Handle("GET /api/conversations/{id}", s.route(routeGet, true, s.get))
+	m.Handle("DELETE /api/conversations/{id}", s.route(routeDelete, true, s.remove))
+	m.Handle("/api/conversations/{id}", s.route(routeForward, true, s.forward))
+	m.Handle("/api/conversations/{id}/{tail...}", s.route(routeForward, true, s.forward))
+	// The WebSocket route authenticates itself (header, query or first
+	// message).
+	m.Handle("/sockets/events/{id}", s.route(routeEvents, false, s.events))
+	m.Handle("/", s.route(routeNotFound, true, func(w http.ResponseWriter, r *http.Request) {
+		writeDetail(w, http.StatusNotFound, "Not Found: ohd serves /api/conversations and /sockets/events/{id}; other agent-server routes of a conversation are under /api/conversations/{id}/")
+	}))
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeDetail(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+	}
+}
+
+// route wraps h with the request's bookkeeping: status recording for the
+// Observer, header authentication when auth is set, and the refusal of
+// X-Expose-Secrets.
+func (s *Server) route(label string, auth bool, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if s.obs != nil {
+				s.obs.ObserveRequest(label, rec.code(), time.Since(start))
+			}
+		}()
+		if auth && !s.keys.valid(r.Header.Get("X-Session-API-Key")) {
+			writeJSON(rec, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
+			return
+		}
+		if r.Header.Get("X-Expose-Secrets") != "" {
+			writeDetail(rec, http.StatusUnprocessableEntity, "X-Expose-Secrets is not supported through ohd: secrets never leave a conversation's container; drop the header")
+			return
+		}
+		h(rec, r)
+	})
+}
+
+// recorder remembers the status for the Observer and keeps Flush and
+// Hijack reachable through Unwrap (http.ResponseController and
+// coder/websocket follow it).
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *recorder) Flush() { _ = http.NewResponseController(r.ResponseWriter).Flush() }
+
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if r.status == 0 {
+		r.status = http.StatusSwitchingProtocols
+	}
+	return http.NewResponseController(r.ResponseWriter).Hijack()
+}
+
+func (r *recorder) code() int {
+	if r.status == 0 {
+		return http.StatusOK
+	}
+	return r.status
+}

@@ -1,0 +1,420 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/ohd-dev/ohd/pkg/conversation"
+)
+
+// WebSocket close codes ohd sends.
+const (
+	// CloseAuthFailed: no valid key by header, query or first message.
+	CloseAuthFailed websocket.StatusCode = 4001
+	// CloseUnknownConversation: no such conversation (also a malformed
+	// id).
+	CloseUnknownConversation = websocket.StatusPolicyViolation // 1008
+	// CloseUpstreamFailed: the inner server could not be started,
+	// reached, or its connection failed.
+	CloseUpstreamFailed = websocket.StatusInternalError // 1011
+)
+
+// authMessageLimit bounds the first-message authentication frame.
+const authMessageLimit = 64 << 10
+
+// authMessage is the agent server's first-message authentication.
+type authMessage struct {
+	Type          string  `json:"type"`
+	SessionAPIKey *string `json:"session_api_key"`
+}
+
+// parseAuthMessage reports the key of a first-message authentication
+// frame, and whether the frame is one.
+func parseAuthMessage(typ websocket.MessageType, b []byte) (string, bool) {
+	if typ != websocket.MessageText {
+		return "", false
+	}
+	var m authMessage
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&m); err != nil || m.Type != "auth" || m.SessionAPIKey == nil {
+		return "", false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "", false
+	}
+	return *m.SessionAPIKey, true
+}
+
+// keyState is how a WebSocket upgrade request carries a key.
+type keyState int
+
+const (
+	keyAbsent keyState = iota
+	keyValid
+	keyInvalid
+)
+
+// wsKey checks the key of an upgrade request: the X-Session-API-Key
+// header, or the agent server's (deprecated) session_api_key query
+// parameter, which browsers need because they cannot set headers on a
+// WebSocket.
+func (s *Server) wsKey(r *http.Request) keyState {
+	v := r.Header.Get("X-Session-API-Key")
+	if v == "" {
+		v = r.URL.Query().Get("session_api_key")
+	}
+	switch {
+	case v == "":
+		return keyAbsent
+	case s.keys.valid(v):
+		return keyValid
+	}
+	return keyInvalid
+}
+
+func isUpgrade(r *http.Request) bool {
+	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h[http.CanonicalHeaderKey(name)] {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// events serves WS /sockets/events/{id}: it authenticates the client,
+// connects to the conversation's inner server with the inner key and
+// bridges the two.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	ks := s.wsKey(r)
+	if !isUpgrade(r) {
+		if ks != keyValid {
+			writeJSON(w, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
+			return
+		}
+		writeDetail(w, http.StatusBadRequest, "/sockets/events/{id} is a WebSocket: connect with a WebSocket client")
+		return
+	}
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		InsecureSkipVerify: len(s.opts.WSOriginPatterns) == 0,
+		OriginPatterns:     s.opts.WSOriginPatterns,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return // Accept has answered
+	}
+	if !s.wsStart() {
+		c.Close(websocket.StatusGoingAway, "ohd is shutting down")
+		return
+	}
+	defer s.wsWG.Done()
+	start := time.Now()
+	if s.obs != nil {
+		s.obs.WebSocketOpened()
+	}
+	code := websocket.StatusAbnormalClosure
+	defer func() {
+		c.CloseNow()
+		if s.obs != nil {
+			s.obs.WebSocketClosed(int(code), time.Since(start))
+		}
+	}()
+	closeWith := func(sc websocket.StatusCode, reason string) {
+		code = sc
+		_ = c.Close(sc, reason)
+	}
+	c.SetReadLimit(authMessageLimit)
+
+	switch ks {
+	case keyInvalid:
+		closeWith(CloseAuthFailed, "Authentication failed")
+		return
+	case keyAbsent:
+		if sc := s.firstMessageAuth(r.Context(), c); sc != 0 {
+			code = sc
+			return
+		}
+	}
+	id, ok := parseID(r.PathValue("id"))
+	if !ok {
+		closeWith(CloseUnknownConversation, "conversation not found")
+		return
+	}
+	if _, ok := s.visible(id); !ok {
+		closeWith(CloseUnknownConversation, "conversation not found")
+		return
+	}
+	t, err := s.conv.Target(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, conversation.ErrNotFound) {
+			closeWith(CloseUnknownConversation, "conversation not found")
+			return
+		}
+		s.log.Warn("conversation API: websocket: conversation could not be started", "id", id, "err", err)
+		closeWith(CloseUpstreamFailed, "conversation server unavailable")
+		return
+	}
+	if t.Addr == "" {
+		closeWith(CloseUpstreamFailed, "conversation has no agent server (local runtime)")
+		return
+	}
+	s.conv.Touch(id)
+	up, err := s.dialInner(r.Context(), id, t, r.URL.RawQuery)
+	if err != nil {
+		s.log.Warn("conversation API: websocket: inner server refused or unreachable", "id", id, "err", err)
+		closeWith(CloseUpstreamFailed, "conversation server unavailable")
+		return
+	}
+	defer up.CloseNow()
+	c.SetReadLimit(s.opts.MaxWSMessage)
+	up.SetReadLimit(s.opts.MaxWSMessage)
+	code = s.bridge(r.Context(), id, c, up)
+}
+
+// firstMessageAuth waits up to Timeouts.WSAuth for the client's
+// {"type":"auth","session_api_key":"..."} frame. It returns 0 if the
+// client authenticated, else the code it closed the connection with. The
+// read runs apart from the timer because coder/websocket drops a
+// connection whose read context ends, and the client must get 4001, not a
+// reset.
+func (s *Server) firstMessageAuth(ctx context.Context, c *websocket.Conn) websocket.StatusCode {
+	type result struct {
+		typ websocket.MessageType
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		typ, b, err := c.Read(context.Background())
+		ch <- result{typ, b, err}
+	}()
+	t := time.NewTimer(s.t.WSAuth)
+	defer t.Stop()
+	code := CloseAuthFailed
+	select {
+	case res := <-ch:
+		if res.err == nil {
+			if key, ok := parseAuthMessage(res.typ, res.b); ok && s.keys.valid(key) {
+				return 0
+			}
+		}
+		_ = c.Close(code, "Authentication failed")
+		return code
+	case <-t.C:
+	case <-ctx.Done():
+		code = websocket.StatusGoingAway
+	case <-s.closing:
+		code = websocket.StatusGoingAway
+	}
+	reason := "Authentication failed"
+	if code == websocket.StatusGoingAway {
+		reason = "ohd is shutting down"
+	}
+	// The pending read ends with the close.
+	_ = c.Close(code, reason)
+	c.CloseNow()
+	<-ch
+	return code
+}
+
+// dialInner opens the WebSocket to the inner server, authenticated with
+// the inner key, with the client's query minus its credentials.
+func (s *Server) dialInner(ctx context.Context, id string, t conversation.Target, rawQuery string) (*websocket.Conn, error) {
+	u := url.URL{Scheme: "ws", Host: t.Addr, Path: "/sockets/events/" + id, RawQuery: stripAuthQuery(rawQuery)}
+	ctx, cancel := context.WithTimeout(ctx, s.t.Dial+10*time.Second)
+	defer cancel()
+	h := http.Header{}
+	h.Set("X-Session-API-Key", string(t.InnerKey))
+	up, resp, err := websocket.Dial(ctx, u.String(), &websocket.DialOptions{
+		HTTPClient:      &http.Client{Transport: s.transport, CheckRedirect: s.client.CheckRedirect},
+		HTTPHeader:      h,
+		CompressionMode: websocket.CompressionDisabled,
+	})
+	if resp != nil && resp.Body != nil && err != nil {
+		resp.Body.Close()
+	}
+	return up, err
+}
+
+// pumpResult is how one direction of a bridge ended.
+type pumpResult struct {
+	fromClient bool
+	readErr    error // reading the source failed (or it closed)
+	writeErr   error // writing to the destination failed
+}
+
+// bridge copies messages both ways until one side closes or fails, then
+// closes the other side, with the same code when it may be sent on. It
+// returns the code sent to the client. Each direction has its own
+// goroutine and buffer; a write waits at most Timeouts.WSWrite, so a
+// client that does not read is disconnected instead of holding anything
+// but its own connection.
+func (s *Server) bridge(ctx context.Context, id string, client, up *websocket.Conn) websocket.StatusCode {
+	var last atomic.Int64
+	touch := func() {
+		now := time.Now().UnixNano()
+		if prev := last.Load(); now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now) {
+			s.conv.Touch(id)
+		}
+	}
+	results := make(chan pumpResult, 2)
+	go func() { results <- s.pump(client, up, true, touch) }()
+	go func() { results <- s.pump(up, client, false, touch) }()
+
+	stopPing := make(chan struct{})
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		s.keepalive(client, stopPing)
+	}()
+	defer func() {
+		close(stopPing)
+		<-pingDone
+	}()
+
+	var first pumpResult
+	code := websocket.StatusAbnormalClosure
+	select {
+	case first = <-results:
+	case <-ctx.Done():
+		code = s.closeBoth(client, up, websocket.StatusGoingAway, "ohd is shutting down", results)
+		return code
+	case <-s.closing:
+		code = s.closeBoth(client, up, websocket.StatusGoingAway, "ohd is shutting down", results)
+		return code
+	}
+	switch {
+	case first.fromClient && first.readErr != nil:
+		// The client closed (or its connection broke): tell the inner
+		// server the same.
+		var ce websocket.CloseError
+		if errors.As(first.readErr, &ce) && sendable(ce.Code) {
+			_ = up.Close(ce.Code, ce.Reason)
+			code = ce.Code
+		} else {
+			_ = up.Close(websocket.StatusGoingAway, "client went away")
+		}
+		client.CloseNow()
+	case !first.fromClient && first.readErr != nil:
+		var ce websocket.CloseError
+		if errors.As(first.readErr, &ce) && sendable(ce.Code) {
+			code = ce.Code
+			_ = client.Close(ce.Code, ce.Reason)
+		} else {
+			code = CloseUpstreamFailed
+			_ = client.Close(CloseUpstreamFailed, "conversation server connection lost")
+		}
+		up.CloseNow()
+	case first.fromClient: // writing to the inner server failed
+		up.CloseNow()
+		code = CloseUpstreamFailed
+		_ = client.Close(CloseUpstreamFailed, "conversation server connection lost")
+	default: // writing to the client failed or timed out
+		client.CloseNow()
+		_ = up.Close(websocket.StatusGoingAway, "client went away")
+	}
+	<-results
+	return code
+}
+
+// closeBoth closes both sides with code and waits for the pumps.
+func (s *Server) closeBoth(client, up *websocket.Conn, code websocket.StatusCode, reason string, results <-chan pumpResult) websocket.StatusCode {
+	done := make(chan struct{})
+	go func() {
+		_ = up.Close(code, reason)
+		close(done)
+	}()
+	_ = client.Close(code, reason)
+	<-done
+	<-results
+	<-results
+	return code
+}
+
+// sendable reports whether code may be sent in a close frame (1005, no
+// status, is sent as a close frame without a code).
+func sendable(code websocket.StatusCode) bool {
+	switch {
+	case code == websocket.StatusNoStatusRcvd:
+		return true
+	case code == 1004 || code == websocket.StatusAbnormalClosure || code == websocket.StatusTLSHandshake:
+		return false
+	case code >= 1000 && code <= 1014, code >= 3000 && code <= 4999:
+		return true
+	}
+	return false
+}
+
+// maxKeptBuffer is the largest message buffer a pump keeps between
+// messages; a larger one is dropped after use.
+const maxKeptBuffer = 1 << 20
+
+// pump copies messages from src to dst until one fails. Reads take no
+// deadline (closing the connection ends them); each write has
+// Timeouts.WSWrite.
+func (s *Server) pump(src, dst *websocket.Conn, fromClient bool, touch func()) pumpResult {
+	var buf bytes.Buffer
+	for {
+		typ, r, err := src.Reader(context.Background())
+		if err != nil {
+			return pumpResult{fromClient: fromClient, readErr: err}
+		}
+		buf.Reset()
+		if _, err := buf.ReadFrom(r); err != nil {
+			return pumpResult{fromClient: fromClient, readErr: err}
+		}
+		touch()
+		wctx, cancel := context.WithTimeout(context.Background(), s.t.WSWrite)
+		err = dst.Write(wctx, typ, buf.Bytes())
+		cancel()
+		if err != nil {
+			return pumpResult{fromClient: fromClient, writeErr: err}
+		}
+		if buf.Cap() > maxKeptBuffer {
+			buf = bytes.Buffer{}
+		}
+	}
+}
+
+// keepalive pings the client every Timeouts.WSPing until stop is closed;
+// a client that does not answer in Timeouts.WSWrite is disconnected.
+func (s *Server) keepalive(c *websocket.Conn, stop <-chan struct{}) {
+	if s.t.WSPing < 0 {
+		return
+	}
+	t := time.NewTicker(s.t.WSPing)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.t.WSWrite)
+		err := c.Ping(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case <-stop:
+			default:
+				c.CloseNow()
+			}
+			return
+		}
+	}
+}
