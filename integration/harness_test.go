@@ -131,6 +131,8 @@ type daemon struct {
 	logs   *syncBuffer
 	done   chan struct{}
 	err    error
+
+	cachedServerID string
 }
 
 // syncBuffer is a goroutine-safe bytes.Buffer for a child's output.

@@ -108,6 +108,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	if err := d.prepareDirs(); err != nil {
 		return nil, err
 	}
+	// The engine is checked before the key or store is touched: a daemon
+	// that cannot start changes nothing.
+	if d.rt, err = d.selectRuntime(ctx); err != nil {
+		return nil, err
+	}
 	if d.key, err = masterkey.Load(cfg.StateDir, cfg.Getenv); err != nil {
 		return nil, err
 	}
@@ -119,9 +124,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	}
 	wt, err := worktree.New(worktree.Options{Root: cfg.WorktreeRoot, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: log})
 	if err != nil {
-		return nil, err
-	}
-	if d.rt, err = d.selectRuntime(ctx); err != nil {
 		return nil, err
 	}
 	d.br, err = broker.New(broker.Options{
@@ -199,7 +201,11 @@ func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
 	case "local":
 		return runtime.NewLocal(), nil
 	case "docker":
-		return runtime.NewDocker(ctx, runtime.DockerOptions{Logger: d.log})
+		rt, err := runtime.NewDocker(ctx, runtime.DockerOptions{Logger: d.log})
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return rt, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
