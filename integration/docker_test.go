@@ -175,14 +175,14 @@ func TestDockerContainerSettings(t *testing.T) {
 
 	// Mounts: identical paths, the right read-only flags.
 	wantRW := map[string]bool{
-		c.Worktree: true,
-		c.CommonDir: false,
-		filepath.Join(c.CommonDir, "objects"): true,
-		filepath.Join(c.CommonDir, "refs"): true,
-		filepath.Join(c.CommonDir, "logs"): true,
+		c.Worktree:                                         true,
+		c.CommonDir:                                        false,
+		filepath.Join(c.CommonDir, "objects"):              true,
+		filepath.Join(c.CommonDir, "refs"):                 true,
+		filepath.Join(c.CommonDir, "logs"):                 true,
 		filepath.Join(c.CommonDir, "worktrees", c.AdminID): true,
-		"/run/ohd": false,
-		"/run/ohd/bin/ohctl": false,
+		"/run/ohd":                                         false,
+		"/run/ohd/bin/ohctl":                               false,
 	}
 	seen := map[string]bool{}
 	for _, m := range get(info, "Mounts").([]any) {
