@@ -388,11 +388,12 @@ func (b *Broker) Close(id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("close broker %q: %w", id, ErrInvalidID)
 	}
+	// Held throughout, so an Open of the same id cannot interleave; the
+	// server's Close does not wait for handlers, only for Serve to return.
 	b.mu.Lock()
-	c := b.convs[id]
-	delete(b.convs, id)
-	b.mu.Unlock()
-	if c != nil {
+	defer b.mu.Unlock()
+	if c := b.convs[id]; c != nil {
+		delete(b.convs, id)
 		c.srv.Close()
 		<-c.done
 	}

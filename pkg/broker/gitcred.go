@@ -322,7 +322,7 @@ func (c *conversation) gitCredential(w http.ResponseWriter, r *http.Request, rec
 		return
 	}
 	if action != GitGet {
-		c.okType(w, rec, "text/plain; charset=utf-8", nil)
+		c.okType(w, rec, hvText, nil)
 		return
 	}
 	cred, err := c.b.opts.Backend.GitCredential(r.Context(), req.Host)
@@ -344,5 +344,5 @@ func (c *conversation) gitCredential(w http.ResponseWriter, r *http.Request, rec
 	out = append(out, "password="...)
 	out = append(out, cred.Password...)
 	out = append(out, '\n')
-	c.okType(w, rec, "text/plain; charset=utf-8", out)
+	c.okType(w, rec, hvText, out)
 }

@@ -241,34 +241,43 @@ func (c *conversation) refuse(w http.ResponseWriter, rec *AuditRecord, f *refusa
 	writeError(w, f)
 }
 
+// Header values shared by every answer. net/http only reads them; a
+// handler that wants another value replaces the slice (Set), and append to
+// a full slice copies, so sharing is safe.
+var (
+	hvJSON    = []string{"application/json"}
+	hvText    = []string{"text/plain; charset=utf-8"}
+	hvNoStore = []string{"no-store"}
+	hvNosniff = []string{"nosniff"}
+)
+
 func writeError(w http.ResponseWriter, f *refusal) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
+	h["Content-Type"] = hvJSON
+	h["Cache-Control"] = hvNoStore
+	h["X-Content-Type-Options"] = hvNosniff
 	if f.retryIn > 0 {
 		h.Set("Retry-After", strconv.Itoa(f.retryIn))
 	}
-	body, _ := json.Marshal(errorBody{Error: f.msg, Code: f.code})
-	body = append(body, '\n')
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	var buf [256]byte
 	w.WriteHeader(f.status)
-	_, _ = w.Write(body)
+	_, _ = w.Write(appendError(buf[:0], f.msg, f.code))
 }
 
 // ok audits an allowed request and writes body (JSON) with status 200.
 // body is cleared afterwards: it may hold a value.
 func (c *conversation) ok(w http.ResponseWriter, rec *AuditRecord, body []byte) {
-	c.okType(w, rec, "application/json", body)
+	c.okType(w, rec, hvJSON, body)
 }
 
-func (c *conversation) okType(w http.ResponseWriter, rec *AuditRecord, contentType string, body []byte) {
+// okType answers 200 with body. net/http computes the Content-Length of a
+// small answer written at once.
+func (c *conversation) okType(w http.ResponseWriter, rec *AuditRecord, contentType []string, body []byte) {
 	rec.Allowed, rec.Status = true, http.StatusOK
 	c.b.opts.Backend.Audit(*rec)
 	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h["Content-Type"] = contentType
+	h["Cache-Control"] = hvNoStore
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(body)
 	clear(body)
@@ -332,19 +341,8 @@ func granted(list []string, name string) bool {
 }
 
 func (c *conversation) whoami(w http.ResponseWriter, rec *AuditRecord, conv *Conversation) {
-	g := conv.Grants
-	c.ok(w, rec, jsonBody(whoamiBody{
-		ID:    c.id,
-		Epoch: conv.Epoch,
-		UID:   conv.UID,
-		GID:   conv.GID,
-		Grants: Grants{
-			Secrets: nonNil(g.Secrets),
-			Git:     nonNil(g.Git),
-			LLM:     nonNil(g.LLM),
-			OAuth:   nonNil(g.OAuth),
-		},
-	}))
+	var buf [256]byte
+	c.ok(w, rec, appendWhoami(buf[:0], c.id, conv))
 }
 
 func (c *conversation) secret(w http.ResponseWriter, r *http.Request, rec *AuditRecord, conv *Conversation, name string) {

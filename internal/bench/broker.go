@@ -1,0 +1,363 @@
+// Package bench holds ohd's benchmarks that compare a component with a
+// same-run baseline; the ohd-bench command runs them and prints one line
+// per result.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/broker/brokertest"
+)
+
+// BrokerOptions configure Broker. Zero fields take their defaults.
+type BrokerOptions struct {
+	// Duration is how long each server is driven in each mode, split over
+	// Rounds alternating broker and baseline; default 3s.
+	Duration time.Duration
+	// Rounds is the number of broker/baseline alternations per mode (the
+	// order flips every round), so a noisy moment on a shared machine hits
+	// both; default 6.
+	Rounds int
+	// Clients is the number of concurrent clients of the parallel modes;
+	// default 16.
+	Clients int
+	// Dir is where the sockets go; default a fresh temporary directory,
+	// removed afterwards.
+	Dir string
+}
+
+// Result is one mode's measurement: the broker's GET /v1/whoami against a
+// plain net/http server answering a constant body on a Unix socket, with
+// the same clients, in the same run.
+type Result struct {
+	Mode    string // "keepalive", "newconn", "keepalive-1client", "newconn-1client"
+	Clients int
+	// Requests per second and latency percentiles.
+	BrokerRPS, BaselineRPS     float64
+	BrokerP50, BrokerP99       time.Duration
+	BaselineP50, BaselineP99   time.Duration
+	Ratio                      float64 // BrokerRPS / BaselineRPS
+	BrokerErrors, BaselineErrs int     // failed or non-200 requests (must be 0)
+}
+
+// Line is the one-line summary the harness prints:
+//
+//	bench: broker-<mode> ratio=<broker/baseline> p99=<broker p99>
+func (r Result) Line() string {
+	return fmt.Sprintf("bench: broker-%s ratio=%.2f p99=%v", r.Mode, r.Ratio, r.BrokerP99.Round(time.Microsecond))
+}
+
+// Detail is a longer, human-readable line with every figure.
+func (r Result) Detail() string {
+	return fmt.Sprintf("broker-%s clients=%d broker: %.0f rps p50=%v p99=%v | baseline: %.0f rps p50=%v p99=%v | ratio=%.2f p99-ratio=%.2f errors=%d/%d",
+		r.Mode, r.Clients, r.BrokerRPS, r.BrokerP50.Round(time.Microsecond), r.BrokerP99.Round(time.Microsecond),
+		r.BaselineRPS, r.BaselineP50.Round(time.Microsecond), r.BaselineP99.Round(time.Microsecond),
+		r.Ratio, float64(r.BrokerP99)/float64(max(r.BaselineP99, 1)), r.BrokerErrors, r.BaselineErrs)
+}
+
+const benchConv = "0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b"
+
+// Broker starts a real Broker (in-memory backend answering from memory,
+// audit records handed to a batching goroutine as ohd's store does) and a
+// baseline server, and drives both with the same clients in four modes:
+// Clients concurrent clients with keep-alive and with a new connection
+// per request, and one client in each.
+func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
+	if opts.Duration <= 0 {
+		opts.Duration = 3 * time.Second
+	}
+	if opts.Rounds <= 0 {
+		opts.Rounds = 6
+	}
+	if opts.Clients <= 0 {
+		opts.Clients = 16
+	}
+	dir := opts.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "ohdbench")
+		if err != nil {
+			return nil, fmt.Errorf("bench broker: %w", err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+
+	be := newAuditBackend()
+	defer be.close()
+	key := broker.DeriveKey([]byte("ohd bench master key"))
+	b, err := broker.New(broker.Options{
+		RuntimeDir: filepath.Join(dir, "run"),
+		Key:        key,
+		Backend:    be,
+		Logger:     slog.New(slog.DiscardHandler),
+		// The limits stay on (their cost is measured) but out of reach.
+		Limits: broker.Limits{MaxInFlight: 4096, Rate: 1e12, Burst: 1 << 30},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench broker: %w", err)
+	}
+	conv := broker.Conversation{
+		ID: benchConv, UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
+		Grants: broker.Grants{Secrets: []string{"a", "b"}, Git: []string{"github.com/acme"}, LLM: []string{"default"}},
+	}
+	be.SetConversation(conv)
+	ep, err := b.Open(ctx, conv)
+	if err != nil {
+		return nil, fmt.Errorf("bench broker: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.Shutdown(sctx)
+	}()
+
+	// The baseline answers a constant body of the broker's length.
+	probe, err := getOnce(ep.Socket, broker.Token(key, benchConv, 1))
+	if err != nil {
+		return nil, fmt.Errorf("bench broker: probe: %w", err)
+	}
+	baseSock := filepath.Join(dir, "baseline.sock")
+	ln, err := net.Listen("unix", baseSock)
+	if err != nil {
+		return nil, fmt.Errorf("bench broker: baseline: %w", err)
+	}
+	baseSrv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(probe)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	var serveWG sync.WaitGroup
+	serveWG.Go(func() { _ = baseSrv.Serve(ln) })
+	defer func() {
+		baseSrv.Close()
+		serveWG.Wait()
+	}()
+
+	token := broker.Token(key, benchConv, 1)
+	modes := []struct {
+		name      string
+		clients   int
+		keepAlive bool
+	}{
+		{"keepalive", opts.Clients, true},
+		{"newconn", opts.Clients, false},
+		{"keepalive-1client", 1, true},
+		{"newconn-1client", 1, false},
+	}
+	var results []Result
+	for _, m := range modes {
+		per := opts.Duration / time.Duration(opts.Rounds)
+		var bs, ls sample
+		// Warm both up (connections, goroutine stacks, caches).
+		if _, err := drive(ctx, baseSock, token, m.clients, m.keepAlive, per/5); err != nil {
+			return nil, err
+		}
+		if _, err := drive(ctx, ep.Socket, token, m.clients, m.keepAlive, per/5); err != nil {
+			return nil, err
+		}
+		for round := range opts.Rounds {
+			order := []struct {
+				socket string
+				into   *sample
+			}{{baseSock, &ls}, {ep.Socket, &bs}}
+			if round%2 == 1 {
+				order[0], order[1] = order[1], order[0]
+			}
+			for _, o := range order {
+				s, err := drive(ctx, o.socket, token, m.clients, m.keepAlive, per)
+				if err != nil {
+					return nil, err
+				}
+				o.into.add(s)
+			}
+		}
+		r := Result{
+			Mode: m.name, Clients: m.clients,
+			BrokerRPS: bs.rps(), BaselineRPS: ls.rps(),
+			BrokerErrors: bs.errors, BaselineErrs: ls.errors,
+		}
+		r.BrokerP50, r.BrokerP99 = bs.percentile(0.50), bs.percentile(0.99)
+		r.BaselineP50, r.BaselineP99 = ls.percentile(0.50), ls.percentile(0.99)
+		if r.BaselineRPS > 0 {
+			r.Ratio = r.BrokerRPS / r.BaselineRPS
+		}
+		results = append(results, r)
+	}
+	if n := be.dropped.Load(); n > 0 {
+		return results, fmt.Errorf("bench broker: %d audit records dropped", n)
+	}
+	return results, nil
+}
+
+// sample is the outcome of driving a server.
+type sample struct {
+	lat     []time.Duration
+	n       int
+	errors  int
+	elapsed time.Duration
+}
+
+func (s *sample) add(o sample) {
+	s.lat = append(s.lat, o.lat...)
+	s.n += o.n
+	s.errors += o.errors
+	s.elapsed += o.elapsed
+}
+
+func (s *sample) rps() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(s.n) / s.elapsed.Seconds()
+}
+
+func (s *sample) percentile(p float64) time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	slices.Sort(s.lat)
+	return s.lat[min(len(s.lat)-1, int(float64(len(s.lat))*p))]
+}
+
+func newClient(socket string, keepAlive bool, clients int) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+		DisableKeepAlives:   !keepAlive,
+		MaxIdleConnsPerHost: clients,
+		DisableCompression:  true,
+	}}
+}
+
+// drive runs clients goroutines, each sending GET /v1/whoami in a loop for
+// d, and returns every latency.
+func drive(ctx context.Context, socket, token string, clients int, keepAlive bool, d time.Duration) (sample, error) {
+	hc := newClient(socket, keepAlive, clients)
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stop atomic.Bool
+	per := make([]sample, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range clients {
+		wg.Go(func() {
+			s := &per[i]
+			s.lat = make([]time.Duration, 0, 1<<14)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://ohd-broker/v1/whoami", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("X-OHD-Request", "1")
+			for !stop.Load() {
+				t0 := time.Now()
+				resp, err := hc.Do(req)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					s.errors++
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				s.lat = append(s.lat, time.Since(t0))
+				s.n++
+				if resp.StatusCode != http.StatusOK {
+					s.errors++
+				}
+			}
+		})
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return sample{}, err
+	}
+	var all sample
+	for _, s := range per {
+		all.add(s)
+	}
+	all.elapsed = elapsed
+	if all.n == 0 {
+		return all, errors.New("bench broker: no request completed")
+	}
+	return all, nil
+}
+
+func getOnce(socket, token string) ([]byte, error) {
+	hc := newClient(socket, false, 1)
+	req, _ := http.NewRequest(http.MethodGet, "http://ohd-broker/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("X-OHD-Request", "1")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("whoami: %d %s", resp.StatusCode, b)
+	}
+	return b, nil
+}
+
+// auditBackend is the in-memory backend with Audit as ohd's store does
+// it: a non-blocking hand-off to a goroutine that writes in batches (here,
+// drops them).
+type auditBackend struct {
+	*brokertest.Backend
+	ch      chan broker.AuditRecord
+	done    chan struct{}
+	dropped atomic.Int64
+}
+
+func newAuditBackend() *auditBackend {
+	b := &auditBackend{Backend: brokertest.New(), ch: make(chan broker.AuditRecord, 8192), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		batch := make([]broker.AuditRecord, 0, 256)
+		for rec := range b.ch {
+			batch = append(batch, rec)
+			if len(batch) == cap(batch) {
+				batch = batch[:0]
+			}
+		}
+	}()
+	return b
+}
+
+func (b *auditBackend) Audit(rec broker.AuditRecord) {
+	select {
+	case b.ch <- rec:
+	default:
+		b.dropped.Add(1)
+	}
+}
+
+func (b *auditBackend) close() {
+	close(b.ch)
+	<-b.done
+}
