@@ -318,18 +318,10 @@ func (m *Manager) undoAdd(ctx context.Context, wt Worktree, hadWorktreesDir bool
 	defer cancel()
 	// Ours: pointing at our path, or, when git was stopped before writing
 	// gitdir, carrying our lock reason (git writes the lock first).
-	worktrees := filepath.Join(wt.CommonDir, "worktrees")
-	ents, _ := os.ReadDir(worktrees)
-	for _, e := range ents {
-		admin := filepath.Join(worktrees, e.Name())
-		if !e.IsDir() {
-			continue
-		}
-		lock, _ := readLinkFile(filepath.Join(admin, "locked"))
-		if adminPointsAt(admin, wt.Path) || strings.TrimSpace(string(lock)) == LockReason(wt.ConversationID) {
-			if err := os.RemoveAll(admin); err != nil {
-				m.log.Warn("undo worktree add: remove admin dir", "path", admin, "err", err)
-			}
+	for admin := findOwnAdminDir(wt); admin != ""; admin = findOwnAdminDir(wt) {
+		if err := os.RemoveAll(admin); err != nil {
+			m.log.Warn("undo worktree add: remove admin dir", "path", admin, "err", err)
+			break
 		}
 	}
 	if err := os.RemoveAll(filepath.Join(m.root, wt.ConversationID)); err != nil {

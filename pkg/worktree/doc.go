@@ -7,7 +7,8 @@
 // workspace directory is in a git work tree; Add creates the
 // conversation's worktree; MountPlan lists the bind mounts its container
 // needs; Health and Registrations serve `ohctl doctor`; Remove (which calls
-// Snapshot) ends it. ContainerGitConfig is the git configuration the
+// Snapshot) ends it; Find rebuilds a Worktree from disk when its record was
+// lost (a crash between Add and saving the result). ContainerGitConfig is the git configuration the
 // container's environment must carry.
 //
 // # One path, two namespaces

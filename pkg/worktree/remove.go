@@ -61,7 +61,7 @@ type RemoveResult struct {
 // with the container stopped.
 func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (RemoveResult, error) {
 	res := RemoveResult{CommitsBeyondStart: -1}
-	if err := m.checkWorktree(wt); err != nil {
+	if err := m.checkRecord(wt, true); err != nil {
 		return res, fmt.Errorf("worktree remove: %w", err)
 	}
 	fail := func(err error) (RemoveResult, error) {
