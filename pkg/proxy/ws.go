@@ -32,27 +32,29 @@ const (
 // authMessageLimit bounds the first-message authentication frame.
 const authMessageLimit = 64 << 10
 
-// authMessage is the agent server's first-message authentication.
-type authMessage struct {
-	Type          string  `json:"type"`
-	SessionAPIKey *string `json:"session_api_key"`
-}
-
 // parseAuthMessage reports the key of a first-message authentication
-// frame, and whether the frame is one.
+// frame {"type":"auth","session_api_key":"..."}, and whether the frame is
+// one. Field names match exactly, as in the agent server.
 func parseAuthMessage(typ websocket.MessageType, b []byte) (string, bool) {
 	if typ != websocket.MessageText {
 		return "", false
 	}
-	var m authMessage
+	var m map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&m); err != nil || m.Type != "auth" || m.SessionAPIKey == nil {
+	if err := dec.Decode(&m); err != nil || m == nil {
 		return "", false
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return "", false
 	}
-	return *m.SessionAPIKey, true
+	var kind, key string
+	if json.Unmarshal(m["type"], &kind) != nil || kind != "auth" {
+		return "", false
+	}
+	if json.Unmarshal(m["session_api_key"], &key) != nil || isNull(m["session_api_key"]) {
+		return "", false
+	}
+	return key, true
 }
 
 // keyState is how a WebSocket upgrade request carries a key.
