@@ -273,17 +273,16 @@ func (s *Server) checkListener(ln net.Listener) error {
 
 // Route labels passed to the Observer.
 const (
-	routeCreate      = "create"
-	routeGet         = "get"
-	routeBatchGet    = "batch_get"
-	routeCount       = "count"
-	routeSearch      = "search"
-	routeDelete      = "delete"
-	routeForward     = "forward"
-	routeEvents      = "events"
-	routeHealth      = "health"
-	routeUnsupported = "unsupported"
-	routeNotFound    = "not_found"
+	routeCreate   = "create"
+	routeGet      = "get"
+	routeBatchGet = "batch_get"
+	routeCount    = "count"
+	routeSearch   = "search"
+	routeDelete   = "delete"
+	routeForward  = "forward"
+	routeEvents   = "events"
+	routeHealth   = "health"
+	routeNotFound = "not_found"
 )
 
 func (s *Server) routes() {

@@ -1,0 +1,207 @@
+// Package proxy is ohd's conversation API: an HTTP and WebSocket front,
+// compatible with the OpenHands agent server, that provisions each
+// conversation through ohd's orchestrator and forwards to the
+// conversation's own "inner" agent server (in its container, published on
+// 127.0.0.1:<port>).
+//
+// # Start here
+//
+// New builds a Server from Options (the orchestrator, the accepted session
+// keys, limits); Serve serves it on a listener until its context ends;
+// Handler returns the bare http.Handler. LoadOrCreateKeyFile reads or
+// creates the daemon's <state-dir>/session-api-key. The orchestrator is
+// reached through the narrow Conversations interface, which
+// *conversation.Manager implements.
+//
+// # Authentication
+//
+// Every route needs the header X-Session-API-Key with one of the
+// configured keys, except the agent server's probes GET /alive, /health and
+// /ready (constant answers that say nothing about conversations). The key
+// is compared in constant time with every configured key: SHA-256 digests
+// of equal length, compared with crypto/subtle, all of them, with no early
+// exit. A missing or wrong key answers
+//
+//	401 {"detail": "Unauthorized: send a valid session API key in the X-Session-API-Key header"}
+//
+// before anything else happens (unknown routes answer 401 too, so a client
+// without a key learns nothing about which routes or conversations exist).
+//
+// WebSockets (/sockets/events/{id}) authenticate as the agent server's do:
+// the X-Session-API-Key header, or the session_api_key query parameter
+// (deprecated in the agent server but kept there because browsers cannot
+// set headers on a WebSocket; ohd accepts it on this route only and never
+// forwards it), checked before the upgrade; or, when neither is sent, a
+// first message {"type":"auth","session_api_key":"..."} within
+// Timeouts.WSAuth (10 s). A wrong key (header, query or message), a wrong
+// or missing first message, or the timeout close the connection with 4001
+// "Authentication failed"; the upgrade completes first so that browsers see
+// the code. Authentication comes before the conversation is looked up;
+// then an unknown conversation (or a malformed id) closes with 1008, and a
+// conversation whose inner server cannot be started or reached, or whose
+// connection breaks, with 1011.
+//
+// # Routes
+//
+//	POST   /api/conversations                create (below); 201 with the inner server's answer
+//	GET    /api/conversations/{id}           the inner server's ConversationInfo if running, else ohd's; 404
+//	GET    /api/conversations?ids=A&ids=B    [info|null, ...] in the order asked; 422 without ids or with a malformed id (at most 99 ids)
+//	GET    /api/conversations/count          a bare JSON integer; ?status= an execution status (422 if unknown)
+//	GET    /api/conversations/search         {"items":[...],"next_page_id":string|null}; ?limit=1..100 (100), ?page_id=, ?status=, ?sort_order=CREATED_AT|CREATED_AT_DESC (default)|UPDATED_AT|UPDATED_AT_DESC
+//	DELETE /api/conversations/{id}           ohd removes the conversation; {"success":true}; 404
+//	ANY    /api/conversations/{id}[/{tail}]  forwarded to the inner server (GET and DELETE of /{id} excepted)
+//	ANY    /api/conversations/{id}/fork|children|credential-bindings[/...]  501, saying why
+//	WS     /sockets/events/{id}              bridged to the inner server's /sockets/events/{id}
+//
+// Conversation ids are accepted in every form the agent server's UUID
+// validation takes (hyphenated or not, braces, urn:uuid:, any case) and
+// used in canonical lower-case form; a malformed id is FastAPI's 422
+// {"detail":[{"type":"uuid_parsing","loc":["path","conversation_id"],...}]}.
+// Other agent-server routes (/api/settings, /api/bash, ...) are not served:
+// 404.
+//
+// The API shows conversations that are running or stopped. One being
+// provisioned does not exist yet for a client (its create has not
+// answered); a failed or deleted one no longer does (ohctl shows both).
+//
+// # Metadata reads
+//
+// GET of one conversation, ?ids=, count and search answer from ohd's
+// records, and ask the inner server of each running conversation for its
+// ConversationInfo (a few at a time, each within Timeouts.Metadata). They
+// never start a stopped conversation, and do not count as activity for
+// the idle timer: a client polling metadata must not keep idle containers
+// alive, nor wake them. When ohd answers from its record (stopped, or the
+// inner server did not answer), the info is rendered in the agent server's
+// shape with what ohd knows, plus ohd's own view:
+//
+//	{"id", "workspace": {"kind": "LocalWorkspace", "working_dir"},
+//	 "execution_status", "title": null, "tags": {}, "created_at", "updated_at",
+//	 "ohd": {"state", "workspace", "worktree", "branch", "notes"}}
+//
+// The agent's configuration, stats and title live only in the inner
+// server, so they are missing there. The response header X-Ohd-Source says
+// which ("inner" or "ohd"). The execution_status of a conversation ohd
+// does not ask is "idle": a stopped conversation runs no agent step, and
+// its next request starts it again. Count and search filter on the
+// execution status the inner servers report, that one for the others.
+//
+// # Create
+//
+// The body is the agent server's StartConversationRequest, a JSON object
+// whose every field ohd keeps as sent except three: workspace.working_dir
+// is a host path (it must be absolute and exist on ohd's host);
+// worktree (top level, a boolean, as in the agent server) asks for a
+// worktree; conversation_id (optional) is honoured, else ohd generates
+// one. ohd then calls Conversations.Create, which provisions identity,
+// worktree, broker and container, and in its forward step posts the body
+// to the inner server, rewritten: workspace.working_dir becomes the
+// conversation's working directory (the worktree, which has the same path
+// inside the container), worktree is removed (the inner server must not
+// create a worktree of its own) and conversation_id is set. A non-2xx
+// answer from the inner server fails the create, so everything is undone.
+// On success the client gets the inner server's answer (201), with the
+// headers X-Ohd-Conversation-Id, X-Ohd-Worktree and X-Ohd-Branch (when a
+// worktree was made) and one X-Ohd-Note per note (e.g. "the workspace is
+// not a git repository: started without a worktree").
+//
+// ohd's record keeps a secret-free copy of the request (CreateRequest.Request):
+// conversation_id, workspace.working_dir, worktree, max_iterations,
+// stuck_detection, tags, autotitle, title_llm_profile, and the names only
+// of the other fields. The agent, its LLM settings and secrets never reach
+// ohd's store.
+//
+// Create errors:
+//
+//	413  body larger than MaxBody
+//	422  FastAPI's validation list: not one JSON object; workspace.working_dir missing or not a
+//	     string; worktree not a boolean; conversation_id not a UUID
+//	400  {"detail", "step": "validate"}: working_dir not absolute, not a directory, ...
+//	409  {"detail", "step": "validate"}: the conversation id exists
+//	501  parent_conversation_id set (child conversations are not supported)
+//	4xx/5xx  the inner server refused the create: its status and body (scrubbed of loopback
+//	     addresses), plus "step": "forward" and "conversation_id" when the body is a JSON object
+//	502  {"detail", "step": "forward"}: the inner server could not be reached
+//	503  {"detail", "step": "image"|"container"}: the engine failed
+//	500  {"detail", "step": "worktree"|"broker"|...}: any other step failed
+//
+// Every create error also carries the header X-Ohd-Failed-Step.
+//
+// # Delete
+//
+// DELETE runs Conversations.Remove to its end even if the client goes
+// away: the container is stopped, the broker closed, uncommitted work
+// snapshotted, the worktree removed and the identity revoked. The answer
+// is {"success": true}, with "ohd": {"snapshot_ref", "branch", "message"}
+// added when work was kept. A DELETE never discards work (ohctl rm
+// --discard does).
+//
+// # Forwarding
+//
+// A forwarded request starts a stopped conversation first (Target) and
+// counts as activity (Touch, also while a long response or a WebSocket
+// streams). On the way in ohd removes hop-by-hop headers (Connection and
+// the headers it names, Keep-Alive, Proxy-*, TE, Trailer,
+// Transfer-Encoding, Upgrade), Forwarded and X-Forwarded-*, the client's
+// Authorization, Cookie and X-Session-API-Key, and the query parameters
+// session_api_key, x-session-api-key, x_session_api_key, authorization and
+// access_token (compared case-insensitively after unescaping; the rest of
+// the query is kept byte for byte); it sets X-Session-API-Key to the inner
+// key and keeps the client's Host, so URLs the inner server builds name
+// ohd. Requests carrying X-Expose-Secrets are refused with 422 on every
+// route. Bodies larger than MaxBody (16 MiB) are refused with 413, also
+// when chunked.
+//
+// On the way out, no header or redirect reveals the inner address:
+// URL-bearing values on it (Location, Content-Location, Link, Refresh, any
+// header) become relative, so the client resolves them against ohd; other
+// mentions of it, and any loopback host:port, are replaced by
+// "[conversation server]" in headers and in redirect and error bodies
+// (status 300 and above, read up to 1 MiB; a body in an encoding other
+// than identity or gzip is replaced by a short JSON detail). Set-Cookie
+// from the inner server is dropped: ohd never sends cookies back to it.
+// Streaming responses (server-sent events, chunked bodies) are flushed as
+// they arrive. An unreachable inner server answers 502 {"detail": ...},
+// one that does not send headers within Timeouts.ResponseHeader 504;
+// neither names the address. ohd's own error messages are scrubbed of
+// loopback addresses as well.
+//
+// # WebSockets
+//
+// After authentication ohd dials the inner server's
+// /sockets/events/{id} with the inner key (and the client's query minus
+// its credentials) and copies messages both ways, text and binary, each
+// direction in its own goroutine with its own buffer. A write waits at
+// most Timeouts.WSWrite: a client that stops reading is disconnected
+// rather than allowed to hold anything but its own connection. A close
+// from either side closes the other with the same code and reason when
+// that code may be sent (else 1001 towards the inner server, 1011 towards
+// the client). Clients are pinged every Timeouts.WSPing. Messages are at
+// most MaxWSMessage (16 MiB; larger closes with 1009). Subprotocols and
+// compression are not negotiated. Any Origin is accepted unless
+// WSOriginPatterns is set: authentication is an explicit key, never an
+// ambient credential, so a foreign page gains nothing by connecting. When
+// Serve's context ends, every WebSocket is closed with 1001.
+//
+// # Listening
+//
+// Serve refuses a listener on a non-loopback address (ErrNonLoopback)
+// unless Options.AllowRemote is set, which the daemon does only for keys
+// the operator configured. New refuses to run without a key (ErrNoKeys):
+// unlike the agent server, ohd never serves without authentication.
+//
+// # Metrics
+//
+// Options.Observer, if set, is told of every request with a route label
+// (create, get, batch_get, count, search, delete, forward, events, health,
+// not_found), its status and duration, and of every WebSocket
+// opened and closed (with the close code sent to the client).
+//
+// # Caveats
+//
+// Cross-origin browser requests are not supported on the HTTP routes (no
+// CORS; a preflight has no key and answers 401): a browser front end
+// reaches ohd through its own back end. The agent server's workspace file
+// routes authenticated by cookie and its global routes (bash, files, ...)
+// are not served.
+package proxy
