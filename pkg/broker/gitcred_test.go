@@ -311,3 +311,22 @@ func TestStaticHelperInChroot(t *testing.T) {
 		t.Errorf("helper in chroot for an ungranted host = %q, %v; want nothing and success", out, err)
 	}
 }
+
+// TestGitCredentialStoredNewline: a stored password with a newline would
+// let its tail inject attributes into git's answer; the broker refuses it
+// (500) and says so in the log without the value (checked by the env's
+// hygiene check).
+func TestGitCredentialStoredNewline(t *testing.T) {
+	e := newEnv(t)
+	ep := e.open(broker.Conversation{ID: "conv-n", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
+		Grants: broker.Grants{Git: []string{"git.example.com"}}})
+	e.be.SetGitCredential("git.example.com", broker.GitCredential{Username: "bot", Password: []byte("pw-" + marker + "\nhost=evil.example")})
+	resp, body := e.request(ep.Socket, http.MethodPost, "/v1/git-credential?action=get", authed(e.token("conv-n", 1)),
+		strings.NewReader("protocol=https\nhost=git.example.com\n"))
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), `"code":"internal"`) {
+		t.Errorf("stored password with a newline = %d %s, want 500 internal", resp.StatusCode, body)
+	}
+	if !strings.Contains(e.log.String(), "git.example.com") {
+		t.Errorf("log does not name the host with the bad credential:\n%s", e.log.String())
+	}
+}

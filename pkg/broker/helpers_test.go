@@ -242,21 +242,54 @@ func (e *env) auditCount() int { return len(e.be.AuditRecords()) }
 // answer holds a secret value (marker) or a token.
 func (e *env) checkHygiene() {
 	e.t.Helper()
+	e.mu.Lock()
+	watched := append([]string(nil), e.watched...)
+	e.mu.Unlock()
+	for _, p := range hygieneProblems(e.log.String(), e.be.AuditRecords(), watched) {
+		e.t.Error("hygiene: " + p)
+	}
+}
+
+func hygieneProblems(log string, recs []broker.AuditRecord, watched []string) []string {
+	var problems []string
 	check := func(what, s string) {
 		for _, bad := range []string{marker, "ohd1."} {
 			if strings.Contains(s, bad) {
-				e.t.Errorf("hygiene: %s holds %q:\n%s", what, bad, s)
+				problems = append(problems, fmt.Sprintf("%s holds %q:\n%s", what, bad, s))
 			}
 		}
 	}
-	check("the log", e.log.String())
-	for i, rec := range e.be.AuditRecords() {
+	check("the log", log)
+	for i, rec := range recs {
 		check(fmt.Sprintf("audit record %d", i), fmt.Sprintf("%+v", rec))
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i, s := range e.watched {
+	for i, s := range watched {
 		check(fmt.Sprintf("answer %d", i), s)
+	}
+	return problems
+}
+
+// TestHygieneCheck makes sure the check the whole suite relies on sees a
+// leak wherever it is.
+func TestHygieneCheck(t *testing.T) {
+	tok := broker.Token(make([]byte, 32), "c", 1)
+	if p := hygieneProblems("", nil, nil); len(p) != 0 {
+		t.Errorf("clean input: %v", p)
+	}
+	for name, in := range map[string]struct {
+		log     string
+		recs    []broker.AuditRecord
+		watched []string
+	}{
+		"value in the log":   {log: `{"msg":"x","v":"a` + marker + `"}`},
+		"token in the log":   {log: "Bearer " + tok},
+		"value in an audit":  {recs: []broker.AuditRecord{{Name: "pw-" + marker}}},
+		"value in an answer": {watched: []string{`{"error":"` + marker + `"}`}},
+		"token in an answer": {watched: []string{tok}},
+	} {
+		if p := hygieneProblems(in.log, in.recs, in.watched); len(p) == 0 {
+			t.Errorf("%s: not caught", name)
+		}
 	}
 }
 

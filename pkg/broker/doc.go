@@ -1,0 +1,172 @@
+// Package broker is ohd's credential broker: one Unix socket per
+// conversation, through which the conversation's container gets the
+// secrets, git credentials, LLM access and OAuth tokens it was granted, and
+// nothing else. Values never travel in environment variables, log lines,
+// audit records or error messages.
+//
+// # Basics
+//
+// The daemon creates one [Broker] ([New]) with a key derived from its
+// master key ([DeriveKey]) and a [Backend] on its store, then calls
+// [Broker.Open] for every live conversation. Open lays out
+//
+//	<RuntimeDir>/conversations/          0711 ohd
+//	<RuntimeDir>/conversations/<id>/     0700 uid:gid   bind-mounted read-only at /run/ohd
+//	    broker.sock                      0600 uid:gid
+//	    token                            0400 uid:gid
+//
+// and serves the socket. The container mounts the directory, not the
+// socket: after an ohd restart, Open on a new Broker replaces the socket
+// inside the same directory (same inode), so the container sees the new
+// one, and the token it holds still works. [Broker.WriteToken] rotates the
+// token, [Broker.Close] ends a conversation (and removes its directory),
+// [Broker.Shutdown] stops everything and keeps the directories for the
+// next ohd.
+//
+// Inside the container, [Client] talks to the socket (it needs no DNS, no
+// /etc and no cgo) and [GitCredentialHelper] is git's credential helper
+// (ohctl git-credential get|store|erase). Both find the socket and the
+// token through OHD_BROKER_SOCKET and OHD_BROKER_TOKEN_FILE, defaulting to
+// /run/ohd/broker.sock and /run/ohd/token.
+//
+// # The token
+//
+//	ohd1.<conversation-id>.<epoch>.<mac>
+//	mac = base64url-without-padding(HMAC-SHA256(broker key, "ohd-broker-v1|<id>|<epoch>"))
+//
+// The id is 1-128 characters of [A-Za-z0-9_-] starting with a letter or
+// digit ([ValidID]); the epoch is canonical decimal (no sign, no leading
+// zero); the MAC is exactly 43 characters of the URL-safe alphabet in
+// canonical form. Anything else does not parse ([ParseToken],
+// [ErrInvalidToken]). It is sent as "Authorization: Bearer <token>".
+//
+// The broker key is HKDF-SHA256 of the master key with an empty salt and
+// the info "ohd broker key v1", 32 bytes ([DeriveKey]). Tokens depend only
+// on key, id and epoch, so they survive restarts; rotating or revoking is
+// bumping the epoch in the store (Backend.Conversation returns the new
+// one, so the old token stops working at once) and then writing the new
+// token file.
+//
+// # The checks
+//
+// Every request goes through these checks in this order; the first that
+// fails answers, and every request, served or not, ends in exactly one
+// [AuditRecord] (time, conversation, route, kind, name, peer pid and uid,
+// allowed, status, code and a precise reason; never a value):
+//
+//	check                                        status code             audit reason
+//	in-flight requests of the conversation       429    rate_limited     in_flight (Retry-After: 1)
+//	token bucket of the conversation             429    rate_limited     rate (Retry-After: seconds to the next token)
+//	Origin or Sec-Fetch-Site header present      401    unauthenticated  browser_origin
+//	X-OHD-Request: 1 missing or another value    401    unauthenticated  missing_request_header
+//	peer credentials unreadable                  401    unauthenticated  no_peer_credentials
+//	conversation unknown or ended (Backend)      401    unauthenticated  conversation_ended
+//	peer uid neither the conversation's nor 0    401    unauthenticated  peer_uid
+//	no Authorization header                      401    unauthenticated  no_token
+//	not "Bearer <token>", or token malformed     401    unauthenticated  malformed_token
+//	token of another conversation                401    unauthenticated  wrong_conversation
+//	token of another epoch                       401    unauthenticated  stale_epoch
+//	MAC does not match (constant time)           401    unauthenticated  bad_mac
+//	no such route                                404    not_found        no_route
+//	wrong method for the route                   405    bad_request      method
+//	name not granted, or it does not exist       403    not_granted      not_granted / not_found
+//	malformed request (git, proxy path)          400    bad_request      bad_request / bad_path / upgrade
+//	request body over the limit                  413    too_large        too_large
+//	the Backend failed                           500    internal         backend_error
+//	LLM provider or OAuth endpoint failed        502    bad_gateway      upstream_error / refresh_failed / ...
+//
+// The three token failures that could help an attacker tell a live epoch
+// from a forged MAC answer the same message ("invalid or revoked token");
+// the audit record tells them apart. A name that exists but is not granted
+// and a name that does not exist (granted or not) answer byte for byte the
+// same 403 not_granted: a conversation cannot probe which names exist. An
+// LLM profile whose key may not be disclosed answers GET /v1/llm/{profile}
+// the same way. Error bodies are {"error": "...", "code": "..."}.
+//
+// Peer credentials are read once per connection (SO_PEERCRED, see package
+// peercred) and kept on the request context. The expected MAC is computed
+// once per (conversation, epoch).
+//
+// # Routes
+//
+//	GET  /v1/whoami                      {"id","epoch","uid","gid","grants":{"secrets":[],"git":[],"llm":[],"oauth":[]}}
+//	GET  /v1/secrets                     {"names":[...]}  the granted names
+//	GET  /v1/secrets/{name}              {"name","value"}; a value that is not UTF-8 comes as base64 with "encoding":"base64"
+//	POST /v1/git-credential?action=get   git's credential protocol in and out: "username=...\npassword=...\n"
+//	POST /v1/git-credential?action=store|erase   checked, audited, answered 200 with an empty body; nothing changes
+//	GET  /v1/llm/{profile}               {"name","model","base_url","api_key"} only if the profile allows disclosure
+//	ANY  /v1/llm/{profile}/proxy/{path}  forwarded to the profile's base URL + path, the key injected
+//	GET  /v1/oauth/{server}/token        {"access_token","expires_at","token_type"} (expires_at omitted if unknown)
+//
+// Git credentials. The request body is parsed strictly
+// ([ParseGitCredential]): NUL or CR anywhere, a line without "=", a bad
+// or repeated key, data after the blank line, a missing or empty host, a
+// protocol other than https or http, or "." and ".." path segments are
+// refused with 400. Keys the broker does not know are ignored, as git asks
+// of helpers. A Git grant is a host ("github.com", matched without regard
+// to case, port included) or a host and a path prefix ("github.com/acme"),
+// which matches that path and paths below it on a segment boundary
+// ("acme/widgets" but not "acme-corp"), a trailing ".git" ignored. Path
+// grants only match when git sends the path: set credential.useHttpPath=
+// true in the container. store and erase change nothing: operators own
+// credentials, on the host.
+//
+// The LLM proxy drops the caller's Authorization, X-Api-Key, Api-Key,
+// X-Goog-Api-Key, Cookie and the profile's own header, hop-by-hop headers
+// and those named in Connection; asks the provider for an unencoded answer
+// (an encoded one is refused with 502, since it could not be inspected);
+// injects the key ("Authorization: Bearer <key>", or the bare key in the
+// profile's AuthHeader); and never follows redirects (a 3xx goes back to
+// the caller). The answer is streamed: every read from the provider is
+// written and flushed at once, so server-sent events arrive as they are
+// produced. Every occurrence of the key in the answer's headers, body and
+// trailers is replaced by as many '*' (Content-Length stays right); across
+// reads the broker holds back only a tail that could be the start of the
+// key. Errors and logs never contain the key.
+//
+// OAuth. An access token good for at least another minute is handed out
+// as stored. Otherwise the broker refreshes it at the server's token URL
+// (grant_type=refresh_token, client_id and client_secret in the form
+// body), once for all concurrent callers of that server, saves the new
+// access token and the (possibly rotated) refresh token through the
+// Backend, and answers the access token. The refresh token never leaves
+// the host.
+//
+// # Limits
+//
+// Per conversation (see [Limits]; every field configurable): request
+// bodies 64 KiB (32 MiB towards an LLM provider), 8 requests in flight,
+// a token bucket of 50 requests per second with a burst of 100, and a 5s
+// header read timeout after which a client trickling its headers is cut
+// off. Each conversation has its own socket, server, bucket and in-flight
+// count, so one busy conversation cannot starve another.
+//
+// # What the Backend must do
+//
+// Conversation is called on every request: answer it from memory (a cache
+// kept in step with the store). The other lookups are called once per
+// request of their route. Audit must not block: hand the record to a
+// goroutine that writes batches. After SaveOAuthTokens returns, OAuthServer
+// must return the saved tokens (the broker re-reads the server before
+// refreshing, so that a refresh that just finished is not repeated with a
+// spent refresh token).
+//
+// # Caveats
+//
+//   - SO_PEERCRED records the credentials of the process that connected.
+//     A process of the conversation's uid can pass its connection to
+//     another process; the broker serves whoever holds the connection.
+//   - Across user namespaces the kernel maps the peer's uid into ohd's
+//     namespace: a container with user-namespace remapping must be given a
+//     conversation uid as ohd sees it.
+//   - The proxy masks exact occurrences of the key. A provider that sends
+//     the key transformed (base64, JSON-escaped, split by encoding) is not
+//     caught; Content-Encoding is refused for that reason.
+//   - git credential get hands the password to the container: that is what
+//     git needs. Grant hosts (and path prefixes) narrowly; prefer tokens
+//     scoped to what the conversation needs.
+//   - A socket path is at most 107 bytes: keep RuntimeDir short.
+//   - An ohd that does not run as root can only serve conversations of
+//     its own uid (it cannot chown to another).
+//   - On macOS the peer's gid is the first group of LOCAL_PEERCRED.
+package broker
