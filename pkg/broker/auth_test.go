@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -281,4 +283,25 @@ func otherUIDRequest(t *testing.T, e *env, uid int) func() (int, []byte) {
 	}
 	e.audit(n + 1)
 	return func() (int, []byte) { return run(uid) }
+}
+
+// TestNamesWithSlashes: a name holding "/" (escaped by the client) is
+// looked up whole.
+func TestNamesWithSlashes(t *testing.T) {
+	e := newEnv(t)
+	ep := e.open(broker.Conversation{ID: "conv-a", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
+		Grants: broker.Grants{Secrets: []string{"team/npm token"}}})
+	e.be.SetSecret("team/npm token", []byte("v-"+marker))
+	e.be.SetSecret("team", []byte("v-"+marker+"-team"))
+	got, err := e.client(ep).Secret(context.Background(), "team/npm token")
+	if err != nil || string(got) != "v-"+marker {
+		t.Errorf("Secret(team/npm token) = %q, %v", got, err)
+	}
+	if _, err := e.client(ep).Secret(context.Background(), "team"); !errors.Is(err, broker.ErrNotGranted) {
+		t.Errorf("Secret(team) = %v, want ErrNotGranted", err)
+	}
+	resp, _ := e.request(ep.Socket, http.MethodGet, "/v1/secrets/team/npm%20token", authed(e.token("conv-a", 1)), nil)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("unescaped slash = %d, want 404 (no such route)", resp.StatusCode)
+	}
 }

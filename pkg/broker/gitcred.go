@@ -27,6 +27,13 @@ const (
 
 var errGitSyntax = errors.New("git credential request")
 
+// gitRoutes are the audit routes of the three actions.
+var gitRoutes = map[string]string{
+	GitGet:   "POST /v1/git-credential?action=get",
+	GitStore: "POST /v1/git-credential?action=store",
+	GitErase: "POST /v1/git-credential?action=erase",
+}
+
 // Attributes git may send that the broker reads or tolerates. Each may
 // appear once; a duplicate is ambiguous (git would take the last, a
 // helper might take the first) and refused.
@@ -294,7 +301,7 @@ func (c *conversation) gitCredential(w http.ResponseWriter, r *http.Request, rec
 		c.refuse(w, rec, badRequest("action must be get, store or erase"))
 		return
 	}
-	rec.Route = "POST /v1/git-credential?action=" + action
+	rec.Route = gitRoutes[action]
 	max := c.b.limits.MaxBody
 	if r.ContentLength > max {
 		c.refuse(w, rec, refTooLarge)

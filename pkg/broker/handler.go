@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -108,6 +109,24 @@ func classify(path string) (routeID, string) {
 	return routeNone, ""
 }
 
+// classifyURL classifies r's path. A path with escapes that matter (an
+// encoded "/" in a name) is classified in its escaped form and the name
+// unescaped, so any name can be asked for.
+func classifyURL(r *http.Request) (routeID, string) {
+	if r.URL.RawPath == "" {
+		return classify(r.URL.Path)
+	}
+	rt, name := classify(r.URL.RawPath)
+	if rt == routeNone {
+		return rt, ""
+	}
+	n, err := url.PathUnescape(name)
+	if err != nil {
+		return routeNone, ""
+	}
+	return rt, n
+}
+
 // ServeHTTP runs the checks every request goes through, in this order,
 // and then the route: in-flight limit, rate, browser origin, the
 // X-OHD-Request header, peer credentials, conversation still live, peer
@@ -115,7 +134,7 @@ func classify(path string) (routeID, string) {
 // exactly one audit record.
 func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := c.b.now()
-	rt, name := classify(r.URL.Path)
+	rt, name := classifyURL(r)
 	rec := AuditRecord{
 		Time:         now,
 		Conversation: c.id,
