@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -94,14 +95,42 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard
 	}
 	failpoint.Hit("delete/after-broker")
 	if conv.Worktree != "" {
-		var err error
-		res, err = m.wt.Remove(ctx, worktreeOf(conv), worktree.RemoveOptions{Discard: discard})
+		wt, found, err := m.worktreeToRemove(ctx, conv)
 		if err != nil {
 			return res, fmt.Errorf("remove worktree: %w", err)
+		}
+		if found {
+			if res, err = m.wt.Remove(ctx, wt, worktree.RemoveOptions{Discard: discard}); err != nil {
+				return res, fmt.Errorf("remove worktree: %w", err)
+			}
 		}
 		failpoint.Hit("delete/after-worktree")
 	}
 	return res, nil
+}
+
+// worktreeToRemove returns conv's worktree as Remove needs it. A record
+// without an admin id was written before git worktree add finished (a
+// crash in between): what git made is found on disk instead.
+func (m *Manager) worktreeToRemove(ctx context.Context, conv store.Conversation) (worktree.Worktree, bool, error) {
+	if conv.AdminID != "" {
+		return worktreeOf(conv), true, nil
+	}
+	repo, err := m.wt.Inspect(ctx, conv.Workspace)
+	if err != nil || !repo.IsGit {
+		return worktree.Worktree{}, false, err
+	}
+	wt, err := m.wt.Find(ctx, repo, conv.ID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return worktree.Worktree{}, false, nil
+	}
+	if err != nil {
+		return worktree.Worktree{}, false, err
+	}
+	if wt.StartCommit == "" {
+		wt.StartCommit = conv.StartCommit
+	}
+	return wt, true, nil
 }
 
 // removeContainers removes every container of conv: the recorded one and

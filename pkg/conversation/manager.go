@@ -288,6 +288,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	} else if _, err := m.st.Conversation(id); err == nil {
 		return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
 	}
+	var plan worktree.Worktree
+	if repo.IsGit && req.Worktree {
+		if plan, err = m.wt.Plan(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint}); err != nil {
+			if errors.Is(err, worktree.ErrGit) {
+				return store.Conversation{}, &StepError{ID: id, Step: "worktree", Err: err}
+			}
+			return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
 	var img runtime.Image
 	if m.rt.Kind() != "local" {
 		if img, err = m.rt.ResolveImage(ctx, m.cfg.Image); err != nil {
@@ -308,6 +317,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	if req.Worktree && !repo.IsGit {
 		conv.Notes = append(conv.Notes, "the workspace is not a git repository: started without a worktree, the workspace is mounted at its own path")
+	}
+	if plan.Path != "" {
+		// Recorded before the worktree exists: a crash right after git
+		// worktree add still leaves reconcile enough to remove it.
+		conv.Repo, conv.CommonDir, conv.Worktree, conv.Branch = plan.Repo, plan.CommonDir, plan.Path, plan.Branch
+		conv.StartPoint, conv.StartCommit = plan.StartPoint, plan.StartCommit
+		conv.WorkingDir = filepath.Join(plan.Path, repo.Prefix)
 	}
 	if img.Floating {
 		conv.Notes = append(conv.Notes, fmt.Sprintf("image %s is a floating reference; it was pinned to %s for this conversation", img.Ref, img.ID))
@@ -339,7 +355,8 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		}
 		conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
 			c.Repo, c.CommonDir, c.Worktree, c.AdminID = wt.Repo, wt.CommonDir, wt.Path, wt.AdminID
-			c.Branch, c.StartPoint, c.StartCommit, c.WorkingDir = wt.Branch, wt.StartPoint, wt.StartCommit, wt.Path
+			c.Branch, c.StartPoint, c.StartCommit = wt.Branch, wt.StartPoint, wt.StartCommit
+			c.WorkingDir = filepath.Join(wt.Path, repo.Prefix)
 			return nil
 		})
 		if err != nil {

@@ -302,3 +302,50 @@ func TestValidGitGrant(t *testing.T) {
 		}
 	}
 }
+
+func TestReconcileFindsAWorktreeTheRecordMissed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	c, err := e.m.Create(ctx, CreateRequest{Workspace: repo, Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if ohd died between git worktree add and recording its result.
+	if _, err := e.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
+		r.State, r.AdminID = store.StateProvisioning, ""
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := testenv.Git(t, repo, "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
+		t.Errorf("the unrecorded worktree is still registered:\n%s", out)
+	}
+	if refs := testenv.Git(t, repo, "for-each-ref", "--format=%(refname)"); strings.Contains(refs, c.ID) {
+		t.Errorf("its branch is left:\n%s", refs)
+	}
+	if exists(filepath.Dir(c.Worktree)) {
+		t.Error("its folder is left")
+	}
+}
+
+func TestWorkspaceSubdirectoryKeepsItsPlaceInTheWorktree(t *testing.T) {
+	e := newEnv(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(repo, "sub", "dir", "f.txt"), "x\n")
+	testenv.Git(t, repo, "add", ".")
+	testenv.Git(t, repo, "commit", "-q", "-m", "sub")
+	c, err := e.m.Create(context.Background(), CreateRequest{Workspace: filepath.Join(repo, "sub", "dir"), Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(c.Worktree, "sub", "dir"); c.WorkingDir != want {
+		t.Errorf("WorkingDir = %s, want %s", c.WorkingDir, want)
+	}
+	if !exists(filepath.Join(c.WorkingDir, "f.txt")) {
+		t.Error("the working dir does not hold the subdirectory's files")
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/masterkey"
 	"github.com/ohd-dev/ohd/pkg/peercred"
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -122,7 +123,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	if d.store, err = store.Open(filepath.Join(cfg.StateDir, store.FileName), d.key, store.Options{Logger: log}); err != nil {
 		return nil, err
 	}
-	wt, err := worktree.New(worktree.Options{Root: cfg.WorktreeRoot, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: log})
+	wt, err := worktree.New(worktree.Options{
+		Root: cfg.WorktreeRoot, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: log,
+		OnStep: func(step string) { failpoint.Hit("delete/mid-" + step) },
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -197,11 +201,12 @@ func (d *Daemon) takeLock() error {
 }
 
 func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
+	opts := runtime.DockerOptions{Logger: d.log, OnStep: func(step string) { failpoint.Hit("create/after-container-" + step) }}
 	switch d.cfg.Runtime {
 	case "local":
 		return runtime.NewLocal(), nil
 	case "docker":
-		rt, err := runtime.NewDocker(ctx, runtime.DockerOptions{Logger: d.log})
+		rt, err := runtime.NewDocker(ctx, opts)
 		if err != nil {
 			return nil, err // not a typed nil in the interface
 		}
@@ -209,7 +214,7 @@ func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rt, err := runtime.NewDocker(pctx, runtime.DockerOptions{Logger: d.log})
+	rt, err := runtime.NewDocker(pctx, opts)
 	if err != nil {
 		d.log.Warn("Docker engine not reachable: using the local runtime (no containers); pass --runtime docker to require it", "err", err)
 		return runtime.NewLocal(), nil

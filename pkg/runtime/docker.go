@@ -71,11 +71,16 @@ type DockerOptions struct {
 	// PingTimeout bounds NewDocker's first contact with the engine; 0
 	// means 10s.
 	PingTimeout time.Duration
+	// OnStep, if set, is called as Start passes each step: "created"
+	// (the engine created the container) and "started" (it runs, before
+	// readiness). Crash tests stop the daemon there.
+	OnStep func(step string)
 }
 
 // Docker is the Runtime on the Docker Engine API. It is safe for
 // concurrent use.
 type Docker struct {
+	onStep     func(string)
 	api        engine
 	host       string
 	log        *slog.Logger
@@ -119,6 +124,7 @@ func newDocker(ctx context.Context, api engine, opts DockerOptions) (*Docker, er
 		timeout = 10 * time.Second
 	}
 	d := &Docker{
+		onStep:     opts.OnStep,
 		api:        api,
 		host:       api.DaemonHost(),
 		log:        log,
@@ -212,6 +218,12 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	return err
+}
+
+func (d *Docker) step(name string) {
+	if d.onStep != nil {
+		d.onStep(name)
+	}
 }
 
 // containerConfig builds the engine's create request for s (defaults
@@ -331,6 +343,7 @@ func (d *Docker) Start(ctx context.Context, s Spec) (Instance, error) {
 		return Instance{}, &StartError{Step: StepCreate, Name: name, Err: d.createError(s.Image, err)}
 	}
 	inst.ContainerID = res.ID
+	d.step("created")
 	for _, w := range res.Warnings {
 		d.log.Warn("docker runtime: engine warning on create", "container", name, "warning", w)
 	}
@@ -343,6 +356,7 @@ func (d *Docker) Start(ctx context.Context, s Spec) (Instance, error) {
 	}
 	inst.HostPort = port
 	inst.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	d.step("started")
 
 	t2 := time.Now()
 	err = d.waitReady(ctx, res.ID, inst.Addr, s)

@@ -64,29 +64,25 @@ var startCandidates = [][2]string{
 	{"HEAD", "HEAD"},
 }
 
-// Add creates the conversation's worktree on the host: branch
-// openhands/<id> from the start point, locked with reason
-// "ohd conversation <id>", at <Root>/<id>/<basename>. Every check runs
-// before the first change; if git fails midway, Add removes what it
-// created (directory, admin dir, branch) before returning the error.
-func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
+// plan is the side-effect-free first half of Add.
+func (m *Manager) plan(ctx context.Context, opts AddOptions) (Worktree, Repo, error) {
 	id := opts.ConversationID
 	if err := ValidateID(id); err != nil {
-		return Worktree{}, fmt.Errorf("worktree add: %w", err)
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add: %w", err)
 	}
 	if err := checkStartPoint(opts.StartPoint); err != nil {
-		return Worktree{}, fmt.Errorf("worktree add: %w", err)
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add: %w", err)
 	}
 	repo, err := m.recheck(ctx, opts.Repo)
 	if err != nil {
-		return Worktree{}, fmt.Errorf("worktree add: %w", err)
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add: %w", err)
 	}
 	if m.euid != 0 && repo.UID != m.euid {
-		return Worktree{}, fmt.Errorf("worktree add %s: %w", repo.TopLevel, ownerError(repo.UID, m.euid))
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w", repo.TopLevel, ownerError(repo.UID, m.euid))
 	}
 	base := filepath.Base(repo.TopLevel)
 	if base == "/" || base == "." {
-		return Worktree{}, fmt.Errorf("worktree add %s: %w: a repository at the file system root cannot be named", repo.TopLevel, ErrInvalidPath)
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w: a repository at the file system root cannot be named", repo.TopLevel, ErrInvalidPath)
 	}
 	convDir := filepath.Join(m.root, id)
 	wt := Worktree{
@@ -98,8 +94,8 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 		UID:            repo.UID,
 		GID:            repo.GID,
 	}
-	fail := func(err error) (Worktree, error) {
-		return Worktree{}, fmt.Errorf("worktree add %s: %w", wt.Path, err)
+	fail := func(err error) (Worktree, Repo, error) {
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w", wt.Path, err)
 	}
 	if within(wt.Path, repo.CommonDir) || within(repo.CommonDir, convDir) {
 		return fail(fmt.Errorf("%w: the worktree root %s overlaps the git dir %s: choose a worktree root outside the repository's git dir", ErrInvalidPath, m.root, repo.CommonDir))
@@ -121,7 +117,35 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 	if err != nil {
 		return fail(err)
 	}
+	return wt, repo, nil
+}
 
+// Plan runs every check of Add without changing anything and returns the
+// worktree Add would create: its path, branch, and the start point and
+// commit the order picks. The orchestrator calls it before it writes its
+// record, so bad input (a start point that does not exist, an id in use)
+// is refused before any side effect.
+func (m *Manager) Plan(ctx context.Context, opts AddOptions) (Worktree, error) {
+	wt, _, err := m.plan(ctx, opts)
+	return wt, err
+}
+
+// Add creates the conversation's worktree on the host: branch
+// openhands/<id> from the start point, locked with reason
+// "ohd conversation <id>", at <Root>/<id>/<basename>. Every check runs
+// before the first change; if git fails midway, Add removes what it
+// created (directory, admin dir, branch) before returning the error.
+func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
+	wt, repo, err := m.plan(ctx, opts)
+	if err != nil {
+		return Worktree{}, err
+	}
+	id := wt.ConversationID
+	convDir := filepath.Dir(wt.Path)
+	rt := repoTarget(repo)
+	fail := func(err error) (Worktree, error) {
+		return Worktree{}, fmt.Errorf("worktree add %s: %w", wt.Path, err)
+	}
 	// Side effects start here.
 	unlock, err := m.lockRepo(ctx, repo.CommonDir)
 	if err != nil {

@@ -34,6 +34,10 @@ type Options struct {
 	// Logger receives debug records of git invocations and info records of
 	// adds and removes. Default: discard.
 	Logger *slog.Logger
+	// OnStep, if set, is called at named points inside an operation:
+	// "snapshot" once the snapshot commit exists and before its ref is
+	// written. Crash tests stop the daemon there.
+	OnStep func(step string)
 }
 
 // Manager creates, inspects and removes conversation worktrees. It is safe
@@ -45,6 +49,7 @@ type Manager struct {
 	gitPath string
 	timeout time.Duration
 	log     *slog.Logger
+	onStep  func(string)
 	euid    int
 	locks   repoLocks
 }
@@ -55,7 +60,10 @@ const DefaultTimeout = 60 * time.Second
 // New validates opts, creates Root (0711) and LockDir (0700) if missing,
 // finds git and checks its version.
 func New(opts Options) (*Manager, error) {
-	m := &Manager{timeout: opts.Timeout, log: opts.Logger, euid: os.Geteuid()}
+	m := &Manager{timeout: opts.Timeout, log: opts.Logger, onStep: opts.OnStep, euid: os.Geteuid()}
+	if m.onStep == nil {
+		m.onStep = func(string) {}
+	}
 	if m.timeout <= 0 {
 		m.timeout = DefaultTimeout
 	}

@@ -44,6 +44,7 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 		}
 		return "", "", err
 	}
+	m.onStep("snapshot")
 	ref = SnapshotRef(wt.ConversationID)
 	unlock, err := m.lockRepo(ctx, wt.CommonDir)
 	if err != nil {
