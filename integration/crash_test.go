@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// checkInvariants asserts what must hold after any crash and reconcile:
+// no container without a live record, no orphan socket directory, no
+// stale or prunable worktree registration, no record stuck in
+// provisioning.
+func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversation {
+	t.Helper()
+	var convs []store.Conversation
+	d.ohctlJSON(&convs, "ls", "--all")
+	live := map[string]store.Conversation{}
+	for _, c := range convs {
+		if c.State == store.StateProvisioning {
+			t.Errorf("record %s stuck in provisioning", c.ID)
+		}
+		if c.State.Live() {
+			live[c.ID] = c
+		}
+	}
+	if d.opts.Runtime == "docker" {
+		out := run(t, "docker", "ps", "-a", "--filter", "label=dev.ohd.server="+d.serverID(), "--format", `{{.ID}} {{.Label "dev.ohd.conversation"}}`)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line == "" {
+				continue
+			}
+			id, conv, _ := strings.Cut(line, " ")
+			if _, ok := live[conv]; !ok {
+				t.Errorf("container %s of conversation %s has no live record", id, conv)
+			}
+		}
+	}
+	entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations"))
+	for _, e := range entries {
+		if _, ok := live[e.Name()]; !ok {
+			t.Errorf("socket directory %s has no live record", e.Name())
+		}
+	}
+	for _, repo := range repos {
+		wts := porcelain(t, repo)
+		for _, e := range wts[1:] {
+			if _, ok := e["prunable"]; ok {
+				t.Errorf("%s: prunable registration %v", repo, e)
+			}
+			owned := false
+			for _, c := range live {
+				owned = owned || c.Worktree == e["worktree"]
+			}
+			if !owned {
+				t.Errorf("%s: registration %s belongs to no live conversation", repo, e["worktree"])
+			}
+		}
+		admin, _ := os.ReadDir(filepath.Join(repo, ".git", "worktrees"))
+		if len(admin) != len(wts)-1 {
+			t.Errorf("%s: %d admin dirs for %d registrations", repo, len(admin), len(wts)-1)
+		}
+	}
+	return convs
+}
+
+// crashRuns is how many times each crash point runs: 1 in the default
+// test run, more with OHD_CRASH_RUNS for the long run.
+func crashRuns() int {
+	if n, err := strconv.Atoi(os.Getenv("OHD_CRASH_RUNS")); err == nil && n > 0 {
+		return n
+	}
+	return 1
+}
+
+func TestCrashAtEveryStep(t *testing.T) {
+	testenv.RequireDocker(t)
+	img := testimage.Ensure(t)
+	createPoints := []string{
+		"create/after-record", "create/after-worktree", "create/after-broker",
+		"create/after-container-created", "create/after-container-started", "create/after-start",
+	}
+	deletePoints := []string{
+		"delete/after-mark", "delete/after-container", "delete/after-broker", "delete/mid-snapshot", "delete/after-worktree",
+	}
+	runs := crashRuns()
+	dirs := newDirs(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	opts := daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456"}}
+	d := startDaemon(t, opts)
+	t.Cleanup(func() { removeServerContainers(t, d) })
+	count := 0
+	crashWith := func(point string, action func()) {
+		t.Helper()
+		d.stop()
+		d.opts.Env = []string{"OHD_FAILPOINTS=" + point}
+		d.start()
+		action()
+		if !d.waitExit(120e9) {
+			t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
+		}
+		d.opts.Env = nil
+		d.start() // reconcile
+		count++
+	}
+	for run := 0; run < runs; run++ {
+		for _, point := range createPoints {
+			crashWith(point, func() {
+				if _, err := d.ohctlErr("create", "--repo", repo, "--worktree"); err == nil {
+					t.Errorf("%s: create succeeded through a crash", point)
+				}
+			})
+			convs := checkInvariants(t, d, repo)
+			for _, c := range convs {
+				if c.State == store.StateRunning {
+					t.Errorf("%s: a conversation survived the crashed create as running: %s", point, c.ID)
+				}
+			}
+		}
+		for _, point := range deletePoints {
+			var c store.Conversation
+			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+			testenv.WriteFile(t, filepath.Join(c.Worktree, "unsaved.txt"), point+"\n")
+			testenv.WriteFile(t, filepath.Join(c.Worktree, "README.md"), "changed by "+point+"\n")
+			crashWith(point, func() {
+				if _, err := d.ohctlErr("rm", c.ID); err == nil {
+					t.Errorf("%s: rm succeeded through a crash", point)
+				}
+			})
+			checkInvariants(t, d, repo)
+			var after store.Conversation
+			d.ohctlJSON(&after, "show", c.ID)
+			if after.State != store.StateDeleted || after.Removal == nil || !after.Removal.Done {
+				t.Errorf("%s: removal not finished after restart: %s %+v", point, after.State, after.Removal)
+				continue
+			}
+			ref := "refs/ohd/snapshots/" + c.ID
+			if got, err := testenv.GitOutput(repo, "show", ref+":unsaved.txt"); err != nil || got != point {
+				t.Errorf("%s: snapshot lacks the untracked file: %q %v", point, got, err)
+			}
+			if got, err := testenv.GitOutput(repo, "show", ref+":README.md"); err != nil || got != "changed by "+point {
+				t.Errorf("%s: snapshot lacks the modified file: %q %v", point, got, err)
+			}
+		}
+	}
+	t.Logf("crash points × runs: %d × %d = %d crashes, every one recovered", len(createPoints)+len(deletePoints), runs, count)
+	// Everything left can be cleaned.
+	out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID())
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("containers left at the end: %s", out)
+	}
+	_ = exec.Command
+}
