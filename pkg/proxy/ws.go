@@ -367,10 +367,14 @@ func sendable(code websocket.StatusCode) bool {
 const maxKeptBuffer = 1 << 20
 
 // pump copies messages from src to dst until one fails. Reads take no
-// deadline (closing the connection ends them); each write has
-// Timeouts.WSWrite.
+// deadline (closing the connection ends them); a write that lasts longer
+// than Timeouts.WSWrite is ended by closing dst (one reusable timer per
+// direction, not a context per message).
 func (s *Server) pump(src, dst *websocket.Conn, fromClient bool, touch func()) pumpResult {
 	var buf bytes.Buffer
+	watchdog := time.AfterFunc(time.Hour, func() { dst.CloseNow() })
+	watchdog.Stop()
+	defer watchdog.Stop()
 	for {
 		typ, r, err := src.Reader(context.Background())
 		if err != nil {
@@ -381,9 +385,11 @@ func (s *Server) pump(src, dst *websocket.Conn, fromClient bool, touch func()) p
 			return pumpResult{fromClient: fromClient, readErr: err}
 		}
 		touch()
-		wctx, cancel := context.WithTimeout(context.Background(), s.t.WSWrite)
-		err = dst.Write(wctx, typ, buf.Bytes())
-		cancel()
+		watchdog.Reset(s.t.WSWrite)
+		err = dst.Write(context.Background(), typ, buf.Bytes())
+		if !watchdog.Stop() && err == nil {
+			err = errors.New("write timed out")
+		}
 		if err != nil {
 			return pumpResult{fromClient: fromClient, writeErr: err}
 		}

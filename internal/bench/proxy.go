@@ -1,0 +1,501 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/proxy"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// ProxyOptions configure Proxy. Zero fields take their defaults.
+type ProxyOptions struct {
+	// Standin is the path of a built integration/standin binary, the inner
+	// server both paths reach; "" builds one with `go build` (the working
+	// directory must be inside ohd's module).
+	Standin string
+	// Duration is how long each path (proxy, direct) is driven in each
+	// mode, split over Rounds alternating them; default 3s.
+	Duration time.Duration
+	// Rounds is the number of proxy/direct alternations per mode (the
+	// order flips every round); default 6.
+	Rounds int
+	// Clients is the number of concurrent HTTP clients and of WebSocket
+	// connections; default 32.
+	Clients int
+	// WSMessage is the size of a WebSocket message; default 1 KiB.
+	WSMessage int
+	// WSWindow is the number of messages a WebSocket connection keeps in
+	// flight; default 16.
+	WSWindow int
+}
+
+// ProxyResult is one mode's measurement: requests (http) or echoed
+// messages (ws) per second through ohd's conversation API against the
+// same inner server reached directly, with the same clients, in the same
+// run.
+type ProxyResult struct {
+	Mode    string // "http" or "ws"
+	Clients int
+	// Rate is requests or echoed messages per second; the latencies are
+	// per request, or per message from send to echo.
+	ProxyRate, DirectRate   float64
+	ProxyP50, ProxyP99      time.Duration
+	DirectP50, DirectP99    time.Duration
+	Ratio                   float64 // ProxyRate / DirectRate
+	ProxyErrors, DirectErrs int     // failed requests or connections (must be 0)
+	// BareRate (http only) is the rate through a bare
+	// httputil.ReverseProxy to the same inner server, driven in the same
+	// rounds: what any extra hop costs on this machine.
+	BareRate  float64
+	BareRatio float64 // BareRate / DirectRate
+}
+
+// Line is the one-line summary the harness prints:
+//
+//	bench: proxy-<mode> ratio=<proxy/direct> p99=<proxy p99>
+func (r ProxyResult) Line() string {
+	return fmt.Sprintf("bench: proxy-%s ratio=%.2f p99=%v", r.Mode, r.Ratio, r.ProxyP99.Round(time.Microsecond))
+}
+
+// Detail is a longer, human-readable line with every figure.
+func (r ProxyResult) Detail() string {
+	unit := "req/s"
+	if r.Mode == "ws" {
+		unit = "msg/s"
+	}
+	s := fmt.Sprintf("proxy-%s clients=%d proxy: %.0f %s p50=%v p99=%v | direct: %.0f %s p50=%v p99=%v | ratio=%.2f errors=%d/%d",
+		r.Mode, r.Clients, r.ProxyRate, unit, r.ProxyP50.Round(time.Microsecond), r.ProxyP99.Round(time.Microsecond),
+		r.DirectRate, unit, r.DirectP50.Round(time.Microsecond), r.DirectP99.Round(time.Microsecond),
+		r.Ratio, r.ProxyErrors, r.DirectErrs)
+	if r.BareRate > 0 {
+		s += fmt.Sprintf(" | bare reverse proxy: %.0f %s ratio=%.2f", r.BareRate, unit, r.BareRatio)
+	}
+	return s
+}
+
+// proxyBenchID is the bench conversation.
+const proxyBenchID = "5d0e05be-01b2-441e-9f76-975d9f00673c"
+
+// proxyBenchKey is the outer key of the bench proxy.
+const proxyBenchKey = "ohd-bench-outer-session-key"
+
+// Proxy runs a stand-in inner server and ohd's conversation API in front
+// of it (on loopback TCP, with an orchestrator that only knows this one
+// conversation) and drives both with the same clients: HTTP requests
+// (GET /api/conversations/{id}/echo/bench, keep-alive) and WebSocket
+// echoes on /sockets/events/{id}.
+func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
+	if opts.Duration <= 0 {
+		opts.Duration = 3 * time.Second
+	}
+	if opts.Rounds <= 0 {
+		opts.Rounds = 6
+	}
+	if opts.Clients <= 0 {
+		opts.Clients = 32
+	}
+	if opts.WSMessage <= 0 {
+		opts.WSMessage = 1 << 10
+	}
+	if opts.WSWindow <= 0 {
+		opts.WSWindow = 16
+	}
+	bin := opts.Standin
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "ohdbench-proxy")
+		if err != nil {
+			return nil, fmt.Errorf("bench proxy: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		bin = filepath.Join(dir, "standin")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/ohd-dev/ohd/integration/standin")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("bench proxy: go build integration/standin: %v\n%s", err, out)
+		}
+	}
+	innerKey := "ohd-bench-inner-session-key"
+	inner, err := proxyStartStandin(ctx, bin, innerKey)
+	if err != nil {
+		return nil, err
+	}
+	defer inner.stop()
+
+	srv, err := proxy.New(proxy.Options{
+		Conversations: &proxyBenchConversations{addr: inner.addr, key: []byte(innerKey)},
+		Keys:          [][]byte{[]byte(proxyBenchKey)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench proxy: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench proxy: %w", err)
+	}
+	sctx, stopServe := context.WithCancel(context.Background())
+	var serveWG sync.WaitGroup
+	serveWG.Go(func() { _ = srv.Serve(sctx, ln) })
+	defer func() {
+		stopServe()
+		serveWG.Wait()
+	}()
+
+	// A bare reverse proxy, for scale: the cost of any hop here.
+	bareLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench proxy: %w", err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: inner.addr})
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+	bare := &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second}
+	serveWG.Go(func() { _ = bare.Serve(bareLn) })
+	defer bare.Close()
+
+	type target struct{ addr, key string }
+	via := target{ln.Addr().String(), proxyBenchKey}
+	direct := target{inner.addr, innerKey}
+	bareT := target{bareLn.Addr().String(), innerKey}
+
+	var results []ProxyResult
+	for _, mode := range []string{"http", "ws"} {
+		drive := func(t target, d time.Duration) (proxySample, error) {
+			if mode == "http" {
+				return proxyDriveHTTP(ctx, t.addr, t.key, opts.Clients, d)
+			}
+			return proxyDriveWS(ctx, t.addr, t.key, opts.Clients, opts.WSMessage, opts.WSWindow, d)
+		}
+		per := opts.Duration / time.Duration(opts.Rounds)
+		var ps, ds, bs proxySample
+		type leg struct {
+			t    target
+			into *proxySample
+		}
+		legs := []leg{{direct, &ds}, {via, &ps}}
+		if mode == "http" {
+			legs = append(legs, leg{bareT, &bs})
+		}
+		// Warm them up (connections, goroutine stacks, caches).
+		for _, l := range legs {
+			if _, err := drive(l.t, per/5); err != nil {
+				return nil, err
+			}
+		}
+		for round := range opts.Rounds {
+			order := slices.Clone(legs)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, o := range order {
+				s, err := drive(o.t, per)
+				if err != nil {
+					return nil, err
+				}
+				o.into.add(s)
+			}
+		}
+		r := ProxyResult{
+			Mode: mode, Clients: opts.Clients,
+			ProxyRate: ps.rate(), DirectRate: ds.rate(),
+			ProxyErrors: ps.errors, DirectErrs: ds.errors,
+		}
+		r.ProxyP50, r.ProxyP99 = ps.percentile(0.50), ps.percentile(0.99)
+		r.DirectP50, r.DirectP99 = ds.percentile(0.50), ds.percentile(0.99)
+		if r.DirectRate > 0 {
+			r.Ratio = r.ProxyRate / r.DirectRate
+			r.BareRate = bs.rate()
+			r.BareRatio = r.BareRate / r.DirectRate
+		}
+		results = append(results, r)
+	}
+	return results, nil
+}
+
+// proxySample is the outcome of driving one path.
+type proxySample struct {
+	lat     []time.Duration
+	n       int
+	errors  int
+	elapsed time.Duration
+}
+
+func (s *proxySample) add(o proxySample) {
+	s.lat = append(s.lat, o.lat...)
+	s.n += o.n
+	s.errors += o.errors
+	s.elapsed += o.elapsed
+}
+
+func (s *proxySample) rate() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return float64(s.n) / s.elapsed.Seconds()
+}
+
+func (s *proxySample) percentile(p float64) time.Duration {
+	if len(s.lat) == 0 {
+		return 0
+	}
+	slices.Sort(s.lat)
+	return s.lat[min(len(s.lat)-1, int(float64(len(s.lat))*p))]
+}
+
+// proxyDriveHTTP runs clients goroutines sending GET echo requests for d.
+func proxyDriveHTTP(ctx context.Context, addr, key string, clients int, d time.Duration) (proxySample, error) {
+	hc := &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: clients,
+		DisableCompression:  true,
+	}}
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stop atomic.Bool
+	per := make([]proxySample, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	url := "http://" + addr + "/api/conversations/" + proxyBenchID + "/echo/bench"
+	for i := range clients {
+		wg.Go(func() {
+			s := &per[i]
+			s.lat = make([]time.Duration, 0, 1<<14)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			req.Header.Set("X-Session-API-Key", key)
+			for !stop.Load() {
+				t0 := time.Now()
+				resp, err := hc.Do(req)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					s.errors++
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				s.lat = append(s.lat, time.Since(t0))
+				s.n++
+				if resp.StatusCode != http.StatusOK {
+					s.errors++
+				}
+			}
+		})
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	wg.Wait()
+	return proxyCollect(ctx, per, time.Since(start))
+}
+
+func proxyCollect(ctx context.Context, per []proxySample, elapsed time.Duration) (proxySample, error) {
+	if err := ctx.Err(); err != nil {
+		return proxySample{}, err
+	}
+	var all proxySample
+	for _, s := range per {
+		all.add(s)
+	}
+	all.elapsed = elapsed
+	if all.n == 0 {
+		return all, errors.New("bench proxy: nothing completed")
+	}
+	return all, nil
+}
+
+// proxyDriveWS opens conns WebSockets and, on each, keeps window messages
+// of size bytes in flight for d, counting echoes.
+func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int, d time.Duration) (proxySample, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hdr := http.Header{}
+	hdr.Set("X-Session-API-Key", key)
+	cs := make([]*websocket.Conn, conns)
+	defer func() {
+		for _, c := range cs {
+			if c != nil {
+				c.CloseNow()
+			}
+		}
+	}()
+	for i := range cs {
+		c, _, err := websocket.Dial(ctx, "ws://"+addr+"/sockets/events/"+proxyBenchID, &websocket.DialOptions{HTTPHeader: hdr})
+		if err != nil {
+			return proxySample{}, fmt.Errorf("bench proxy: websocket: %w", err)
+		}
+		c.SetReadLimit(int64(size) + 4096)
+		if _, _, err := c.Read(ctx); err != nil { // the stand-in's hello
+			return proxySample{}, fmt.Errorf("bench proxy: websocket hello: %w", err)
+		}
+		cs[i] = c
+	}
+	msg := make([]byte, size)
+	per := make([]proxySample, conns)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, c := range cs {
+		sent := make(chan time.Time, window)
+		wg.Go(func() { // writer
+			defer close(sent)
+			for !stop.Load() {
+				t0 := time.Now()
+				select {
+				case sent <- t0:
+				case <-ctx.Done():
+					return
+				}
+				if err := c.Write(ctx, websocket.MessageBinary, msg); err != nil {
+					return
+				}
+			}
+		})
+		wg.Go(func() { // reader
+			s := &per[i]
+			s.lat = make([]time.Duration, 0, 1<<14)
+			for t0 := range sent {
+				if _, _, err := c.Read(ctx); err != nil {
+					if ctx.Err() == nil {
+						s.errors++
+					}
+					for range sent {
+					}
+					return
+				}
+				if !stop.Load() { // count only what was echoed while the clock ran
+					s.lat = append(s.lat, time.Since(t0))
+					s.n++
+				}
+			}
+		})
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	elapsed := time.Since(start)
+	wg.Wait()
+	for _, c := range cs {
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+	cs = nil
+	return proxyCollect(ctx, per, elapsed)
+}
+
+// proxyStandin is a running stand-in process.
+type proxyStandin struct {
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, error) {
+	cmd := exec.Command(bin)
+	cmd.Env = []string{
+		"PATH=/usr/bin:/bin",
+		"STANDIN_ADDR=127.0.0.1:0",
+		"OH_SESSION_API_KEYS_0=" + key,
+		"OHD_CONVERSATION_ID=" + proxyBenchID,
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("bench proxy: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench proxy: start stand-in: %w", err)
+	}
+	st := &proxyStandin{cmd: cmd, done: make(chan struct{})}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.Contains(line, `msg="standin: listening"`) {
+				for _, f := range strings.Fields(line) {
+					if a, ok := strings.CutPrefix(f, "addr="); ok {
+						select {
+						case addrc <- a:
+						default:
+						}
+					}
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+		_ = cmd.Wait()
+		close(st.done)
+	}()
+	select {
+	case st.addr = <-addrc:
+		return st, nil
+	case <-st.done:
+		return nil, errors.New("bench proxy: the stand-in exited before listening")
+	case <-time.After(20 * time.Second):
+		st.stop()
+		return nil, errors.New("bench proxy: the stand-in did not listen within 20s")
+	case <-ctx.Done():
+		st.stop()
+		return nil, ctx.Err()
+	}
+}
+
+func (st *proxyStandin) stop() {
+	_ = st.cmd.Process.Kill()
+	<-st.done
+}
+
+// proxyBenchConversations knows one running conversation.
+type proxyBenchConversations struct {
+	addr string
+	key  []byte
+}
+
+func (c *proxyBenchConversations) conv() store.Conversation {
+	return store.Conversation{ID: proxyBenchID, State: store.StateRunning, Runtime: "docker", WorkingDir: "/", Workspace: "/"}
+}
+
+func (c *proxyBenchConversations) Create(context.Context, conversation.CreateRequest) (store.Conversation, error) {
+	return store.Conversation{}, fmt.Errorf("%w: the bench creates no conversation", conversation.ErrInvalid)
+}
+
+func (c *proxyBenchConversations) Get(id string) (store.Conversation, error) {
+	if id != proxyBenchID {
+		return store.Conversation{}, conversation.ErrNotFound
+	}
+	return c.conv(), nil
+}
+
+func (c *proxyBenchConversations) List() []store.Conversation { return []store.Conversation{c.conv()} }
+
+func (c *proxyBenchConversations) Target(_ context.Context, id string) (conversation.Target, error) {
+	if id != proxyBenchID {
+		return conversation.Target{}, conversation.ErrNotFound
+	}
+	return conversation.Target{Addr: c.addr, InnerKey: c.key}, nil
+}
+
+func (c *proxyBenchConversations) Remove(context.Context, string, conversation.RemoveOptions) (store.Conversation, error) {
+	return store.Conversation{}, fmt.Errorf("%w: the bench removes no conversation", conversation.ErrConflict)
+}
+
+func (c *proxyBenchConversations) Touch(string) {}
