@@ -135,6 +135,11 @@ func rewriteRequest(pr *httputil.ProxyRequest) {
 	u.RawPath = ft.path
 	u.RawQuery = ft.query
 	u.Fragment, u.RawFragment = "", ""
+	if pr.Out.Host == "" {
+		// A client without Host (HTTP/1.0): never let Go fill in the inner
+		// address, which the inner server could echo in a URL.
+		pr.Out.Host = "localhost"
+	}
 	h := pr.Out.Header
 	for _, name := range clientCredentialHeaders {
 		h.Del(name)

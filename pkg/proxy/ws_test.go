@@ -463,3 +463,64 @@ func TestParseAuthMessage(t *testing.T) {
 		t.Errorf("a binary auth frame was accepted")
 	}
 }
+
+func TestWSKeepalive(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, func(o *Options) {
+		o.Timeouts.WSPing = 50 * time.Millisecond
+		o.Timeouts.WSWrite = 500 * time.Millisecond
+	})
+	id := p.create(t, nil)
+	dial := func(answer bool, pings *atomic.Int64) *websocket.Conn {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, "ws://"+p.host+"/sockets/events/"+id, &websocket.DialOptions{
+			HTTPHeader: keyHeader(outerKeys[0]),
+			OnPingReceived: func(context.Context, []byte) bool {
+				pings.Add(1)
+				return answer
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.CloseNow() })
+		return c
+	}
+
+	// A client that answers pings stays connected across many of them.
+	var pings atomic.Int64
+	c := dial(true, &pings)
+	expectHello(t, c, id)
+	readErr := make(chan error, 1)
+	go func() {
+		_, _, err := c.Read(context.Background())
+		readErr <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for pings.Load() < 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pings.Load() < 5 {
+		t.Fatalf("got %d pings in 20s at a 50ms interval", pings.Load())
+	}
+	select {
+	case err := <-readErr:
+		t.Fatalf("a client answering pings was disconnected: %v", err)
+	default:
+	}
+	write(t, c, websocket.MessageText, []byte("still here"))
+	if err := <-readErr; err != nil {
+		t.Fatalf("echo after pings: %v", err)
+	}
+
+	// A client that never answers is disconnected.
+	var silent atomic.Int64
+	d := dial(false, &silent)
+	expectHello(t, d, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, _, err := d.Read(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("a client that never answers pings: read = %v (ctx %v), want the connection dropped", err, ctx.Err())
+	}
+}
