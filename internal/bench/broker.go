@@ -25,11 +25,11 @@ import (
 // BrokerOptions configure Broker. Zero fields take their defaults.
 type BrokerOptions struct {
 	// Duration is how long each server is driven in each mode, split over
-	// Rounds alternating broker and baseline; default 3s.
+	// Rounds alternating broker and baseline; default 4s.
 	Duration time.Duration
 	// Rounds is the number of broker/baseline alternations per mode (the
 	// order flips every round), so a noisy moment on a shared machine hits
-	// both; default 6.
+	// both; default 8.
 	Rounds int
 	// Clients is the number of concurrent clients of the parallel modes;
 	// default 16.
@@ -77,10 +77,10 @@ const benchConv = "0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b"
 // per request, and one client in each.
 func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 	if opts.Duration <= 0 {
-		opts.Duration = 3 * time.Second
+		opts.Duration = 4 * time.Second
 	}
 	if opts.Rounds <= 0 {
-		opts.Rounds = 6
+		opts.Rounds = 8
 	}
 	if opts.Clients <= 0 {
 		opts.Clients = 16
