@@ -68,7 +68,7 @@ func (r Result) Detail() string {
 		r.Ratio, float64(r.BrokerP99)/float64(max(r.BaselineP99, 1)), r.BrokerErrors, r.BaselineErrs)
 }
 
-const benchConv = "0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b"
+const brokerBenchConv = "0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b"
 
 // Broker starts a real Broker (in-memory backend answering from memory,
 // audit records handed to a batching goroutine as ohd's store does) and a
@@ -95,7 +95,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		dir = d
 	}
 
-	be := newAuditBackend()
+	be := newBrokerAuditBackend()
 	defer be.close()
 	key := broker.DeriveKey([]byte("ohd bench master key"))
 	b, err := broker.New(broker.Options{
@@ -110,7 +110,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		return nil, fmt.Errorf("bench broker: %w", err)
 	}
 	conv := broker.Conversation{
-		ID: benchConv, UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
+		ID: brokerBenchConv, UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
 		Grants: broker.Grants{Secrets: []string{"a", "b"}, Git: []string{"github.com/acme"}, LLM: []string{"default"}},
 	}
 	be.SetConversation(conv)
@@ -125,7 +125,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 	}()
 
 	// The baseline answers a constant body of the broker's length.
-	probe, err := getOnce(ep.Socket, broker.Token(key, benchConv, 1))
+	probe, err := brokerGetOnce(ep.Socket, broker.Token(key, brokerBenchConv, 1))
 	if err != nil {
 		return nil, fmt.Errorf("bench broker: probe: %w", err)
 	}
@@ -148,7 +148,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		serveWG.Wait()
 	}()
 
-	token := broker.Token(key, benchConv, 1)
+	token := broker.Token(key, brokerBenchConv, 1)
 	modes := []struct {
 		name      string
 		clients   int
@@ -162,24 +162,24 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 	var results []Result
 	for _, m := range modes {
 		per := opts.Duration / time.Duration(opts.Rounds)
-		var bs, ls sample
+		var bs, ls brokerSample
 		// Warm both up (connections, goroutine stacks, caches).
-		if _, err := drive(ctx, baseSock, token, m.clients, m.keepAlive, per/5); err != nil {
+		if _, err := brokerDrive(ctx, baseSock, token, m.clients, m.keepAlive, per/5); err != nil {
 			return nil, err
 		}
-		if _, err := drive(ctx, ep.Socket, token, m.clients, m.keepAlive, per/5); err != nil {
+		if _, err := brokerDrive(ctx, ep.Socket, token, m.clients, m.keepAlive, per/5); err != nil {
 			return nil, err
 		}
 		for round := range opts.Rounds {
 			order := []struct {
 				socket string
-				into   *sample
+				into   *brokerSample
 			}{{baseSock, &ls}, {ep.Socket, &bs}}
 			if round%2 == 1 {
 				order[0], order[1] = order[1], order[0]
 			}
 			for _, o := range order {
-				s, err := drive(ctx, o.socket, token, m.clients, m.keepAlive, per)
+				s, err := brokerDrive(ctx, o.socket, token, m.clients, m.keepAlive, per)
 				if err != nil {
 					return nil, err
 				}
@@ -204,29 +204,29 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 	return results, nil
 }
 
-// sample is the outcome of driving a server.
-type sample struct {
+// brokerSample is the outcome of driving a server.
+type brokerSample struct {
 	lat     []time.Duration
 	n       int
 	errors  int
 	elapsed time.Duration
 }
 
-func (s *sample) add(o sample) {
+func (s *brokerSample) add(o brokerSample) {
 	s.lat = append(s.lat, o.lat...)
 	s.n += o.n
 	s.errors += o.errors
 	s.elapsed += o.elapsed
 }
 
-func (s *sample) rps() float64 {
+func (s *brokerSample) rps() float64 {
 	if s.elapsed <= 0 {
 		return 0
 	}
 	return float64(s.n) / s.elapsed.Seconds()
 }
 
-func (s *sample) percentile(p float64) time.Duration {
+func (s *brokerSample) percentile(p float64) time.Duration {
 	if len(s.lat) == 0 {
 		return 0
 	}
@@ -234,7 +234,7 @@ func (s *sample) percentile(p float64) time.Duration {
 	return s.lat[min(len(s.lat)-1, int(float64(len(s.lat))*p))]
 }
 
-func newClient(socket string, keepAlive bool, clients int) *http.Client {
+func brokerClient(socket string, keepAlive bool, clients int) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
@@ -245,15 +245,15 @@ func newClient(socket string, keepAlive bool, clients int) *http.Client {
 	}}
 }
 
-// drive runs clients goroutines, each sending GET /v1/whoami in a loop for
+// brokerDrive runs clients goroutines, each sending GET /v1/whoami in a loop for
 // d, and returns every latency.
-func drive(ctx context.Context, socket, token string, clients int, keepAlive bool, d time.Duration) (sample, error) {
-	hc := newClient(socket, keepAlive, clients)
+func brokerDrive(ctx context.Context, socket, token string, clients int, keepAlive bool, d time.Duration) (brokerSample, error) {
+	hc := brokerClient(socket, keepAlive, clients)
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stop atomic.Bool
-	per := make([]sample, clients)
+	per := make([]brokerSample, clients)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range clients {
@@ -291,9 +291,9 @@ func drive(ctx context.Context, socket, token string, clients int, keepAlive boo
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := ctx.Err(); err != nil {
-		return sample{}, err
+		return brokerSample{}, err
 	}
-	var all sample
+	var all brokerSample
 	for _, s := range per {
 		all.add(s)
 	}
@@ -304,8 +304,8 @@ func drive(ctx context.Context, socket, token string, clients int, keepAlive boo
 	return all, nil
 }
 
-func getOnce(socket, token string) ([]byte, error) {
-	hc := newClient(socket, false, 1)
+func brokerGetOnce(socket, token string) ([]byte, error) {
+	hc := brokerClient(socket, false, 1)
 	req, _ := http.NewRequest(http.MethodGet, "http://ohd-broker/v1/whoami", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("X-OHD-Request", "1")
@@ -324,18 +324,18 @@ func getOnce(socket, token string) ([]byte, error) {
 	return b, nil
 }
 
-// auditBackend is the in-memory backend with Audit as ohd's store does
+// brokerAuditBackend is the in-memory backend with Audit as ohd's store does
 // it: a non-blocking hand-off to a goroutine that writes in batches (here,
 // drops them).
-type auditBackend struct {
+type brokerAuditBackend struct {
 	*brokertest.Backend
 	ch      chan broker.AuditRecord
 	done    chan struct{}
 	dropped atomic.Int64
 }
 
-func newAuditBackend() *auditBackend {
-	b := &auditBackend{Backend: brokertest.New(), ch: make(chan broker.AuditRecord, 8192), done: make(chan struct{})}
+func newBrokerAuditBackend() *brokerAuditBackend {
+	b := &brokerAuditBackend{Backend: brokertest.New(), ch: make(chan broker.AuditRecord, 8192), done: make(chan struct{})}
 	go func() {
 		defer close(b.done)
 		batch := make([]broker.AuditRecord, 0, 256)
@@ -349,7 +349,7 @@ func newAuditBackend() *auditBackend {
 	return b
 }
 
-func (b *auditBackend) Audit(rec broker.AuditRecord) {
+func (b *brokerAuditBackend) Audit(rec broker.AuditRecord) {
 	select {
 	case b.ch <- rec:
 	default:
@@ -357,7 +357,7 @@ func (b *auditBackend) Audit(rec broker.AuditRecord) {
 	}
 }
 
-func (b *auditBackend) close() {
+func (b *brokerAuditBackend) close() {
 	close(b.ch)
 	<-b.done
 }
