@@ -196,6 +196,9 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // startRequest is the part of the agent server's StartConversationRequest
 // the standin reads; other fields are accepted and ignored.
 type startRequest struct {
+	// StandinReject, a test knob, makes the create fail with this status
+	// (so tests can see ohd undo everything after an inner 4xx).
+	StandinReject  int     `json:"standin_reject"`
 	ConversationID *string `json:"conversation_id"`
 	Workspace      *struct {
 		WorkingDir *string `json:"working_dir"`
@@ -210,6 +213,10 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Workspace == nil || req.Workspace.WorkingDir == nil || *req.Workspace.WorkingDir == "" {
 		writeValidation(w, validationError{Type: "missing", Loc: []any{"body", "workspace", "working_dir"}, Msg: "Field required", Input: nil})
+		return
+	}
+	if req.StandinReject >= 400 && req.StandinReject < 600 {
+		writeDetail(w, req.StandinReject, "rejected on request (standin_reject)")
 		return
 	}
 	dir := *req.Workspace.WorkingDir

@@ -103,6 +103,6 @@ func (b Backend) SaveOAuthTokens(_ context.Context, name string, access, refresh
 func (b Backend) Audit(r broker.AuditRecord) {
 	b.Store.AuditAsync(store.AuditRecord{
 		Time: r.Time, Source: "broker", Conversation: r.Conversation, Route: r.Route, Kind: r.Kind,
-		Name: r.Name, PeerPID: r.PeerPID, PeerUID: r.PeerUID, Allowed: r.Allowed, Status: r.Status, Code: r.Code,
+		Name: r.Name, PeerPID: r.PeerPID, PeerUID: r.PeerUID, Allowed: r.Allowed, Status: r.Status, Code: r.Code, Reason: r.Reason,
 	})
 }

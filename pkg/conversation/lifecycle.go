@@ -24,6 +24,9 @@ func (m *Manager) Get(id string) (store.Conversation, error) {
 	return c, nil
 }
 
+// List returns every record, oldest first (deleted ones too).
+func (m *Manager) List() []store.Conversation { return m.st.Conversations() }
+
 // RemoveOptions say how Remove ends a conversation.
 type RemoveOptions struct {
 	// Discard deletes the branch and any snapshot: the user's work in the

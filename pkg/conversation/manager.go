@@ -283,10 +283,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	id := req.ID
+	replaceFailed := false
 	if id == "" {
 		id = store.NewID()
-	} else if _, err := m.st.Conversation(id); err == nil {
-		return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
+	} else if old, err := m.st.Conversation(id); err == nil {
+		// A client retrying a failed create with the same id gets a new
+		// attempt: a failed record owns nothing any more.
+		if old.State != store.StateFailed {
+			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists (%s)", ErrConflict, id, old.State)
+		}
+		replaceFailed = true
 	}
 	var plan worktree.Worktree
 	if repo.IsGit && req.Worktree {
@@ -331,6 +337,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	unlock := m.lock(id)
 	defer unlock()
+	if replaceFailed {
+		if err := m.st.DeleteConversation(id); err != nil {
+			return store.Conversation{}, fmt.Errorf("create conversation %s: replace the failed record: %w", id, err)
+		}
+	}
 	if err := m.st.CreateConversation(conv); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
@@ -586,7 +597,6 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 		GID:            conv.GID,
 		Mounts:         mounts,
 		Env:            m.env(conv),
-		WorkingDir:     conv.WorkingDir,
 		Entrypoint:     []string{ContainerHelper, "inner-exec", "--key-file", ContainerBrokerDir + "/" + InnerKeyFile, "--"},
 		Cmd:            cmd,
 		InnerPort:      m.cfg.InnerPort,
@@ -607,7 +617,11 @@ func (m *Manager) env(conv store.Conversation) []string {
 		"OHD_BROKER_SOCKET=" + ContainerBrokerDir + "/broker.sock",
 		"OHD_BROKER_TOKEN_FILE=" + ContainerBrokerDir + "/token",
 	}
-	git := append(worktree.ContainerGitConfig(), [2]string{"credential.helper", ContainerHelper + " git-credential"})
+	// The helper is an absolute path: git runs it with get/store/erase
+	// appended. useHttpPath lets path-prefix grants match.
+	git := append(worktree.ContainerGitConfig(),
+		[2]string{"credential.helper", ContainerHelper + " git-credential"},
+		[2]string{"credential.useHttpPath", "true"})
 	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))

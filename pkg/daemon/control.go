@@ -521,7 +521,8 @@ func (d *Daemon) handlePutGitCredential(w http.ResponseWriter, r *http.Request) 
 	if err := decode(r, &g); err != nil {
 		return err
 	}
-	g.Host = r.PathValue("host")
+	// The broker asks for hosts lower-cased (with :port when given).
+	g.Host = strings.ToLower(r.PathValue("host"))
 	if err := conversation.ValidateGrant(store.KindGit, g.Host); err != nil || strings.Contains(g.Host, "/") {
 		return badRequest(control.CodeBadRequest, "git host %q: use a host name with an optional :port, e.g. github.com", g.Host)
 	}

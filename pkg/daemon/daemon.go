@@ -26,6 +26,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/masterkey"
 	"github.com/ohd-dev/ohd/pkg/peercred"
+	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
@@ -45,6 +46,8 @@ type Daemon struct {
 	lock  *os.File
 
 	control net.Listener
+	api     net.Listener
+	proxy   *proxy.Server
 	cancel  context.CancelFunc // ends every goroutine Start began
 	wg      sync.WaitGroup
 	errc    chan error
@@ -155,8 +158,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	if err := d.listenControl(); err != nil {
 		return nil, err
 	}
+	if err := d.listenAPI(); err != nil {
+		return nil, err
+	}
 	d.serve(ctx)
-	log.Info("ohd serving", "version", version.Version, "state_dir", cfg.StateDir, "control_socket", cfg.ControlSocket,
+	log.Info("ohd serving", "version", version.Version, "state_dir", cfg.StateDir, "control_socket", cfg.ControlSocket, "listen", cfg.Listen,
 		"runtime", d.rt.Kind(), "server_id", d.store.ServerID())
 	return d, nil
 }
@@ -247,7 +253,51 @@ func (d *Daemon) listenControl() error {
 	return nil
 }
 
+// listenAPI opens the conversation API listener with its keys: the
+// configured ones, or the one generated into <state-dir>/session-api-key.
+func (d *Daemon) listenAPI() error {
+	if d.cfg.Listen == "off" {
+		return nil
+	}
+	keys := make([][]byte, 0, len(d.cfg.SessionAPIKeys))
+	for _, k := range d.cfg.SessionAPIKeys {
+		keys = append(keys, []byte(k))
+	}
+	if len(keys) == 0 {
+		path := filepath.Join(d.cfg.StateDir, "session-api-key")
+		key, created, err := proxy.LoadOrCreateKeyFile(path)
+		if err != nil {
+			return err
+		}
+		if created {
+			d.log.Info("generated the conversation API key; clients send it as X-Session-API-Key", "path", path)
+		}
+		keys = append(keys, key)
+	}
+	p, err := proxy.New(proxy.Options{
+		Conversations: d.mgr, Keys: keys, AllowRemote: len(d.cfg.SessionAPIKeys) > 0, Logger: d.log,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s for the conversation API: %w: pass another --listen, or --listen off", d.cfg.Listen, err)
+	}
+	d.api, d.proxy = ln, p
+	return nil
+}
+
 func (d *Daemon) serve(ctx context.Context) {
+	if d.proxy != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			if err := d.proxy.Serve(ctx, d.api); err != nil && ctx.Err() == nil {
+				d.errc <- fmt.Errorf("conversation API: %w", err)
+			}
+		}()
+	}
 	srv := &http.Server{
 		Handler:           d.controlHandler(),
 		ConnContext:       peercred.ConnContext,
@@ -307,6 +357,9 @@ func (d *Daemon) close() {
 	d.cancel()
 	if d.control != nil {
 		d.control.Close()
+	}
+	if d.api != nil && d.proxy == nil {
+		d.api.Close()
 	}
 	d.wg.Wait()
 	if d.br != nil {

@@ -209,8 +209,11 @@ func printAudit(w io.Writer, recs []store.AuditRecord) {
 		result := "allowed"
 		if !r.Allowed {
 			result = "refused"
-			if r.Code != "" {
-				result += " (" + r.Code + ")"
+			if why := r.Reason; why != "" || r.Code != "" {
+				if why == "" {
+					why = r.Code
+				}
+				result += " (" + why + ")"
 			}
 		}
 		peer := fmt.Sprintf("uid %d", r.PeerUID)

@@ -23,7 +23,8 @@ type AuditRecord struct {
 	PeerUID      int       `json:"peer_uid"`
 	Allowed      bool      `json:"allowed"`
 	Status       int       `json:"status,omitempty"`
-	Code         string    `json:"code,omitempty"` // why it was refused
+	Code         string    `json:"code,omitempty"`   // the refusal's code, as the client saw it
+	Reason       string    `json:"reason,omitempty"` // the precise reason (e.g. stale_epoch, peer_uid)
 }
 
 // AuditFilter selects audit records; zero fields match everything.
