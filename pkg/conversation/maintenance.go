@@ -120,6 +120,43 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (control.PruneRe
 	return rep, nil
 }
 
+// checkWorktreeHost checks how the host repository sees a conversation's
+// worktree and, with repair, points the two pointers at each other again.
+func (m *Manager) checkWorktreeHost(ctx context.Context, c store.Conversation, repair bool) control.DoctorCheck {
+	wt := worktreeOf(c)
+	ck := control.DoctorCheck{Conversation: c.ID, Check: "worktree-host"}
+	problem := func() (string, string) {
+		h, err := m.wt.Health(ctx, wt)
+		switch {
+		case err != nil:
+			return "fail", err.Error()
+		case !h.Registered:
+			return "fail", "the host repository has no valid registration for " + c.Worktree
+		case h.Prunable:
+			return "fail", "the host repository reports the worktree prunable: " + h.PrunableReason
+		case !h.GitdirResolves:
+			return "fail", "the worktree's .git file and its registration do not point at each other"
+		case !h.Locked:
+			return "warn", "the worktree is not locked: a git worktree prune could remove it"
+		}
+		return "ok", "registered, locked, not prunable; gitdir resolves on the host"
+	}
+	ck.Status, ck.Detail = problem()
+	if ck.Status == "ok" {
+		return ck
+	}
+	ck.Repair = "rewrite the worktree's .git file and " + filepath.Join(wt.AdminDir, "gitdir") + " to point at each other, and lock it"
+	if repair {
+		if err := m.wt.Repair(ctx, wt); err != nil {
+			ck.Detail += "; repair failed: " + err.Error()
+			return ck
+		}
+		ck.Repaired = true
+		ck.Status, ck.Detail = problem()
+	}
+	return ck
+}
+
 func keepItem(c store.Conversation) control.PruneItem {
 	detail := c.Removal.Message
 	if detail == "" {
@@ -131,10 +168,15 @@ func keepItem(c store.Conversation) control.PruneItem {
 // Doctor checks live conversations (or the one with id): the host
 // repository does not report the worktree prunable, the worktree resolves
 // inside the container, the container is hardened, and the broker
-// answers. With repair it fixes what can be fixed from the host.
+// answers. Without an id it also looks, in every repository ohd knows,
+// for registrations whose worktree does not exist on the host (what a
+// worktree created inside a container by another tool leaves behind).
+// With repair it fixes what can be fixed from the host and says what it
+// did.
 func (m *Manager) Doctor(ctx context.Context, id string, repair bool) (control.DoctorReport, error) {
 	rep := control.DoctorReport{Checks: []control.DoctorCheck{}}
-	convs := m.st.Conversations()
+	all := m.st.Conversations()
+	convs := all
 	if id != "" {
 		c, err := m.Get(id)
 		if err != nil {
@@ -148,7 +190,65 @@ func (m *Manager) Doctor(ctx context.Context, id string, repair bool) (control.D
 		}
 		rep.Checks = append(rep.Checks, m.checkConversation(ctx, c, repair)...)
 	}
+	if id == "" {
+		rep.Checks = append(rep.Checks, m.checkRepositories(ctx, all, repair)...)
+	}
 	return rep, nil
+}
+
+// checkRepositories reports (and with repair removes) stale registrations
+// in the repositories of every conversation ohd has had.
+func (m *Manager) checkRepositories(ctx context.Context, convs []store.Conversation, repair bool) []control.DoctorCheck {
+	var out []control.DoctorCheck
+	live := map[string]bool{}
+	var repos []string
+	seen := map[string]bool{}
+	for _, c := range convs {
+		if c.CommonDir == "" {
+			continue
+		}
+		if c.State.Live() && c.AdminID != "" {
+			live[filepath.Join(c.CommonDir, "worktrees", c.AdminID)] = true
+		}
+		if !seen[c.CommonDir] {
+			seen[c.CommonDir] = true
+			repos = append(repos, c.CommonDir)
+		}
+	}
+	for _, common := range repos {
+		stale, err := m.wt.StaleRegistrations(ctx, common)
+		if err != nil {
+			out = append(out, control.DoctorCheck{Check: "stale-worktree", Status: "warn", Detail: err.Error()})
+			continue
+		}
+		for _, s := range stale {
+			if live[s.AdminDir] {
+				continue // a conversation of ours: its own check repairs it
+			}
+			branch := s.Branch
+			if branch == "" {
+				branch = "(detached)"
+			}
+			ck := control.DoctorCheck{
+				Check: "stale-worktree", Status: "warn",
+				Detail: fmt.Sprintf("%s: registration %s (branch %s) points at a path that does not exist on the host; git reports it prunable (made inside a container by another tool?)", common, s.Path, branch),
+				Repair: fmt.Sprintf("remove the registration %s; branch %s and its commits stay", s.AdminDir, branch),
+			}
+			if s.Locked {
+				ck.Repair = ""
+				ck.Detail += fmt.Sprintf("; it is locked (%q): if nothing uses it, git worktree unlock it, then run doctor --repair", s.LockReason)
+			}
+			if repair && !s.Locked {
+				if err := m.wt.RemoveStale(ctx, common, s); err != nil {
+					ck.Detail += "; repair failed: " + err.Error()
+				} else {
+					ck.Status, ck.Repaired = "ok", true
+				}
+			}
+			out = append(out, ck)
+		}
+	}
+	return out
 }
 
 func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, repair bool) []control.DoctorCheck {
@@ -156,20 +256,8 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 	check := func(name, status, detail string) {
 		out = append(out, control.DoctorCheck{Conversation: c.ID, Check: name, Status: status, Detail: detail})
 	}
-	if c.Worktree != "" {
-		h, err := m.wt.Health(ctx, worktreeOf(c))
-		switch {
-		case err != nil:
-			check("worktree-host", "fail", err.Error())
-		case !h.Registered:
-			check("worktree-host", "fail", "the host repository has no registration for "+c.Worktree)
-		case h.Prunable:
-			check("worktree-host", "fail", "the host repository reports the worktree prunable: "+h.PrunableReason)
-		case !h.Locked:
-			check("worktree-host", "warn", "the worktree is not locked: a prune could remove it")
-		default:
-			check("worktree-host", "ok", "registered, locked, not prunable; gitdir resolves on the host")
-		}
+	if c.Worktree != "" && c.AdminID != "" {
+		out = append(out, m.checkWorktreeHost(ctx, c, repair))
 	}
 	if c.Runtime != "local" && c.State == store.StateRunning && c.ContainerID != "" {
 		if c.Worktree != "" {
@@ -186,18 +274,14 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 				check("worktree-container", "ok", "git status in the container: "+strings.SplitN(stdout.String(), "\n", 2)[0])
 			}
 		}
-		if h, ok := m.rt.(interface {
-			Hardening(context.Context, string) ([]string, error)
-		}); ok {
-			problems, err := h.Hardening(ctx, c.ContainerID)
-			switch {
-			case err != nil:
-				check("container-hardening", "fail", err.Error())
-			case len(problems) > 0:
-				check("container-hardening", "fail", strings.Join(problems, "; "))
-			default:
-				check("container-hardening", "ok", "non-root user, all capabilities dropped, no-new-privileges, limits, loopback-only port")
-			}
+		problems, err := m.rt.Hardening(ctx, c.ContainerID, c.UID, c.GID)
+		switch {
+		case err != nil:
+			check("container-hardening", "fail", err.Error())
+		case len(problems) > 0:
+			check("container-hardening", "fail", strings.Join(problems, "; "))
+		default:
+			check("container-hardening", "ok", fmt.Sprintf("user %d:%d, all capabilities dropped, no-new-privileges, limits, port on 127.0.0.1 only", c.UID, c.GID))
 		}
 	}
 	dir := m.brokerDir(c.ID)

@@ -249,6 +249,9 @@ type Runtime interface {
 	Logs(ctx context.Context, containerID string, follow bool, stdout, stderr io.Writer) error
 	// Exec runs cmd in the running container and returns its exit code.
 	Exec(ctx context.Context, containerID string, cmd []string, opts ExecOptions) (exitCode int, err error)
+	// Hardening lists how a container departs from ohd's hardening (for
+	// ohctl doctor); an empty list means none.
+	Hardening(ctx context.Context, containerID string, uid, gid int) ([]string, error)
 	// Ping checks the engine answers.
 	Ping(ctx context.Context) error
 	// Close releases the engine connection.
