@@ -35,7 +35,9 @@ func (d *Docker) Hardening(ctx context.Context, id string, uid, gid int) ([]stri
 	if len(hc.CapAdd) > 0 {
 		bad("capabilities added: %v", hc.CapAdd)
 	}
-	if !slices.ContainsFunc(hc.SecurityOpt, func(o string) bool { return strings.HasPrefix(o, "no-new-privileges") && !strings.HasSuffix(o, "false") }) {
+	if !slices.ContainsFunc(hc.SecurityOpt, func(o string) bool {
+		return strings.HasPrefix(o, "no-new-privileges") && !strings.HasSuffix(o, "false")
+	}) {
 		bad("no-new-privileges not set")
 	}
 	if hc.Privileged {
