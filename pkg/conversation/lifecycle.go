@@ -86,9 +86,15 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 // is idempotent: each step tolerates what an earlier run already removed.
 func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard bool) (worktree.RemoveResult, error) {
 	var res worktree.RemoveResult
+	t0, step := time.Now(), time.Now()
+	done := func(name string) {
+		m.cfg.OnStep(conv.ID, name, time.Since(step))
+		step = time.Now()
+	}
 	if err := m.removeContainers(ctx, conv); err != nil {
 		return res, fmt.Errorf("remove container: %w", err)
 	}
+	done("remove_container")
 	failpoint.Hit("delete/after-container")
 	if err := m.br.Close(conv.ID); err != nil {
 		return res, fmt.Errorf("close broker: %w", err)
@@ -96,6 +102,7 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard
 	if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
 		return res, fmt.Errorf("remove broker directory: %w", err)
 	}
+	done("remove_broker")
 	failpoint.Hit("delete/after-broker")
 	if conv.Worktree != "" {
 		wt, found, err := m.worktreeToRemove(ctx, conv)
@@ -107,8 +114,10 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard
 				return res, fmt.Errorf("remove worktree: %w", err)
 			}
 		}
+		done("remove_worktree")
 		failpoint.Hit("delete/after-worktree")
 	}
+	m.cfg.OnStep(conv.ID, "remove_total", time.Since(t0))
 	return res, nil
 }
 

@@ -97,6 +97,13 @@ type Config struct {
 	IdleTimeout time.Duration
 	// StopTimeout is the grace period of a container stop; 0 = 10s.
 	StopTimeout time.Duration
+	// OnStep, if set, is called after each step of a create or remove
+	// with its duration, for metrics and benchmarks. Steps of a create:
+	// "worktree", "broker", "container_create", "container_start",
+	// "container_ready", "forward", "create_total"; of a remove:
+	// "remove_container", "remove_broker", "remove_worktree",
+	// "remove_total". It must not block.
+	OnStep func(id, step string, d time.Duration)
 	// RuntimeDir is ohd's runtime directory (required): broker sockets
 	// live in <RuntimeDir>/conversations/<id>/.
 	RuntimeDir string
@@ -146,6 +153,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.OnStep == nil {
+		cfg.OnStep = func(string, string, time.Duration) {}
 	}
 	return &Manager{
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger,
@@ -359,6 +369,12 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo worktree.Repo, req CreateRequest) (store.Conversation, error) {
 	id := conv.ID
 	var err error
+	t0 := time.Now()
+	step := time.Now()
+	done := func(name string) {
+		m.cfg.OnStep(id, name, time.Since(step))
+		step = time.Now()
+	}
 	if repo.IsGit && req.Worktree {
 		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint})
 		if werr != nil {
@@ -373,6 +389,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		if err != nil {
 			return conv, &StepError{ID: id, Step: "worktree", Err: err}
 		}
+		done("worktree")
 		failpoint.Hit("create/after-worktree")
 	}
 	innerKey, err := m.openBroker(ctx, conv)
@@ -386,6 +403,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	if err != nil {
 		return conv, &StepError{ID: id, Step: "broker", Err: err}
 	}
+	done("broker")
 	failpoint.Hit("create/after-broker")
 	var target Target
 	if m.rt.Kind() != "local" {
@@ -397,6 +415,10 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		if err != nil {
 			return conv, &StepError{ID: id, Step: "container", Err: err}
 		}
+		m.cfg.OnStep(id, "container_create", inst.Timings.Create)
+		m.cfg.OnStep(id, "container_start", inst.Timings.Start)
+		m.cfg.OnStep(id, "container_ready", inst.Timings.Ready)
+		step = time.Now()
 		failpoint.Hit("create/after-start")
 		conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
 			c.ContainerID, c.ContainerName, c.HostPort = inst.ContainerID, inst.Name, inst.HostPort
@@ -411,6 +433,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		if err := req.Forward(ctx, conv, target); err != nil {
 			return conv, &StepError{ID: id, Step: "forward", Err: err}
 		}
+		done("forward")
 		failpoint.Hit("create/after-forward")
 	}
 	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
@@ -421,6 +444,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	if err != nil {
 		return conv, &StepError{ID: id, Step: "record", Err: err}
 	}
+	m.cfg.OnStep(id, "create_total", time.Since(t0))
 	m.log.Info("conversation created", "id", id, "runtime", conv.Runtime, "worktree", conv.Worktree, "container", shortID(conv.ContainerID))
 	return conv, nil
 }

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/broker"
@@ -347,5 +350,32 @@ func TestWorkspaceSubdirectoryKeepsItsPlaceInTheWorktree(t *testing.T) {
 	}
 	if !exists(filepath.Join(c.WorkingDir, "f.txt")) {
 		t.Error("the working dir does not hold the subdirectory's files")
+	}
+}
+
+func TestOnStepReportsEveryStep(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var steps []string
+	e.m.cfg.OnStep = func(_, step string, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if d < 0 {
+			t.Errorf("step %s took %v", step, d)
+		}
+		steps = append(steps, step)
+	}
+	ctx := context.Background()
+	c, err := e.m.Create(ctx, CreateRequest{Workspace: testenv.NewRepo(t, testenv.RepoOptions{}), Worktree: true,
+		Forward: func(context.Context, store.Conversation, Target) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Remove(ctx, c.ID, RemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"worktree", "broker", "forward", "create_total", "remove_container", "remove_broker", "remove_worktree", "remove_total"}
+	if diff := cmp.Diff(want, steps); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
 	}
 }
