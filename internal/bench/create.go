@@ -60,12 +60,15 @@ type CreateOptions struct {
 	Logger *slog.Logger
 }
 
-// Step names of the breakdown. A create is StepWorktree, StepContainer
-// (the engine's create and start calls and reading the port back) and
-// StepReady (until GET /health answers 200); a remove is StepContainer
-// (ohd: stop, then remove; baseline: forced remove) and StepWorktree
-// (ohd: snapshot check, unlock, remove, branch; baseline: git worktree
-// remove and git branch -D).
+// Step names of the breakdown, as conversation.Config.OnStep reports them
+// for ohd and as the baseline times its own calls. A create is
+// StepWorktree (ohd: worktree add, checkout and recording it; baseline:
+// git worktree add), StepContainer (the engine's create and start calls
+// and reading the port back) and StepReady (until GET /health answers
+// 200). A remove is StepContainer (ohd: list, stop, then remove;
+// baseline: a forced remove) and StepWorktree (ohd: snapshot check,
+// unlock, remove, branch; baseline: git worktree remove and git branch
+// -D).
 const (
 	StepWorktree  = "worktree"
 	StepContainer = "container"
@@ -92,9 +95,10 @@ type Breakdown struct {
 	// Total is the whole operation as the caller sees it.
 	Total Stat
 	// Own is, per iteration, Total minus the sum of the Steps: the time
-	// spent outside the measured parts (for ohd: its store, broker,
-	// image resolution and orchestration). N is 0 when a step was not
-	// measured.
+	// spent outside the measured parts (for ohd: request validation,
+	// repository inspection and worktree planning, image resolution, the
+	// store records, the broker socket, the container spec). N is 0 when
+	// a step was not measured.
 	Own Stat
 }
 
@@ -408,28 +412,16 @@ func benchRepo(ctx context.Context, dir string, files int) (string, string, erro
 	return real, head, err
 }
 
-// Step names reported to a stepLog. They are the names proposed for a
-// conversation.Config.OnStep hook; until it exists, timedRuntime and
-// gitTimer report them from outside the conversation manager.
-const (
-	ohdStepGit             = "git" // one git invocation (interim: the hook would report "worktree")
-	ohdStepWorktree        = "worktree"
-	ohdStepContainerCreate = "container-create"
-	ohdStepContainerStart  = "container-start"
-	ohdStepReady           = "ready"
-	ohdStepContainerStop   = "container-stop"
-	ohdStepContainerRemove = "container-remove"
-)
-
-// ohdSteps maps the step names ohd reports to the breakdown's steps.
+// ohdSteps maps the steps conversation.Config.OnStep reports to the
+// breakdown's; the others ("broker", "remove_broker", the totals) are
+// part of ohd's own share.
 var ohdSteps = map[string]string{
-	ohdStepGit:             StepWorktree,
-	ohdStepWorktree:        StepWorktree,
-	ohdStepContainerCreate: StepContainer,
-	ohdStepContainerStart:  StepContainer,
-	ohdStepReady:           StepReady,
-	ohdStepContainerStop:   StepContainer,
-	ohdStepContainerRemove: StepContainer,
+	"worktree":         StepWorktree,
+	"container_create": StepContainer,
+	"container_start":  StepContainer,
+	"container_ready":  StepReady,
+	"remove_container": StepContainer,
+	"remove_worktree":  StepWorktree,
 }
 
 // stepLog adds up the step durations reported during one operation (the
@@ -439,8 +431,8 @@ type stepLog struct {
 	steps map[string]time.Duration
 }
 
-// Step records that step took d; it has the signature of the proposed
-// conversation.Config.OnStep.
+// Step records that step took d: it is the conversation manager's
+// OnStep.
 func (l *stepLog) Step(_, step string, d time.Duration) {
 	name, ok := ohdSteps[step]
 	if !ok {
@@ -466,66 +458,6 @@ func (l *stepLog) end() map[string]time.Duration {
 	l.steps = nil
 	return s
 }
-
-// timedRuntime reports the container steps of the runtime it wraps: the
-// Instance.Timings of each Start, and the duration of each Stop and
-// Remove.
-type timedRuntime struct {
-	runtime.Runtime
-	onStep func(id, step string, d time.Duration)
-}
-
-func (r timedRuntime) Start(ctx context.Context, s runtime.Spec) (runtime.Instance, error) {
-	inst, err := r.Runtime.Start(ctx, s)
-	if err == nil {
-		r.onStep(s.ConversationID, ohdStepContainerCreate, inst.Timings.Create)
-		r.onStep(s.ConversationID, ohdStepContainerStart, inst.Timings.Start)
-		r.onStep(s.ConversationID, ohdStepReady, inst.Timings.Ready)
-	}
-	return inst, err
-}
-
-func (r timedRuntime) Stop(ctx context.Context, id string, timeout time.Duration) error {
-	t0 := time.Now()
-	err := r.Runtime.Stop(ctx, id, timeout)
-	r.onStep("", ohdStepContainerStop, time.Since(t0))
-	return err
-}
-
-func (r timedRuntime) Remove(ctx context.Context, id string) error {
-	t0 := time.Now()
-	err := r.Runtime.Remove(ctx, id)
-	r.onStep("", ohdStepContainerRemove, time.Since(t0))
-	return err
-}
-
-// gitTimer is the worktree manager's log handler: it reports the duration
-// of every git invocation (the manager's documented debug record "git"
-// with a "duration" attribute). The sum is ohd's worktree time minus the
-// little file work between invocations, so ohd's own share comes out a
-// little high, never flattering.
-type gitTimer struct {
-	onStep func(id, step string, d time.Duration)
-}
-
-func (gitTimer) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h gitTimer) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "git" {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "duration" && a.Value.Kind() == slog.KindDuration {
-			h.onStep("", ohdStepGit, a.Value.Duration())
-			return false
-		}
-		return true
-	})
-	return nil
-}
-
-func (h gitTimer) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h gitTimer) WithGroup(string) slog.Handler      { return h }
 
 // ohdSide is ohd's components, assembled as pkg/daemon does.
 type ohdSide struct {
@@ -562,8 +494,7 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 		return nil, err
 	}
 	wt, err := worktree.New(worktree.Options{
-		Root: filepath.Join(state, "worktrees"), LockDir: filepath.Join(state, "locks"),
-		Logger: slog.New(gitTimer{onStep: rec.Step}),
+		Root: filepath.Join(state, "worktrees"), LockDir: filepath.Join(state, "locks"), Logger: quiet,
 	})
 	if err != nil {
 		return nil, err
@@ -581,9 +512,8 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 	o.rt = rt
 	if o.mgr, err = conversation.New(conversation.Config{
 		Store: o.st, Worktrees: wt, Broker: o.br,
-		Runtime:    timedRuntime{Runtime: rt, onStep: rec.Step},
-		RuntimeDir: run, Image: opts.Image, ReadyTimeout: opts.ReadyTimeout,
-		Helper: helper, Logger: quiet,
+		Runtime: rt, RuntimeDir: run, Image: opts.Image, ReadyTimeout: opts.ReadyTimeout,
+		Helper: helper, OnStep: rec.Step, Logger: quiet,
 	}); err != nil {
 		return nil, err
 	}
