@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/metrics"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -14,6 +15,9 @@ import (
 // from the store's in-memory copy, so the broker's hot path does no I/O.
 type Backend struct {
 	Store *store.Store
+	// Metrics counts broker requests by route and result; nil counts
+	// nothing.
+	Metrics *metrics.Metrics
 }
 
 var _ broker.Backend = Backend{}
@@ -101,6 +105,7 @@ func (b Backend) SaveOAuthTokens(_ context.Context, name string, access, refresh
 
 // Audit queues a broker audit record.
 func (b Backend) Audit(r broker.AuditRecord) {
+	b.Metrics.BrokerRequest(r.Route, r.Kind, r.Allowed, r.Code)
 	b.Store.AuditAsync(store.AuditRecord{
 		Time: r.Time, Source: "broker", Conversation: r.Conversation, Route: r.Route, Kind: r.Kind,
 		Name: r.Name, PeerPID: r.PeerPID, PeerUID: r.PeerUID, Allowed: r.Allowed, Status: r.Status, Code: r.Code, Reason: r.Reason,

@@ -166,13 +166,12 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation)
 		}
 	}
 	for id := range ids {
-		m.setQuiet(conv.ID, 1)
+		m.retire(id)
 		err := m.rt.Stop(ctx, id, m.cfg.StopTimeout)
 		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			m.log.Warn("container stop failed; removing it by force", "id", conv.ID, "container", shortID(id), "err", err)
 		}
 		err = m.rt.Remove(ctx, id)
-		m.setQuiet(conv.ID, -1)
 		if err != nil {
 			return err
 		}
@@ -180,20 +179,38 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation)
 	return nil
 }
 
-func (m *Manager) setQuiet(id string, delta int) {
+// retire marks a container ohd itself is about to stop or remove: the
+// engine's events about it arrive later, asynchronously, and must not be
+// taken for a crash. The mark stays until the container is started again
+// (or for retireFor), however late the events come.
+func (m *Manager) retire(containerID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.quiet[id] += delta
-	if m.quiet[id] <= 0 {
-		delete(m.quiet, id)
+	now := time.Now()
+	for id, t := range m.retired {
+		if now.Sub(t) > retireFor {
+			delete(m.retired, id)
+		}
 	}
+	m.retired[containerID] = now
 }
 
-func (m *Manager) isQuiet(id string) bool {
+// unretire forgets the mark of a container started again.
+func (m *Manager) unretire(containerID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.quiet[id] > 0
+	delete(m.retired, containerID)
 }
+
+func (m *Manager) isRetired(containerID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.retired[containerID]
+	return ok
+}
+
+// retireFor bounds how long a retired container's events are ignored.
+const retireFor = 10 * time.Minute
 
 // Grant adds a grant to a live conversation.
 func (m *Manager) Grant(id, kind, name string) (store.Conversation, error) {
@@ -350,9 +367,11 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	if c.ContainerID == "" {
 		inst, err = m.rt.Start(ctx, spec)
 	}
+	m.cfg.Metrics.ContainerStart(err == nil, startFailedStep(err))
 	if err != nil {
 		return c, fmt.Errorf("start conversation %s: %w", id, err)
 	}
+	m.unretire(inst.ContainerID)
 	c, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		c.State = store.StateRunning
 		c.ContainerID, c.ContainerName, c.HostPort = inst.ContainerID, inst.Name, inst.HostPort
@@ -385,9 +404,8 @@ func (m *Manager) Stop(ctx context.Context, id, why string) (store.Conversation,
 		return c, err
 	}
 	if c.ContainerID != "" {
-		m.setQuiet(id, 1)
+		m.retire(c.ContainerID)
 		err := m.rt.Stop(ctx, c.ContainerID, m.cfg.StopTimeout)
-		m.setQuiet(id, -1)
 		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			return c, fmt.Errorf("stop conversation %s: %w", id, err)
 		}
@@ -445,16 +463,17 @@ func (m *Manager) Watch(ctx context.Context) error {
 }
 
 func (m *Manager) containerGone(ev runtime.Event) {
-	if ev.ConversationID == "" || m.isQuiet(ev.ConversationID) {
+	if ev.ConversationID == "" || m.isRetired(ev.ContainerID) {
 		return
 	}
 	c, err := m.st.Conversation(ev.ConversationID)
-	if err != nil || c.State != store.StateRunning || c.ContainerID != ev.ContainerID {
+	if err != nil || c.State != store.StateRunning || c.ContainerID != ev.ContainerID || c.Removal != nil {
 		return
 	}
+	m.cfg.Metrics.ContainerGone(ev.Action)
 	note := fmt.Sprintf("container %s %s behind ohd's back at %s (exit code %d)", shortID(ev.ContainerID), action(ev.Action), ev.Time.UTC().Format(time.RFC3339), ev.ExitCode)
 	_, _ = m.st.UpdateConversation(c.ID, func(c *store.Conversation) error {
-		if c.State != store.StateRunning || c.ContainerID != ev.ContainerID {
+		if c.State != store.StateRunning || c.ContainerID != ev.ContainerID || c.Removal != nil {
 			return nil
 		}
 		c.State = store.StateStopped

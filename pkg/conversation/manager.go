@@ -18,6 +18,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/metrics"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -104,6 +105,9 @@ type Config struct {
 	// "remove_container", "remove_broker", "remove_worktree",
 	// "remove_total". It must not block.
 	OnStep func(id, step string, d time.Duration)
+	// Metrics receives create results, container starts and deaths; nil
+	// reports nothing.
+	Metrics *metrics.Metrics
 	// RuntimeDir is ohd's runtime directory (required): broker sockets
 	// live in <RuntimeDir>/conversations/<id>/.
 	RuntimeDir string
@@ -126,9 +130,9 @@ type Manager struct {
 	mu     sync.Mutex
 	locks  map[string]*sync.Mutex
 	starts map[string]*startCall
-	// quiet marks conversations whose container ohd itself is stopping,
-	// so the resulting engine event is not taken for a crash.
-	quiet map[string]int
+	// retired marks containers ohd itself stopped or removed, so the
+	// engine's late events about them are not taken for a crash.
+	retired map[string]time.Time
 }
 
 type startCall struct {
@@ -159,7 +163,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	return &Manager{
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger,
-		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, quiet: map[string]int{},
+		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
 	}, nil
 }
 
@@ -361,9 +365,34 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	failpoint.Hit("create/after-record")
 	conv, err = m.provision(ctx, conv, repo, req)
 	if err != nil {
+		m.cfg.Metrics.CreateResult(false, failedStep(err))
 		return m.fail(conv, err)
 	}
+	m.cfg.Metrics.CreateResult(true, "")
 	return conv, nil
+}
+
+// failedStep names the step of a failed create for metrics: the
+// container's own step (create, start, ready) when the runtime says.
+func failedStep(err error) string {
+	var se *StepError
+	if !errors.As(err, &se) {
+		return ""
+	}
+	var start *runtime.StartError
+	if se.Step == "container" && errors.As(se.Err, &start) {
+		return "container_" + start.Step
+	}
+	return se.Step
+}
+
+// startFailedStep is the runtime's failed step of a container start.
+func startFailedStep(err error) string {
+	var start *runtime.StartError
+	if errors.As(err, &start) {
+		return start.Step
+	}
+	return ""
 }
 
 func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo worktree.Repo, req CreateRequest) (store.Conversation, error) {
@@ -413,8 +442,10 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		}
 		inst, err := m.rt.Start(ctx, spec)
 		if err != nil {
+			m.cfg.Metrics.ContainerStart(false, startFailedStep(err))
 			return conv, &StepError{ID: id, Step: "container", Err: err}
 		}
+		m.cfg.Metrics.ContainerStart(true, "")
 		m.cfg.OnStep(id, "container_create", inst.Timings.Create)
 		m.cfg.OnStep(id, "container_start", inst.Timings.Start)
 		m.cfg.OnStep(id, "container_ready", inst.Timings.Ready)

@@ -60,6 +60,7 @@ func (d *Daemon) controlHandler() http.Handler {
 	h("PUT /v1/oauth-servers/{name}", d.handlePutOAuthServer)
 	h("DELETE /v1/oauth-servers/{name}", d.handleRemoveOAuthServer)
 	h("GET /v1/audit", d.handleAudit)
+	mux.Handle("GET /v1/metrics", d.metrics.Handler())
 	h("/", func(w http.ResponseWriter, r *http.Request) error {
 		return badRequest(control.CodeNotFound, "no control route %s %s: see `ohctl --help`", r.Method, r.URL.Path)
 	})

@@ -25,6 +25,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/conversation"
 	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/masterkey"
+	"github.com/ohd-dev/ohd/pkg/metrics"
 	"github.com/ohd-dev/ohd/pkg/peercred"
 	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -44,6 +45,8 @@ type Daemon struct {
 	br    *broker.Broker
 	rt    runtime.Runtime
 	lock  *os.File
+
+	metrics *metrics.Metrics
 
 	control net.Listener
 	api     net.Listener
@@ -133,9 +136,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	if err != nil {
 		return nil, err
 	}
+	d.metrics = metrics.New(metrics.Options{Version: version.Version, Logger: log, Conversations: d.countByState})
 	d.br, err = broker.New(broker.Options{
 		RuntimeDir: cfg.RuntimeDir, Key: d.key.Derive("ohd-broker-key-v1"),
-		Backend: conversation.Backend{Store: d.store}, Logger: log,
+		Backend: conversation.Backend{Store: d.store, Metrics: d.metrics}, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -146,6 +150,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		Resources:      runtime.Resources{MemoryBytes: cfg.MemoryBytes, NanoCPUs: cfg.NanoCPUs, PidsLimit: cfg.PidsLimit},
 		ReadOnlyRootfs: cfg.ReadOnlyRootfs, ForwardEnv: cfg.ForwardEnv, Getenv: cfg.Getenv,
 		Helper: cfg.Helper, IdleTimeout: cfg.IdleTimeout, Logger: log,
+		Metrics: d.metrics, OnStep: d.observeStep,
 	})
 	if err != nil {
 		return nil, err
@@ -159,6 +164,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		return nil, err
 	}
 	if err := d.listenAPI(); err != nil {
+		return nil, err
+	}
+	if err := d.listenMetrics(ctx); err != nil {
 		return nil, err
 	}
 	d.serve(ctx)
@@ -253,6 +261,43 @@ func (d *Daemon) listenControl() error {
 	return nil
 }
 
+// countByState counts conversations per state for the metrics gauge, at
+// scrape time, so it can never drift from the records.
+func (d *Daemon) countByState() map[string]int {
+	n := map[string]int{}
+	for _, c := range d.store.Conversations() {
+		n[string(c.State)]++
+	}
+	return n
+}
+
+// observeStep turns the orchestrator's step timings into the create
+// latency histogram (removal steps are not part of it).
+func (d *Daemon) observeStep(_, step string, dur time.Duration) {
+	switch {
+	case step == "create_total":
+		d.metrics.ObserveCreateStep("total", dur)
+	case !strings.HasPrefix(step, "remove_"):
+		d.metrics.ObserveCreateStep(step, dur)
+	}
+}
+
+// listenMetrics serves the metrics without a key on a loopback address
+// (--metrics-listen), for a Prometheus that cannot send the API key.
+func (d *Daemon) listenMetrics(ctx context.Context) error {
+	if d.cfg.MetricsListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", d.cfg.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("listen on %s for metrics: %w", d.cfg.MetricsListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", d.metrics.Handler())
+	d.goServe(ctx, "metrics", &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln)
+	return nil
+}
+
 // listenAPI opens the conversation API listener with its keys: the
 // configured ones, or the one generated into <state-dir>/session-api-key.
 func (d *Daemon) listenAPI() error {
@@ -276,6 +321,7 @@ func (d *Daemon) listenAPI() error {
 	}
 	p, err := proxy.New(proxy.Options{
 		Conversations: d.mgr, Keys: keys, AllowRemote: len(d.cfg.SessionAPIKeys) > 0, Logger: d.log,
+		Observer: d.metrics.ProxyObserver(), Metrics: d.metrics.Handler(),
 	})
 	if err != nil {
 		return err
@@ -358,8 +404,8 @@ func (d *Daemon) close() {
 	if d.control != nil {
 		d.control.Close()
 	}
-	if d.api != nil && d.proxy == nil {
-		d.api.Close()
+	if d.api != nil {
+		d.api.Close() // Serve has closed it already, unless it never ran
 	}
 	d.wg.Wait()
 	if d.br != nil {

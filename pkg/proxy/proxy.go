@@ -128,6 +128,11 @@ type Options struct {
 	WSOriginPatterns []string
 	// Observer, if set, receives request and WebSocket counters.
 	Observer Observer
+	// Metrics, if set, is served at GET /metrics behind the same key
+	// check as every other route (a Prometheus scrape config can send the
+	// X-Session-API-Key header; ohd's --metrics-listen is the key-less,
+	// loopback-only alternative).
+	Metrics http.Handler
 }
 
 // Server is the conversation API. Build it with New; serve it with Serve,
@@ -283,6 +288,7 @@ const (
 	routeEvents   = "events"
 	routeHealth   = "health"
 	routeNotFound = "not_found"
+	routeMetrics  = "metrics"
 )
 
 func (s *Server) routes() {
@@ -309,6 +315,9 @@ func (s *Server) routes() {
 	m.Handle("DELETE /api/conversations/{id}", s.route(routeDelete, true, s.remove))
 	m.Handle("/api/conversations/{id}", s.route(routeForward, true, s.forward))
 	m.Handle("/api/conversations/{id}/{tail...}", s.route(routeForward, true, s.forward))
+	if s.opts.Metrics != nil {
+		m.Handle("GET /metrics", s.route(routeMetrics, true, s.opts.Metrics.ServeHTTP))
+	}
 	// The WebSocket route authenticates itself (header, query or first
 	// message).
 	m.Handle("/sockets/events/{id}", s.route(routeEvents, false, s.events))
