@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Target is the ratio a benchmark must reach. The zero Target is "no
+// target".
+type Target struct {
+	// AtMost: the ratio is a time (ohd / baseline) and must be at most
+	// Value; otherwise it is a rate and must be at least Value.
+	AtMost bool
+	// Value is the bound; 0 means no target.
+	Value float64
+}
+
+// String is "≤ 1.10", "≥ 0.91" or "—".
+func (t Target) String() string {
+	switch {
+	case t.Value == 0:
+		return "—"
+	case t.AtMost:
+		return fmt.Sprintf("≤ %.2f", t.Value)
+	}
+	return fmt.Sprintf("≥ %.2f", t.Value)
+}
+
+// Meets reports whether ratio reaches the target (false for a NaN ratio
+// or no target).
+func (t Target) Meets(ratio float64) bool {
+	switch {
+	case t.Value == 0 || math.IsNaN(ratio):
+		return false
+	case t.AtMost:
+		return ratio <= t.Value
+	}
+	return ratio >= t.Value
+}
+
+// Targets are the ratio each benchmark must reach. create and remove
+// carry the acceptance target of their issue (ohd at most 10% slower than
+// the same steps done directly); the broker and proxy rates get the same
+// 10% budget, expressed as a rate (1/1.1). Benchmarks not listed have
+// none.
+var Targets = map[string]Target{
+	"create":                   {AtMost: true, Value: 1.10},
+	"remove":                   {AtMost: true, Value: 1.10},
+	"broker-keepalive":         {Value: 0.91},
+	"broker-newconn":           {Value: 0.91},
+	"broker-keepalive-1client": {Value: 0.91},
+	"broker-newconn-1client":   {Value: 0.91},
+	"proxy-http":               {Value: 0.91},
+	"proxy-ws":                 {Value: 0.91},
+}
+
+// Row is one benchmark in the table.
+type Row struct {
+	// Name is the benchmark: "broker-keepalive", "create", or a Go
+	// benchmark as "<package> <BenchmarkName>".
+	Name string
+	// OHD and Baseline are the figures, formatted; Baseline is "" where
+	// there is none.
+	OHD, Baseline string
+	// Ratio is ohd against the baseline as the benchmark defines it;
+	// NaN where there is none.
+	Ratio  float64
+	Target Target
+	// Failed marks a benchmark that did not produce a result (OHD says
+	// why).
+	Failed bool
+}
+
+// Verdict is "meets", "misses", "failed", or "—" (no ratio or no target).
+func (r Row) Verdict() string {
+	switch {
+	case r.Failed:
+		return "failed"
+	case r.Target.Value == 0 || math.IsNaN(r.Ratio):
+		return "—"
+	case r.Target.Meets(r.Ratio):
+		return "meets"
+	}
+	return "misses"
+}
+
+func row(name, ohd, base string, ratio float64) Row {
+	return Row{Name: name, OHD: ohd, Baseline: base, Ratio: ratio, Target: Targets[name]}
+}
+
+// BrokerRows are the table rows of Broker's results: requests per second,
+// broker against the baseline server.
+func BrokerRows(rs []Result) []Row {
+	var out []Row
+	for _, r := range rs {
+		out = append(out, row("broker-"+r.Mode, fmtRate(r.BrokerRPS, "req/s"), fmtRate(r.BaselineRPS, "req/s"), r.Ratio))
+	}
+	return out
+}
+
+// ProxyRows are the table rows of Proxy's results: requests or echoed
+// messages per second, ohd's conversation API against the inner server
+// reached directly.
+func ProxyRows(rs []ProxyResult) []Row {
+	var out []Row
+	for _, r := range rs {
+		unit := "req/s"
+		if r.Mode == "ws" {
+			unit = "msg/s"
+		}
+		out = append(out, row("proxy-"+r.Mode, fmtRate(r.ProxyRate, unit), fmtRate(r.DirectRate, unit), r.Ratio))
+	}
+	return out
+}
+
+// CreateRows are the table rows of Create's results: median latency, ohd
+// against the same steps done directly.
+func CreateRows(rs []CreateResult) []Row {
+	var out []Row
+	for _, r := range rs {
+		out = append(out, row(r.Op, fmtDur(r.OHD.Total.Median), fmtDur(r.Baseline.Total.Median), r.Ratio))
+	}
+	return out
+}
+
+// modulePrefix is trimmed from Go benchmarks' package paths.
+const modulePrefix = "github.com/ohd-dev/ohd/"
+
+// GoRows are the table rows of the Go benchmarks: time per operation and
+// any metric the benchmark reports, no baseline.
+func GoRows(bs []GoBenchmark) []Row {
+	var out []Row
+	for _, b := range bs {
+		name := strings.TrimPrefix(b.Package, modulePrefix)
+		if b.Name != "" {
+			name += " " + b.Name
+		}
+		r := Row{Name: name, Ratio: math.NaN()}
+		switch b.Status {
+		case "skip":
+			r.OHD = "skipped"
+			if b.Reason != "" {
+				r.OHD += ": " + b.Reason
+			}
+		case "fail":
+			r.OHD, r.Failed = "failed", true
+			if b.Reason != "" {
+				r.OHD += ": " + b.Reason
+			}
+		default:
+			r.OHD = fmtGoMetrics(b.Metrics)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// fmtGoMetrics is ns/op as a duration per op, then the benchmark's own
+// metrics (B/op, allocs/op and MB/s are left out).
+func fmtGoMetrics(ms []Metric) string {
+	var parts []string
+	for _, m := range ms {
+		switch m.Unit {
+		case "ns/op":
+			parts = append([]string{fmtNs(m.Value) + "/op"}, parts...)
+		case "B/op", "allocs/op", "MB/s":
+		default:
+			parts = append(parts, strconvG(m.Value)+" "+m.Unit)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fmtNs formats a time in nanoseconds with three significant digits in
+// the unit that fits: "1.50µs", "55.0µs", "812ms", "2.03s".
+func fmtNs(ns float64) string {
+	v, unit := ns, "ns"
+	for _, u := range []struct {
+		name string
+		size float64
+	}{{"s", 1e9}, {"ms", 1e6}, {"µs", 1e3}} {
+		if math.Abs(ns) >= u.size {
+			v, unit = ns/u.size, u.name
+			break
+		}
+	}
+	dec := 0
+	switch a := math.Abs(v); {
+	case a < 10:
+		dec = 2
+	case a < 100:
+		dec = 1
+	}
+	return strconv.FormatFloat(v, 'f', dec, 64) + unit
+}
+
+func strconvG(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+func fmtRate(v float64, unit string) string {
+	return fmt.Sprintf("%.0f %s", v, unit)
+}
+
+// RenderTable writes rows as an aligned table with the columns
+// benchmark, ohd, baseline, ratio, target, verdict; "—" marks what a row
+// does not have.
+func RenderTable(w io.Writer, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BENCHMARK\tOHD\tBASELINE\tRATIO\tTARGET\tVERDICT")
+	for _, r := range rows {
+		base, ratio := r.Baseline, "—"
+		if base == "" {
+			base = "—"
+		}
+		if !math.IsNaN(r.Ratio) {
+			ratio = fmt.Sprintf("%.2f", r.Ratio)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(r.Name), oneLine(r.OHD), oneLine(base), ratio, r.Target, r.Verdict())
+	}
+	return tw.Flush()
+}
+
+// oneLine keeps a cell on one line and out of tabwriter's way.
+func oneLine(s string) string {
+	return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s)
+}
