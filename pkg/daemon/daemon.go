@@ -29,6 +29,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/peercred"
 	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/sdnotify"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -48,8 +49,9 @@ type Daemon struct {
 
 	metrics *metrics.Metrics
 
-	control net.Listener
-	api     net.Listener
+	control   net.Listener
+	api       net.Listener
+	activated map[string][]net.Listener
 	proxy   *proxy.Server
 	cancel  context.CancelFunc // ends every goroutine Start began
 	wg      sync.WaitGroup
@@ -75,6 +77,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Daemon))
 	if err != nil {
 		return err
 	}
+	if _, err := sdnotify.Ready(); err != nil {
+		log.Warn("could not tell systemd the daemon is ready", "err", err)
+	}
+	_, _ = sdnotify.Status(fmt.Sprintf("serving: runtime %s, %d conversations", d.rt.Kind(), len(d.store.Conversations())))
 	if ready != nil {
 		ready(d)
 	}
@@ -113,6 +119,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		return nil, err
 	}
 	if err := d.prepareDirs(); err != nil {
+		return nil, err
+	}
+	// Sockets passed by systemd socket activation, by name.
+	if d.activated, err = sdnotify.Listeners(); err != nil {
 		return nil, err
 	}
 	// The engine is checked before the key or store is touched: a daemon
@@ -240,6 +250,10 @@ func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
 // by a crash is replaced; a live one (another daemon with another state
 // dir) is an error.
 func (d *Daemon) listenControl() error {
+	if ln := d.takeActivated(sdnotify.NameControl); ln != nil {
+		d.control = ln
+		return nil
+	}
 	path := d.cfg.ControlSocket
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
@@ -326,12 +340,25 @@ func (d *Daemon) listenAPI() error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", d.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s for the conversation API: %w: pass another --listen, or --listen off", d.cfg.Listen, err)
+	ln := d.takeActivated(sdnotify.NameAPI)
+	if ln == nil {
+		if ln, err = net.Listen("tcp", d.cfg.Listen); err != nil {
+			return fmt.Errorf("listen on %s for the conversation API: %w: pass another --listen, or --listen off", d.cfg.Listen, err)
+		}
 	}
 	d.api, d.proxy = ln, p
 	return nil
+}
+
+// takeActivated returns the listener systemd passed under name (the first
+// one; ohd's units pass one of each), or nil.
+func (d *Daemon) takeActivated(name string) net.Listener {
+	l := d.activated[name]
+	if len(l) == 0 {
+		return nil
+	}
+	d.activated[name] = l[1:]
+	return l[0]
 }
 
 func (d *Daemon) serve(ctx context.Context) {
@@ -395,6 +422,7 @@ func (d *Daemon) Wait(ctx context.Context) error {
 	case err = <-d.errc:
 	}
 	d.log.Info("ohd shutting down")
+	_, _ = sdnotify.Stopping()
 	d.close()
 	return err
 }
@@ -408,6 +436,11 @@ func (d *Daemon) close() {
 		d.api.Close() // Serve has closed it already, unless it never ran
 	}
 	d.wg.Wait()
+	for _, l := range d.activated {
+		for _, ln := range l {
+			ln.Close() // passed but unused
+		}
+	}
 	if d.br != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = d.br.Shutdown(sctx)

@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSystemdNotify: under a fake $NOTIFY_SOCKET, ohd says READY=1 only
+// once it serves, and STOPPING=1 on shutdown.
+func TestSystemdNotify(t *testing.T) {
+	binaries(t)
+	dirs := newDirs(t)
+	notifyPath := filepath.Join(dirs.Run, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	control := filepath.Join(dirs.Run, "ohd.sock")
+	cmd := exec.Command(built.ohd, "serve", "--state-dir", dirs.State, "--runtime-dir", dirs.Run, "--runtime", "local", "--listen", "off")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "NOTIFY_SOCKET=" + notifyPath}
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() { _ = cmd.Process.Kill() }()
+
+	read := func() string {
+		t.Helper()
+		buf := make([]byte, 4096)
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v\n%s", err, logs)
+		}
+		return string(buf[:n])
+	}
+	msg := read()
+	if !strings.Contains(msg, "READY=1") {
+		t.Fatalf("first notification %q, want READY=1", msg)
+	}
+	// It really serves at that moment.
+	if c, err := net.Dial("unix", control); err != nil {
+		t.Errorf("READY=1 sent before the control socket serves: %v", err)
+	} else {
+		c.Close()
+	}
+	for strings.HasPrefix(msg, "READY") || strings.HasPrefix(msg, "STATUS") {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		msg = read()
+		if strings.Contains(msg, "STOPPING=1") {
+			break
+		}
+	}
+	if !strings.Contains(msg, "STOPPING=1") {
+		t.Errorf("no STOPPING=1 on shutdown, got %q", msg)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ohd exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ohd did not exit after SIGTERM")
+	}
+}
+
+// TestSocketActivation: with LISTEN_FDS, ohd serves ohctl and the
+// conversation API on the sockets it was passed and opens none itself.
+func TestSocketActivation(t *testing.T) {
+	binaries(t)
+	dirs := newDirs(t)
+	if err := os.MkdirAll(dirs.Run, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	passed := filepath.Join(dirs.Run, "activated.sock")
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: passed, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uf, _ := ul.File()
+	tf, _ := tl.File()
+	ul.SetUnlinkOnClose(false) // the passed descriptor keeps serving this path
+	ul.Close()
+	tl.Close()
+	ownSocket := filepath.Join(dirs.Run, "own.sock")
+	// sh exec keeps the pid, so LISTEN_PID names ohd itself.
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, built.ohd, "serve",
+		"--state-dir", dirs.State, "--runtime-dir", dirs.Run, "--control-socket", ownSocket, "--runtime", "local", "--listen", "127.0.0.1:1")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "LISTEN_FDS=2", "LISTEN_FDNAMES=control:api"}
+	cmd.ExtraFiles = []*os.File{uf, tf}
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	uf.Close()
+	tf.Close()
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := runOhctl(passed, nil, "ls")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ohctl on the passed socket: %v\n--- ohd ---\n%s", err, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(ownSocket); err == nil {
+		t.Errorf("ohd opened its own control socket %s although one was passed", ownSocket)
+	}
+	resp, err := http.Get("http://" + tl.Addr().String() + "/health")
+	if err != nil {
+		t.Fatalf("conversation API on the passed TCP socket: %v\n%s", err, logs)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /health on the passed socket = %d", resp.StatusCode)
+	}
+}
