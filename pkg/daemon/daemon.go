@@ -52,10 +52,10 @@ type Daemon struct {
 	control   net.Listener
 	api       net.Listener
 	activated map[string][]net.Listener
-	proxy   *proxy.Server
-	cancel  context.CancelFunc // ends every goroutine Start began
-	wg      sync.WaitGroup
-	errc    chan error
+	proxy     *proxy.Server
+	cancel    context.CancelFunc // ends every goroutine Start began
+	wg        sync.WaitGroup
+	errc      chan error
 }
 
 // NewLogger returns the daemon's logger for format ("text" or "json") and
