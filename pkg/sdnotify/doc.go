@@ -38,8 +38,9 @@
 // FileDescriptorName= names every socket of one .socket unit, so two sockets
 // that need different names come from two units. ohd uses two names:
 //
-//   - "control": the Unix control socket for ohctl (ohd.socket);
-//   - "api": the TCP conversation API (ohd-api.socket).
+//   - [NameControl] ("control"): the Unix control socket for ohctl
+//     (ohd.socket);
+//   - [NameAPI] ("api"): the TCP conversation API (ohd-api.socket).
 //
 // # Caveats
 //

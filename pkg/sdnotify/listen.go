@@ -14,6 +14,15 @@ import (
 // are descriptors ListenFDsStart .. ListenFDsStart+$LISTEN_FDS-1.
 const ListenFDsStart = 3
 
+// The names ohd's socket units give their descriptors (FileDescriptorName=
+// in packaging/systemd/ohd.socket and ohd-api.socket).
+const (
+	// NameControl is the Unix control socket ohctl talks to.
+	NameControl = "control"
+	// NameAPI is the TCP conversation API.
+	NameAPI = "api"
+)
+
 // maxListenFDs bounds $LISTEN_FDS: far more than any unit passes, small
 // enough that a wrong value cannot make Listeners walk the whole fd space.
 const maxListenFDs = 1 << 16
