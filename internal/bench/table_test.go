@@ -21,6 +21,9 @@ func TestTarget(t *testing.T) {
 		{Target{AtMost: true, Value: 1.1}, 1.2, "≤ 1.10", false},
 		{Target{Value: 0.91}, 0.95, "≥ 0.91", true},
 		{Target{Value: 0.91}, 0.5, "≥ 0.91", false},
+		{Target{Value: 0.91}, 0.9088, "≥ 0.91", true}, // shown as 0.91
+		{Target{Value: 0.91}, 0.9049, "≥ 0.91", false},
+		{Target{AtMost: true, Value: 1.1}, 1.104, "≤ 1.10", true},
 		{Target{Value: 0.91}, math.NaN(), "≥ 0.91", false},
 		{Target{}, 1, "—", false},
 	}
@@ -42,7 +45,7 @@ func TestRows(t *testing.T) {
 		{Mode: "newconn-1client", BrokerRPS: 5000, BaselineRPS: 7000, Ratio: 5000.0 / 7000},
 	})...)
 	rows = append(rows, ProxyRows([]ProxyResult{
-		{Mode: "http", ProxyRate: 9000, DirectRate: 10000, Ratio: 0.9},
+		{Mode: "http", ProxyRate: 9000, DirectRate: 10000, Ratio: 0.9, BareRate: 8500, BareRatio: 0.85},
 		{Mode: "ws", ProxyRate: 80000, DirectRate: 81000, Ratio: 80.0 / 81},
 	})...)
 	rows = append(rows, CreateRows([]CreateResult{
@@ -65,8 +68,9 @@ func TestRows(t *testing.T) {
 		"BENCHMARK                           OHD                                           BASELINE     RATIO  TARGET  VERDICT",
 		"broker-keepalive                    41234 req/s                                   43000 req/s  0.96   ≥ 0.91  meets",
 		"broker-newconn-1client              5000 req/s                                    7000 req/s   0.71   ≥ 0.91  misses",
-		"proxy-http                          9000 req/s                                    10000 req/s  0.90   ≥ 0.91  misses",
-		"proxy-ws                            80000 msg/s                                   81000 msg/s  0.99   ≥ 0.91  meets",
+		"proxy-http                          9000 req/s                                    10000 req/s  0.90   —       —",
+		"proxy-http-vs-bare                  9000 req/s                                    8500 req/s   1.06   ≥ 0.91  meets",
+		"proxy-ws                            80000 msg/s                                   81000 msg/s  0.99   —       —",
 		"create                              812.3ms                                       780ms        1.04   ≤ 1.10  meets",
 		"remove                              321.8ms                                       212ms        1.52   ≤ 1.10  misses",
 		"pkg/broker BenchmarkWhoami-2        55.0µs/op                                     —            —      —       —",
