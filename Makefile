@@ -50,12 +50,27 @@ fuzz: ## run every fuzz target briefly (FUZZTIME=10s each)
 fuzz-long: ## run every fuzz target for 10 minutes
 	./scripts/fuzz.sh 10m
 
-install: build ## install binaries (PREFIX=/usr/local) and the service files
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+
+install: build ## install binaries and service files (PREFIX=/usr/local; starts nothing)
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN)/ohd $(BIN)/ohctl $(DESTDIR)$(PREFIX)/bin/
+ifeq ($(shell uname -s),Linux)
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
+	sed 's|/usr/local/bin/ohd|$(PREFIX)/bin/ohd|' packaging/systemd/ohd.service > $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.service
+	install -m 0644 packaging/systemd/ohd.socket packaging/systemd/ohd-api.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+	@echo "next: sudo systemctl daemon-reload && sudo systemctl enable --now ohd (see packaging/README.md)"
+endif
+ifeq ($(shell uname -s),Darwin)
+	install -d $(DESTDIR)/Library/LaunchDaemons
+	sed 's|/usr/local/bin/ohd|$(PREFIX)/bin/ohd|' packaging/launchd/dev.ohd.ohd.plist > $(DESTDIR)/Library/LaunchDaemons/dev.ohd.ohd.plist
+	@echo "next: see packaging/launchd/README.md (a Linux ohctl, file sharing), then sudo launchctl bootstrap system /Library/LaunchDaemons/dev.ohd.ohd.plist"
+endif
 
-uninstall: ## remove installed binaries (state is kept: see README)
+uninstall: ## remove installed binaries and unit files (state is kept: see README)
 	rm -f $(DESTDIR)$(PREFIX)/bin/ohd $(DESTDIR)$(PREFIX)/bin/ohctl
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.service $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.socket $(DESTDIR)$(SYSTEMDUNITDIR)/ohd-api.socket
 
 clean: ## remove build output
 	rm -rf $(BIN)

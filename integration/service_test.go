@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
 // TestSystemdNotify: under a fake $NOTIFY_SOCKET, ohd says READY=1 only
@@ -135,5 +137,30 @@ func TestSocketActivation(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("GET /health on the passed socket = %d", resp.StatusCode)
+	}
+}
+
+// TestSessionAPIKeyFile: keys from a file (kept out of argv and the
+// environment) are the accepted ones, and none is generated.
+func TestSessionAPIKeyFile(t *testing.T) {
+	keyFile := filepath.Join(testenv.TempDir(t), "keys")
+	if err := os.WriteFile(keyFile, []byte("# operators\nkey-one-0123456789\n\nkey-two-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemonOptions{Args: []string{"--session-api-key-file", keyFile}})
+	for key, want := range map[string]int{"key-one-0123456789": 200, "key-two-0123456789": 200, "key-three": 401, "# operators": 401} {
+		req, _ := http.NewRequest("GET", "http://"+d.listen+"/api/conversations/count", nil)
+		req.Header.Set("X-Session-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("key %q: %d, want %d", key, resp.StatusCode, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.dirs.State, "session-api-key")); err == nil {
+		t.Error("a key was generated although keys were configured")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 )
 
@@ -13,6 +14,11 @@ import (
 // <tmp>/ohd-<uid>).
 func DefaultDirs(getenv func(string) string) (state, run string, err error) {
 	if os.Geteuid() == 0 {
+		if goruntime.GOOS == "darwin" {
+			// macOS has neither /var/lib nor /run; /var is a symlink to
+			// /private/var, written canonically (paths reach Docker).
+			return "/usr/local/var/ohd", "/private/var/run/ohd", nil
+		}
 		return "/var/lib/ohd", "/run/ohd", nil
 	}
 	state = getenv("XDG_STATE_HOME")

@@ -45,9 +45,13 @@ type Config struct {
 	// LogLevel is "debug", "info" (default), "warn" or "error".
 	LogLevel string
 	// SessionAPIKeys are the conversation API's accepted keys. When none
-	// are given, one is generated at first start into
+	// are given (here, in SessionAPIKeyFile, or as the systemd credential
+	// ohd-session-api-keys), one is generated at first start into
 	// <StateDir>/session-api-key (0600).
 	SessionAPIKeys []string
+	// SessionAPIKeyFile holds accepted keys, one per line (# comments):
+	// keeps them out of the command line and the environment.
+	SessionAPIKeyFile string
 	// Helper is a static ohctl binary mounted into containers. Default: the
 	// ohctl next to the ohd executable.
 	Helper string
@@ -143,8 +147,8 @@ func (c *Config) Validate() error {
 		if err != nil {
 			return fmt.Errorf("--listen %q: want host:port, e.g. 127.0.0.1:8000 (or off): %v", c.Listen, err)
 		}
-		if !isLoopback(host) && len(c.SessionAPIKeys) == 0 {
-			return fmt.Errorf("--listen %q is not a loopback address: refusing to expose the conversation API without configured keys; pass --session-api-key (or OHD_SESSION_API_KEYS) or listen on 127.0.0.1", c.Listen)
+		if !isLoopback(host) && len(c.SessionAPIKeys) == 0 && c.SessionAPIKeyFile == "" && c.Getenv("CREDENTIALS_DIRECTORY") == "" {
+			return fmt.Errorf("--listen %q is not a loopback address: refusing to expose the conversation API without configured keys; pass --session-api-key-file (or --session-api-key) or listen on 127.0.0.1", c.Listen)
 		}
 	}
 	if c.MetricsListen != "" {

@@ -47,7 +47,8 @@ type Daemon struct {
 	rt    runtime.Runtime
 	lock  *os.File
 
-	metrics *metrics.Metrics
+	metrics        *metrics.Metrics
+	keysConfigured bool // the API keys were given, not generated
 
 	control   net.Listener
 	api       net.Listener
@@ -101,7 +102,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	}
 	// Secrets live in this process's memory: no core dumps, no ptrace by
 	// other processes of the same uid.
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	notDumpable()
 
 	ctx, cancel := context.WithCancel(ctx)
 	d := &Daemon{cfg: cfg, log: log, errc: make(chan error, 4), cancel: cancel}
@@ -137,6 +138,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		log.Info("created a new master key; back it up with the state directory", "path", d.key.Source)
 	}
 	if d.store, err = store.Open(filepath.Join(cfg.StateDir, store.FileName), d.key, store.Options{Logger: log}); err != nil {
+		return nil, err
+	}
+	if err := d.checkRuntimeFits(); err != nil {
 		return nil, err
 	}
 	wt, err := worktree.New(worktree.Options{
@@ -180,8 +184,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		return nil, err
 	}
 	d.serve(ctx)
-	log.Info("ohd serving", "version", version.Version, "state_dir", cfg.StateDir, "control_socket", cfg.ControlSocket, "listen", cfg.Listen,
+	listen := "off"
+	if d.api != nil {
+		listen = d.api.Addr().String()
+	}
+	log.Info("ohd serving", "version", version.Version, "state_dir", cfg.StateDir,
+		"control_socket", d.control.Addr().String(), "listen", listen, "socket_activated", len(d.activated) > 0,
 		"runtime", d.rt.Kind(), "server_id", d.store.ServerID())
+	for name, l := range d.activated {
+		for _, ln := range l {
+			log.Warn("closing a socket systemd passed that ohd does not use", "name", name, "addr", ln.Addr().String())
+			ln.Close()
+		}
+		delete(d.activated, name)
+	}
 	return d, nil
 }
 
@@ -244,6 +260,22 @@ func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
 		return runtime.NewLocal(), nil
 	}
 	return rt, nil
+}
+
+// checkRuntimeFits refuses a local runtime (chosen by auto because the
+// engine did not answer) when live conversations run in containers: their
+// containers could not be stopped or removed, and reconcile could not see
+// them.
+func (d *Daemon) checkRuntimeFits() error {
+	if d.rt.Kind() != "local" {
+		return nil
+	}
+	for _, c := range d.store.Conversations() {
+		if c.State.Live() && c.Runtime != "local" {
+			return fmt.Errorf("the Docker engine does not answer, and conversation %s (and maybe others) runs in a container: start Docker, then ohd; or end those conversations first", c.ID)
+		}
+	}
+	return nil
 }
 
 // listenControl opens the control socket, 0600. A stale socket file left
@@ -316,25 +348,18 @@ func (d *Daemon) listenMetrics(ctx context.Context) error {
 // configured ones, or the one generated into <state-dir>/session-api-key.
 func (d *Daemon) listenAPI() error {
 	if d.cfg.Listen == "off" {
+		if ln := d.takeActivated(sdnotify.NameAPI); ln != nil {
+			d.log.Warn("--listen off: closing the conversation API socket systemd passed", "addr", ln.Addr().String())
+			ln.Close()
+		}
 		return nil
 	}
-	keys := make([][]byte, 0, len(d.cfg.SessionAPIKeys))
-	for _, k := range d.cfg.SessionAPIKeys {
-		keys = append(keys, []byte(k))
-	}
-	if len(keys) == 0 {
-		path := filepath.Join(d.cfg.StateDir, "session-api-key")
-		key, created, err := proxy.LoadOrCreateKeyFile(path)
-		if err != nil {
-			return err
-		}
-		if created {
-			d.log.Info("generated the conversation API key; clients send it as X-Session-API-Key", "path", path)
-		}
-		keys = append(keys, key)
+	keys, err := d.sessionKeys()
+	if err != nil {
+		return err
 	}
 	p, err := proxy.New(proxy.Options{
-		Conversations: d.mgr, Keys: keys, AllowRemote: len(d.cfg.SessionAPIKeys) > 0, Logger: d.log,
+		Conversations: d.mgr, Keys: keys, AllowRemote: d.keysConfigured, Logger: d.log,
 		Observer: d.metrics.ProxyObserver(), Metrics: d.metrics.Handler(),
 	})
 	if err != nil {
@@ -348,6 +373,54 @@ func (d *Daemon) listenAPI() error {
 	}
 	d.api, d.proxy = ln, p
 	return nil
+}
+
+// sessionKeys returns the conversation API's accepted keys: those given
+// (flags, a key file, or the systemd credential ohd-session-api-keys), or
+// else the one generated at first start into <state-dir>/session-api-key.
+func (d *Daemon) sessionKeys() ([][]byte, error) {
+	var keys [][]byte
+	for _, k := range d.cfg.SessionAPIKeys {
+		keys = append(keys, []byte(k))
+	}
+	files := []string{}
+	if d.cfg.SessionAPIKeyFile != "" {
+		files = append(files, d.cfg.SessionAPIKeyFile)
+	}
+	if dir := d.cfg.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		if p := filepath.Join(dir, "ohd-session-api-keys"); fileExists(p) {
+			files = append(files, p)
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read session API keys: %w", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
+				keys = append(keys, []byte(k))
+			}
+		}
+	}
+	d.keysConfigured = len(keys) > 0
+	if len(keys) > 0 {
+		return keys, nil
+	}
+	path := filepath.Join(d.cfg.StateDir, "session-api-key")
+	key, created, err := proxy.LoadOrCreateKeyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if created {
+		d.log.Info("generated the conversation API key; clients send it as X-Session-API-Key", "path", path)
+	}
+	return [][]byte{key}, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // takeActivated returns the listener systemd passed under name (the first
