@@ -93,6 +93,17 @@ type runOpts struct {
 	// raw skips the filter enumeration; only for `git config` and
 	// `git version`, which run no filters.
 	raw bool
+	// filters, when set, memoizes the filter enumeration for the git
+	// commands of one operation at one target. Only for operations that
+	// run while no agent can change the configuration (the container is
+	// stopped before Snapshot and Remove).
+	filters *filterMemo
+}
+
+// filterMemo holds one operation's filter enumeration.
+type filterMemo struct {
+	done      bool
+	overrides [][2]string
 }
 
 const (
@@ -136,9 +147,17 @@ func baseEnv() []string {
 func (m *Manager) git(ctx context.Context, t gitTarget, o runOpts, args ...string) (string, error) {
 	env := append(baseEnv(), o.env...)
 	if !o.raw && mayRunFilters(args) {
-		overrides, err := m.filterOverrides(ctx, t, o)
-		if err != nil {
-			return "", err
+		var overrides [][2]string
+		if o.filters != nil && o.filters.done {
+			overrides = o.filters.overrides
+		} else {
+			var err error
+			if overrides, err = m.filterOverrides(ctx, t, o); err != nil {
+				return "", err
+			}
+			if o.filters != nil {
+				o.filters.done, o.filters.overrides = true, overrides
+			}
 		}
 		env = append(env, configEnv(overrides)...)
 	}

@@ -274,6 +274,9 @@ func (m *Manager) commitsBeyond(ctx context.Context, ct gitTarget, tip, start st
 	if !isHexID(start) {
 		return -1, fmt.Errorf("no valid start commit recorded (%q)", start)
 	}
+	if tip == start {
+		return 0, nil // the common case, and no git run needed
+	}
 	out, err := m.git(ctx, ct, runOpts{}, "rev-list", "--count", tip, "^"+start, "--")
 	if err != nil {
 		return -1, err

@@ -64,6 +64,19 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 // returns its id, or "" when there is nothing uncommitted.
 func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, error) {
 	t := worktreeTarget(wt)
+	// One filter enumeration serves every command below: the agent is
+	// stopped, nothing changes the configuration meanwhile.
+	memo := &filterMemo{}
+	// The common case, a clean worktree, costs one status: nothing staged,
+	// modified or untracked means nothing to save. GIT_OPTIONAL_LOCKS=0
+	// keeps status from refreshing (writing) the worktree's index.
+	clean, err := m.git(ctx, t, runOpts{filters: memo}, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none", "--no-renames")
+	if err != nil {
+		return "", fmt.Errorf("status of the worktree: %w", err)
+	}
+	if clean == "" {
+		return "", nil
+	}
 	head, hasHead, err := m.revParse(ctx, t, "HEAD^{commit}")
 	if err != nil {
 		return "", fmt.Errorf("read HEAD: %w", err)
@@ -90,7 +103,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 	if err := m.copyIndex(filepath.Join(wt.AdminDir, "index"), index, wt.UID, wt.GID); err != nil {
 		return "", err
 	}
-	o := runOpts{env: []string{"GIT_INDEX_FILE=" + index}}
+	o := runOpts{env: []string{"GIT_INDEX_FILE=" + index}, filters: memo}
 
 	// The index as the agent left it (fails when it has conflicts; then
 	// there is no separate index state to keep).
