@@ -141,12 +141,12 @@ func (c *apiClient) create(ctx context.Context, workingDir string) (string, erro
 }
 
 // createMany creates n conversations with worktrees, spread over repos,
-// OHD_TEST_CREATE_PARALLEL (default 4) at a time, and returns their
+// OHD_TEST_CREATE_PARALLEL (default 8) at a time, and returns their
 // records in creation order.
 func createMany(t testing.TB, d *daemon, repos []string, n int) []store.Conversation {
 	t.Helper()
 	api := newAPIClient(d, 16)
-	parallel := envInt("OHD_TEST_CREATE_PARALLEL", 4)
+	parallel := envInt("OHD_TEST_CREATE_PARALLEL", 8)
 	ids := make([]string, n)
 	errs := make([]error, n)
 	sem := make(chan struct{}, parallel)
