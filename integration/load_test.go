@@ -68,7 +68,9 @@ func (l *latencies) summary(elapsed time.Duration) string {
 	}
 	s := slices.Clone(l.ds)
 	slices.Sort(s)
-	q := func(p float64) time.Duration { return s[min(len(s)-1, int(float64(len(s))*p))].Round(10 * time.Microsecond) }
+	q := func(p float64) time.Duration {
+		return s[min(len(s)-1, int(float64(len(s))*p))].Round(10 * time.Microsecond)
+	}
 	return fmt.Sprintf("%d requests, %.0f/s, latency p50 %v p99 %v max %v, %d errors",
 		len(s), float64(len(s))/elapsed.Seconds(), q(0.5), q(0.99), s[len(s)-1].Round(10*time.Microsecond), l.errors.Load())
 }
