@@ -450,6 +450,7 @@ func TestDockerIdleStopAndRestart(t *testing.T) {
 	if get(inspect(t, c.ContainerID), "State", "Running") != false {
 		t.Error("the container of a stopped conversation still runs")
 	}
+	keyBefore, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key"))
 	// Two requests at once share one start: one container, both answered.
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
@@ -470,6 +471,9 @@ func TestDockerIdleStopAndRestart(t *testing.T) {
 	d.ohctlJSON(&now, "show", c.ID)
 	if now.State != store.StateRunning || now.ContainerID != c.ContainerID || now.Worktree != c.Worktree {
 		t.Errorf("after restart: state %s, container %s (was %s), worktree %s", now.State, now.ContainerID, c.ContainerID, now.Worktree)
+	}
+	if keyAfter, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key")); len(keyAfter) == 0 || string(keyAfter) == string(keyBefore) {
+		t.Error("the restarted container kept its old inner key")
 	}
 	d.ohctl("rm", c.ID)
 }

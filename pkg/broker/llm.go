@@ -212,8 +212,10 @@ func proxyRest(escaped string) (string, bool) {
 var errBadProxyPath = errors.New("bad proxy path")
 
 // proxyTarget joins the base URL and the escaped rest of the path, and
-// the queries of both. A "." or ".." segment (escaped or not) is refused:
-// the request must stay under the base URL.
+// the queries of both. A "." or ".." segment (escaped or not), and a
+// segment holding an escaped slash or backslash, are refused: the request
+// must stay under the base URL, also for a provider (or a proxy in front of
+// it) that decodes "%2F" before it cleans the path.
 func proxyTarget(base, rest, rawQuery string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
@@ -221,7 +223,7 @@ func proxyTarget(base, rest, rawQuery string) (string, error) {
 	}
 	for seg := range strings.SplitSeq(rest, "/") {
 		dec, err := url.PathUnescape(seg)
-		if err != nil || dec == "." || dec == ".." {
+		if err != nil || dec == "." || dec == ".." || strings.ContainsAny(dec, "/\\") {
 			return "", errBadProxyPath
 		}
 	}

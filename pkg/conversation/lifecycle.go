@@ -350,6 +350,12 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	if m.rt.Kind() == "local" {
 		return m.setState(id, store.StateRunning, "")
 	}
+	// A new container process gets a new inner key: one that reached
+	// another process (say, whatever reused the old container's port
+	// before ohd noticed it gone) opens nothing afterwards.
+	if err := m.st.SetInnerKey(id, newInnerKey()); err != nil {
+		return c, fmt.Errorf("start conversation %s: %w", id, err)
+	}
 	if _, err := m.openBroker(ctx, c); err != nil {
 		return c, fmt.Errorf("start conversation %s: broker: %w", id, err)
 	}

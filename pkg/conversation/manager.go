@@ -108,6 +108,12 @@ type Config struct {
 	// Metrics receives create results, container starts and deaths; nil
 	// reports nothing.
 	Metrics *metrics.Metrics
+	// Protected are host paths no workspace may overlap (be, contain, or
+	// lie inside): ohd's state, runtime and worktree directories, the
+	// engine's socket, the credentials directory. A workspace is mounted
+	// into a container read-write: one holding the master key or a socket
+	// that grants root would hand the agent the host.
+	Protected []string
 	// RuntimeDir is ohd's runtime directory (required): broker sockets
 	// live in <RuntimeDir>/conversations/<id>/.
 	RuntimeDir string
@@ -130,6 +136,8 @@ type Manager struct {
 	mu     sync.Mutex
 	locks  map[string]*sync.Mutex
 	starts map[string]*startCall
+	protected []string // canonical Config.Protected
+
 	// retired marks containers ohd itself stopped or removed, so the
 	// engine's late events about them are not taken for a crash.
 	retired map[string]time.Time
@@ -164,6 +172,7 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger,
 		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
+		protected: canonicalPaths(append([]string{cfg.RuntimeDir}, cfg.Protected...)),
 	}, nil
 }
 
@@ -216,10 +225,57 @@ func (r *CreateRequest) Validate() error {
 	if r.Workspace == "" {
 		return fmt.Errorf("%w: no workspace: pass the absolute path of a directory", ErrInvalid)
 	}
+	if len(r.Workspace) > maxPath {
+		return fmt.Errorf("%w: the workspace path is %d bytes long, the limit is %d", ErrInvalid, len(r.Workspace), maxPath)
+	}
 	if r.StartPoint != "" && !r.Worktree {
 		return fmt.Errorf("%w: a start point was given without a worktree: add --worktree (worktree: true) or drop the start point", ErrInvalid)
 	}
 	return ValidateGrants(r.Grants)
+}
+
+// maxPath is the longest workspace path accepted (Linux's PATH_MAX).
+const maxPath = 4096
+
+// checkProtected refuses a workspace (or repository git dir) that is,
+// contains, or lies inside one of the protected paths.
+func (m *Manager) checkProtected(repo worktree.Repo) error {
+	for _, p := range m.protected {
+		for _, path := range []string{repo.Workspace, repo.CommonDir} {
+			if path == "" {
+				continue
+			}
+			if overlaps(path, p) {
+				return fmt.Errorf("%w: the workspace %s overlaps %s, which ohd keeps from containers (its state, sockets, worktrees, or the engine's socket): choose a project directory", ErrInvalid, path, p)
+			}
+		}
+	}
+	return nil
+}
+
+// overlaps reports whether a and b are the same path or one contains the
+// other.
+func overlaps(a, b string) bool {
+	return a == b || strings.HasPrefix(a, strings.TrimSuffix(b, "/")+"/") || strings.HasPrefix(b, strings.TrimSuffix(a, "/")+"/")
+}
+
+// canonicalPaths resolves symlinks of each path that exists (its parent
+// for one that does not), so overlap checks compare what the kernel sees.
+func canonicalPaths(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if p == "" || !filepath.IsAbs(p) {
+			continue
+		}
+		p = filepath.Clean(p)
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		} else if r, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+			p = filepath.Join(r, filepath.Base(p))
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // ValidateGrants checks every granted name.
@@ -295,6 +351,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	repo, err := m.wt.Inspect(ctx, req.Workspace)
 	if err != nil {
 		return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := m.checkProtected(repo); err != nil {
+		return store.Conversation{}, err
 	}
 	id := req.ID
 	replaceFailed := false

@@ -379,3 +379,30 @@ func TestOnStepReportsEveryStep(t *testing.T) {
 		t.Errorf("steps (-want +got):\n%s", diff)
 	}
 }
+
+func TestWorkspaceMayNotOverlapProtectedPaths(t *testing.T) {
+	e := newEnv(t)
+	e.m.protected = canonicalPaths(append(e.m.protected, e.stateDir, e.wtRoot))
+	ctx := context.Background()
+	link := filepath.Join(testenv.TempDir(t), "to-state")
+	if err := os.Symlink(e.stateDir, link); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.m.Create(ctx, CreateRequest{Workspace: testenv.NewRepo(t, testenv.RepoOptions{}), Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.st.Conversations())
+	for _, ws := range []string{e.stateDir, link, filepath.Join(e.stateDir, "locks"), filepath.Dir(e.stateDir), "/", e.runDir, other.Worktree} {
+		_, err := e.m.Create(ctx, CreateRequest{Workspace: ws})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "overlaps") {
+			t.Errorf("Create(workspace %s) = %v, want it refused as overlapping a protected path", ws, err)
+		}
+	}
+	if _, err := e.m.Create(ctx, CreateRequest{Workspace: "/" + strings.Repeat("a", 10<<20)}); !errors.Is(err, ErrInvalid) || len(err.Error()) > 200 {
+		t.Errorf("a 10 MiB workspace path: %d-byte error %.80q", len(err.Error()), err)
+	}
+	if n := len(e.st.Conversations()); n != before {
+		t.Errorf("refused creates wrote %d records", n-before)
+	}
+}

@@ -164,7 +164,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		Resources:      runtime.Resources{MemoryBytes: cfg.MemoryBytes, NanoCPUs: cfg.NanoCPUs, PidsLimit: cfg.PidsLimit},
 		ReadOnlyRootfs: cfg.ReadOnlyRootfs, ForwardEnv: cfg.ForwardEnv, Getenv: cfg.Getenv,
 		Helper: cfg.Helper, IdleTimeout: cfg.IdleTimeout, Logger: log,
-		Metrics: d.metrics, OnStep: d.observeStep,
+		Metrics: d.metrics, OnStep: d.observeStep, Protected: d.protectedPaths(),
 	})
 	if err != nil {
 		return nil, err
@@ -305,6 +305,21 @@ func (d *Daemon) listenControl() error {
 	ln.(*net.UnixListener).SetUnlinkOnClose(true)
 	d.control = ln
 	return nil
+}
+
+// protectedPaths are what no workspace may overlap: ohd's directories, the
+// master key, the credentials directory, and the Docker engine's socket
+// (a container with it is root on the host).
+func (d *Daemon) protectedPaths() []string {
+	p := []string{d.cfg.StateDir, d.cfg.RuntimeDir, d.cfg.WorktreeRoot, filepath.Dir(d.cfg.ControlSocket),
+		d.key.Source, "/var/run/docker.sock", "/run/docker.sock"}
+	if dir := d.cfg.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
+		p = append(p, dir)
+	}
+	if h, ok := strings.CutPrefix(d.cfg.Getenv("DOCKER_HOST"), "unix://"); ok {
+		p = append(p, h)
+	}
+	return p
 }
 
 // countByState counts conversations per state for the metrics gauge, at
