@@ -133,9 +133,9 @@ type Manager struct {
 
 	// locks serializes operations on one conversation (create, remove,
 	// restart, stop); starts shares one restart attempt among callers.
-	mu     sync.Mutex
-	locks  map[string]*sync.Mutex
-	starts map[string]*startCall
+	mu        sync.Mutex
+	locks     map[string]*sync.Mutex
+	starts    map[string]*startCall
 	protected []string // canonical Config.Protected
 
 	// retired marks containers ohd itself stopped or removed, so the
