@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"text/tabwriter"
 )
 
@@ -44,23 +45,34 @@ func (t Target) Meets(ratio float64) bool {
 	return r >= t.Value
 }
 
-// Targets are the ratio each benchmark must reach. create and remove
-// carry the acceptance target of their issue (ohd at most 10% slower than
-// the same steps done directly). The broker's rates get the same 10%
-// budget, expressed as a rate (1/1.1), against its baseline server. The
-// proxy's rates against the inner server reached directly measure what
-// any extra hop costs on the machine (a bare reverse proxy gets about
-// half the direct rate on two cores), so their target is against the
-// bare reverse proxy instead (proxy-http-vs-bare). Benchmarks not listed
-// have none.
+// Targets are the issues' acceptance targets. Ratios are ohd against a
+// baseline measured in the same run:
+//
+//   - create, remove: ohd's latency at most 1.1x the same steps done
+//     directly (git CLI and Engine API calls);
+//   - broker-*: the broker's request rate at least 0.8x a plain net/http
+//     server on a Unix socket; its p99 at most 1.5x the baseline's with 16
+//     clients (broker-*-p99), and at most 1 ms with one client
+//     (broker-*-1client-p99, a time in ms against the 1 ms bound);
+//   - proxy-http: at least 0.75x the inner server reached directly at its
+//     published port; proxy-ws: at least 0.8x.
+//
+// proxy-http-vs-bare (ohd against a bare httputil.ReverseProxy in the same
+// rounds) has no target: it shows how much of a proxy-http miss any hop
+// costs on this machine.
 var Targets = map[string]Target{
-	"create":                   {AtMost: true, Value: 1.10},
-	"remove":                   {AtMost: true, Value: 1.10},
-	"broker-keepalive":         {Value: 0.91},
-	"broker-newconn":           {Value: 0.91},
-	"broker-keepalive-1client": {Value: 0.91},
-	"broker-newconn-1client":   {Value: 0.91},
-	"proxy-http-vs-bare":       {Value: 0.91},
+	"create":                       {AtMost: true, Value: 1.10},
+	"remove":                       {AtMost: true, Value: 1.10},
+	"broker-keepalive":             {Value: 0.80},
+	"broker-newconn":               {Value: 0.80},
+	"broker-keepalive-1client":     {Value: 0.80},
+	"broker-newconn-1client":       {Value: 0.80},
+	"broker-keepalive-p99":         {AtMost: true, Value: 1.50},
+	"broker-newconn-p99":           {AtMost: true, Value: 1.50},
+	"broker-keepalive-1client-p99": {AtMost: true, Value: 1.00},
+	"broker-newconn-1client-p99":   {AtMost: true, Value: 1.00},
+	"proxy-http":                   {Value: 0.75},
+	"proxy-ws":                     {Value: 0.80},
 }
 
 // Row is one benchmark in the table.
@@ -103,6 +115,17 @@ func BrokerRows(rs []Result) []Row {
 	var out []Row
 	for _, r := range rs {
 		out = append(out, row("broker-"+r.Mode, fmtRate(r.BrokerRPS, "req/s"), fmtRate(r.BaselineRPS, "req/s"), r.Ratio))
+	}
+	// The latency targets: against the baseline's p99 with 16 clients, an
+	// absolute 1 ms with one (the ratio column then holds milliseconds).
+	for _, r := range rs {
+		name := "broker-" + r.Mode + "-p99"
+		p99 := fmtDur(r.BrokerP99) + " p99"
+		if r.Clients == 1 {
+			out = append(out, row(name, p99, "1ms bound", float64(r.BrokerP99)/float64(time.Millisecond)))
+		} else {
+			out = append(out, row(name, p99, fmtDur(r.BaselineP99)+" p99", float64(r.BrokerP99)/float64(max(r.BaselineP99, 1))))
+		}
 	}
 	return out
 }
