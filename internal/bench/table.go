@@ -6,8 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 	"text/tabwriter"
+	"time"
 )
 
 // Target is the ratio a benchmark must reach. The zero Target is "no
