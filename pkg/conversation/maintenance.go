@@ -57,6 +57,7 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (control.PruneRe
 				continue
 			}
 			id := c.ID
+			live[id] = true // its container and socket go with its removal
 			add(control.PruneItem{Kind: "conversation", ID: id, Path: c.Worktree, Action: "remove", Detail: "stopped, inactive since " + c.LastActiveAt.Format(time.RFC3339)}, func() error {
 				r, err := m.Remove(ctx, id, RemoveOptions{})
 				if err == nil && r.Removal != nil && (r.Removal.BranchKept || r.Removal.SnapshotRef != "") {

@@ -421,7 +421,7 @@ func (d *Daemon) handlePrune(w http.ResponseWriter, r *http.Request) error {
 			return badRequest(control.CodeBadRequest, "older than %q: want a duration such as 72h or 30m", req.OlderThan)
 		}
 	}
-	rep, err := d.mgr.Prune(r.Context(), conversation.PruneOptions{DryRun: req.DryRun, OlderThan: older})
+	rep, err := d.mgr.Prune(r.Context(), conversation.PruneOptions{DryRun: req.DryRun, OlderThan: older, WorktreeRoot: d.cfg.WorktreeRoot})
 	if err != nil {
 		return err
 	}
