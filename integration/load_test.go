@@ -98,7 +98,7 @@ func TestLoad(t *testing.T) {
 	time.Sleep(time.Second)
 	rss0 := procStatusKB(t, pid, "VmRSS")
 
-	repos := make([]string, 5)
+	repos := make([]string, (n+1)/2)
 	for i := range repos {
 		repos[i] = testenv.NewRepo(t, testenv.RepoOptions{})
 	}
