@@ -219,7 +219,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 	// Paths that are bad in every API.
 	dir := testenv.TempDir(t)
 	loop, dangling, toRepo := filepath.Join(dir, "loop-a"), filepath.Join(dir, "dangling"), filepath.Join(dir, "to-repo")
-	for _, l := range [][2]string{{filepath.Join(dir, "loop-b"), loop}, {loop, filepath.Join(dir, "loop-b")}, {filepath.Join(dir, "nowhere"), dangling}, {repo, toRepo}} {
+	toState, toRoot := filepath.Join(dir, "to-state"), filepath.Join(dir, "to-root")
+	for _, l := range [][2]string{{filepath.Join(dir, "loop-b"), loop}, {loop, filepath.Join(dir, "loop-b")}, {filepath.Join(dir, "nowhere"), dangling}, {repo, toRepo}, {d.dirs.State, toState}, {"/", toRoot}} {
 		if err := os.Symlink(l[0], l[1]); err != nil {
 			t.Fatal(err)
 		}
@@ -262,6 +263,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "create: repo not UTF-8", api: "control", method: "POST", path: "/v1/conversations", body: []byte("{\"repo\":\"" + dir + "/\xff\xfe\",\"worktree\":true}"), want: "does not exist"},
 		{name: "create: repo a symlink loop", api: "control", method: "POST", path: "/v1/conversations", body: create(loop), want: "symbolic links"},
 		{name: "create: repo a dangling symlink", api: "control", method: "POST", path: "/v1/conversations", body: create(dangling), want: "does not exist"},
+		{name: "create: repo is ohd's state dir", api: "control", method: "POST", path: "/v1/conversations", body: create(d.dirs.State), want: d.dirs.State},
+		{name: "create: repo a symlink to ohd's state dir", api: "control", method: "POST", path: "/v1/conversations", body: create(toState), want: d.dirs.State},
+		{name: "create: repo inside ohd's state dir", api: "control", method: "POST", path: "/v1/conversations", body: create(filepath.Join(d.dirs.State, "locks")), want: d.dirs.State},
+		{name: "create: repo is the runtime dir", api: "control", method: "POST", path: "/v1/conversations", body: create(d.dirs.Run), want: d.dirs.Run},
+		{name: "create: repo is a live worktree", api: "control", method: "POST", path: "/v1/conversations", body: create(c0.Worktree), want: d.dirs.Worktrees},
+		{name: "create: repo is /", api: "control", method: "POST", path: "/v1/conversations", body: create("/"), want: "/"},
+		{name: "create: repo a symlink to /", api: "control", method: "POST", path: "/v1/conversations", body: create(toRoot), want: "/"},
 		{name: "create: start point without worktree", api: "control", method: "POST", path: "/v1/conversations", body: j(map[string]any{"repo": repo, "start_point": "main"}), want: "without a worktree"},
 		{name: "create: option-like start point", api: "control", method: "POST", path: "/v1/conversations", body: create(repo, "start_point", "--upload-pack=touch /tmp/pwned"), want: "start point"},
 		{name: "create: unknown start point", api: "control", method: "POST", path: "/v1/conversations", body: create(repo, "start_point", "no-such-branch"), want: "no-such-branch"},
@@ -323,6 +331,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "create: conversation_id of a live conversation", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate(repo, "conversation_id", id0), want: "already exists"},
 		{name: "create: relative working_dir", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate("relative/dir"), want: "absolute"},
 		{name: "create: working_dir traversing to nowhere", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate(repo + "/../../../../no-such-ohd-dir"), want: "does not exist"},
+		{name: "create: 10 MiB working_dir", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate("/" + huge), want: "long"},
+		{name: "create: working_dir is ohd's state dir", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate(d.dirs.State), want: d.dirs.State},
+		{name: "create: working_dir a symlink to ohd's state dir", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate(toState), want: d.dirs.State},
+		{name: "create: working_dir is the runtime dir", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate(d.dirs.Run), want: d.dirs.Run},
+		{name: "create: working_dir is /", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate("/"), want: "/"},
 		{name: "create: working_dir with NUL", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate(repo + "\x00x"), want: "control character"},
 		{name: "create: working_dir not UTF-8", api: "conversation", method: "POST", path: "/api/conversations", body: []byte("{\"workspace\":{\"working_dir\":\"" + dir + "/\xff\xfe\"}}"), want: "does not exist"},
 		{name: "create: working_dir a symlink loop", api: "conversation", method: "POST", path: "/api/conversations", body: apiCreate(loop), want: "symbolic links"},
@@ -357,6 +370,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "git: unknown action", api: "broker", method: "POST", path: "/v1/git-credential?action=steal", body: gitReq("protocol=https\nhost=git.example.com\n\n"), want: "action"},
 		{name: "git: body over the limit", api: "broker", method: "POST", path: "/v1/git-credential?action=get", body: append(gitReq("protocol=https\nhost=git.example.com\nusername="), bytes.Repeat([]byte("u"), 65<<10)...), want: "large"},
 		{name: "llm: profile not granted", api: "broker", method: "GET", path: "/v1/llm/other", want: "not granted"},
+		{name: "llm proxy: escaped slashes", api: "broker", method: "GET", path: "/v1/llm/prov/proxy/..%2F..%2Fadmin", want: "path"},
 		{name: "llm proxy: escaped dot-dot segment", api: "broker", method: "GET", path: "/v1/llm/prov/proxy/%2e%2e/admin", want: "path"},
 		{name: "llm proxy: dot segment", api: "broker", method: "POST", path: "/v1/llm/prov/proxy/chat/%2E/completions", body: []byte(`{}`), want: "path"},
 		{name: "oauth: server not granted", api: "broker", method: "GET", path: "/v1/oauth/other/token", want: "not granted"},
