@@ -242,7 +242,15 @@ func (m *Manager) checkFree(ctx context.Context, rt gitTarget, wt Worktree) erro
 	} else if ok {
 		return fmt.Errorf("%w: branch %s exists in %s: delete it or use another conversation id", ErrExists, wt.Branch, wt.Repo)
 	}
+	// Under the repository lock: while another create is inside git
+	// worktree add, its admin dir can be half written, and git worktree
+	// list fails on it.
+	unlock, err := m.lockRepo(ctx, wt.CommonDir)
+	if err != nil {
+		return err
+	}
 	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	unlock()
 	if err != nil {
 		return err
 	}

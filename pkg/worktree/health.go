@@ -38,7 +38,12 @@ func (m *Manager) Health(ctx context.Context, wt Worktree) (Health, error) {
 	if err != nil {
 		return Health{}, fmt.Errorf("worktree health %s: repository git dir: %w", wt.Path, err)
 	}
+	unlock, err := m.lockRepo(ctx, wt.CommonDir) // see checkFree
+	if err != nil {
+		return Health{}, fmt.Errorf("worktree health %s: %w", wt.Path, err)
+	}
 	regs, err := m.registrations(ctx, wt.CommonDir, uid, gid)
+	unlock()
 	if err != nil {
 		return Health{}, fmt.Errorf("worktree health %s: %w", wt.Path, err)
 	}
