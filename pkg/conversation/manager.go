@@ -55,6 +55,10 @@ type StepError struct {
 }
 
 func (e *StepError) Error() string {
+	if e.Step == "image" {
+		// Checked before the record: there was nothing to undo.
+		return fmt.Sprintf("create conversation: step image failed: %v (nothing was created)", e.Err)
+	}
 	return fmt.Sprintf("create conversation %s: step %s failed: %v (everything provisioned was undone)", e.ID, e.Step, e.Err)
 }
 

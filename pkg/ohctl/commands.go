@@ -94,7 +94,7 @@ func (s *state) createCmd() *cli.Command {
 			})
 			if err != nil {
 				var ce *control.Error
-				if errors.As(err, &ce) && ce.Step != "" {
+				if errors.As(err, &ce) && ce.Step != "" && ce.Step != "image" {
 					return fmt.Errorf("%s\nhint: `ohctl ls --all` shows the failed record; `ohctl doctor` checks the setup", ce.Message)
 				}
 				return err
@@ -584,7 +584,7 @@ func (s *state) oauthCmd() *cli.Command {
 
 func (s *state) versionCmd() *cli.Command {
 	return &cli.Command{
-		Name: "version", Usage: "print ohctl's version and, if it answers, the daemon's",
+		Name: "version", Usage: "print ohctl's version and the daemon's (exit status 1 when the daemon does not answer)",
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			v, err := s.client().Version(ctx)
 			out := map[string]any{"ohctl": version.Version}
@@ -592,12 +592,17 @@ func (s *state) versionCmd() *cli.Command {
 				out["ohd"] = v
 			}
 			if s.json {
-				return printJSON(s.env.Stdout, out)
+				if err := printJSON(s.env.Stdout, out); err != nil {
+					return err
+				}
+				return err
 			}
 			fmt.Fprintf(s.env.Stdout, "ohctl %s\n", version.Version)
 			if err != nil {
-				fmt.Fprintf(s.env.Stdout, "ohd   unreachable: %v\n", err)
-				return nil
+				// Like docker version: a daemon that does not answer is an
+				// error, so the command works as a readiness probe.
+				fmt.Fprintf(s.env.Stdout, "ohd   unreachable\n")
+				return err
 			}
 			fmt.Fprintf(s.env.Stdout, "ohd   %s (api %s, runtime %s, state %s)\n", v.Version, v.APIVersion, v.Runtime, v.StateDir)
 			return nil

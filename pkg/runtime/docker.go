@@ -206,6 +206,11 @@ func (d *Docker) Ping(ctx context.Context) error {
 // wrap turns an engine error into "op obj: cause", wrapping the runtime's
 // sentinels where one applies.
 func (d *Docker) wrap(op, obj string, err error) error {
+	if client.IsErrConnectionFailed(err) {
+		// The engine went away after start-up: say so in ohd's words, not
+		// the client library's.
+		return fmt.Errorf("%s %s: %w: the Docker engine at %s does not answer; live conversations keep running, new ones wait for it: start Docker (or fix DOCKER_HOST)", op, obj, ErrEngineUnavailable, d.host)
+	}
 	return fmt.Errorf("%s %s: %w", op, obj, classify(err))
 }
 
