@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
 	"github.com/ohd-dev/ohd/pkg/proxy"
+	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -46,6 +48,12 @@ type ProxyOptions struct {
 	// WSWindow is the number of messages a WebSocket connection keeps in
 	// flight; default 16.
 	WSWindow int
+	// Image, when set, runs the stand-in in a container of this image
+	// (the test image), its port published on 127.0.0.1 as ohd publishes
+	// a conversation's: "direct" is then the inner server's published
+	// port, as the issue defines the baseline, and ohd forwards to that
+	// same port. When empty, the stand-in runs as a host process.
+	Image string
 }
 
 // ProxyResult is one mode's measurement: requests (http) or echoed
@@ -120,7 +128,7 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 		opts.WSWindow = 16
 	}
 	bin := opts.Standin
-	if bin == "" {
+	if bin == "" && opts.Image == "" {
 		dir, err := os.MkdirTemp("", "ohdbench-proxy")
 		if err != nil {
 			return nil, fmt.Errorf("bench proxy: %w", err)
@@ -133,7 +141,13 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 		}
 	}
 	innerKey := "ohd-bench-inner-session-key"
-	inner, err := proxyStartStandin(ctx, bin, innerKey)
+	var inner *proxyStandin
+	var err error
+	if opts.Image != "" {
+		inner, err = proxyStartContainer(ctx, opts.Image, innerKey)
+	} else {
+		inner, err = proxyStartStandin(ctx, bin, innerKey)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -402,11 +416,39 @@ func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int
 	return proxyCollect(ctx, per, elapsed)
 }
 
-// proxyStandin is a running stand-in process.
+// proxyStandin is a running stand-in process, or container.
 type proxyStandin struct {
 	addr string
 	cmd  *exec.Cmd
 	done chan struct{}
+	// remove, for a container, removes it.
+	remove func()
+}
+
+// proxyStartContainer runs the stand-in in a container of image, hardened
+// and published on 127.0.0.1 as ohd runs a conversation's.
+func proxyStartContainer(ctx context.Context, image, key string) (*proxyStandin, error) {
+	rt, err := runtime.NewDocker(ctx, runtime.DockerOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("bench proxy: %w", err)
+	}
+	inst, err := rt.Start(ctx, runtime.Spec{
+		ConversationID: proxyBenchID, ServerID: "ohd-bench-proxy-" + strconv.Itoa(os.Getpid()), Image: image,
+		UID: 1000, GID: 1000, ReadyTimeout: time.Minute,
+		// The key is in the environment here only: a bench container, not
+		// a conversation's (ohd hands real keys over by file).
+		Env: []string{"OH_SESSION_API_KEYS_0=" + key, "OHD_CONVERSATION_ID=" + proxyBenchID},
+	})
+	if err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("bench proxy: start the stand-in container: %w", err)
+	}
+	return &proxyStandin{addr: inst.Addr, remove: func() {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = rt.Remove(rctx, inst.ContainerID)
+		rt.Close()
+	}}, nil
 }
 
 func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, error) {
@@ -460,6 +502,10 @@ func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, err
 }
 
 func (st *proxyStandin) stop() {
+	if st.remove != nil {
+		st.remove()
+		return
+	}
 	_ = st.cmd.Process.Kill()
 	<-st.done
 }

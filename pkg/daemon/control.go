@@ -148,7 +148,7 @@ func (d *Daemon) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		e.Step = se.Step
 	}
 	if code == control.CodeTooLarge {
-		e.Message = fmt.Sprintf("%s %s: the request body is larger than the limit of %d bytes", r.Method, r.URL.Path, maxControlBody)
+		e.Message = fmt.Sprintf("%s %s: the request body is too large: the limit is %d bytes", r.Method, r.URL.Path, maxControlBody)
 	}
 	if code == control.CodeInternal {
 		d.log.Error("control request failed", "route", r.Method+" "+r.URL.Path, "err", err)

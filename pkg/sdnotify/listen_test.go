@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,18 +65,25 @@ func activatedChild() int {
 		}
 	}
 	r.Addrs = map[string][]string{}
+	// Serve one connection on each listener, all at once: the parent dials
+	// them in its own (map) order, so serving them one after the other
+	// would deadlock whenever the two orders differ. Each answers with the
+	// name the listener came under, so the parent sees which socket
+	// reached which name.
+	var wg sync.WaitGroup
 	for name, group := range lns {
 		for _, ln := range group {
 			r.Addrs[name] = append(r.Addrs[name], ln.Addr().String())
-			// Serve one connection: answer with the name the listener came
-			// under, so the parent sees which socket reached which name.
-			if c, err := ln.Accept(); err == nil {
-				fmt.Fprintln(c, name)
-				c.Close()
-			}
-			ln.Close()
+			wg.Go(func() {
+				if c, err := ln.Accept(); err == nil {
+					fmt.Fprintln(c, name)
+					c.Close()
+				}
+				ln.Close()
+			})
 		}
 	}
+	wg.Wait()
 	b, _ := json.Marshal(r)
 	if err := os.WriteFile(os.Getenv("SDNOTIFY_TEST_REPORT"), b, 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// What the create benchmark needs is checked before anything runs, so
 	// a missing engine fails in seconds, not after the other benchmarks.
-	if slices.Contains(cfg.only, "create") {
+	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") {
 		if err := prepareDocker(ctx, cfg, progress); err != nil {
 			fmt.Fprintf(stderr, "ohd-bench: create: %v\n", err)
 			return 1
@@ -148,7 +148,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				lines, details = append(lines, r.Line()), append(details, r.Detail())
 			}
 		case "proxy":
-			res, err := bench.Proxy(ctx, bench.ProxyOptions{Duration: cfg.duration})
+			// The inner server in a container, reached at its published
+			// port: the baseline the issue defines.
+			res, err := bench.Proxy(ctx, bench.ProxyOptions{Duration: cfg.duration, Image: cfg.image})
 			if err != nil {
 				fail("proxy", err)
 			}
