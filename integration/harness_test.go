@@ -123,29 +123,11 @@ type daemon struct {
 	socket string
 	listen string
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *testenv.SyncBuffer
 	done   chan struct{}
 	err    error
 
 	cachedServerID string
-}
-
-// syncBuffer is a goroutine-safe bytes.Buffer for a child's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newDirs makes fresh state, runtime and worktree directories. The runtime
@@ -183,7 +165,7 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 	if opts.Runtime == "docker" {
 		testenv.RequireDocker(t)
 	}
-	d := &daemon{t: t, opts: opts, logs: &syncBuffer{}}
+	d := &daemon{t: t, opts: opts, logs: &testenv.SyncBuffer{}}
 	if opts.Dirs != nil {
 		d.dirs = *opts.Dirs
 	} else {

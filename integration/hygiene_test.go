@@ -377,7 +377,7 @@ func TestDaemonNotDumpable(t *testing.T) {
 	socket := filepath.Join(runDir, "ohd", "ohd.sock")
 	ohd := testenv.AsUser(exec.Command(built.ohd, "serve", "--runtime", "local", "--listen", freePort(t), "--log-format", "json"), uid, gid)
 	ohd.Env = env
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	ohd.Stdout, ohd.Stderr = &logs, &logs
 	if err := ohd.Start(); err != nil {
 		t.Fatal(err)

@@ -118,9 +118,9 @@ func readmeBlock(t *testing.T, readme, heading string) []string {
 
 // background starts a shell command in dir and stops it (SIGTERM to its
 // process group) when the test ends.
-func background(t *testing.T, dir, cmd string, env []string) *syncBuffer {
+func background(t *testing.T, dir, cmd string, env []string) *testenv.SyncBuffer {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testenv.SyncBuffer{}
 	c := exec.Command("/bin/sh", "-c", cmd)
 	c.Dir, c.Stdout, c.Stderr = dir, out, out
 	c.Env = env

@@ -28,7 +28,7 @@ func TestSystemdNotify(t *testing.T) {
 	control := filepath.Join(dirs.Run, "ohd.sock")
 	cmd := exec.Command(built.ohd, "serve", "--state-dir", dirs.State, "--runtime-dir", dirs.Run, "--runtime", "local", "--listen", "off")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "NOTIFY_SOCKET=" + notifyPath}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestSocketActivation(t *testing.T) {
 		"--state-dir", dirs.State, "--runtime-dir", dirs.Run, "--control-socket", ownSocket, "--runtime", "local", "--listen", "127.0.0.1:1")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LISTEN_FDS=2", "LISTEN_FDNAMES=control:api"}
 	cmd.ExtraFiles = []*os.File{uf, tf}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,42 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
 const testKey = "test-session-key-0123456789"
-
-// syncBuffer is a bytes.Buffer safe for the server's concurrent log writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // testServer is a standin served by httptest, with its log.
 type testServer struct {
 	*httptest.Server
 	srv *Server
-	log *syncBuffer
+	log *testenv.SyncBuffer
 }
 
 // newTestServer starts a standin with cfg; a cfg without keys gets testKey.
@@ -48,7 +30,7 @@ func newTestServer(t *testing.T, cfg Config) *testServer {
 	if cfg.Addr == "" {
 		cfg.Addr = "0.0.0.0:8000"
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	srv := NewServer(cfg, slog.New(slog.NewTextHandler(logs, nil)))
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
@@ -70,7 +71,7 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 func TestRunExitAfter(t *testing.T) {
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	code := run(context.Background(), []string{"standin"}, env(map[string]string{
 		"STANDIN_ADDR":       "127.0.0.1:0",
 		"STANDIN_EXIT_AFTER": "50ms",
@@ -84,7 +85,7 @@ func TestRunExitAfter(t *testing.T) {
 }
 
 func TestRunBadConfig(t *testing.T) {
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	if code := run(context.Background(), []string{"standin"}, env(map[string]string{"STANDIN_EXIT_AFTER": "x"}), &stderr); code != 2 {
 		t.Errorf("run with a bad STANDIN_EXIT_AFTER = %d, want 2", code)
 	}

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,7 +161,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 	var results []Result
 	for _, m := range modes {
 		per := opts.Duration / time.Duration(opts.Rounds)
-		var bs, ls brokerSample
+		var bs, ls sample
 		// Warm both up (connections, goroutine stacks, caches).
 		if _, err := brokerDrive(ctx, baseSock, token, m.clients, m.keepAlive, per/5); err != nil {
 			return nil, err
@@ -173,7 +172,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		for round := range opts.Rounds {
 			order := []struct {
 				socket string
-				into   *brokerSample
+				into   *sample
 			}{{baseSock, &ls}, {ep.Socket, &bs}}
 			if round%2 == 1 {
 				order[0], order[1] = order[1], order[0]
@@ -188,7 +187,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		}
 		r := Result{
 			Mode: m.name, Clients: m.clients,
-			BrokerRPS: bs.rps(), BaselineRPS: ls.rps(),
+			BrokerRPS: bs.rate(), BaselineRPS: ls.rate(),
 			BrokerErrors: bs.errors, BaselineErrs: ls.errors,
 		}
 		r.BrokerP50, r.BrokerP99 = bs.percentile(0.50), bs.percentile(0.99)
@@ -204,36 +203,6 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 	return results, nil
 }
 
-// brokerSample is the outcome of driving a server.
-type brokerSample struct {
-	lat     []time.Duration
-	n       int
-	errors  int
-	elapsed time.Duration
-}
-
-func (s *brokerSample) add(o brokerSample) {
-	s.lat = append(s.lat, o.lat...)
-	s.n += o.n
-	s.errors += o.errors
-	s.elapsed += o.elapsed
-}
-
-func (s *brokerSample) rps() float64 {
-	if s.elapsed <= 0 {
-		return 0
-	}
-	return float64(s.n) / s.elapsed.Seconds()
-}
-
-func (s *brokerSample) percentile(p float64) time.Duration {
-	if len(s.lat) == 0 {
-		return 0
-	}
-	slices.Sort(s.lat)
-	return s.lat[min(len(s.lat)-1, int(float64(len(s.lat))*p))]
-}
-
 func brokerClient(socket string, keepAlive bool, clients int) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -247,13 +216,13 @@ func brokerClient(socket string, keepAlive bool, clients int) *http.Client {
 
 // brokerDrive runs clients goroutines, each sending GET /v1/whoami in a loop for
 // d, and returns every latency.
-func brokerDrive(ctx context.Context, socket, token string, clients int, keepAlive bool, d time.Duration) (brokerSample, error) {
+func brokerDrive(ctx context.Context, socket, token string, clients int, keepAlive bool, d time.Duration) (sample, error) {
 	hc := brokerClient(socket, keepAlive, clients)
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stop atomic.Bool
-	per := make([]brokerSample, clients)
+	per := make([]sample, clients)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range clients {
@@ -291,9 +260,9 @@ func brokerDrive(ctx context.Context, socket, token string, clients int, keepAli
 	wg.Wait()
 	elapsed := time.Since(start)
 	if err := ctx.Err(); err != nil {
-		return brokerSample{}, err
+		return sample{}, err
 	}
-	var all brokerSample
+	var all sample
 	for _, s := range per {
 		all.add(s)
 	}

@@ -161,15 +161,15 @@ func fmtDur(d time.Duration) string {
 	return d.Round(100 * time.Microsecond).String()
 }
 
-// sample is one iteration of one side: the duration of each step seen and
+// stepSample is one iteration of one side: the duration of each step seen and
 // of the whole operation.
-type sample struct {
+type stepSample struct {
 	steps map[string]time.Duration
 	total time.Duration
 }
 
 // breakdown computes the statistics of samples over steps.
-func breakdown(samples []sample, steps []string) Breakdown {
+func breakdown(samples []stepSample, steps []string) Breakdown {
 	var b Breakdown
 	complete := true
 	for _, s := range steps {
@@ -298,11 +298,11 @@ func Create(ctx context.Context, opts CreateOptions) (_ []CreateResult, err erro
 
 	type side struct {
 		name           string
-		cycle          func(context.Context) (sample, sample, error)
-		create, remove []sample
+		cycle          func(context.Context) (stepSample, stepSample, error)
+		create, remove []stepSample
 	}
 	sides := []*side{
-		{name: "ohd", cycle: func(ctx context.Context) (sample, sample, error) { return o.cycle(ctx, repo) }},
+		{name: "ohd", cycle: func(ctx context.Context) (stepSample, stepSample, error) { return o.cycle(ctx, repo) }},
 		{name: "baseline", cycle: base.cycle},
 	}
 	for _, s := range sides { // warm-up, untimed
@@ -324,7 +324,7 @@ func Create(ctx context.Context, opts CreateOptions) (_ []CreateResult, err erro
 			log.Debug("bench create: cycle", "side", s.name, "iteration", i+1, "create", c.total, "remove", r.total)
 		}
 	}
-	result := func(op string, steps []string, ohd, base []sample) CreateResult {
+	result := func(op string, steps []string, ohd, base []stepSample) CreateResult {
 		r := CreateResult{Op: op, Iterations: opts.Iterations, Steps: steps,
 			OHD: breakdown(ohd, steps), Baseline: breakdown(base, steps)}
 		if r.Baseline.Total.Median > 0 {
@@ -525,26 +525,26 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 }
 
 // cycle creates a conversation with a worktree of repo, then removes it.
-func (o *ohdSide) cycle(ctx context.Context, repo string) (sample, sample, error) {
+func (o *ohdSide) cycle(ctx context.Context, repo string) (stepSample, stepSample, error) {
 	o.rec.begin()
 	t0 := time.Now()
 	c, err := o.mgr.Create(ctx, conversation.CreateRequest{Workspace: repo, Worktree: true})
-	create := sample{total: time.Since(t0), steps: o.rec.end()}
+	create := stepSample{total: time.Since(t0), steps: o.rec.end()}
 	if err != nil {
-		return sample{}, sample{}, err
+		return stepSample{}, stepSample{}, err
 	}
 	if c.ContainerID == "" || c.Worktree == "" {
-		return sample{}, sample{}, fmt.Errorf("conversation %s has no container or no worktree: %+v", c.ID, c)
+		return stepSample{}, stepSample{}, fmt.Errorf("conversation %s has no container or no worktree: %+v", c.ID, c)
 	}
 	o.rec.begin()
 	t1 := time.Now()
 	r, err := o.mgr.Remove(ctx, c.ID, conversation.RemoveOptions{})
-	remove := sample{total: time.Since(t1), steps: o.rec.end()}
+	remove := stepSample{total: time.Since(t1), steps: o.rec.end()}
 	if err != nil {
-		return sample{}, sample{}, err
+		return stepSample{}, stepSample{}, err
 	}
 	if r.Removal == nil || r.Removal.BranchKept || r.Removal.SnapshotRef != "" {
-		return sample{}, sample{}, fmt.Errorf("conversation %s: the removal kept its branch or a snapshot: %+v", c.ID, r.Removal)
+		return stepSample{}, stepSample{}, fmt.Errorf("conversation %s: the removal kept its branch or a snapshot: %+v", c.ID, r.Removal)
 	}
 	return create, remove, nil
 }
@@ -728,10 +728,10 @@ func bindMount(src, dst string, ro bool) mount.Mount {
 }
 
 // cycle creates a conversation directly, then removes it.
-func (b *baselineSide) cycle(ctx context.Context) (sample, sample, error) {
+func (b *baselineSide) cycle(ctx context.Context) (stepSample, stepSample, error) {
 	c, create, err := b.create(ctx)
 	if err != nil {
-		return sample{}, sample{}, err
+		return stepSample{}, stepSample{}, err
 	}
 	remove, err := b.remove(ctx, c)
 	return create, remove, err
@@ -739,8 +739,8 @@ func (b *baselineSide) cycle(ctx context.Context) (sample, sample, error) {
 
 // create is git worktree add, then the container's create, start,
 // port inspection and readiness.
-func (b *baselineSide) create(ctx context.Context) (baseConv, sample, error) {
-	s := sample{steps: map[string]time.Duration{}}
+func (b *baselineSide) create(ctx context.Context) (baseConv, stepSample, error) {
+	s := stepSample{steps: map[string]time.Duration{}}
 	id := store.NewID()
 	c := baseConv{id: id, path: filepath.Join(b.root, id, filepath.Base(b.repo)), branch: worktree.BranchName(id)}
 	t0 := time.Now()
@@ -867,8 +867,8 @@ func (b *baselineSide) waitReady(ctx context.Context, url string) error {
 
 // remove is a forced container remove, git worktree remove and git
 // branch -D.
-func (b *baselineSide) remove(ctx context.Context, c baseConv) (sample, error) {
-	s := sample{steps: map[string]time.Duration{}}
+func (b *baselineSide) remove(ctx context.Context, c baseConv) (stepSample, error) {
+	s := stepSample{steps: map[string]time.Duration{}}
 	t0 := time.Now()
 	if _, err := b.cli.ContainerRemove(ctx, c.container, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
 		return s, fmt.Errorf("remove container: %w", err)

@@ -109,7 +109,7 @@ func TestStat(t *testing.T) {
 
 func TestBreakdown(t *testing.T) {
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
-	samples := []sample{
+	samples := []stepSample{
 		{total: ms(100), steps: map[string]time.Duration{StepWorktree: ms(10), StepContainer: ms(40), StepReady: ms(30)}},
 		{total: ms(120), steps: map[string]time.Duration{StepWorktree: ms(20), StepContainer: ms(50), StepReady: ms(30)}},
 	}
@@ -127,14 +127,14 @@ func TestBreakdown(t *testing.T) {
 		t.Errorf("breakdown() mismatch (-want +got):\n%s", diff)
 	}
 
-	// A step missing from a sample leaves Own unmeasured.
+	// A step missing from a stepSample leaves Own unmeasured.
 	samples[1].steps = map[string]time.Duration{StepContainer: ms(50), StepReady: ms(30)}
 	got = breakdown(samples, createSteps)
 	if got.Own.N != 0 {
 		t.Errorf("breakdown() with a step missing: Own = %+v, want unmeasured", got.Own)
 	}
 	if got.Steps[0].N != 1 {
-		t.Errorf("breakdown() with a step missing: worktree = %+v, want 1 sample", got.Steps[0])
+		t.Errorf("breakdown() with a step missing: worktree = %+v, want 1 stepSample", got.Steps[0])
 	}
 }
 

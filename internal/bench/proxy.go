@@ -190,17 +190,17 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 
 	var results []ProxyResult
 	for _, mode := range []string{"http", "ws"} {
-		drive := func(t target, d time.Duration) (proxySample, error) {
+		drive := func(t target, d time.Duration) (sample, error) {
 			if mode == "http" {
 				return proxyDriveHTTP(ctx, t.addr, t.key, opts.Clients, d)
 			}
 			return proxyDriveWS(ctx, t.addr, t.key, opts.Clients, opts.WSMessage, opts.WSWindow, d)
 		}
 		per := opts.Duration / time.Duration(opts.Rounds)
-		var ps, ds, bs proxySample
+		var ps, ds, bs sample
 		type leg struct {
 			t    target
-			into *proxySample
+			into *sample
 		}
 		legs := []leg{{direct, &ds}, {via, &ps}}
 		if mode == "http" {
@@ -242,38 +242,8 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 	return results, nil
 }
 
-// proxySample is the outcome of driving one path.
-type proxySample struct {
-	lat     []time.Duration
-	n       int
-	errors  int
-	elapsed time.Duration
-}
-
-func (s *proxySample) add(o proxySample) {
-	s.lat = append(s.lat, o.lat...)
-	s.n += o.n
-	s.errors += o.errors
-	s.elapsed += o.elapsed
-}
-
-func (s *proxySample) rate() float64 {
-	if s.elapsed <= 0 {
-		return 0
-	}
-	return float64(s.n) / s.elapsed.Seconds()
-}
-
-func (s *proxySample) percentile(p float64) time.Duration {
-	if len(s.lat) == 0 {
-		return 0
-	}
-	slices.Sort(s.lat)
-	return s.lat[min(len(s.lat)-1, int(float64(len(s.lat))*p))]
-}
-
 // proxyDriveHTTP runs clients goroutines sending GET echo requests for d.
-func proxyDriveHTTP(ctx context.Context, addr, key string, clients int, d time.Duration) (proxySample, error) {
+func proxyDriveHTTP(ctx context.Context, addr, key string, clients int, d time.Duration) (sample, error) {
 	hc := &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: clients,
 		DisableCompression:  true,
@@ -282,7 +252,7 @@ func proxyDriveHTTP(ctx context.Context, addr, key string, clients int, d time.D
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stop atomic.Bool
-	per := make([]proxySample, clients)
+	per := make([]sample, clients)
 	var wg sync.WaitGroup
 	start := time.Now()
 	url := "http://" + addr + "/api/conversations/" + proxyBenchID + "/echo/bench"
@@ -321,11 +291,11 @@ func proxyDriveHTTP(ctx context.Context, addr, key string, clients int, d time.D
 	return proxyCollect(ctx, per, time.Since(start))
 }
 
-func proxyCollect(ctx context.Context, per []proxySample, elapsed time.Duration) (proxySample, error) {
+func proxyCollect(ctx context.Context, per []sample, elapsed time.Duration) (sample, error) {
 	if err := ctx.Err(); err != nil {
-		return proxySample{}, err
+		return sample{}, err
 	}
-	var all proxySample
+	var all sample
 	for _, s := range per {
 		all.add(s)
 	}
@@ -338,7 +308,7 @@ func proxyCollect(ctx context.Context, per []proxySample, elapsed time.Duration)
 
 // proxyDriveWS opens conns WebSockets and, on each, keeps window messages
 // of size bytes in flight for d, counting echoes.
-func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int, d time.Duration) (proxySample, error) {
+func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int, d time.Duration) (sample, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hdr := http.Header{}
@@ -354,16 +324,16 @@ func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int
 	for i := range cs {
 		c, _, err := websocket.Dial(ctx, "ws://"+addr+"/sockets/events/"+proxyBenchID, &websocket.DialOptions{HTTPHeader: hdr})
 		if err != nil {
-			return proxySample{}, fmt.Errorf("bench proxy: websocket: %w", err)
+			return sample{}, fmt.Errorf("bench proxy: websocket: %w", err)
 		}
 		c.SetReadLimit(int64(size) + 4096)
 		if _, _, err := c.Read(ctx); err != nil { // the stand-in's hello
-			return proxySample{}, fmt.Errorf("bench proxy: websocket hello: %w", err)
+			return sample{}, fmt.Errorf("bench proxy: websocket hello: %w", err)
 		}
 		cs[i] = c
 	}
 	msg := make([]byte, size)
-	per := make([]proxySample, conns)
+	per := make([]sample, conns)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	start := time.Now()

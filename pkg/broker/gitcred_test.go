@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/broker"
 )

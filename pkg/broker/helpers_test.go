@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/broker/brokertest"
@@ -81,24 +82,6 @@ func unixClient(socket string) *http.Client {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is one Broker on a temporary runtime dir, with an in-memory backend,
 // a captured debug log and a record of every answer the tests saw that
 // must not hold a value (errors, proxied answers). At cleanup it checks
@@ -110,7 +93,7 @@ type env struct {
 	key     []byte
 	be      *brokertest.Backend
 	b       *broker.Broker
-	log     *syncBuffer
+	log     *testenv.SyncBuffer
 	mu      sync.Mutex
 	watched []string // answers that must hold no value
 }
@@ -119,7 +102,7 @@ type envOption func(*broker.Options)
 
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
-	e := &env{t: t, be: brokertest.New(), log: &syncBuffer{}}
+	e := &env{t: t, be: brokertest.New(), log: &testenv.SyncBuffer{}}
 	// A short runtime dir: socket paths are limited to 107 bytes.
 	dir, err := os.MkdirTemp("", "ohdb")
 	if err != nil {

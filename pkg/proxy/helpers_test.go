@@ -65,30 +65,12 @@ func randomKey(t testing.TB) []byte {
 	return []byte("inner-" + hex.EncodeToString(b))
 }
 
-// syncBuffer collects a process's output safely.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // standin is a running stand-in process.
 type standin struct {
 	addr string
 	key  []byte
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testenv.SyncBuffer
 	done chan struct{} // closed once the process is reaped
 	once sync.Once
 }
@@ -97,7 +79,7 @@ type standin struct {
 // returns once it listens. It is stopped when t ends.
 func startStandin(t testing.TB, env ...string) *standin {
 	t.Helper()
-	st := &standin{key: randomKey(t), log: &syncBuffer{}, done: make(chan struct{})}
+	st := &standin{key: randomKey(t), log: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	cmd := exec.Command(standinBin)
 	cmd.Env = append([]string{
 		"PATH=/usr/bin:/bin",

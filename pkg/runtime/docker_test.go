@@ -22,6 +22,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
 )

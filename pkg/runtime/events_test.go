@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
 )
