@@ -332,7 +332,7 @@ func validGitGrant(s string) bool {
 		}
 	}
 	for i := 0; i < len(path); i++ {
-		if c := path[i]; c < 0x21 || c == 0x7f || c == '?' || c == '#' || c == '%' {
+		if c := path[i]; c < 0x21 || c == 0x7f || c == '?' || c == '#' || c == '%' || c == '\\' {
 			return false
 		}
 	}
