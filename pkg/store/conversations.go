@@ -343,6 +343,7 @@ func (s *Store) setCached(id string, c *Conversation) {
 	defer s.mu.Unlock()
 	if c == nil {
 		delete(s.convs, id)
+		delete(s.innerKeys, id)
 		return
 	}
 	cc := c.Clone()
@@ -352,13 +353,27 @@ func (s *Store) setCached(id string, c *Conversation) {
 // SetInnerKey stores the conversation's inner session key, sealed.
 func (s *Store) SetInnerKey(id string, key []byte) error {
 	sealed := s.key.Seal("conversation_keys|"+id, key)
-	return s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketConvKeys).Put([]byte(id), sealed)
 	})
+	if err == nil {
+		s.mu.Lock()
+		s.innerKeys[id] = slices.Clone(key)
+		s.mu.Unlock()
+	}
+	return err
 }
 
-// InnerKey returns the conversation's inner session key.
+// InnerKey returns the conversation's inner session key. The proxy asks
+// for it on every forwarded request, so an opened key is kept in memory
+// (the daemon holds it anyway, and is not dumpable).
 func (s *Store) InnerKey(id string) ([]byte, error) {
+	s.mu.RLock()
+	k, ok := s.innerKeys[id]
+	s.mu.RUnlock()
+	if ok {
+		return slices.Clone(k), nil
+	}
 	var sealed []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketConvKeys).Get([]byte(id))
@@ -371,5 +386,12 @@ func (s *Store) InnerKey(id string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.key.Open("conversation_keys|"+id, sealed)
+	k, err = s.key.Open("conversation_keys|"+id, sealed)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.innerKeys[id] = k
+	s.mu.Unlock()
+	return slices.Clone(k), nil
 }

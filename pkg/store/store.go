@@ -82,6 +82,8 @@ type Store struct {
 	wmu   sync.Mutex
 	mu    sync.RWMutex
 	convs map[string]*Conversation // committed copy of bucket conversations
+	// innerKeys caches opened inner session keys (mu guards it too).
+	innerKeys map[string][]byte
 
 	audit *auditWriter
 }
@@ -105,7 +107,7 @@ func Open(path string, key *masterkey.Key, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	s := &Store{db: db, key: key, log: opts.Logger, convs: map[string]*Conversation{}}
+	s := &Store{db: db, key: key, log: opts.Logger, convs: map[string]*Conversation{}, innerKeys: map[string][]byte{}}
 	if err := s.init(path); err != nil {
 		db.Close()
 		return nil, err

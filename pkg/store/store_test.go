@@ -341,3 +341,22 @@ func FuzzValidID(f *testing.F) {
 		}
 	})
 }
+
+func TestInnerKeyCacheFollowsWrites(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), FileName), newKey(t, 1))
+	defer s.Close()
+	id := NewID()
+	must(t, s.CreateConversation(Conversation{ID: id}))
+	must(t, s.SetInnerKey(id, []byte("one")))
+	k, err := s.InnerKey(id)
+	must(t, err)
+	k[0] = 'X' // a caller's copy must not reach the cache
+	must(t, s.SetInnerKey(id, []byte("two")))
+	if k, _ := s.InnerKey(id); string(k) != "two" {
+		t.Errorf("InnerKey after a new key = %q, want two", k)
+	}
+	must(t, s.DeleteConversation(id))
+	if _, err := s.InnerKey(id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("InnerKey after delete = %v, want ErrNotFound", err)
+	}
+}
