@@ -158,6 +158,11 @@ func (req *GitRequest) mergeURL(raw string, seen map[string]bool) error {
 		return fmt.Errorf("%w: url without a host", errGitSyntax)
 	}
 	set := func(key string, field *string, v string) error {
+		// url= is percent-decoded: "%00" or "%0A" would smuggle in what
+		// the line syntax refuses.
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("%w: CR, LF or NUL in the url's %s", errGitSyntax, key)
+		}
 		if seen[key] && *field != v {
 			return fmt.Errorf("%w: url and %s disagree", errGitSyntax, key)
 		}
