@@ -468,7 +468,8 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		step = time.Now()
 	}
 	if repo.IsGit && req.Worktree {
-		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint})
+		planned := worktreeOf(conv)
+		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint, Planned: &planned})
 		if werr != nil {
 			return conv, &StepError{ID: id, Step: "worktree", Err: werr}
 		}

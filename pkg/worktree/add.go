@@ -22,6 +22,12 @@ type AddOptions struct {
 	// empty, the first that exists of refs/remotes/origin/HEAD, main,
 	// master and HEAD is used. Nothing is fetched.
 	StartPoint string
+	// Planned, when set, is what Plan returned for these same options a
+	// moment ago: Add then skips the checks Plan made (the inspection, the
+	// free path and branch, the start point) instead of running their git
+	// commands twice, and uses the start commit Plan resolved. The checks
+	// that matter under the repository lock run again anyway.
+	Planned *Worktree
 }
 
 // Worktree is a conversation's worktree as Add created it. Persist every
@@ -136,8 +142,24 @@ func (m *Manager) Plan(ctx context.Context, opts AddOptions) (Worktree, error) {
 // before the first change; if git fails midway, Add removes what it
 // created (directory, admin dir, branch) before returning the error.
 func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
-	wt, repo, err := m.plan(ctx, opts)
-	if err != nil {
+	var (
+		wt   Worktree
+		repo Repo
+		err  error
+	)
+	if p := opts.Planned; p != nil {
+		// Only a plan of exactly these options: anything else would skip
+		// checks for a worktree they never covered.
+		repo = opts.Repo
+		want := filepath.Join(m.root, opts.ConversationID, filepath.Base(repo.TopLevel))
+		if p.ConversationID != opts.ConversationID || p.Path != want || p.Repo != repo.TopLevel ||
+			p.CommonDir != repo.CommonDir || p.Branch != BranchName(opts.ConversationID) || !isHexID(p.StartCommit) ||
+			(opts.StartPoint != "" && p.StartPoint != opts.StartPoint) || ValidateID(opts.ConversationID) != nil {
+			return Worktree{}, fmt.Errorf("worktree add: %w: the plan does not match the options; call Plan again", ErrInvalidWorktree)
+		}
+		wt = *p
+		wt.AdminID, wt.AdminDir = "", ""
+	} else if wt, repo, err = m.plan(ctx, opts); err != nil {
 		return Worktree{}, err
 	}
 	id := wt.ConversationID

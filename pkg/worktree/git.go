@@ -189,6 +189,10 @@ func mayRunFilters(args []string) bool {
 			return false
 		case "add":
 			return !slices.Contains(args, "--no-checkout")
+		case "remove":
+			// With --force git neither checks the worktree is clean nor
+			// reads file content: it deletes.
+			return !slices.Contains(args, "--force")
 		}
 	}
 	return true

@@ -84,7 +84,8 @@ func TestMayRunFilters(t *testing.T) {
 		{[]string{"worktree", "list", "--porcelain", "-z"}, false},
 		{[]string{"worktree", "add", "--no-checkout", "/p", "abc"}, false},
 		{[]string{"worktree", "add", "/p", "abc"}, true},
-		{[]string{"worktree", "remove", "--force", "/p"}, true},
+		{[]string{"worktree", "remove", "--force", "/p"}, false}, // --force: no clean check, no content read
+		{[]string{"worktree", "remove", "/p"}, true},
 		{[]string{"hash-object", "-t", "tree", "--stdin"}, false},
 		{[]string{"hash-object", "--stdin", "--path", "a.txt"}, true},
 		{[]string{"write-tree"}, true},

@@ -1,6 +1,7 @@
 package worktree
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,5 +106,33 @@ func TestRepairMakesALiveWorktreeValidAgain(t *testing.T) {
 	}
 	if out := testenv.Git(t, repo.TopLevel, "worktree", "list", "--porcelain"); strings.Contains(out, "prunable") {
 		t.Errorf("still prunable after Repair:\n%s", out)
+	}
+}
+
+func TestAddWithAPlan(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	id := newID(t)
+	plan, err := m.Plan(testCtx(t), AddOptions{Repo: repo, ConversationID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A plan for another conversation is refused, and nothing is made.
+	other := newID(t)
+	if _, err := m.Add(testCtx(t), AddOptions{Repo: repo, ConversationID: other, Planned: &plan}); !errors.Is(err, ErrInvalidWorktree) {
+		t.Errorf("Add with another conversation's plan = %v, want ErrInvalidWorktree", err)
+	}
+	if _, err := os.Stat(filepath.Join(m.Root(), other)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused plan left %s behind", other)
+	}
+	wt, err := m.Add(testCtx(t), AddOptions{Repo: repo, ConversationID: id, Planned: &plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wt.Path != plan.Path || wt.StartCommit != plan.StartCommit || wt.AdminID == "" {
+		t.Errorf("Add with its plan = %+v, plan %+v", wt, plan)
+	}
+	if h, err := m.Health(testCtx(t), wt); err != nil || !h.Registered || h.Prunable || !h.Locked {
+		t.Errorf("Health = %+v, %v", h, err)
 	}
 }
