@@ -419,7 +419,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 			return store.Conversation{}, fmt.Errorf("create conversation %s: replace the failed record: %w", id, err)
 		}
 	}
-	if err := m.st.CreateConversation(conv); err != nil {
+	if err := m.st.CreateConversationWithKey(conv, newInnerKey()); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
 		}
@@ -473,15 +473,14 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		if werr != nil {
 			return conv, &StepError{ID: id, Step: "worktree", Err: werr}
 		}
-		conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
-			c.Repo, c.CommonDir, c.Worktree, c.AdminID = wt.Repo, wt.CommonDir, wt.Path, wt.AdminID
-			c.Branch, c.StartPoint, c.StartCommit = wt.Branch, wt.StartPoint, wt.StartCommit
-			c.WorkingDir = filepath.Join(wt.Path, repo.Prefix)
-			return nil
-		})
-		if err != nil {
-			return conv, &StepError{ID: id, Step: "worktree", Err: err}
-		}
+		// The steps' results are kept in memory and written once, with the
+		// state running: a crash before that leaves a provisioning record,
+		// and reconcile finds what was made by the record's planned
+		// worktree path (worktree.Find), the socket directory's name and
+		// the containers' labels.
+		conv.Repo, conv.CommonDir, conv.Worktree, conv.AdminID = wt.Repo, wt.CommonDir, wt.Path, wt.AdminID
+		conv.Branch, conv.StartPoint, conv.StartCommit = wt.Branch, wt.StartPoint, wt.StartCommit
+		conv.WorkingDir = filepath.Join(wt.Path, repo.Prefix)
 		done("worktree")
 		failpoint.Hit("create/after-worktree")
 	}
@@ -489,13 +488,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	if err != nil {
 		return conv, &StepError{ID: id, Step: "broker", Err: err}
 	}
-	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
-		c.BrokerDir = m.brokerDir(id)
-		return nil
-	})
-	if err != nil {
-		return conv, &StepError{ID: id, Step: "broker", Err: err}
-	}
+	conv.BrokerDir = m.brokerDir(id)
 	done("broker")
 	failpoint.Hit("create/after-broker")
 	var target Target
@@ -515,13 +508,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		m.cfg.OnStep(id, "container_ready", inst.Timings.Ready)
 		step = time.Now()
 		failpoint.Hit("create/after-start")
-		conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
-			c.ContainerID, c.ContainerName, c.HostPort = inst.ContainerID, inst.Name, inst.HostPort
-			return nil
-		})
-		if err != nil {
-			return conv, &StepError{ID: id, Step: "container", Err: err}
-		}
+		conv.ContainerID, conv.ContainerName, conv.HostPort = inst.ContainerID, inst.Name, inst.HostPort
 		target = Target{Addr: inst.Addr, InnerKey: innerKey}
 	}
 	if req.Forward != nil {
@@ -531,13 +518,15 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		done("forward")
 		failpoint.Hit("create/after-forward")
 	}
+	made := conv
 	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
-		c.State = store.StateRunning
-		c.LastActiveAt = time.Now().UTC()
+		created := c.CreatedAt
+		*c = made
+		c.CreatedAt, c.State, c.LastActiveAt = created, store.StateRunning, time.Now().UTC()
 		return nil
 	})
 	if err != nil {
-		return conv, &StepError{ID: id, Step: "record", Err: err}
+		return made, &StepError{ID: id, Step: "record", Err: err}
 	}
 	m.cfg.OnStep(id, "create_total", time.Since(t0))
 	m.log.Info("conversation created", "id", id, "runtime", conv.Runtime, "worktree", conv.Worktree, "container", shortID(conv.ContainerID))
@@ -554,9 +543,8 @@ func (m *Manager) fail(conv store.Conversation, cause error) (store.Conversation
 		step = se.Step
 	}
 	m.log.Warn("conversation create failed; undoing", "id", conv.ID, "step", step, "err", cause)
-	if cur, err := m.st.Conversation(conv.ID); err == nil {
-		conv = cur
-	}
+	// conv is the in-memory record of the create (what each completed step
+	// made), or the stored one when reconcile undoes a crashed create.
 	if _, err := m.teardown(ctx, conv, false); err != nil {
 		m.log.Error("undo of a failed create incomplete; reconcile will retry", "id", conv.ID, "err", err)
 		cause = fmt.Errorf("%w; undo incomplete: %v", cause, err)

@@ -221,6 +221,12 @@ func randomHex(n int) string {
 
 // CreateConversation writes a new record; ErrExists if the id is taken.
 func (s *Store) CreateConversation(c Conversation) error {
+	return s.CreateConversationWithKey(c, nil)
+}
+
+// CreateConversationWithKey writes a new record and, when innerKey is not
+// nil, its sealed inner key, in one transaction (one disk sync).
+func (s *Store) CreateConversationWithKey(c Conversation, innerKey []byte) error {
 	if !ValidID(c.ID) {
 		return fmt.Errorf("create conversation %q: id is not a UUID", c.ID)
 	}
@@ -239,12 +245,22 @@ func (s *Store) CreateConversation(c Conversation) error {
 		if b.Get([]byte(c.ID)) != nil {
 			return fmt.Errorf("create conversation %s: %w", c.ID, ErrExists)
 		}
+		if innerKey != nil {
+			if err := tx.Bucket(bucketConvKeys).Put([]byte(c.ID), s.key.Seal("conversation_keys|"+c.ID, innerKey)); err != nil {
+				return err
+			}
+		}
 		return putJSON(b, c.ID, &c)
 	})
 	if err != nil {
 		return err
 	}
 	s.setCached(c.ID, &c)
+	if innerKey != nil {
+		s.mu.Lock()
+		s.innerKeys[c.ID] = slices.Clone(innerKey)
+		s.mu.Unlock()
+	}
 	return nil
 }
 
