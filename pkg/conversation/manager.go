@@ -141,6 +141,7 @@ type Manager struct {
 	locks     map[string]*sync.Mutex
 	starts    map[string]*startCall
 	protected []string // canonical Config.Protected
+	images    sync.Map // image ID -> runtime.Image
 
 	// retired marks containers ohd itself stopped or removed, so the
 	// engine's late events about them are not taken for a crash.
@@ -373,7 +374,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	var plan worktree.Worktree
 	if repo.IsGit && req.Worktree {
-		if plan, err = m.wt.Plan(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint}); err != nil {
+		if plan, err = m.wt.Plan(ctx, worktree.AddOptions{Repo: repo, Inspected: true, ConversationID: id, StartPoint: req.StartPoint}); err != nil {
 			if errors.Is(err, worktree.ErrGit) {
 				return store.Conversation{}, &StepError{ID: id, Step: "worktree", Err: err}
 			}
@@ -385,6 +386,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		if img, err = m.rt.ResolveImage(ctx, m.cfg.Image); err != nil {
 			return store.Conversation{}, &StepError{ID: id, Step: "image", Err: err}
 		}
+		m.images.Store(img.ID, img)
 	}
 	uid, gid := repo.UID, repo.GID
 	if !repo.IsGit {
@@ -688,7 +690,7 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 		runtime.Mount{Source: m.brokerDir(conv.ID), Target: ContainerBrokerDir, ReadOnly: true},
 		runtime.Mount{Source: m.cfg.Helper, Target: ContainerHelper, ReadOnly: true},
 	)
-	img, err := m.rt.ResolveImage(ctx, conv.ImageID)
+	img, err := m.image(ctx, conv.ImageID)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
@@ -744,6 +746,19 @@ func (m *Manager) env(conv store.Conversation) []string {
 func lookupEnv(getenv func(string) string, name string) (string, bool) {
 	v := getenv(name)
 	return v, v != ""
+}
+
+// image returns the configuration of an image by its ID: resolved once,
+// kept (an image ID names immutable content).
+func (m *Manager) image(ctx context.Context, id string) (runtime.Image, error) {
+	if v, ok := m.images.Load(id); ok {
+		return v.(runtime.Image), nil
+	}
+	img, err := m.rt.ResolveImage(ctx, id)
+	if err == nil {
+		m.images.Store(id, img)
+	}
+	return img, err
 }
 
 func shortID(id string) string {

@@ -22,6 +22,10 @@ type AddOptions struct {
 	// empty, the first that exists of refs/remotes/origin/HEAD, main,
 	// master and HEAD is used. Nothing is fetched.
 	StartPoint string
+	// Inspected says Repo comes from this Manager's Inspect a moment ago,
+	// so Plan and Add need not inspect the workspace again (they do
+	// otherwise, so a stale or hand-made Repo cannot point them elsewhere).
+	Inspected bool
 	// Planned, when set, is what Plan returned for these same options a
 	// moment ago: Add then skips the checks Plan made (the inspection, the
 	// free path and branch, the start point) instead of running their git
@@ -79,9 +83,12 @@ func (m *Manager) plan(ctx context.Context, opts AddOptions) (Worktree, Repo, er
 	if err := checkStartPoint(opts.StartPoint); err != nil {
 		return Worktree{}, Repo{}, fmt.Errorf("worktree add: %w", err)
 	}
-	repo, err := m.recheck(ctx, opts.Repo)
-	if err != nil {
-		return Worktree{}, Repo{}, fmt.Errorf("worktree add: %w", err)
+	repo := opts.Repo
+	var err error
+	if !opts.Inspected || !repo.IsGit || repo.TopLevel == "" {
+		if repo, err = m.recheck(ctx, opts.Repo); err != nil {
+			return Worktree{}, Repo{}, fmt.Errorf("worktree add: %w", err)
+		}
 	}
 	if m.euid != 0 && repo.UID != m.euid {
 		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w", repo.TopLevel, ownerError(repo.UID, m.euid))

@@ -123,7 +123,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	}
 	defer unlock()
 
-	if err := m.removeWorktree(ctx, wt, ct, dirExists, registered); err != nil {
+	if err := m.removeWorktree(wt, registered); err != nil {
 		return fail(err)
 	}
 	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
@@ -163,22 +163,19 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 // Unlocking deletes <AdminDir>/locked directly (that file is the lock, see
 // gitrepository-layout(5)): `git worktree unlock <path>` picks the first
 // registration claiming the path, which need not be ours if an agent
-// rewrote another admin dir's gitdir. For the same reason `git worktree
-// remove` is used only when exactly one registration claims the path and
-// both pointers agree; otherwise, or if git fails, ohd deletes the
-// directory and (only if it is ours, see ownsAdmin) the admin dir itself.
-func (m *Manager) removeWorktree(ctx context.Context, wt Worktree, ct gitTarget, dirExists, registered bool) error {
+// rewrote another admin dir's gitdir. For the same reason ohd does not ask
+// git to remove the worktree by path: it deletes the directory and (only if
+// it is ours, see ownsAdmin) the admin dir itself, which is all
+// `git worktree remove --force` does.
+func (m *Manager) removeWorktree(wt Worktree, registered bool) error {
 	if registered {
 		if err := os.Remove(filepath.Join(wt.AdminDir, "locked")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("unlock %s: %w", wt.Path, err)
 		}
-		if dirExists && adminPointsAt(wt.AdminDir, wt.Path) && dotGitPointsAt(wt.Path, wt.AdminDir) && m.claimedOnce(ctx, wt) {
-			if _, err := m.git(ctx, ct, runOpts{}, "worktree", "remove", "--force", wt.Path); err != nil {
-				m.log.Warn("git worktree remove failed; removing by hand", "path", wt.Path, "err", err)
-			}
-		}
-		// Still there: git did not remove it. It is still ours (checked
-		// before unlocking; git cannot reuse a name that exists).
+		// What `git worktree remove --force` does, done directly: the admin
+		// dir is ours (ownsAdmin, checked before unlocking; git cannot
+		// reuse a name that exists), the snapshot is taken, and git would
+		// only delete the two directories. Two git runs fewer per removal.
 		if ok, err := lexists(wt.AdminDir); err != nil || ok {
 			if err := os.RemoveAll(wt.AdminDir); err != nil {
 				return fmt.Errorf("remove admin dir %s: %w", wt.AdminDir, err)
@@ -191,21 +188,6 @@ func (m *Manager) removeWorktree(ctx context.Context, wt Worktree, ct gitTarget,
 		return fmt.Errorf("remove %s: %w", wt.Path, err)
 	}
 	return nil
-}
-
-// claimedOnce reports whether exactly one registration names wt.Path.
-func (m *Manager) claimedOnce(ctx context.Context, wt Worktree) bool {
-	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
-	if err != nil {
-		return false
-	}
-	n := 0
-	for _, r := range regs {
-		if samePath(r.Path, wt.Path) {
-			n++
-		}
-	}
-	return n == 1
 }
 
 // ownsAdmin reports whether wt.AdminDir is this conversation's admin dir
