@@ -174,7 +174,7 @@ func mayRunFilters(args []string) bool {
 		return true
 	}
 	switch args[0] {
-	case "rev-parse", "update-ref", "rev-list", "commit-tree", "config", "version":
+	case "rev-parse", "update-ref", "rev-list", "commit-tree", "config", "version", "for-each-ref":
 		return false
 	// Not write-tree: writing the index re-checks racily clean entries by
 	// content, through the clean filter.

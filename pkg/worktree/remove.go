@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -107,13 +108,6 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 		case dirExists:
 			return fail(fmt.Errorf("%w: %s is no longer registered as a worktree of %s, so its uncommitted work cannot be snapshotted: copy what you need, then remove with --discard", ErrUnsavedWork, wt.Path, wt.Repo))
 		}
-		if res.SnapshotRef == "" { // an earlier, interrupted Remove may have saved one
-			if oid, ok, err := m.revParse(ctx, ct, snapRef); err != nil {
-				return fail(err)
-			} else if ok {
-				res.SnapshotRef, res.SnapshotCommit = snapRef, oid
-			}
-		}
 	}
 	res.AlreadyRemoved = !dirExists && !registered
 
@@ -126,26 +120,29 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if err := m.removeWorktree(wt, registered); err != nil {
 		return fail(err)
 	}
-	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	// A registration is an admin dir whose gitdir names the path: none may
+	// be left for ours (an admin dir git reused for another worktree is
+	// not ours and stays).
+	if admin := registeredAt(wt.CommonDir, wt.Path); admin != "" {
+		return fail(fmt.Errorf("%s is still registered after removal (%s): run `git worktree remove --force --force %s` in %s", wt.Path, admin, wt.Path, wt.Repo))
+	}
+	// The branch and the snapshot ref, read in one git run, under the lock.
+	refs, err := m.readRefs(ctx, ct, "refs/heads/"+wt.Branch, snapRef)
 	if err != nil {
 		return fail(err)
 	}
-	for _, r := range regs {
-		if samePath(r.Path, wt.Path) {
-			return fail(fmt.Errorf("%s is still registered after removal (git worktree list shows it): run `git worktree remove --force --force %s` in %s", wt.Path, wt.Path, wt.Repo))
+	if res.SnapshotRef == "" && !opts.Discard { // an earlier, interrupted Remove may have saved one
+		if oid, ok := refs[snapRef]; ok {
+			res.SnapshotRef, res.SnapshotCommit = snapRef, oid
 		}
 	}
-	checkedOutIn, err := m.settleBranch(ctx, wt, ct, opts, regs, &res)
+	checkedOutIn, err := m.settleBranch(ctx, wt, ct, opts, refs["refs/heads/"+wt.Branch], &res)
 	if err != nil {
 		return fail(err)
 	}
-	if opts.Discard {
-		if oid, ok, err := m.revParse(ctx, ct, snapRef); err != nil {
-			return fail(err)
-		} else if ok {
-			if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-d", snapRef, oid); err != nil {
-				return fail(fmt.Errorf("delete %s: %w", snapRef, err))
-			}
+	if oid, ok := refs[snapRef]; opts.Discard && ok {
+		if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-d", snapRef, oid); err != nil {
+			return fail(fmt.Errorf("delete %s: %w", snapRef, err))
 		}
 	}
 	if err := os.Remove(convDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -219,13 +216,9 @@ func ownsAdmin(wt Worktree) bool {
 // settleBranch deletes or keeps the conversation's branch and fills res.
 // It returns the path of another worktree that has the branch checked out,
 // if any (the branch is then kept).
-func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, opts RemoveOptions, regs []Registration, res *RemoveResult) (string, error) {
+func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, opts RemoveOptions, oid string, res *RemoveResult) (string, error) {
 	ref := "refs/heads/" + wt.Branch
-	oid, ok, err := m.revParse(ctx, ct, ref)
-	if err != nil {
-		return "", err
-	}
-	if !ok {
+	if oid == "" {
 		return "", nil // already deleted (by an earlier Remove, or by hand)
 	}
 	if n, err := m.commitsBeyond(ctx, ct, oid, wt.StartCommit); err == nil {
@@ -233,11 +226,9 @@ func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, o
 	} else {
 		m.log.Warn("cannot count the branch's commits; keeping it", "branch", wt.Branch, "err", err)
 	}
-	for _, r := range regs {
-		if r.Branch == ref {
-			res.BranchKept = true
-			return r.Path, nil
-		}
+	if path := checkedOutIn(wt.CommonDir, ref); path != "" {
+		res.BranchKept = true
+		return path, nil
 	}
 	if !opts.Discard && (res.CommitsBeyondStart != 0 || res.SnapshotRef != "") {
 		res.BranchKept = true
@@ -249,6 +240,63 @@ func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, o
 	}
 	res.BranchDeleted = true
 	return "", nil
+}
+
+// checkedOutIn returns the path of a worktree of commonDir (the main one or
+// a linked one) that has ref checked out, or "". It reads the HEAD files,
+// as git itself does to refuse deleting such a branch.
+func checkedOutIn(commonDir, ref string) string {
+	headIs := func(dir string) bool {
+		b, err := readLinkFile(filepath.Join(dir, "HEAD"))
+		return err == nil && strings.TrimSpace(string(b)) == "ref: "+ref
+	}
+	if headIs(commonDir) {
+		if filepath.Base(commonDir) == ".git" {
+			return filepath.Dir(commonDir)
+		}
+		return commonDir
+	}
+	entries, _ := os.ReadDir(filepath.Join(commonDir, "worktrees"))
+	for _, e := range entries {
+		admin := filepath.Join(commonDir, "worktrees", e.Name())
+		if !headIs(admin) {
+			continue
+		}
+		if b, err := readLinkFile(filepath.Join(admin, "gitdir")); err == nil {
+			return filepath.Dir(strings.TrimSpace(string(b)))
+		}
+		return admin
+	}
+	return ""
+}
+
+// registeredAt returns the admin dir of commonDir whose gitdir names path,
+// or "". It reads the admin dirs, as git worktree list does.
+func registeredAt(commonDir, path string) string {
+	entries, _ := os.ReadDir(filepath.Join(commonDir, "worktrees"))
+	for _, e := range entries {
+		if admin := filepath.Join(commonDir, "worktrees", e.Name()); adminPointsAt(admin, path) {
+			return admin
+		}
+	}
+	return ""
+}
+
+// readRefs returns the object ids of those refs that exist, in one git run.
+func (m *Manager) readRefs(ctx context.Context, t gitTarget, refs ...string) (map[string]string, error) {
+	args := append([]string{"for-each-ref", "--format=%(objectname) %(refname)", "--"}, refs...)
+	out, err := m.git(ctx, t, runOpts{}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read refs: %w", err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		oid, name, ok := strings.Cut(line, " ")
+		if ok && isHexID(oid) && slices.Contains(refs, name) { // patterns also match refs below them
+			got[name] = oid
+		}
+	}
+	return got, nil
 }
 
 // commitsBeyond counts the commits reachable from tip but not from start.
