@@ -427,21 +427,7 @@ func TestAPICreateFailuresUndoEverything(t *testing.T) {
 					t.Errorf("record %s left in live state %s", c.ID, c.State)
 				}
 			}
-			if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()); strings.TrimSpace(out) != "" {
-				t.Errorf("containers left: %s", out)
-			}
-			if entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations")); len(entries) != 0 {
-				t.Errorf("socket dirs left: %v", entries)
-			}
-			if got := porcelain(t, repo); len(got) != 1 {
-				t.Errorf("worktrees left: %v", got)
-			}
-			if refs := testenv.Git(t, repo, "for-each-ref", "--format=%(refname)"); strings.Contains(refs, "openhands/") {
-				t.Errorf("branches left:\n%s", refs)
-			}
-			if entries, _ := os.ReadDir(d.dirs.Worktrees); len(entries) != 0 {
-				t.Errorf("worktree folders left: %v", entries)
-			}
+			assertNothingLeft(t, d, repo)
 		})
 	}
 }

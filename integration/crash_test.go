@@ -70,6 +70,28 @@ func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversat
 	return convs
 }
 
+// assertNothingLeft asserts that a failed or undone create left nothing of
+// itself: no container of d's server, no socket directory, no worktree
+// registration, branch or folder in repo.
+func assertNothingLeft(t testing.TB, d *daemon, repo string) {
+	t.Helper()
+	if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()); strings.TrimSpace(out) != "" {
+		t.Errorf("containers left: %s", out)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations")); len(entries) != 0 {
+		t.Errorf("socket dirs left: %v", entries)
+	}
+	if got := porcelain(t, repo); len(got) != 1 {
+		t.Errorf("worktrees left: %v", got)
+	}
+	if refs := testenv.Git(t, repo, "for-each-ref", "--format=%(refname)"); strings.Contains(refs, "openhands/") {
+		t.Errorf("branches left:\n%s", refs)
+	}
+	if entries, _ := os.ReadDir(d.dirs.Worktrees); len(entries) != 0 {
+		t.Errorf("worktree folders left: %v", entries)
+	}
+}
+
 // crashRuns is how many times each crash point runs: 1 in the default
 // test run, more with OHD_CRASH_RUNS for the long run.
 func crashRuns() int {

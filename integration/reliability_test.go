@@ -684,21 +684,7 @@ func TestReliabilityAPICreateCrashAfterForward(t *testing.T) {
 	if len(convs) != 1 || convs[0].State != store.StateFailed {
 		t.Errorf("records after the restart = %+v, want one failed record", convs)
 	}
-	if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()); strings.TrimSpace(out) != "" {
-		t.Errorf("containers left: %s", out)
-	}
-	if entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations")); len(entries) != 0 {
-		t.Errorf("socket dirs left: %v", entries)
-	}
-	if got := porcelain(t, repo); len(got) != 1 {
-		t.Errorf("worktrees left: %v", got)
-	}
-	if refs := testenv.Git(t, repo, "for-each-ref", "--format=%(refname)"); strings.Contains(refs, "openhands/") {
-		t.Errorf("branches left:\n%s", refs)
-	}
-	if entries, _ := os.ReadDir(d.dirs.Worktrees); len(entries) != 0 {
-		t.Errorf("worktree folders left: %v", entries)
-	}
+	assertNothingLeft(t, d, repo)
 	// And the API no longer shows it.
 	if r, err := api.do(ctx, "GET", "/api/conversations/count", nil); err != nil || strings.TrimSpace(string(r.Body)) != "0" {
 		t.Errorf("count after the restart = %v %s, want 0", err, r.Body)

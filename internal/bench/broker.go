@@ -5,7 +5,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -217,60 +216,10 @@ func brokerClient(socket string, keepAlive bool, clients int) *http.Client {
 // brokerDrive runs clients goroutines, each sending GET /v1/whoami in a loop for
 // d, and returns every latency.
 func brokerDrive(ctx context.Context, socket, token string, clients int, keepAlive bool, d time.Duration) (sample, error) {
-	hc := brokerClient(socket, keepAlive, clients)
-	defer hc.CloseIdleConnections()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stop atomic.Bool
-	per := make([]sample, clients)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range clients {
-		wg.Go(func() {
-			s := &per[i]
-			s.lat = make([]time.Duration, 0, 1<<14)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://ohd-broker/v1/whoami", nil)
-			req.Header.Set("Authorization", "Bearer "+token)
-			req.Header.Set("X-OHD-Request", "1")
-			for !stop.Load() {
-				t0 := time.Now()
-				resp, err := hc.Do(req)
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					s.errors++
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				s.lat = append(s.lat, time.Since(t0))
-				s.n++
-				if resp.StatusCode != http.StatusOK {
-					s.errors++
-				}
-			}
-		})
-	}
-	select {
-	case <-time.After(d):
-	case <-ctx.Done():
-	}
-	stop.Store(true)
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := ctx.Err(); err != nil {
-		return sample{}, err
-	}
-	var all sample
-	for _, s := range per {
-		all.add(s)
-	}
-	all.elapsed = elapsed
-	if all.n == 0 {
-		return all, errors.New("bench broker: no request completed")
-	}
-	return all, nil
+	req, _ := http.NewRequest(http.MethodGet, "http://ohd-broker/v1/whoami", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("X-OHD-Request", "1")
+	return driveHTTP(ctx, "broker", brokerClient(socket, keepAlive, clients), req, clients, d)
 }
 
 func brokerGetOnce(socket, token string) ([]byte, error) {

@@ -244,66 +244,10 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 
 // proxyDriveHTTP runs clients goroutines sending GET echo requests for d.
 func proxyDriveHTTP(ctx context.Context, addr, key string, clients int, d time.Duration) (sample, error) {
-	hc := &http.Client{Transport: &http.Transport{
-		MaxIdleConnsPerHost: clients,
-		DisableCompression:  true,
-	}}
-	defer hc.CloseIdleConnections()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stop atomic.Bool
-	per := make([]sample, clients)
-	var wg sync.WaitGroup
-	start := time.Now()
-	url := "http://" + addr + "/api/conversations/" + proxyBenchID + "/echo/bench"
-	for i := range clients {
-		wg.Go(func() {
-			s := &per[i]
-			s.lat = make([]time.Duration, 0, 1<<14)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			req.Header.Set("X-Session-API-Key", key)
-			for !stop.Load() {
-				t0 := time.Now()
-				resp, err := hc.Do(req)
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					s.errors++
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				s.lat = append(s.lat, time.Since(t0))
-				s.n++
-				if resp.StatusCode != http.StatusOK {
-					s.errors++
-				}
-			}
-		})
-	}
-	select {
-	case <-time.After(d):
-	case <-ctx.Done():
-	}
-	stop.Store(true)
-	wg.Wait()
-	return proxyCollect(ctx, per, time.Since(start))
-}
-
-func proxyCollect(ctx context.Context, per []sample, elapsed time.Duration) (sample, error) {
-	if err := ctx.Err(); err != nil {
-		return sample{}, err
-	}
-	var all sample
-	for _, s := range per {
-		all.add(s)
-	}
-	all.elapsed = elapsed
-	if all.n == 0 {
-		return all, errors.New("bench proxy: nothing completed")
-	}
-	return all, nil
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/api/conversations/"+proxyBenchID+"/echo/bench", nil)
+	req.Header.Set("X-Session-API-Key", key)
+	return driveHTTP(ctx, "proxy", hc, req, clients, d)
 }
 
 // proxyDriveWS opens conns WebSockets and, on each, keeps window messages
@@ -383,7 +327,7 @@ func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int
 		c.Close(websocket.StatusNormalClosure, "")
 	}
 	cs = nil
-	return proxyCollect(ctx, per, elapsed)
+	return collect(ctx, "proxy", per, elapsed)
 }
 
 // proxyStandin is a running stand-in process, or container.

@@ -1,7 +1,13 @@
 package bench
 
 import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,4 +42,66 @@ func (s *sample) percentile(p float64) time.Duration {
 	}
 	slices.Sort(s.lat)
 	return s.lat[min(len(s.lat)-1, int(float64(len(s.lat))*p))]
+}
+
+// driveHTTP runs clients goroutines, each sending req (cloned per client)
+// through hc in a loop for d, and returns every latency; a transport error
+// or a status other than 200 counts as an error. what names the benchmark
+// in its error.
+func driveHTTP(ctx context.Context, what string, hc *http.Client, req *http.Request, clients int, d time.Duration) (sample, error) {
+	defer hc.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stop atomic.Bool
+	per := make([]sample, clients)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range clients {
+		wg.Go(func() {
+			s := &per[i]
+			s.lat = make([]time.Duration, 0, 1<<14)
+			r := req.Clone(ctx)
+			for !stop.Load() {
+				t0 := time.Now()
+				resp, err := hc.Do(r)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					s.errors++
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				s.lat = append(s.lat, time.Since(t0))
+				s.n++
+				if resp.StatusCode != http.StatusOK {
+					s.errors++
+				}
+			}
+		})
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	wg.Wait()
+	return collect(ctx, what, per, time.Since(start))
+}
+
+// collect sums the per-client samples of one drive.
+func collect(ctx context.Context, what string, per []sample, elapsed time.Duration) (sample, error) {
+	if err := ctx.Err(); err != nil {
+		return sample{}, err
+	}
+	var all sample
+	for _, s := range per {
+		all.add(s)
+	}
+	all.elapsed = elapsed
+	if all.n == 0 {
+		return all, errors.New("bench " + what + ": nothing completed")
+	}
+	return all, nil
 }
