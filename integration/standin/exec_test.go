@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
 func TestExec(t *testing.T) {
 	for _, prog := range []string{"sh", "pwd", "cat", "sleep"} {
 		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("%s not installed: %v", prog, err)
+			testenv.Missing(t, "%s not installed: %v", prog, err)
 		}
 	}
 	ts := newTestServer(t, Config{})
