@@ -471,16 +471,7 @@ func TestEvents(t *testing.T) {
 	mine := mustStart(t, d, baseSpec(t, server))
 	theirs := mustStart(t, d, baseSpec(t, other))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan Event, 100)
-	done := make(chan error, 1)
-	go func() { done <- d.Events(ctx, server, func(e Event) { got <- e }) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Events returned %v after its context ended, want nil", err)
-		}
-	}()
+	got := followEvents(t, d, server)
 
 	raw := rawClient(t)
 	for _, id := range []string{theirs.ContainerID, mine.ContainerID} {

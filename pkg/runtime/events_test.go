@@ -117,16 +117,8 @@ func TestEventsReconnect(t *testing.T) {
 	direct, server := testDocker(t)
 	inst := mustStart(t, direct, baseSpec(t, server))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan Event, 100)
-	done := make(chan error, 1)
-	go func() { done <- d.Events(ctx, server, func(e Event) { got <- e }) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Events = %v after its context ended, want nil", err)
-		}
-	}()
+	ctx := context.Background()
+	got := followEvents(t, d, server)
 
 	// The stream is up once an event of ours comes through.
 	raw := rawClient(t)

@@ -131,3 +131,20 @@ func mustStart(t testing.TB, d *Docker, s Spec) Instance {
 // shUIDGID is a /bin/sh script (the test image has no id(1)) printing the
 // real uid and gid of the shell.
 const shUIDGID = `while read -r k a rest; do case $k in Uid:|Gid:) echo "$a";; esac; done < /proc/self/status`
+
+// followEvents runs d.Events for server until the test ends and returns
+// the events it delivers; Events must then return nil.
+func followEvents(t testing.TB, d *Docker, server string) <-chan Event {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan Event, 100)
+	done := make(chan error, 1)
+	go func() { done <- d.Events(ctx, server, func(e Event) { got <- e }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Events returned %v after its context ended, want nil", err)
+		}
+	})
+	return got
+}
