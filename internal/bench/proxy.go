@@ -154,7 +154,7 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 	defer inner.stop()
 
 	srv, err := proxy.New(proxy.Options{
-		Conversations: &proxyBenchConversations{addr: inner.addr, key: []byte(innerKey)},
+		Conversations: &proxyBenchConversations{addr: inner.addr, key: []byte(innerKey), nd: inner.nd},
 		Keys:          [][]byte{[]byte(proxyBenchKey)},
 	})
 	if err != nil {
@@ -333,6 +333,11 @@ func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int
 // proxyStandin is a running stand-in process, or container.
 type proxyStandin struct {
 	addr string
+	// dial, when set, reaches the inner server inside its container's
+	// network namespace, as ohd does when it can; via says which path ohd
+	// took.
+	nd   *runtime.NetnsDialer
+	via  string
 	cmd  *exec.Cmd
 	done chan struct{}
 	// remove, for a container, removes it.
@@ -357,12 +362,23 @@ func proxyStartContainer(ctx context.Context, image, key string) (*proxyStandin,
 		rt.Close()
 		return nil, fmt.Errorf("bench proxy: start the stand-in container: %w", err)
 	}
-	return &proxyStandin{addr: inst.Addr, remove: func() {
+	st := &proxyStandin{addr: inst.Addr, via: "published port"}
+	// As ohd's conversation manager does: reach the inner server inside
+	// the container's network namespace when this process can.
+	nd, err := rt.OpenNetns(ctx, inst.ContainerID)
+	if err == nil {
+		st.nd, st.via = nd, "container network namespace"
+	}
+	st.remove = func() {
+		if nd != nil {
+			nd.Close()
+		}
 		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = rt.Remove(rctx, inst.ContainerID)
 		rt.Close()
-	}}, nil
+	}
+	return st, nil
 }
 
 func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, error) {
@@ -428,6 +444,7 @@ func (st *proxyStandin) stop() {
 type proxyBenchConversations struct {
 	addr string
 	key  []byte
+	nd   *runtime.NetnsDialer // nil: the published port
 }
 
 func (c *proxyBenchConversations) conv() store.Conversation {
@@ -451,7 +468,11 @@ func (c *proxyBenchConversations) Target(_ context.Context, id string) (conversa
 	if id != proxyBenchID {
 		return conversation.Target{}, conversation.ErrNotFound
 	}
-	return conversation.Target{Addr: c.addr, InnerKey: c.key}, nil
+	t := conversation.Target{Addr: c.addr, InnerKey: c.key}
+	if c.nd != nil {
+		t.Dial, t.DialAddr = c.nd.DialContext, c.nd.Addr
+	}
+	return t, nil
 }
 
 func (c *proxyBenchConversations) Remove(context.Context, string, conversation.RemoveOptions) (store.Conversation, error) {

@@ -186,6 +186,7 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation)
 func (m *Manager) retire(containerID string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.dropNetns(containerID)
 	now := time.Now()
 	for id, t := range m.retired {
 		if now.Sub(t) > retireFor {
@@ -306,6 +307,9 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 	t := Target{InnerKey: key}
 	if c.HostPort != 0 {
 		t.Addr = fmt.Sprintf("127.0.0.1:%d", c.HostPort)
+		if nd := m.innerDial(ctx, c); nd != nil {
+			t.Dial, t.DialAddr = nd.DialContext, nd.Addr
+		}
 	}
 	return t, nil
 }
@@ -365,6 +369,7 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	}
 	var inst runtime.Instance
 	if c.ContainerID != "" {
+		m.dropNetns(c.ContainerID)
 		inst, err = m.rt.Restart(ctx, c.ContainerID, spec)
 		if errors.Is(err, runtime.ErrNotFound) {
 			c.ContainerID = ""
@@ -476,6 +481,7 @@ func (m *Manager) containerGone(ev runtime.Event) {
 	if err != nil || c.State != store.StateRunning || c.ContainerID != ev.ContainerID || c.Removal != nil {
 		return
 	}
+	m.dropNetns(ev.ContainerID)
 	m.cfg.Metrics.ContainerGone(ev.Action)
 	note := fmt.Sprintf("container %s %s behind ohd's back at %s (exit code %d)", shortID(ev.ContainerID), action(ev.Action), ev.Time.UTC().Format(time.RFC3339), ev.ExitCode)
 	_, _ = m.st.UpdateConversation(c.ID, func(c *store.Conversation) error {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -146,6 +147,10 @@ type Manager struct {
 	// retired marks containers ohd itself stopped or removed, so the
 	// engine's late events about them are not taken for a crash.
 	retired map[string]time.Time
+
+	// netns reaches running inner servers through their own network
+	// namespaces.
+	netns netnsCache
 }
 
 type startCall struct {
@@ -346,6 +351,14 @@ type Target struct {
 	Addr string
 	// InnerKey is the inner session key the proxy sends.
 	InnerKey []byte
+	// Dial, when not nil, connects to the inner server from inside its
+	// container's network namespace; the proxy uses it instead of dialing
+	// Addr (which stays the name of this target: connections are pooled
+	// by it, and error bodies are scrubbed of it).
+	Dial func(ctx context.Context) (net.Conn, error)
+	// DialAddr is the inner server's address as Dial reaches it (inside
+	// the container); it is scrubbed from answers too.
+	DialAddr string
 }
 
 // Create provisions a conversation; see the package comment.

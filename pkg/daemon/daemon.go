@@ -534,6 +534,9 @@ func (d *Daemon) close() {
 		_ = d.br.Shutdown(sctx)
 		cancel()
 	}
+	if d.mgr != nil {
+		_ = d.mgr.Close() // the containers' network namespaces
+	}
 	if d.rt != nil {
 		_ = d.rt.Close()
 	}

@@ -279,13 +279,17 @@ func printableASCII(r rune) rune {
 
 // postCreate forwards the create body to the inner server.
 func (s *Server) postCreate(ctx context.Context, id string, t conversation.Target, body []byte) (*innerAnswer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+t.Addr+"/api/conversations", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodPost, "http://"+t.Addr+"/api/conversations", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errInnerUnreachable, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("X-Session-API-Key", string(t.InnerKey))
+	// A create's target has no namespace dialer yet (the conversation's
+	// first request opens it): do not leave a published-port connection
+	// in the pool for that first request to take.
+	req.Close = t.Dial == nil
 	resp, err := s.client.Do(req)
 	if err != nil {
 		s.log.Warn("conversation API: forwarding a create failed", "id", id, "err", err)

@@ -72,10 +72,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	stripHopByHop(r.Header)
 	ft := &fwdTarget{
-		id: fp.ID, addr: t.Addr, key: string(t.InnerKey),
+		id: fp.ID, addr: t.Addr, dialAddr: t.DialAddr, key: string(t.InnerKey),
 		path: fp.innerPath(), query: stripAuthQuery(r.URL.RawQuery), body: body,
 	}
-	ctx := context.WithValue(r.Context(), fwdKey{}, ft)
+	ctx := context.WithValue(withTarget(r.Context(), t), fwdKey{}, ft)
 	tw := &touchWriter{ResponseWriter: w, touch: func() { s.conv.Touch(fp.ID) }}
 	s.rp.ServeHTTP(tw, r.WithContext(ctx))
 }
@@ -107,6 +107,7 @@ type fwdKey struct{}
 // fwdTarget is where one forwarded request goes.
 type fwdTarget struct {
 	id, addr, key string
+	dialAddr      string // where Dial reaches it inside its container, or ""
 	path          string // escaped
 	query         string // auth parameters stripped
 	body          *limitedBody
@@ -187,9 +188,9 @@ func modifyResponse(resp *http.Response) error {
 	ft := resp.Request.Context().Value(fwdKey{}).(*fwdTarget)
 	resp.Header.Del("Set-Cookie")
 	resp.Header.Del("Set-Cookie2")
-	scrubHeaders(resp.Header, ft.addr)
+	scrubHeaders(resp.Header, ft.addr, ft.dialAddr)
 	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotModified && resp.Request.Method != http.MethodHead {
-		scrubErrorBody(resp, ft.addr)
+		scrubErrorBody(resp, ft.addr, ft.dialAddr)
 	}
 	return nil
 }
@@ -204,9 +205,24 @@ func innerForms(addr string) []string {
 	return forms
 }
 
-// scrubString makes URLs on the inner address relative (so a client
-// resolves them against ohd) and replaces any other mention of it.
-func scrubString(v, addr string) string {
+// scrubString makes URLs on the inner addresses ("host:port"; "" is
+// skipped) relative (so a client resolves them against ohd) and replaces
+// any other mention of them.
+func scrubString(v string, addrs ...string) string {
+	for _, addr := range addrs {
+		// Every spelling of addr ends in ":<port>": most values (a
+		// header's) do not mention it at all.
+		i := strings.LastIndexByte(addr, ':')
+		if addr == "" || i < 0 || !strings.Contains(v, addr[i:]) {
+			continue
+		}
+		v = scrubAddr(v, addr)
+	}
+	return scrubLoopback(v)
+}
+
+// scrubAddr is scrubString for one address, without the loopback pass.
+func scrubAddr(v, addr string) string {
 	for _, f := range innerForms(addr) {
 		if !strings.Contains(strings.ToLower(v), strings.ToLower(f)) {
 			continue
@@ -216,7 +232,7 @@ func scrubString(v, addr string) string {
 		}
 		v = replaceFold(v, f, scrubbedAddr)
 	}
-	return scrubLoopback(v)
+	return v
 }
 
 // replaceFold replaces every case-insensitive (ASCII) occurrence of old.
@@ -238,10 +254,10 @@ func replaceFold(s, old, new string) string {
 	}
 }
 
-func scrubHeaders(h http.Header, addr string) {
+func scrubHeaders(h http.Header, addrs ...string) {
 	for name, vs := range h {
 		for i, v := range vs {
-			nv := scrubString(v, addr)
+			nv := scrubString(v, addrs...)
 			if nv == "" && (name == "Location" || name == "Content-Location") {
 				nv = "/"
 			}
@@ -253,7 +269,7 @@ func scrubHeaders(h http.Header, addr string) {
 // scrubErrorBody replaces resp's body by a scrubbed copy of at most
 // maxErrorBody bytes. A body in an encoding ohd cannot read is replaced
 // by a short JSON detail.
-func scrubErrorBody(resp *http.Response, addr string) {
+func scrubErrorBody(resp *http.Response, addrs ...string) {
 	var src io.Reader = resp.Body
 	enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding")))
 	readable := true
@@ -275,7 +291,7 @@ func scrubErrorBody(resp *http.Response, addr string) {
 		if err != nil && len(b) == 0 {
 			readable = false
 		}
-		body = []byte(scrubString(string(b), addr))
+		body = []byte(scrubString(string(b), addrs...))
 	}
 	if !readable {
 		body = []byte(`{"detail":"` + http.StatusText(resp.StatusCode) + ` (the conversation server's error body was withheld: ohd could not read its encoding)"}` + "\n")

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -257,5 +259,40 @@ func TestStripHopByHop(t *testing.T) {
 	stripHopByHop(h)
 	if len(h) != 1 || h.Get("X-C") != "3" {
 		t.Errorf("stripHopByHop left %v, want only X-C", h)
+	}
+}
+
+// TestTargetDial checks that a target's own Dial (the manager's way into a
+// container's network namespace) carries every kind of request — forwarded,
+// metadata and WebSocket — and that its address is scrubbed like the
+// published one.
+func TestTargetDial(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	fake.viaDial = true
+
+	resp, b := p.do(t, "GET", "/api/conversations/"+id+"/echo/x", outerKeys[0], nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("forward through Dial = %d %s", resp.StatusCode, b)
+	}
+	resp, b = p.do(t, "GET", "/api/conversations/"+id, outerKeys[0], nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Ohd-Source") != "inner" {
+		t.Errorf("GET through Dial = %d (source %q) %s, want the inner answer", resp.StatusCode, resp.Header.Get("X-Ohd-Source"), b)
+	}
+	c := p.dialWS(t, id, "", keyHeader(outerKeys[0]))
+	expectHello(t, c, id)
+	c.Close(websocket.StatusNormalClosure, "")
+	if n := fake.dials.Load(); n < 2 {
+		t.Errorf("Dial called %d times, want at least 2 (HTTP, WebSocket)", n)
+	}
+
+	// The stand-in's /error names its listen address, which is DialAddr.
+	fake.mu.Lock()
+	inner := fake.convs[id].inner.addr
+	fake.mu.Unlock()
+	resp, b = p.do(t, "GET", "/api/conversations/"+id+"/error", outerKeys[0], nil)
+	if resp.StatusCode != 500 || bytes.Contains(b, []byte(inner)) {
+		t.Errorf("/error through Dial = %d %s, want it without %s", resp.StatusCode, b, inner)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -160,6 +161,11 @@ type fakeConversations struct {
 	local         bool // the local runtime: no inner server
 	tap           bool // put a recording proxy in front of new stand-ins
 	taps          map[string]*tapServer
+	// viaDial gives targets an Addr where nothing listens and a Dial that
+	// reaches the stand-in, as the manager does for a container it can
+	// enter; dials counts its calls.
+	viaDial bool
+	dials   atomic.Int64
 }
 
 type fakeConv struct {
@@ -315,7 +321,26 @@ func (f *fakeConversations) Target(ctx context.Context, id string) (conversation
 	}
 	key := fc.key
 	f.mu.Unlock()
-	return conversation.Target{Addr: addr, InnerKey: key}, nil
+	t := conversation.Target{Addr: addr, InnerKey: key}
+	if f.viaDial {
+		t.Addr, t.DialAddr = deadAddr(f.t), addr
+		t.Dial = func(ctx context.Context) (net.Conn, error) {
+			f.dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		}
+	}
+	return t, nil
+}
+
+// deadAddr is a loopback address where nothing listens.
+func deadAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().String()
+	ln.Close()
+	return a
 }
 
 func (f *fakeConversations) Remove(ctx context.Context, id string, opts conversation.RemoveOptions) (store.Conversation, error) {

@@ -159,7 +159,7 @@ func (s *Server) innerInfo(ctx context.Context, id string) (json.RawMessage, str
 	if err != nil || t.Addr == "" {
 		return nil, "", false
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+t.Addr+conversationsPrefix+id, nil)
+	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodGet, "http://"+t.Addr+conversationsPrefix+id, nil)
 	if err != nil {
 		return nil, "", false
 	}

@@ -147,6 +147,7 @@ type Server struct {
 
 	mux       *http.ServeMux
 	transport *http.Transport
+	dialer    *net.Dialer
 	client    *http.Client // metadata reads and the create forward
 	rp        *httputil.ReverseProxy
 
@@ -187,7 +188,7 @@ func New(opts Options) (*Server, error) {
 		// Never an HTTP proxy from the environment: inner servers are
 		// on this host.
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: s.t.Dial, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           s.dialInnerConn,
 		MaxIdleConns:          512,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
@@ -196,6 +197,7 @@ func New(opts Options) (*Server, error) {
 		// Bodies pass through as the inner server encoded them.
 		DisableCompression: true,
 	}
+	s.dialer = &net.Dialer{Timeout: s.t.Dial, KeepAlive: 30 * time.Second}
 	s.client = &http.Client{
 		Transport: s.transport,
 		// An inner redirect is answered, never followed.
@@ -395,4 +397,34 @@ func (r *recorder) code() int {
 		return http.StatusOK
 	}
 	return r.status
+}
+
+// innerDialKey is the context key of a target's own dial function.
+type innerDialKey struct{}
+
+// innerDial is a Target's Dial, for the connections to its Addr.
+type innerDial struct {
+	addr string
+	dial func(context.Context) (net.Conn, error)
+}
+
+// withTarget makes the transport reach t through t.Dial (inside its
+// container's network namespace) when t has one.
+func withTarget(ctx context.Context, t conversation.Target) context.Context {
+	if t.Dial == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, innerDialKey{}, innerDial{addr: t.Addr, dial: t.Dial})
+}
+
+// dialInnerConn opens a connection to an inner server: through the
+// target's own dial function when the request carries one for this
+// address, else over TCP to the published port.
+func (s *Server) dialInnerConn(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d, ok := ctx.Value(innerDialKey{}).(innerDial); ok && d.addr == addr {
+		ctx, cancel := context.WithTimeout(ctx, s.t.Dial)
+		defer cancel()
+		return d.dial(ctx)
+	}
+	return s.dialer.DialContext(ctx, network, addr)
 }

@@ -238,7 +238,7 @@ func (s *Server) firstMessageAuth(ctx context.Context, c *websocket.Conn) websoc
 // the inner key, with the client's query minus its credentials.
 func (s *Server) dialInner(ctx context.Context, id string, t conversation.Target, rawQuery string) (*websocket.Conn, error) {
 	u := url.URL{Scheme: "ws", Host: t.Addr, Path: "/sockets/events/" + id, RawQuery: stripAuthQuery(rawQuery)}
-	ctx, cancel := context.WithTimeout(ctx, s.t.Dial+10*time.Second)
+	ctx, cancel := context.WithTimeout(withTarget(ctx, t), s.t.Dial+10*time.Second)
 	defer cancel()
 	h := http.Header{}
 	h.Set("X-Session-API-Key", string(t.InnerKey))

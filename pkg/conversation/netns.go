@@ -1,0 +1,105 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// netnsCache holds, per running conversation, a dialer into its
+// container's network namespace, so the API proxy reaches the inner server
+// without the engine's userland proxy (one process hop less per request)
+// and without going through an address that another container could take
+// over once this one stops. When this process cannot enter namespaces
+// (not root, not Linux, an engine in a VM), it is switched off once and
+// the proxy uses the published port.
+type netnsCache struct {
+	mu      sync.Mutex
+	entries map[string]*netnsEntry // by conversation ID
+	// gen counts drops: a dialer opened across a drop is not kept (its
+	// container may be the one that just stopped).
+	gen uint64
+	off bool
+}
+
+type netnsEntry struct {
+	containerID string
+	hostPort    int
+	d           *runtime.NetnsDialer
+}
+
+// innerDial returns the namespace dialer of running conversation c, or nil
+// to use its published port.
+func (m *Manager) innerDial(ctx context.Context, c store.Conversation) *runtime.NetnsDialer {
+	opener, ok := m.rt.(runtime.NetnsOpener)
+	if !ok || c.ContainerID == "" || c.HostPort == 0 {
+		return nil
+	}
+	nc := &m.netns
+	nc.mu.Lock()
+	if nc.off {
+		nc.mu.Unlock()
+		return nil
+	}
+	if e := nc.entries[c.ID]; e != nil && e.containerID == c.ContainerID && e.hostPort == c.HostPort {
+		nc.mu.Unlock()
+		return e.d
+	}
+	gen := nc.gen
+	nc.mu.Unlock()
+
+	d, err := opener.OpenNetns(ctx, c.ContainerID)
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, runtime.ErrNetnsUnavailable) && !nc.off {
+			nc.off = true
+			m.log.Info("the conversation API reaches inner servers through their published ports", "why", err)
+		} else if !nc.off {
+			m.log.Debug("conversation API: network namespace not opened; using the published port", "id", c.ID, "err", err)
+		}
+		return nil
+	}
+	if e := nc.entries[c.ID]; e != nil && e.containerID == c.ContainerID && e.hostPort == c.HostPort {
+		// Another request opened it meanwhile: keep theirs.
+		d.Close()
+		return e.d
+	}
+	if nc.off || nc.gen != gen {
+		d.Close()
+		return nil
+	}
+	if nc.entries == nil {
+		nc.entries = map[string]*netnsEntry{}
+	}
+	if old := nc.entries[c.ID]; old != nil {
+		old.d.Close()
+	}
+	nc.entries[c.ID] = &netnsEntry{containerID: c.ContainerID, hostPort: c.HostPort, d: d}
+	return d
+}
+
+// dropNetns releases the namespace of container containerID (all of them
+// for ""), which stopped, is stopping or is replaced.
+func (m *Manager) dropNetns(containerID string) {
+	nc := &m.netns
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	nc.gen++
+	for id, e := range nc.entries {
+		if containerID == "" || e.containerID == containerID {
+			e.d.Close()
+			delete(nc.entries, id)
+		}
+	}
+}
+
+// Close releases what the Manager holds open for the conversation API
+// (the containers' network namespaces). The Manager stays usable.
+func (m *Manager) Close() error {
+	m.dropNetns("")
+	return nil
+}

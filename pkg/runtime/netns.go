@@ -1,0 +1,140 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/moby/moby/client"
+)
+
+// ErrNetnsUnavailable: this process cannot enter containers' network
+// namespaces (not Linux, not privileged, or the engine runs elsewhere, as
+// with Docker Desktop or a remote DOCKER_HOST). Callers fall back to the
+// published port.
+var ErrNetnsUnavailable = errors.New("cannot enter container network namespaces")
+
+// NetnsOpener is implemented by runtimes whose containers' network
+// namespaces this process can enter.
+type NetnsOpener interface {
+	// OpenNetns returns a dialer that connects to the inner server from
+	// inside the running container's own network namespace. It fails with
+	// ErrNetnsUnavailable when this process cannot do that at all, and
+	// with another error when the container is not running.
+	OpenNetns(ctx context.Context, containerID string) (*NetnsDialer, error)
+}
+
+// NetnsDialer connects to one container's inner server from inside that
+// container's network namespace: a connection skips the engine's userland
+// proxy and the bridge, and can reach no other container, whatever later
+// reuses this container's published port or IP address. It holds the
+// namespace open until Close, so a dial after the container stopped finds
+// nothing listening (connection refused), never another container.
+type NetnsDialer struct {
+	// ContainerID is the container whose namespace this is.
+	ContainerID string
+	// Addr is the container's own address and inner port (where the
+	// engine's proxy connects); a dial tries the inner port on loopback
+	// first, so an inner server stays reachable when the container is
+	// disconnected from its network, and Addr when loopback refuses (a
+	// server bound to that address only).
+	Addr string
+
+	addrs  [2]string
+	pref   atomic.Int32 // index in addrs that answered last
+	mu     sync.RWMutex
+	fd     int // the namespace; -1 once closed
+	closed bool
+}
+
+// netnsAddr is the container's own address on its network (where the
+// engine's proxy connects), or loopback when it has none.
+func netnsAddr(ins client.ContainerInspectResult, inner int) string {
+	ip := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if ns := ins.Container.NetworkSettings; ns != nil {
+		for _, ep := range ns.Networks {
+			if ep != nil && ep.IPAddress.IsValid() {
+				ip = ep.IPAddress
+				break
+			}
+		}
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(inner))
+}
+
+// OpenNetns implements NetnsOpener.
+func (d *Docker) OpenNetns(ctx context.Context, containerID string) (*NetnsDialer, error) {
+	if !strings.HasPrefix(d.host, "unix://") {
+		return nil, fmt.Errorf("%w: the engine at %s runs containers on another machine", ErrNetnsUnavailable, d.host)
+	}
+	ins, err := d.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, d.wrap("inspect container", shortID(containerID), err)
+	}
+	st := ins.Container.State
+	if st == nil || !st.Running || st.Pid <= 0 {
+		return nil, fmt.Errorf("container %s is not running", shortID(containerID))
+	}
+	inner := DefaultInnerPort
+	if cfg := ins.Container.Config; cfg != nil {
+		if p, err := strconv.Atoi(cfg.Labels[LabelInnerPort]); err == nil && p > 0 {
+			inner = p
+		}
+	}
+	fd, err := openNetnsOf(st.Pid, ins.Container.ID)
+	if err != nil {
+		return nil, err
+	}
+	nd := &NetnsDialer{ContainerID: ins.Container.ID, Addr: netnsAddr(ins, inner), fd: fd}
+	nd.addrs = [2]string{net.JoinHostPort("127.0.0.1", strconv.Itoa(inner)), nd.Addr}
+	// The pid was read before the namespace was opened: make sure it is
+	// still this container's process (same start), so the namespace is its.
+	again, err := d.api.ContainerInspect(ctx, containerID, client.ContainerInspectOptions{})
+	if err != nil {
+		nd.Close()
+		return nil, d.wrap("inspect container", shortID(containerID), err)
+	}
+	if s2 := again.Container.State; s2 == nil || !s2.Running || s2.Pid != st.Pid || s2.StartedAt != st.StartedAt {
+		nd.Close()
+		return nil, fmt.Errorf("container %s stopped or restarted while its network namespace was opened", shortID(containerID))
+	}
+	return nd, nil
+}
+
+// DialContext connects to the inner server.
+func (nd *NetnsDialer) DialContext(ctx context.Context) (net.Conn, error) {
+	nd.mu.RLock()
+	defer nd.mu.RUnlock()
+	if nd.closed {
+		return nil, fmt.Errorf("dial container %s: its network namespace was released", shortID(nd.ContainerID))
+	}
+	i := nd.pref.Load()
+	c, err := dialInNetns(ctx, nd.fd, nd.addrs[i])
+	if errors.Is(err, syscall.ECONNREFUSED) && nd.addrs[1-i] != nd.addrs[i] {
+		if c, err = dialInNetns(ctx, nd.fd, nd.addrs[1-i]); err == nil {
+			nd.pref.Store(1 - i)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", shortID(nd.ContainerID), err)
+	}
+	return c, nil
+}
+
+// Close releases the namespace. Connections already made stay open.
+func (nd *NetnsDialer) Close() error {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.closed {
+		return nil
+	}
+	nd.closed = true
+	return closeNetns(nd.fd)
+}
