@@ -143,14 +143,15 @@ func rewriteRequest(pr *httputil.ProxyRequest) {
 	}
 	h := pr.Out.Header
 	for _, name := range clientCredentialHeaders {
-		h.Del(name)
+		delete(h, name) // canonical already: no Del's canonicalization
 	}
-	h.Set("X-Session-API-Key", ft.key)
+	h["X-Session-Api-Key"] = []string{ft.key}
 }
 
-// clientCredentialHeaders never reach an inner server.
+// clientCredentialHeaders never reach an inner server (canonical forms:
+// net/http canonicalizes what it reads).
 var clientCredentialHeaders = []string{
-	"Authorization", "Proxy-Authorization", "Cookie", "X-Session-API-Key", "X-Expose-Secrets",
+	"Authorization", "Proxy-Authorization", "Cookie", "X-Session-Api-Key", "X-Expose-Secrets",
 }
 
 // hopByHop are the headers of one connection (RFC 9110 7.6.1, and the
@@ -172,7 +173,7 @@ func stripHopByHop(h http.Header) {
 		}
 	}
 	for _, name := range hopByHop {
-		h.Del(name)
+		delete(h, name) // canonical already
 	}
 }
 
