@@ -8,13 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +21,6 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
 	"github.com/ohd-dev/ohd/pkg/proxy"
-	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -48,11 +44,14 @@ type ProxyOptions struct {
 	// WSWindow is the number of messages a WebSocket connection keeps in
 	// flight; default 16.
 	WSWindow int
-	// Image, when set, runs the stand-in in a container of this image
-	// (the test image), its port published on 127.0.0.1 as ohd publishes
-	// a conversation's: "direct" is then the inner server's published
-	// port, as the issue defines the baseline, and ohd forwards to that
-	// same port. When empty, the stand-in runs as a host process.
+	// Modes are the modes to run, "http" and "ws" (default both).
+	Modes []string
+	// Image, when set, runs `ohd serve` as its own process, as deployed
+	// (docker runtime, this image: the test image), with one conversation
+	// created through its API: "proxy" is ohd's conversation API,
+	// "direct" that conversation's inner server at its published port, as
+	// the issue defines the baseline. When empty (a quick smoke run), the
+	// stand-in runs as a host process and ohd's proxy in this process.
 	Image string
 }
 
@@ -70,11 +69,14 @@ type ProxyResult struct {
 	DirectP50, DirectP99    time.Duration
 	Ratio                   float64 // ProxyRate / DirectRate
 	ProxyErrors, DirectErrs int     // failed requests or connections (must be 0)
-	// BareRate (http only) is the rate through a bare
-	// httputil.ReverseProxy to the same inner server, driven in the same
-	// rounds: what any extra hop costs on this machine.
-	BareRate  float64
-	BareRatio float64 // BareRate / DirectRate
+	// OHDCPU is the CPU time the ohd process spent per request or
+	// message while the proxy path was driven (0 when ohd's proxy runs in
+	// this process).
+	OHDCPU time.Duration
+	// Via is how ohd reached the inner server: "container network
+	// namespace" or "published port" (the baseline always uses the
+	// published port).
+	Via string
 }
 
 // Line is the one-line summary the harness prints:
@@ -94,8 +96,15 @@ func (r ProxyResult) Detail() string {
 		r.Mode, r.Clients, r.ProxyRate, unit, r.ProxyP50.Round(time.Microsecond), r.ProxyP99.Round(time.Microsecond),
 		r.DirectRate, unit, r.DirectP50.Round(time.Microsecond), r.DirectP99.Round(time.Microsecond),
 		r.Ratio, r.ProxyErrors, r.DirectErrs)
-	if r.BareRate > 0 {
-		s += fmt.Sprintf(" | bare reverse proxy: %.0f %s ratio=%.2f", r.BareRate, unit, r.BareRatio)
+	if r.OHDCPU > 0 {
+		what := "request"
+		if r.Mode == "ws" {
+			what = "message"
+		}
+		s += fmt.Sprintf(" | ohd CPU %v per %s", r.OHDCPU.Round(100*time.Nanosecond), what)
+	}
+	if r.Via != "" {
+		s += " | ohd via " + r.Via
 	}
 	return s
 }
@@ -140,56 +149,57 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 			return nil, fmt.Errorf("bench proxy: go build integration/standin: %v\n%s", err, out)
 		}
 	}
-	innerKey := "ohd-bench-inner-session-key"
-	var inner *proxyStandin
-	var err error
+	// target is one path: where, with which key, and (for ohd as its
+	// own process) the CPU time it has used so far.
+	type target struct {
+		addr, key string
+		cpu       func() time.Duration
+	}
+	var via, direct target
+	// pathOf says how ohd reached the inner server.
+	pathOf := func() string { return "in-process proxy to a stand-in process" }
 	if opts.Image != "" {
-		inner, err = proxyStartContainer(ctx, opts.Image, innerKey)
+		d, err := startOHD(ctx, opts.Image)
+		if err != nil {
+			return nil, err
+		}
+		defer d.stop()
+		via = target{d.listen, d.key, func() time.Duration { return processCPU(d.cmd.Process.Pid) }}
+		direct = target{d.innerAddr, d.innerKey, nil}
+		pathOf = d.path
 	} else {
-		inner, err = proxyStartStandin(ctx, bin, innerKey)
+		innerKey := "ohd-bench-inner-session-key"
+		inner, err := proxyStartStandin(ctx, bin, innerKey)
+		if err != nil {
+			return nil, err
+		}
+		defer inner.stop()
+		srv, err := proxy.New(proxy.Options{
+			Conversations: &proxyBenchConversations{addr: inner.addr, key: []byte(innerKey)},
+			Keys:          [][]byte{[]byte(proxyBenchKey)},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench proxy: %w", err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("bench proxy: %w", err)
+		}
+		sctx, stopServe := context.WithCancel(context.Background())
+		var serveWG sync.WaitGroup
+		serveWG.Go(func() { _ = srv.Serve(sctx, ln) })
+		defer func() {
+			stopServe()
+			serveWG.Wait()
+		}()
+		via, direct = target{ln.Addr().String(), proxyBenchKey, nil}, target{inner.addr, innerKey, nil}
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer inner.stop()
-
-	srv, err := proxy.New(proxy.Options{
-		Conversations: &proxyBenchConversations{addr: inner.addr, key: []byte(innerKey), nd: inner.nd},
-		Keys:          [][]byte{[]byte(proxyBenchKey)},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("bench proxy: %w", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("bench proxy: %w", err)
-	}
-	sctx, stopServe := context.WithCancel(context.Background())
-	var serveWG sync.WaitGroup
-	serveWG.Go(func() { _ = srv.Serve(sctx, ln) })
-	defer func() {
-		stopServe()
-		serveWG.Wait()
-	}()
-
-	// A bare reverse proxy, for scale: the cost of any hop here.
-	bareLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("bench proxy: %w", err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: inner.addr})
-	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
-	bare := &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second}
-	serveWG.Go(func() { _ = bare.Serve(bareLn) })
-	defer bare.Close()
-
-	type target struct{ addr, key string }
-	via := target{ln.Addr().String(), proxyBenchKey}
-	direct := target{inner.addr, innerKey}
-	bareT := target{bareLn.Addr().String(), innerKey}
 
 	var results []ProxyResult
-	for _, mode := range []string{"http", "ws"} {
+	if len(opts.Modes) == 0 {
+		opts.Modes = []string{"http", "ws"}
+	}
+	for _, mode := range opts.Modes {
 		drive := func(t target, d time.Duration) (sample, error) {
 			if mode == "http" {
 				return proxyDriveHTTP(ctx, t.addr, t.key, opts.Clients, d)
@@ -197,15 +207,13 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 			return proxyDriveWS(ctx, t.addr, t.key, opts.Clients, opts.WSMessage, opts.WSWindow, d)
 		}
 		per := opts.Duration / time.Duration(opts.Rounds)
-		var ps, ds, bs sample
+		var ps, ds sample
+		var ohdCPU time.Duration
 		type leg struct {
 			t    target
 			into *sample
 		}
 		legs := []leg{{direct, &ds}, {via, &ps}}
-		if mode == "http" {
-			legs = append(legs, leg{bareT, &bs})
-		}
 		// Warm them up (connections, goroutine stacks, caches).
 		for _, l := range legs {
 			if _, err := drive(l.t, per/5); err != nil {
@@ -218,9 +226,16 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 				slices.Reverse(order)
 			}
 			for _, o := range order {
+				var cpu0 time.Duration
+				if o.t.cpu != nil {
+					cpu0 = o.t.cpu()
+				}
 				s, err := drive(o.t, per)
 				if err != nil {
 					return nil, err
+				}
+				if o.t.cpu != nil {
+					ohdCPU += o.t.cpu() - cpu0
 				}
 				o.into.add(s)
 			}
@@ -228,14 +243,15 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 		r := ProxyResult{
 			Mode: mode, Clients: opts.Clients,
 			ProxyRate: ps.rate(), DirectRate: ds.rate(),
-			ProxyErrors: ps.errors, DirectErrs: ds.errors,
+			ProxyErrors: ps.errors, DirectErrs: ds.errors, Via: pathOf(),
+		}
+		if ps.n > 0 {
+			r.OHDCPU = ohdCPU / time.Duration(ps.n)
 		}
 		r.ProxyP50, r.ProxyP99 = ps.percentile(0.50), ps.percentile(0.99)
 		r.DirectP50, r.DirectP99 = ds.percentile(0.50), ds.percentile(0.99)
 		if r.DirectRate > 0 {
 			r.Ratio = r.ProxyRate / r.DirectRate
-			r.BareRate = bs.rate()
-			r.BareRatio = r.BareRate / r.DirectRate
 		}
 		results = append(results, r)
 	}
@@ -333,52 +349,8 @@ func proxyDriveWS(ctx context.Context, addr, key string, conns, size, window int
 // proxyStandin is a running stand-in process, or container.
 type proxyStandin struct {
 	addr string
-	// dial, when set, reaches the inner server inside its container's
-	// network namespace, as ohd does when it can; via says which path ohd
-	// took.
-	nd   *runtime.NetnsDialer
-	via  string
 	cmd  *exec.Cmd
 	done chan struct{}
-	// remove, for a container, removes it.
-	remove func()
-}
-
-// proxyStartContainer runs the stand-in in a container of image, hardened
-// and published on 127.0.0.1 as ohd runs a conversation's.
-func proxyStartContainer(ctx context.Context, image, key string) (*proxyStandin, error) {
-	rt, err := runtime.NewDocker(ctx, runtime.DockerOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("bench proxy: %w", err)
-	}
-	inst, err := rt.Start(ctx, runtime.Spec{
-		ConversationID: proxyBenchID, ServerID: "ohd-bench-proxy-" + strconv.Itoa(os.Getpid()), Image: image,
-		UID: 1000, GID: 1000, ReadyTimeout: time.Minute,
-		// The key is in the environment here only: a bench container, not
-		// a conversation's (ohd hands real keys over by file).
-		Env: []string{"OH_SESSION_API_KEYS_0=" + key, "OHD_CONVERSATION_ID=" + proxyBenchID},
-	})
-	if err != nil {
-		rt.Close()
-		return nil, fmt.Errorf("bench proxy: start the stand-in container: %w", err)
-	}
-	st := &proxyStandin{addr: inst.Addr, via: "published port"}
-	// As ohd's conversation manager does: reach the inner server inside
-	// the container's network namespace when this process can.
-	nd, err := rt.OpenNetns(ctx, inst.ContainerID)
-	if err == nil {
-		st.nd, st.via = nd, "container network namespace"
-	}
-	st.remove = func() {
-		if nd != nil {
-			nd.Close()
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = rt.Remove(rctx, inst.ContainerID)
-		rt.Close()
-	}
-	return st, nil
 }
 
 func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, error) {
@@ -432,10 +404,6 @@ func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, err
 }
 
 func (st *proxyStandin) stop() {
-	if st.remove != nil {
-		st.remove()
-		return
-	}
 	_ = st.cmd.Process.Kill()
 	<-st.done
 }
@@ -444,7 +412,6 @@ func (st *proxyStandin) stop() {
 type proxyBenchConversations struct {
 	addr string
 	key  []byte
-	nd   *runtime.NetnsDialer // nil: the published port
 }
 
 func (c *proxyBenchConversations) conv() store.Conversation {
@@ -468,11 +435,7 @@ func (c *proxyBenchConversations) Target(_ context.Context, id string) (conversa
 	if id != proxyBenchID {
 		return conversation.Target{}, conversation.ErrNotFound
 	}
-	t := conversation.Target{Addr: c.addr, InnerKey: c.key}
-	if c.nd != nil {
-		t.Dial, t.DialAddr = c.nd.DialContext, c.nd.Addr
-	}
-	return t, nil
+	return conversation.Target{Addr: c.addr, InnerKey: c.key}, nil
 }
 
 func (c *proxyBenchConversations) Remove(context.Context, string, conversation.RemoveOptions) (store.Conversation, error) {

@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/ohd-dev/ohd/internal/testimage"
 )
 
 func TestProxyBench(t *testing.T) {
@@ -15,6 +18,38 @@ func TestProxyBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkProxyResults(t, res)
+}
+
+// TestProxyBenchContainer runs the bench as make bench does: ohd serve as
+// its own process, the inner server in a container of the test image,
+// which ohd reaches inside the container's network namespace when it runs
+// as root.
+func TestProxyBenchContainer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("benchmark run")
+	}
+	res, err := Proxy(context.Background(), ProxyOptions{Duration: 400 * time.Millisecond, Rounds: 2, Clients: 4, Image: testimage.Ensure(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProxyResults(t, res)
+	want := "published port"
+	if os.Geteuid() == 0 {
+		want = "container network namespace"
+	}
+	if res[0].Via != want {
+		t.Errorf("ohd reached the inner server via %q, want %q", res[0].Via, want)
+	}
+	for _, r := range res {
+		if r.OHDCPU <= 0 || r.OHDCPU > 100*time.Millisecond {
+			t.Errorf("%s: ohd CPU per request %v, want a measured, plausible time", r.Mode, r.OHDCPU)
+		}
+	}
+}
+
+func checkProxyResults(t *testing.T, res []ProxyResult) {
+	t.Helper()
 	if len(res) != 2 || res[0].Mode != "http" || res[1].Mode != "ws" {
 		t.Fatalf("Proxy() returned %+v, want the http and ws modes", res)
 	}

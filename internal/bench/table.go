@@ -56,10 +56,6 @@ func (t Target) Meets(ratio float64) bool {
 //     (broker-*-1client-p99, a time in ms against the 1 ms bound);
 //   - proxy-http: at least 0.75x the inner server reached directly at its
 //     published port; proxy-ws: at least 0.8x.
-//
-// proxy-http-vs-bare (ohd against a bare httputil.ReverseProxy in the same
-// rounds) has no target: it shows how much of a proxy-http miss any hop
-// costs on this machine.
 var Targets = map[string]Target{
 	"create":                       {AtMost: true, Value: 1.10},
 	"remove":                       {AtMost: true, Value: 1.10},
@@ -132,8 +128,7 @@ func BrokerRows(rs []Result) []Row {
 
 // ProxyRows are the table rows of Proxy's results: requests or echoed
 // messages per second, ohd's conversation API against the inner server
-// reached directly, and for http also against a bare reverse proxy to it
-// (proxy-http-vs-bare).
+// reached directly.
 func ProxyRows(rs []ProxyResult) []Row {
 	var out []Row
 	for _, r := range rs {
@@ -142,9 +137,6 @@ func ProxyRows(rs []ProxyResult) []Row {
 			unit = "msg/s"
 		}
 		out = append(out, row("proxy-"+r.Mode, fmtRate(r.ProxyRate, unit), fmtRate(r.DirectRate, unit), r.Ratio))
-		if r.BareRate > 0 {
-			out = append(out, row("proxy-"+r.Mode+"-vs-bare", fmtRate(r.ProxyRate, unit), fmtRate(r.BareRate, unit), r.ProxyRate/r.BareRate))
-		}
 	}
 	return out
 }

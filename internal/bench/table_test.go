@@ -45,7 +45,7 @@ func TestRows(t *testing.T) {
 		{Mode: "newconn-1client", Clients: 1, BrokerRPS: 5000, BaselineRPS: 7000, Ratio: 5000.0 / 7000, BrokerP99: ms(1.2), BaselineP99: ms(1.1)},
 	})...)
 	rows = append(rows, ProxyRows([]ProxyResult{
-		{Mode: "http", ProxyRate: 9000, DirectRate: 10000, Ratio: 0.9, BareRate: 8500, BareRatio: 0.85},
+		{Mode: "http", ProxyRate: 9000, DirectRate: 10000, Ratio: 0.9},
 		{Mode: "ws", ProxyRate: 80000, DirectRate: 81000, Ratio: 80.0 / 81},
 	})...)
 	rows = append(rows, CreateRows([]CreateResult{
@@ -71,7 +71,6 @@ func TestRows(t *testing.T) {
 		"broker-keepalive-p99                3ms p99                                       2.5ms p99    1.20   ≤ 1.50  meets",
 		"broker-newconn-1client-p99          1.2ms p99                                     1ms bound    1.20   ≤ 1.00  misses",
 		"proxy-http                          9000 req/s                                    10000 req/s  0.90   ≥ 0.75  meets",
-		"proxy-http-vs-bare                  9000 req/s                                    8500 req/s   1.06   —       —",
 		"proxy-ws                            80000 msg/s                                   81000 msg/s  0.99   ≥ 0.80  meets",
 		"create                              812.3ms                                       780ms        1.04   ≤ 1.10  meets",
 		"remove                              321.8ms                                       212ms        1.52   ≤ 1.10  misses",
