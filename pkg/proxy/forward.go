@@ -116,7 +116,7 @@ type fwdTarget struct {
 func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite:        rewriteRequest,
-		Transport:      s.transport,
+		Transport:      s.inner,
 		ModifyResponse: modifyResponse,
 		ErrorHandler:   s.proxyError,
 		BufferPool:     bufferPool{},

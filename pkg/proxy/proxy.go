@@ -146,7 +146,8 @@ type Server struct {
 	obs  Observer
 
 	mux       *http.ServeMux
-	transport *http.Transport
+	transport *http.Transport // requests with a body, WebSocket dials
+	inner     *innerTransport // every forwarded request (GET and HEAD synchronously)
 	dialer    *net.Dialer
 	client    *http.Client // metadata reads and the create forward
 	rp        *httputil.ReverseProxy
@@ -198,8 +199,12 @@ func New(opts Options) (*Server, error) {
 		DisableCompression: true,
 	}
 	s.dialer = &net.Dialer{Timeout: s.t.Dial, KeepAlive: 30 * time.Second}
+	s.inner = &innerTransport{
+		fallback: s.transport, dial: s.dialInnerConn, responseHeader: s.t.ResponseHeader,
+		idleTimeout: 90 * time.Second, maxIdlePerHost: 64, maxIdle: 512,
+	}
 	s.client = &http.Client{
-		Transport: s.transport,
+		Transport: s.inner,
 		// An inner redirect is answered, never followed.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
@@ -248,6 +253,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.closeOnce.Do(func() { close(s.closing) })
 	cancelBase()
 	_ = hs.Close()
+	s.inner.CloseIdleConnections()
 	s.wsMu.Lock()
 	s.wsDone = true
 	s.wsMu.Unlock()
