@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
@@ -288,6 +290,13 @@ func (m *Manager) Touch(id string) {
 // its container again first if it is stopped. Concurrent callers for one
 // conversation share one start.
 func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
+	// The hot path (every proxied request): a running conversation, read
+	// without copying its record.
+	var r route
+	if m.st.Peek(id, func(c *store.Conversation) { r = route{c.State, c.ContainerID, c.HostPort} }) &&
+		r.state == store.StateRunning && (r.hostPort != 0 || m.rt.Kind() == "local") {
+		return m.target(ctx, id, r)
+	}
 	c, err := m.liveConversation(id)
 	if err != nil {
 		return Target{}, err
@@ -300,14 +309,25 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 			return Target{}, err
 		}
 	}
+	return m.target(ctx, id, route{c.State, c.ContainerID, c.HostPort})
+}
+
+// route is what Target needs of a record.
+type route struct {
+	state       store.State
+	containerID string
+	hostPort    int
+}
+
+func (m *Manager) target(ctx context.Context, id string, r route) (Target, error) {
 	key, err := m.st.InnerKey(id)
 	if err != nil {
 		return Target{}, err
 	}
 	t := Target{InnerKey: key}
-	if c.HostPort != 0 {
-		t.Addr = fmt.Sprintf("127.0.0.1:%d", c.HostPort)
-		if nd := m.innerDial(ctx, c); nd != nil {
+	if r.hostPort != 0 {
+		t.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.hostPort))
+		if nd := m.innerDial(ctx, id, r); nd != nil {
 			t.Dial, t.DialAddr = nd.DialContext, nd.Addr
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/ohd-dev/ohd/pkg/runtime"
-	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // netnsCache holds, per running conversation, a dialer into its
@@ -31,11 +30,11 @@ type netnsEntry struct {
 	d           *runtime.NetnsDialer
 }
 
-// innerDial returns the namespace dialer of running conversation c, or nil
-// to use its published port.
-func (m *Manager) innerDial(ctx context.Context, c store.Conversation) *runtime.NetnsDialer {
+// innerDial returns the namespace dialer of running conversation id (its
+// container and published port in r), or nil to use its published port.
+func (m *Manager) innerDial(ctx context.Context, id string, r route) *runtime.NetnsDialer {
 	opener, ok := m.rt.(runtime.NetnsOpener)
-	if !ok || c.ContainerID == "" || c.HostPort == 0 {
+	if !ok || r.containerID == "" || r.hostPort == 0 {
 		return nil
 	}
 	nc := &m.netns
@@ -44,14 +43,14 @@ func (m *Manager) innerDial(ctx context.Context, c store.Conversation) *runtime.
 		nc.mu.Unlock()
 		return nil
 	}
-	if e := nc.entries[c.ID]; e != nil && e.containerID == c.ContainerID && e.hostPort == c.HostPort {
+	if e := nc.entries[id]; e != nil && e.containerID == r.containerID && e.hostPort == r.hostPort {
 		nc.mu.Unlock()
 		return e.d
 	}
 	gen := nc.gen
 	nc.mu.Unlock()
 
-	d, err := opener.OpenNetns(ctx, c.ContainerID)
+	d, err := opener.OpenNetns(ctx, r.containerID)
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if err != nil {
@@ -59,11 +58,11 @@ func (m *Manager) innerDial(ctx context.Context, c store.Conversation) *runtime.
 			nc.off = true
 			m.log.Info("the conversation API reaches inner servers through their published ports", "why", err)
 		} else if !nc.off {
-			m.log.Debug("conversation API: network namespace not opened; using the published port", "id", c.ID, "err", err)
+			m.log.Debug("conversation API: network namespace not opened; using the published port", "id", id, "err", err)
 		}
 		return nil
 	}
-	if e := nc.entries[c.ID]; e != nil && e.containerID == c.ContainerID && e.hostPort == c.HostPort {
+	if e := nc.entries[id]; e != nil && e.containerID == r.containerID && e.hostPort == r.hostPort {
 		// Another request opened it meanwhile: keep theirs.
 		d.Close()
 		return e.d
@@ -75,10 +74,10 @@ func (m *Manager) innerDial(ctx context.Context, c store.Conversation) *runtime.
 	if nc.entries == nil {
 		nc.entries = map[string]*netnsEntry{}
 	}
-	if old := nc.entries[c.ID]; old != nil {
+	if old := nc.entries[id]; old != nil {
 		old.d.Close()
 	}
-	nc.entries[c.ID] = &netnsEntry{containerID: c.ContainerID, hostPort: c.HostPort, d: d}
+	nc.entries[id] = &netnsEntry{containerID: r.containerID, hostPort: r.hostPort, d: d}
 	return d
 }
 

@@ -47,16 +47,23 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotImplemented, msg)
 		return
 	}
-	if _, ok := s.visible(fp.ID); !ok {
-		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
-		return
-	}
 	if r.ContentLength > s.opts.MaxBody {
+		if _, ok := s.visible(fp.ID); !ok {
+			writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
+			return
+		}
 		writeTooLarge(w, s.opts.MaxBody)
 		return
 	}
+	// Target succeeds only for a live conversation that has started (the
+	// states the API shows); the record is read again only to word a
+	// failure.
 	t, err := s.conv.Target(r.Context(), fp.ID)
 	if err != nil {
+		if _, ok := s.visible(fp.ID); !ok {
+			writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
+			return
+		}
 		s.targetError(w, fp.ID, err)
 		return
 	}

@@ -304,6 +304,20 @@ func (s *Store) Touch(id string, interval time.Duration) {
 	})
 }
 
+// Peek calls fn with the record of id under the store's read lock and
+// reports whether id exists: for a hot path that needs a few fields
+// without copying the whole record. fn must not change or keep c, nor call
+// the store.
+func (s *Store) Peek(id string, fn func(c *Conversation)) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	c, ok := s.convs[id]
+	if ok {
+		fn(c)
+	}
+	return ok
+}
+
 // Conversation returns the record of id, or ErrNotFound.
 func (s *Store) Conversation(id string) (Conversation, error) {
 	s.mu.RLock()

@@ -243,6 +243,15 @@ func TestConversationUpdateAndCache(t *testing.T) {
 	if _, err := s.Conversation(NewID()); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Conversation(unknown) = %v, want ErrNotFound", err)
 	}
+	// Peek sees the committed record (not the aborted update) and says
+	// whether it exists.
+	var peeked State
+	if !s.Peek(id, func(c *Conversation) { peeked = c.State }) || peeked != StateRunning {
+		t.Errorf("Peek = %q, want %q", peeked, StateRunning)
+	}
+	if s.Peek(NewID(), func(*Conversation) { t.Error("Peek called fn for an unknown id") }) {
+		t.Error("Peek(unknown) = true")
+	}
 	must(t, s.DeleteConversation(id))
 	if _, err := s.Conversation(id); !errors.Is(err, ErrNotFound) {
 		t.Errorf("after delete: %v", err)
