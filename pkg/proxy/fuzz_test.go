@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
@@ -202,6 +203,43 @@ func FuzzAuthMessage(f *testing.F) {
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil || m["session_api_key"] != key {
 			t.Fatalf("parseAuthMessage(%q) = %q: not the message's key (%v)", b, key, err)
+		}
+	})
+}
+
+// FuzzForwardFastPath checks that the shortcut to the forward route agrees
+// with the mux: whenever it is taken, the mux would have chosen that route
+// too (and not redirected).
+func FuzzForwardFastPath(f *testing.F) {
+	for _, p := range []string{
+		"/api/conversations/" + store.NewID() + "/echo/x",
+		"/api/conversations/abc/",
+		"/api/conversations/count/x",
+		"/api/conversations/a%2Fb/c",
+		"/api/conversations/x/../y",
+		"/api/conversations//x",
+		"/api/conversations/x/./y",
+		"/api/conversations/x//y",
+		"/api/conversations/" + store.NewID(),
+		"/api/conversations/%2e%2e/x",
+		"/api/conversations/x/y/.",
+	} {
+		f.Add("GET", p)
+	}
+	s, err := New(Options{Conversations: newFake(f), Keys: [][]byte{[]byte(outerKeys[0])}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, method, target string) {
+		r, err := http.NewRequest(method, "http://ohd.test"+target, nil)
+		if err != nil || r.URL.Path == "" || r.URL.Path[0] != '/' || r.URL.Host != "ohd.test" {
+			return
+		}
+		if method == http.MethodConnect || !isForwardPath(r.URL) {
+			return
+		}
+		if _, pattern := s.mux.Handler(r); pattern != "/api/conversations/{id}/{tail...}" {
+			t.Errorf("%s %q (path %q): the shortcut goes to the forward route, the mux to %q", method, target, r.URL.Path, pattern)
 		}
 	})
 }

@@ -9,6 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
+	"path"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,12 +148,13 @@ type Server struct {
 	t    Timeouts
 	obs  Observer
 
-	mux       *http.ServeMux
-	transport *http.Transport // requests with a body, WebSocket dials
-	inner     *innerTransport // every forwarded request (GET and HEAD synchronously)
-	dialer    *net.Dialer
-	client    *http.Client // metadata reads and the create forward
-	rp        *httputil.ReverseProxy
+	mux          *http.ServeMux
+	forwardRoute http.Handler    // the mux's handler of /api/conversations/{id}/{tail...}
+	transport    *http.Transport // requests with a body, WebSocket dials
+	inner        *innerTransport // every forwarded request (GET and HEAD synchronously)
+	dialer       *net.Dialer
+	client       *http.Client // metadata reads and the create forward
+	rp           *httputil.ReverseProxy
 
 	// WebSocket bookkeeping: closing is closed when Serve shuts down, so
 	// every bridge closes with 1001; wsWG counts running WebSocket
@@ -216,7 +220,39 @@ func New(opts Options) (*Server, error) {
 // Handler returns the conversation API's handler. WebSockets it serves are
 // closed by Serve's shutdown only; a caller mounting Handler elsewhere ends
 // them by closing its own server's connections.
-func (s *Server) Handler() http.Handler { return s.mux }
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// serveHTTP routes a request. A request for a conversation's forwarded
+// route (/api/conversations/{id}/{tail...}, the hot path) goes straight
+// to it when the mux would send it there anyway (a clean path, not
+// CONNECT): matching it against the mux's dozen patterns cost more than
+// the routing work itself.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect && isForwardPath(r.URL) {
+		s.forwardRoute.ServeHTTP(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// isForwardPath reports whether the mux routes u's path to
+// "/api/conversations/{id}/{tail...}": an id segment followed by a slash,
+// in a path the mux would not redirect to its clean form.
+func isForwardPath(u *url.URL) bool {
+	p := u.Path
+	if !strings.HasPrefix(p, conversationsPrefix) {
+		return false
+	}
+	rest, ok := strings.CutPrefix(u.EscapedPath(), conversationsPrefix)
+	if !ok || strings.IndexByte(rest, '/') <= 0 {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c == p
+}
 
 // Serve serves the conversation API on ln until ctx ends. It refuses a
 // listener on a non-loopback address unless Options.AllowRemote is set
@@ -231,7 +267,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	hs := &http.Server{
-		Handler:           s.mux,
+		Handler:           http.HandlerFunc(s.serveHTTP),
 		ReadHeaderTimeout: s.t.ReadHeader,
 		IdleTimeout:       s.t.Idle,
 		MaxHeaderBytes:    1 << 20,
@@ -322,7 +358,8 @@ func (s *Server) routes() {
 	m.Handle("GET /api/conversations/{id}", s.route(routeGet, true, s.get))
 	m.Handle("DELETE /api/conversations/{id}", s.route(routeDelete, true, s.remove))
 	m.Handle("/api/conversations/{id}", s.route(routeForward, true, s.forward))
-	m.Handle("/api/conversations/{id}/{tail...}", s.route(routeForward, true, s.forward))
+	s.forwardRoute = s.route(routeForward, true, s.forward)
+	m.Handle("/api/conversations/{id}/{tail...}", s.forwardRoute)
 	if s.opts.Metrics != nil {
 		m.Handle("GET /metrics", s.route(routeMetrics, true, s.opts.Metrics.ServeHTTP))
 	}
