@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -84,7 +85,138 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := context.WithValue(withTarget(r.Context(), t), fwdKey{}, ft)
 	tw := &touchWriter{ResponseWriter: w, touch: func() { s.conv.Touch(fp.ID) }}
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Body == http.NoBody {
+		s.forwardBodiless(tw, r.WithContext(ctx), ft)
+		return
+	}
 	s.rp.ServeHTTP(tw, r.WithContext(ctx))
+}
+
+// forwardBodiless forwards a GET or HEAD without a body (the hot path)
+// with the same rules as the ReverseProxy path (rewriteRequest,
+// modifyResponse, proxyError) but without its per-request copies: the
+// request head is written straight from the client's request to a pooled
+// connection, and the answer streamed back.
+func (s *Server) forwardBodiless(w http.ResponseWriter, r *http.Request, ft *fwdTarget) {
+	resp, err := s.inner.do(r, ft.addr, func(bw *bufio.Writer) error {
+		writeRequestHead(bw, r, ft)
+		return nil
+	})
+	if err != nil {
+		s.proxyError(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	stripHopByHop(resp.Header)
+	scrubResponse(resp, ft)
+	h := w.Header()
+	for k, vv := range resp.Header {
+		h[k] = vv
+	}
+	if len(resp.Trailer) > 0 {
+		names := make([]string, 0, len(resp.Trailer))
+		for k := range resp.Trailer {
+			names = append(names, k)
+		}
+		h["Trailer"] = []string{strings.Join(names, ", ")}
+	}
+	w.WriteHeader(resp.StatusCode)
+	if resp.Body != http.NoBody {
+		if err := copyAnswer(w, resp); err != nil {
+			// Part of the answer is gone: end the client's connection
+			// rather than let it take a cut answer for a whole one (as
+			// httputil.ReverseProxy does).
+			panic(http.ErrAbortHandler)
+		}
+	}
+	for k, vv := range resp.Trailer {
+		h[http.TrailerPrefix+k] = vv
+	}
+}
+
+// writeRequestHead writes the head of the forwarded request: the inner
+// path and query, the client's Host, its headers minus credentials,
+// hop-by-hop and X-Forwarded-* ones (already validated by the server's
+// parser), and the inner key. No User-Agent is added.
+func writeRequestHead(bw *bufio.Writer, r *http.Request, ft *fwdTarget) {
+	bw.WriteString(r.Method)
+	bw.WriteByte(' ')
+	bw.WriteString(ft.path)
+	if ft.query != "" {
+		bw.WriteByte('?')
+		bw.WriteString(ft.query)
+	}
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	if r.Host != "" {
+		bw.WriteString(r.Host)
+	} else {
+		// A client without Host (HTTP/1.0): never the inner address.
+		bw.WriteString("localhost")
+	}
+	bw.WriteString("\r\n")
+	for k, vv := range r.Header {
+		if notForwarded[k] {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	bw.WriteString("X-Session-Api-Key: ")
+	bw.WriteString(ft.key)
+	bw.WriteString("\r\n\r\n")
+}
+
+// notForwarded are the request headers writeRequestHead leaves out
+// (canonical names): the client's credentials, the hop-by-hop ones, the
+// X-Forwarded-* ones httputil.ReverseProxy's Rewrite drops, and the body
+// framing of a request that has no body.
+var notForwarded = func() map[string]bool {
+	m := map[string]bool{
+		"Forwarded": true, "X-Forwarded-For": true, "X-Forwarded-Host": true, "X-Forwarded-Proto": true,
+		"Content-Length": true, "Host": true,
+	}
+	for _, k := range clientCredentialHeaders {
+		m[k] = true
+	}
+	for _, k := range hopByHop {
+		m[k] = true
+	}
+	return m
+}()
+
+// copyAnswer copies an answer's body to w, flushing after each read when
+// it is a stream (text/event-stream, or no length), as
+// httputil.ReverseProxy does.
+func copyAnswer(w http.ResponseWriter, resp *http.Response) error {
+	stream := resp.ContentLength == -1
+	if ct, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(ct), "text/event-stream") {
+		stream = true
+	}
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
+	rc := http.NewResponseController(w)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if stream {
+				_ = rc.Flush()
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // targetError answers a failed Target.
@@ -193,14 +325,18 @@ const maxErrorBody = 1 << 20
 // bodies are scrubbed, and cookies set by the inner server are dropped (ohd never
 // forwards a cookie back to it, so they would be useless).
 func modifyResponse(resp *http.Response) error {
-	ft := resp.Request.Context().Value(fwdKey{}).(*fwdTarget)
+	scrubResponse(resp, resp.Request.Context().Value(fwdKey{}).(*fwdTarget))
+	return nil
+}
+
+// scrubResponse is modifyResponse for target ft.
+func scrubResponse(resp *http.Response, ft *fwdTarget) {
 	resp.Header.Del("Set-Cookie")
 	resp.Header.Del("Set-Cookie2")
 	scrubHeaders(resp.Header, ft.addr, ft.dialAddr)
 	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotModified && resp.Request.Method != http.MethodHead {
 		scrubErrorBody(resp, ft.addr, ft.dialAddr)
 	}
-	return nil
 }
 
 // innerForms returns the spellings of the inner address, addr being

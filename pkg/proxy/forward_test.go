@@ -37,45 +37,64 @@ func TestForwardHeadersAndQuery(t *testing.T) {
 
 	path := "/api/conversations/" + id + "/echo/some%2Fpath/x?keep=1&session_api_key=" + outerKeys[0] +
 		"&Session_Api_Key=a&session%5Fapi%5Fkey=b&access_token=c&authorization=d&b=2&empty="
-	resp, b := p.do(t, "POST", path, outerKeys[0], strings.NewReader("hello"),
-		"Authorization", "Bearer "+outerKeys[1],
-		"Cookie", "oh_workspace_session_key="+outerKeys[2],
-		"Connection", "X-Hop-Named",
-		"X-Hop-Named", "v",
-		"Keep-Alive", "timeout=5",
-		"Proxy-Authorization", "Basic eA==",
-		"Forwarded", "for=192.0.2.1",
-		"X-Forwarded-For", "192.0.2.1",
-		"X-Custom", "kept",
-		"Content-Type", "text/plain",
-	)
-	if resp.StatusCode != 200 {
-		t.Fatalf("POST %s = %d %s", path, resp.StatusCode, b)
-	}
-	e := decode[echoed](t, b)
-	if e.Method != "POST" || e.Path != "/api/conversations/"+id+"/echo/some/path/x" || e.Body != "hello" {
-		t.Errorf("inner saw %s %s body %q", e.Method, e.Path, e.Body)
-	}
-	if e.RawQuery != "keep=1&b=2&empty=" {
-		t.Errorf("inner saw query %q, want %q", e.RawQuery, "keep=1&b=2&empty=")
-	}
-	if e.Host != p.host {
-		t.Errorf("inner saw Host %q, want the client's %q", e.Host, p.host)
-	}
-	for _, h := range []string{"Authorization", "Cookie", "X-Hop-Named", "Keep-Alive", "Proxy-Authorization", "Forwarded", "X-Forwarded-For", "Connection"} {
-		if v, ok := e.Headers[h]; ok {
-			t.Errorf("inner saw header %s: %q, want it stripped", h, v)
+	// POST goes through httputil.ReverseProxy, GET through the bodiless
+	// fast path: the same rules hold on both.
+	for _, method := range []string{"POST", "GET", "HEAD"} {
+		var body io.Reader
+		want := "hello"
+		if method == "POST" {
+			body = strings.NewReader(want)
+		} else {
+			want = ""
 		}
-	}
-	if got := e.Headers["X-Session-Api-Key"]; len(got) != 1 || got[0] != string(inner.key) {
-		t.Errorf("inner saw X-Session-API-Key %q, want only the inner key", got)
-	}
-	if got := e.Headers["X-Custom"]; len(got) != 1 || got[0] != "kept" {
-		t.Errorf("inner saw X-Custom %q, want kept", got)
-	}
-	for _, k := range outerKeys {
-		if strings.Contains(string(b), k) {
-			t.Errorf("an outer key reached the inner server: %s", b)
+		resp, b := p.do(t, method, path, outerKeys[0], body,
+			"Authorization", "Bearer "+outerKeys[1],
+			"Cookie", "oh_workspace_session_key="+outerKeys[2],
+			"Connection", "X-Hop-Named",
+			"X-Hop-Named", "v",
+			"Keep-Alive", "timeout=5",
+			"Proxy-Authorization", "Basic eA==",
+			"Forwarded", "for=192.0.2.1",
+			"X-Forwarded-For", "192.0.2.1",
+			"X-Forwarded-Host", "evil.example",
+			"Te", "trailers",
+			"X-Custom", "kept",
+			"Content-Type", "text/plain",
+		)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s %s = %d %s", method, path, resp.StatusCode, b)
+		}
+		if method == "HEAD" {
+			if len(b) != 0 || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("HEAD = %q %v, want headers only", b, resp.Header)
+			}
+			continue
+		}
+		e := decode[echoed](t, b)
+		if e.Method != method || e.Path != "/api/conversations/"+id+"/echo/some/path/x" || e.Body != want {
+			t.Errorf("inner saw %s %s body %q", e.Method, e.Path, e.Body)
+		}
+		if e.RawQuery != "keep=1&b=2&empty=" {
+			t.Errorf("inner saw query %q, want %q", e.RawQuery, "keep=1&b=2&empty=")
+		}
+		if e.Host != p.host {
+			t.Errorf("inner saw Host %q, want the client's %q", e.Host, p.host)
+		}
+		for _, h := range []string{"Authorization", "Cookie", "X-Hop-Named", "Keep-Alive", "Proxy-Authorization", "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "Connection", "Te"} {
+			if v, ok := e.Headers[h]; ok {
+				t.Errorf("inner saw header %s: %q, want it stripped", h, v)
+			}
+		}
+		if got := e.Headers["X-Session-Api-Key"]; len(got) != 1 || got[0] != string(inner.key) {
+			t.Errorf("inner saw X-Session-API-Key %q, want only the inner key", got)
+		}
+		if got := e.Headers["X-Custom"]; len(got) != 1 || got[0] != "kept" {
+			t.Errorf("inner saw X-Custom %q, want kept", got)
+		}
+		for _, k := range outerKeys {
+			if strings.Contains(string(b), k) {
+				t.Errorf("an outer key reached the inner server: %s", b)
+			}
 		}
 	}
 	if n := len(fake.called("touch")) - touches; n < 1 {

@@ -70,16 +70,23 @@ func (t *innerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !syncable(req) {
 		return t.fallback.RoundTrip(req)
 	}
+	return t.do(req, req.URL.Host, func(bw *bufio.Writer) error { return req.Write(bw) })
+}
+
+// do sends a request without a body to addr: writeHead writes its head
+// (request line and headers); req gives the method (for ReadResponse) and
+// the context (the dial's values, the request's end).
+func (t *innerTransport) do(req *http.Request, addr string, writeHead func(*bufio.Writer) error) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		pc, reused := t.get(req.URL.Host)
+		pc, reused := t.get(addr)
 		if pc == nil {
-			c, err := t.dial(req.Context(), "tcp", req.URL.Host)
+			c, err := t.dial(req.Context(), "tcp", addr)
 			if err != nil {
 				return nil, err
 			}
-			pc = t.newConn(req.URL.Host, c)
+			pc = t.newConn(addr, c)
 		}
-		resp, err := pc.roundTrip(req)
+		resp, err := pc.roundTrip(req, writeHead)
 		if err == nil {
 			return resp, nil
 		}
@@ -186,10 +193,10 @@ func (t *innerTransport) CloseIdleConnections() {
 // aLongTimeAgo is a deadline in the past: setting it ends blocked I/O.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// roundTrip writes req and reads the answer's head; the body is read by
+// roundTrip writes a request's head and reads the answer's; the body is read by
 // the caller through the returned response, after which the connection
 // goes back to the pool (or is closed).
-func (pc *innerConn) roundTrip(req *http.Request) (*http.Response, error) {
+func (pc *innerConn) roundTrip(req *http.Request, writeHead func(*bufio.Writer) error) (*http.Response, error) {
 	pc.read = 0
 	// The request's end (the client went away) ends any I/O in progress.
 	stop := context.AfterFunc(req.Context(), func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
@@ -201,7 +208,7 @@ func (pc *innerConn) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	if err := req.Write(pc.bw); err != nil {
+	if err := writeHead(pc.bw); err != nil {
 		return fail(err)
 	}
 	if err := pc.bw.Flush(); err != nil {
