@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -430,4 +432,38 @@ func FuzzValidateGrant(f *testing.F) {
 			t.Fatalf("ValidateGrant(%q, %q) accepted a slash", kind, name)
 		}
 	})
+}
+
+// noNetns is the local runtime with namespaces that cannot be entered (a
+// process without privileges, an engine in a VM).
+type noNetns struct {
+	runtime.Runtime
+	opens atomic.Int64
+}
+
+func (r *noNetns) OpenNetns(context.Context, string) (*runtime.NetnsDialer, error) {
+	r.opens.Add(1)
+	return nil, fmt.Errorf("%w: test", runtime.ErrNetnsUnavailable)
+}
+
+// TestNetnsUnavailableFallsBackOnce checks that a runtime whose namespaces
+// cannot be entered leaves targets on the published port, and is asked
+// once, not on every request.
+func TestNetnsUnavailableFallsBackOnce(t *testing.T) {
+	e := newEnv(t)
+	rt := &noNetns{Runtime: runtime.NewLocal()}
+	e.m.rt = rt
+	for range 3 {
+		if nd := e.m.innerDial(context.Background(), store.NewID(), route{store.StateRunning, "c0ffee", 32768}); nd != nil {
+			t.Fatalf("innerDial = %v, want nil (published port)", nd)
+		}
+	}
+	if n := rt.opens.Load(); n != 1 {
+		t.Errorf("OpenNetns called %d times, want once", n)
+	}
+	// A container id or port missing: nothing to open.
+	e.m.netns.off = false
+	if nd := e.m.innerDial(context.Background(), store.NewID(), route{store.StateRunning, "", 32768}); nd != nil || rt.opens.Load() != 1 {
+		t.Errorf("innerDial without a container = %v (%d opens)", nd, rt.opens.Load())
+	}
 }
