@@ -2,7 +2,10 @@ package integration
 
 import (
 	"bytes"
+	"fmt"
 	"net"
+	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -52,11 +55,11 @@ func TestAPIForwardsInsideTheContainer(t *testing.T) {
 
 	// Cut off its network: the published port is gone, ohd still reaches it.
 	cid := d.record(id).ContainerID
-	run(t, "docker", "network", "disconnect", "bridge", cid)
+	run(t, "docker", "network", "disconnect", "ohd", cid)
 	if r := d.call("GET", "/api/conversations/"+id+"/echo/alive", nil); r.Status != 200 {
 		t.Errorf("disconnected container: echo = %d %s, want 200", r.Status, r.Body)
 	}
-	run(t, "docker", "network", "connect", "bridge", cid)
+	run(t, "docker", "network", "connect", "ohd", cid)
 
 	// Stopped behind ohd's back: ohd follows the engine's events, releases
 	// the old namespace, and the next request starts the container again.
@@ -72,5 +75,43 @@ func TestAPIForwardsInsideTheContainer(t *testing.T) {
 	check("after a restart")
 	if strings.Contains(d.logs.String(), "published ports") {
 		t.Errorf("ohd fell back to published ports:\n%s", tail(d.logs.String(), 20))
+	}
+}
+
+// TestConversationsCannotReachEachOther checks the network ohd puts
+// containers on by default: one conversation's container cannot open a
+// connection to another's inner server (inter-container communication is
+// off), while each reaches its own and the host reaches its published port.
+func TestConversationsCannotReachEachOther(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	if icc := strings.TrimSpace(run(t, "docker", "network", "inspect", "-f", `{{index .Options "com.docker.network.bridge.enable_icc"}}`, "ohd")); icc != "false" {
+		t.Errorf("network ohd: enable_icc = %q, want false", icc)
+	}
+	a, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
+	b, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
+	ca, cb := d.record(a), d.record(b)
+	pidA := strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", ca.ContainerID))
+	pidB := strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", cb.ContainerID))
+	ipB := strings.TrimSpace(run(t, "docker", "inspect", "-f", `{{(index .NetworkSettings.Networks "ohd").IPAddress}}`, cb.ContainerID))
+	if net.ParseIP(ipB) == nil {
+		t.Fatalf("container of %s has no address on network ohd (%q)", b, ipB)
+	}
+	// connect opens a TCP connection to ipB:8000 from the network
+	// namespace of pid, with bash's /dev/tcp, within 3 s.
+	connect := func(pid string) error {
+		return exec.Command("nsenter", "-t", pid, "-n", "timeout", "3", "bash", "-c", "exec 3<>/dev/tcp/"+ipB+"/8000").Run()
+	}
+	if err := connect(pidB); err != nil {
+		t.Fatalf("B cannot reach its own inner server at %s:8000 (%v): the probe does not work", ipB, err)
+	}
+	if err := connect(pidA); err == nil {
+		t.Errorf("A's container opened a connection to B's inner server at %s:8000", ipB)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/alive", cb.HostPort))
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("the host cannot reach B's published port: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/runtime"
 )
 
 // Config is everything `ohd serve` can be told. Every field has a flag
@@ -70,6 +71,10 @@ type Config struct {
 	// 60s. HealthPath is the path polled; "" = /health.
 	ReadyTimeout time.Duration
 	HealthPath   string
+	// Network is the Docker network containers join; "" means
+	// runtime.IsolatedNetwork (created if missing: containers cannot reach
+	// each other). "bridge" is the engine's default network.
+	Network string
 	// MetricsListen, if set, serves Prometheus metrics on a separate
 	// loopback address (they are also on the conversation API at /metrics,
 	// behind its key).
@@ -83,6 +88,9 @@ type Config struct {
 func (c *Config) Defaults() error {
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
+	}
+	if c.Network == "" {
+		c.Network = runtime.IsolatedNetwork
 	}
 	if c.StateDir == "" || c.RuntimeDir == "" {
 		state, run, err := control.DefaultDirs(c.Getenv)

@@ -41,6 +41,8 @@ type engine interface {
 	ExecAttach(ctx context.Context, execID string, opts client.ExecAttachOptions) (client.ExecAttachResult, error)
 	ExecInspect(ctx context.Context, execID string, opts client.ExecInspectOptions) (client.ExecInspectResult, error)
 	Events(ctx context.Context, opts client.EventsListOptions) client.EventsResult
+	NetworkInspect(ctx context.Context, id string, opts client.NetworkInspectOptions) (client.NetworkInspectResult, error)
+	NetworkCreate(ctx context.Context, name string, opts client.NetworkCreateOptions) (client.NetworkCreateResult, error)
 	Close() error
 }
 
@@ -62,7 +64,8 @@ type DockerOptions struct {
 	// "name:host-gateway" is the host). Default none.
 	ExtraHosts []string
 	// Network is the network every container joins; "" is the engine's
-	// default bridge.
+	// default bridge. NewDocker checks it exists, and creates
+	// IsolatedNetwork if that is the one named and it is missing.
 	Network string
 	// LogMaxSize caps each container's log file when the engine's log
 	// driver is json-file or local (3 files are kept): "" means "10m",
@@ -148,6 +151,11 @@ func newDocker(ctx context.Context, api engine, opts DockerOptions) (*Docker, er
 		return nil, fmt.Errorf("docker runtime: %w: no Docker engine answers at %s (%v); "+
 			"start Docker (or point DOCKER_HOST at a running engine), or run ohd with --runtime local (no containers)",
 			ErrEngineUnavailable, d.host, err)
+	}
+	if d.network != "" {
+		if err := d.ensureNetwork(pctx, d.network); err != nil {
+			return nil, err
+		}
 	}
 	info, err := api.Info(pctx, client.InfoOptions{})
 	if err != nil {

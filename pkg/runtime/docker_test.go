@@ -812,3 +812,27 @@ func TestStartConflict(t *testing.T) {
 		t.Errorf("Inspect of the first container = %+v, %v; want it still running", c, err)
 	}
 }
+
+// TestNetworks checks NewDocker's network handling: the isolated network
+// exists afterwards with inter-container communication off, and a network
+// that does not exist is refused with the way out.
+func TestNetworks(t *testing.T) {
+	testenv.RequireDocker(t)
+	ctx := context.Background()
+	d, err := NewDocker(ctx, DockerOptions{Network: IsolatedNetwork, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("NewDocker(network %s): %v", IsolatedNetwork, err)
+	}
+	d.Close()
+	res, err := rawClient(t).NetworkInspect(ctx, IsolatedNetwork, client.NetworkInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Network.Driver != "bridge" || res.Network.Options[iccOption] != "false" {
+		t.Errorf("network %s: driver %q, %s=%q; want an isolated bridge", IsolatedNetwork, res.Network.Driver, iccOption, res.Network.Options[iccOption])
+	}
+	_, err = NewDocker(ctx, DockerOptions{Network: "ohd-test-no-such-network", Logger: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), `network "ohd-test-no-such-network" does not exist`) || !strings.Contains(err.Error(), "docker network create") {
+		t.Errorf("NewDocker with a missing network = %v, want an error naming it and the fix", err)
+	}
+}
