@@ -186,9 +186,9 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation)
 // taken for a crash. The mark stays until the container is started again
 // (or for retireFor), however late the events come.
 func (m *Manager) retire(containerID string) {
+	m.dropNetns(containerID)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.dropNetns(containerID)
 	now := time.Now()
 	for id, t := range m.retired {
 		if now.Sub(t) > retireFor {

@@ -75,7 +75,9 @@ func (m *Manager) innerDial(ctx context.Context, id string, r route) *runtime.Ne
 		nc.entries = map[string]*netnsEntry{}
 	}
 	if old := nc.entries[id]; old != nil {
-		old.d.Close()
+		// An earlier start's: its container is gone. Close waits for its
+		// dials in progress, so not under the lock.
+		defer func() { go old.d.Close() }()
 	}
 	nc.entries[id] = &netnsEntry{containerID: r.containerID, hostPort: r.hostPort, d: d}
 	return d
@@ -85,14 +87,19 @@ func (m *Manager) innerDial(ctx context.Context, id string, r route) *runtime.Ne
 // for ""), which stopped, is stopping or is replaced.
 func (m *Manager) dropNetns(containerID string) {
 	nc := &m.netns
+	var drop []*runtime.NetnsDialer
 	nc.mu.Lock()
-	defer nc.mu.Unlock()
 	nc.gen++
 	for id, e := range nc.entries {
 		if containerID == "" || e.containerID == containerID {
-			e.d.Close()
+			drop = append(drop, e.d)
 			delete(nc.entries, id)
 		}
+	}
+	nc.mu.Unlock()
+	// Close waits for dials in progress: outside the lock.
+	for _, d := range drop {
+		d.Close()
 	}
 }
 
