@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -288,6 +289,9 @@ func (s *Store) UpdateConversation(id string, fn func(*Conversation) error) (Con
 	return c, nil
 }
 
+// errFresh aborts a Touch whose record another one has just written.
+var errFresh = errors.New("touched meanwhile")
+
 // Touch records activity on a conversation without a disk write more than
 // once per interval, so hot paths can call it on every request.
 func (s *Store) Touch(id string, interval time.Duration) {
@@ -298,7 +302,16 @@ func (s *Store) Touch(id string, interval time.Duration) {
 	if !stale {
 		return
 	}
+	// Concurrent requests of one conversation all find it stale: one
+	// writes (a commit with an fsync), the others need not wait for it.
+	if _, busy := s.touching.LoadOrStore(id, struct{}{}); busy {
+		return
+	}
+	defer s.touching.Delete(id)
 	_, _ = s.UpdateConversation(id, func(c *Conversation) error {
+		if time.Since(c.LastActiveAt) < interval {
+			return errFresh // another Touch wrote it meanwhile
+		}
 		c.LastActiveAt = time.Now().UTC()
 		return nil
 	})

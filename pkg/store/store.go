@@ -86,6 +86,8 @@ type Store struct {
 	innerKeys map[string][]byte
 
 	audit *auditWriter
+	// touching holds the ids whose LastActiveAt a Touch is writing.
+	touching sync.Map
 }
 
 // Open opens (creating if needed) the store at path with the master key.

@@ -369,3 +369,37 @@ func TestInnerKeyCacheFollowsWrites(t *testing.T) {
 		t.Errorf("InnerKey after delete = %v, want ErrNotFound", err)
 	}
 }
+
+// TestTouch checks Touch writes at most once per interval, and not while
+// another Touch of the same conversation is writing.
+func TestTouch(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), FileName), newKey(t, 1))
+	defer s.Close()
+	id := NewID()
+	old := time.Now().Add(-time.Hour).UTC()
+	must(t, s.CreateConversation(Conversation{ID: id, State: StateRunning, LastActiveAt: old}))
+	last := func() time.Time {
+		c, err := s.Conversation(id)
+		must(t, err)
+		return c.LastActiveAt
+	}
+	s.touching.Store(id, struct{}{}) // as if another request were writing
+	s.Touch(id, time.Second)
+	if !last().Equal(old) {
+		t.Errorf("Touch wrote while another Touch of %s was writing", id)
+	}
+	s.touching.Delete(id)
+	s.Touch(id, time.Second)
+	first := last()
+	if !first.After(old) {
+		t.Fatalf("Touch of a stale conversation left LastActiveAt at %v", first)
+	}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() { s.Touch(id, time.Hour) })
+	}
+	wg.Wait()
+	if !last().Equal(first) {
+		t.Errorf("Touch within the interval wrote: %v, want %v", last(), first)
+	}
+}
