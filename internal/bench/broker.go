@@ -4,6 +4,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,11 +14,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/broker/brokertest"
+	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/masterkey"
+	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // BrokerOptions configure Broker. Zero fields take their defaults.
@@ -93,7 +96,10 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		dir = d
 	}
 
-	be := newBrokerAuditBackend()
+	be, err := newBrokerAuditBackend(dir)
+	if err != nil {
+		return nil, fmt.Errorf("bench broker: %w", err)
+	}
 	defer be.close()
 	key := broker.DeriveKey([]byte("ohd bench master key"))
 	b, err := broker.New(broker.Options{
@@ -196,9 +202,6 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		}
 		results = append(results, r)
 	}
-	if n := be.dropped.Load(); n > 0 {
-		return results, fmt.Errorf("bench broker: %d audit records dropped", n)
-	}
 	return results, nil
 }
 
@@ -242,40 +245,28 @@ func brokerGetOnce(socket, token string) ([]byte, error) {
 	return b, nil
 }
 
-// brokerAuditBackend is the in-memory backend with Audit as ohd's store does
-// it: a non-blocking hand-off to a goroutine that writes in batches (here,
-// drops them).
+// brokerAuditBackend is the in-memory backend with Audit as ohd serve
+// does it: conversation.Backend's, into a real store (bbolt file, batched
+// writer).
 type brokerAuditBackend struct {
 	*brokertest.Backend
-	ch      chan broker.AuditRecord
-	done    chan struct{}
-	dropped atomic.Int64
+	st *store.Store
 }
 
-func newBrokerAuditBackend() *brokerAuditBackend {
-	b := &brokerAuditBackend{Backend: brokertest.New(), ch: make(chan broker.AuditRecord, 8192), done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		batch := make([]broker.AuditRecord, 0, 256)
-		for rec := range b.ch {
-			batch = append(batch, rec)
-			if len(batch) == cap(batch) {
-				batch = batch[:0]
-			}
-		}
-	}()
-	return b
+func newBrokerAuditBackend(dir string) (*brokerAuditBackend, error) {
+	key, err := masterkey.New(bytes.Repeat([]byte{7}, masterkey.Size))
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(filepath.Join(dir, store.FileName), key, store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &brokerAuditBackend{Backend: brokertest.New(), st: st}, nil
 }
 
 func (b *brokerAuditBackend) Audit(rec broker.AuditRecord) {
-	select {
-	case b.ch <- rec:
-	default:
-		b.dropped.Add(1)
-	}
+	conversation.Backend{Store: b.st}.Audit(rec)
 }
 
-func (b *brokerAuditBackend) close() {
-	close(b.ch)
-	<-b.done
-}
+func (b *brokerAuditBackend) close() { b.st.Close() }

@@ -82,15 +82,28 @@ func trimAudit(b *bolt.Bucket, max int) error {
 	return nil
 }
 
-// AuditAsync queues rec for the background writer and returns at once. If
-// the queue is full (the disk cannot keep up), the record is written
-// synchronously rather than dropped.
+// AuditAsync queues rec for the background writer and returns at once,
+// without waking it (the writer runs every interval, or when a batch is
+// full): a hand-off that woke a goroutine per record doubled the broker's
+// tail latency. If the queue is full (the disk cannot keep up), the record
+// is written synchronously rather than dropped.
 func (s *Store) AuditAsync(rec AuditRecord) {
-	select {
-	case s.audit.ch <- rec:
-	default:
+	w := s.audit
+	w.mu.Lock()
+	if len(w.queue) >= auditQueueMax {
+		w.mu.Unlock()
 		if err := s.AppendAudit(rec); err != nil {
 			s.log.Error("audit write failed", "err", err)
+		}
+		return
+	}
+	w.queue = append(w.queue, rec)
+	n := len(w.queue)
+	w.mu.Unlock()
+	if n == auditBatch {
+		select {
+		case w.kick <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -129,10 +142,19 @@ func (s *Store) Audit(f AuditFilter) ([]AuditRecord, error) {
 	return out, err
 }
 
+// auditBatch is the queue length at which the writer is woken before its
+// interval; auditQueueMax the length past which AuditAsync writes itself.
+const (
+	auditBatch    = 4096
+	auditQueueMax = 1 << 16
+)
+
 // auditWriter batches audit records into one transaction per interval.
 type auditWriter struct {
 	s     *Store
-	ch    chan AuditRecord
+	mu    sync.Mutex
+	queue []AuditRecord
+	kick  chan struct{} // wakes the writer when a batch is full
 	flush chan chan struct{}
 	stop  chan struct{}
 	done  sync.WaitGroup
@@ -148,7 +170,7 @@ func newAuditWriter(s *Store, every time.Duration, max int) *auditWriter {
 		max = 200000
 	}
 	w := &auditWriter{
-		s: s, ch: make(chan AuditRecord, 4096), flush: make(chan chan struct{}),
+		s: s, kick: make(chan struct{}, 1), flush: make(chan chan struct{}),
 		stop: make(chan struct{}), every: every, max: max,
 	}
 	w.done.Add(1)
@@ -160,34 +182,25 @@ func (w *auditWriter) run() {
 	defer w.done.Done()
 	t := time.NewTicker(w.every)
 	defer t.Stop()
-	var batch []AuditRecord
+	var spare []AuditRecord
 	write := func() {
-		// Drain what is queued so a flush covers everything sent before it.
-		for {
-			select {
-			case r := <-w.ch:
-				batch = append(batch, r)
-				continue
-			default:
+		w.mu.Lock()
+		batch := w.queue
+		w.queue = spare[:0]
+		w.mu.Unlock()
+		if len(batch) > 0 {
+			if err := w.s.AppendAudit(batch...); err != nil {
+				w.s.log.Error("audit write failed", "records", len(batch), "err", err)
 			}
-			break
 		}
-		if len(batch) == 0 {
-			return
-		}
-		if err := w.s.AppendAudit(batch...); err != nil {
-			w.s.log.Error("audit write failed", "records", len(batch), "err", err)
-		}
-		batch = batch[:0]
+		clear(batch) // no record stays reachable from the spare
+		spare = batch
 	}
 	for {
 		select {
-		case r := <-w.ch:
-			batch = append(batch, r)
-			if len(batch) >= 512 {
-				write()
-			}
 		case <-t.C:
+			write()
+		case <-w.kick:
 			write()
 		case done := <-w.flush:
 			write()

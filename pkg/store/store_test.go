@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -401,5 +402,56 @@ func TestTouch(t *testing.T) {
 	wg.Wait()
 	if !last().Equal(first) {
 		t.Errorf("Touch within the interval wrote: %v, want %v", last(), first)
+	}
+}
+
+// TestAuditAsync checks the queue: concurrent records all land, in one
+// piece each, and a full queue makes AuditAsync write by itself instead of
+// dropping the record.
+func TestAuditAsync(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), FileName), newKey(t, 1))
+	defer s.Close()
+	id := NewID()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				s.AuditAsync(AuditRecord{Time: time.Now(), Source: "broker", Conversation: id, Route: "/v1/whoami", Status: 200 + g, Code: fmt.Sprint(i)})
+			}
+		})
+	}
+	wg.Wait()
+	recs, err := s.Audit(AuditFilter{Conversation: id})
+	must(t, err)
+	seen := map[string]bool{}
+	for _, r := range recs {
+		seen[fmt.Sprint(r.Status, "/", r.Code)] = true
+	}
+	if len(recs) != 8000 || len(seen) != 8000 {
+		t.Errorf("%d records (%d distinct) after 8000 AuditAsync, want 8000", len(recs), len(seen))
+	}
+
+	// A full queue: the record is written at once.
+	w := s.audit
+	w.mu.Lock()
+	saved := w.queue
+	w.queue = make([]AuditRecord, auditQueueMax)
+	w.mu.Unlock()
+	other := NewID()
+	s.AuditAsync(AuditRecord{Time: time.Now(), Source: "broker", Conversation: other, Route: "/v1/whoami", Status: 200})
+	n := 0
+	must(t, s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAudit).ForEach(func(_, v []byte) error {
+			if bytes.Contains(v, []byte(other)) {
+				n++
+			}
+			return nil
+		})
+	}))
+	w.mu.Lock()
+	w.queue = saved
+	w.mu.Unlock()
+	if n != 1 {
+		t.Errorf("with a full queue, the record is in the store %d times before any flush, want 1", n)
 	}
 }
