@@ -315,3 +315,51 @@ func TestTargetDial(t *testing.T) {
 		t.Errorf("/error through Dial = %d %s, want it without %s", resp.StatusCode, b, inner)
 	}
 }
+
+// TestCutAnswerIsNotPassedOffAsWhole checks that when the inner server's
+// answer stops short (of its Content-Length, or of the chunked encoding's
+// last chunk), the client's connection is cut too (it sees an error),
+// instead of a clean, shorter body.
+func TestCutAnswerIsNotPassedOffAsWhole(t *testing.T) {
+	answers := map[string]string{
+		"length":  "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\nonly ten b",
+		"chunked": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\na\r\nonly ten b\r\n",
+	}
+	for name, answer := range answers {
+		t.Run(name, func(t *testing.T) {
+			fake := newFake(t)
+			p := startProxy(t, fake, nil)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+							return
+						}
+						_, _ = io.WriteString(c, answer)
+					}()
+				}
+			}()
+			id := fake.addCustom(ln.Addr().String(), []byte("k"))
+			req, _ := http.NewRequest("GET", p.url+"/api/conversations/"+id+"/cut", nil)
+			req.Header.Set("X-Session-API-Key", outerKeys[0])
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return // cut before the headers: also not a whole answer
+			}
+			defer resp.Body.Close()
+			if b, err := io.ReadAll(resp.Body); err == nil {
+				t.Errorf("a cut answer reached the client as a whole one: %d %q", resp.StatusCode, b)
+			}
+		})
+	}
+}
