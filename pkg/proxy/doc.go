@@ -2,7 +2,11 @@
 // compatible with the OpenHands agent server, that provisions each
 // conversation through ohd's orchestrator and forwards to the
 // conversation's own "inner" agent server (in its container, published on
-// 127.0.0.1:<port>).
+// 127.0.0.1:<port>; reached inside the container's network namespace when
+// the orchestrator's Target carries a Dial). Bodiless GET and HEAD, the hot
+// path, are forwarded by forwardBodiless over innerTransport's pooled
+// connections on the handler's goroutine; other requests by
+// httputil.ReverseProxy, with the same header and scrubbing rules.
 //
 // # Start here
 //

@@ -46,7 +46,12 @@
 //   - ExposedPorts and PortBindings <port>/tcp -> 127.0.0.1 with HostPort
 //     "": the engine picks a free port at start (no pick-then-bind race)
 //     and the runtime reads it back by inspecting. It can change across a
-//     stop and restart.
+//     stop and restart. OpenNetns (Linux, privileged, engine on this
+//     machine) gives a dialer that reaches the inner port from inside the
+//     container's own network namespace instead.
+//   - NetworkMode DockerOptions.Network; IsolatedNetwork ("ohd") is
+//     created if missing as a bridge with inter-container communication
+//     off.
 //   - Mounts exactly as given, type bind, with their ReadOnly flags,
 //     propagation rprivate and BindOptions.NonRecursive: host mounts under
 //     a source stay invisible, so a read-only mount is read-only for all the

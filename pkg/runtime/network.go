@@ -29,8 +29,10 @@ func (d *Docker) ensureNetwork(ctx context.Context, name string) error {
 			Options: map[string]string{iccOption: "false"},
 			Labels:  map[string]string{reservedLabelPrefix + "network": "isolated"},
 		})
-		if err == nil || cerrdefs.IsConflict(err) { // or another ohd made it meanwhile
+		if err == nil {
 			d.log.Info("docker runtime: created the isolated container network", "network", name)
+		}
+		if err == nil || cerrdefs.IsConflict(err) { // or another ohd made it meanwhile
 			res, err = d.api.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
 		}
 	}
