@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -114,4 +115,71 @@ func TestConversationsCannotReachEachOther(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+}
+
+// TestAPIReleasesNamespaces checks that ohd lets go of a container's
+// network namespace when it stops the container itself — on the idle
+// timeout and on DELETE — not only when the engine reports a stop: a held
+// namespace keeps the kernel's copy of a dead container's network alive
+// for as long as ohd runs.
+func TestAPIReleasesNamespaces(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t, "--idle-timeout", "3s")
+	ohdPid := d.cmd.Process.Pid
+
+	// use forwards one request and returns the container's namespace,
+	// which ohd must then hold.
+	use := func(id string) string {
+		t.Helper()
+		if r := d.call("GET", "/api/conversations/"+id+"/echo/use", nil); r.Status != 200 {
+			t.Fatalf("echo = %d %s", r.Status, r.Body)
+		}
+		pid := strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", d.record(id).ContainerID))
+		ns, err := os.Readlink("/proc/" + pid + "/ns/net")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !holdsNamespace(t, ohdPid, ns) {
+			t.Fatalf("ohd (pid %d) holds no descriptor of %s after forwarding a request in it", ohdPid, ns)
+		}
+		return ns
+	}
+
+	idle, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
+	nsIdle := use(idle)
+	waitFor(t, 60*time.Second, "the idle conversation to stop", func() bool { return d.record(idle).State == "stopped" })
+	if holdsNamespace(t, ohdPid, nsIdle) {
+		t.Errorf("ohd still holds %s after stopping the idle conversation", nsIdle)
+	}
+
+	deleted, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
+	nsDeleted := use(deleted)
+	if r := d.call("DELETE", "/api/conversations/"+deleted, nil); r.Status != 200 {
+		t.Fatalf("DELETE = %d %s", r.Status, r.Body)
+	}
+	if holdsNamespace(t, ohdPid, nsDeleted) {
+		t.Errorf("ohd still holds %s after DELETE", nsDeleted)
+	}
+
+	// The stopped one starts again on the next request, in a new namespace.
+	if nsAgain := use(idle); nsAgain == nsIdle {
+		t.Errorf("restarted container in the old namespace %s", nsIdle)
+	}
+}
+
+// holdsNamespace reports whether process pid has a descriptor open on
+// namespace ns ("net:[inode]").
+func holdsNamespace(t *testing.T, pid int, ns string) bool {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && l == ns {
+			return true
+		}
+	}
+	return false
 }
