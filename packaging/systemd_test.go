@@ -2,6 +2,7 @@ package packaging
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/daemon"
 	"github.com/ohd-dev/ohd/pkg/masterkey"
 	"github.com/ohd-dev/ohd/pkg/sdnotify"
 )
@@ -305,5 +307,52 @@ func TestSystemdDropInsFromREADME(t *testing.T) {
 		if got := verify(t, dir); len(got) != 0 {
 			t.Errorf("README.md drop-in %d:\n%s\nsystemd-analyze verify:\n%s", i+1, s, strings.Join(got, "\n"))
 		}
+	}
+}
+
+// TestRestartPreventExitStatus: the exit status the unit does not restart
+// on is the one ohd gives for bad usage and invalid settings, and not the
+// one it gives for an error met while starting (an engine that is not up
+// yet, which a restart can fix).
+func TestRestartPreventExitStatus(t *testing.T) {
+	svc := parseUnit(t, "systemd/ohd.service")
+	want, err := strconv.Atoi(svc.one(t, "Service", "RestartPreventExitStatus"))
+	if err != nil {
+		t.Fatalf("RestartPreventExitStatus=: %v", err)
+	}
+	if want != daemon.ExitUsage {
+		t.Errorf("RestartPreventExitStatus=%d, want daemon.ExitUsage (%d)", want, daemon.ExitUsage)
+	}
+	dirs := []string{"--state-dir", t.TempDir(), "--runtime-dir", t.TempDir()}
+	exit := func(env []string, args ...string) int {
+		t.Helper()
+		cmd := exec.Command(ohdBinary(t), append([]string{"serve"}, args...)...)
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("ohd serve %v: %v (want an exit status)\n%s", args, err, out)
+		}
+		t.Logf("ohd serve %v: %v: %s", args, err, strings.TrimSpace(string(out)))
+		return ee.ExitCode()
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, append([]string{"--no-such-flag"}, dirs...)},
+		{nil, append([]string{"--listen", "localhost"}, dirs...)},
+		{[]string{"OHD_RUNTIME=dockerr"}, dirs},
+		{nil, append([]string{"--listen", "0.0.0.0:8000"}, dirs...)},
+		{nil, append([]string{"extra-argument"}, dirs...)},
+	} {
+		if got := exit(c.env, c.args...); got != want {
+			t.Errorf("ohd serve %v %v exited %d, want %d (not restarted)", c.env, c.args, got, want)
+		}
+	}
+	// No engine: a restart may find it up.
+	if got := exit([]string{"DOCKER_HOST=unix://" + filepath.Join(t.TempDir(), "none.sock")},
+		append([]string{"--runtime", "docker", "--listen", "off"}, dirs...)...); got == want || got == 0 {
+		t.Errorf("ohd serve without a Docker engine exited %d, want a status the unit restarts on", got)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,10 +14,26 @@ import (
 	"github.com/ohd-dev/ohd/pkg/version"
 )
 
+// ExitUsage is ohd's exit code for bad usage and invalid configuration:
+// running it again will not help, so the systemd unit does not restart
+// on it (RestartPreventExitStatus=).
+const ExitUsage = 2
+
+// usageError marks an error in what ohd was asked to do (flags, arguments,
+// settings), as opposed to one it met while doing it.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// onUsageError marks the command line's parse errors.
+func onUsageError(_ context.Context, _ *cli.Command, err error, _ bool) error {
+	return usageError{fmt.Errorf("%w (see ohd --help)", err)}
+}
+
 // Main runs the ohd command line (args[0] is the program name) and returns
-// the exit code: 0 after a clean shutdown, 1 on error, 2 on bad usage.
+// the exit code: 0 after a clean shutdown, 1 on error, ExitUsage on bad
+// usage or an invalid setting.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	usage := false
 	app := &cli.Command{
 		Name:            "ohd",
 		Usage:           "per-conversation containers, git worktrees and credential brokers for AI agents",
@@ -25,10 +42,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
 		ExitErrHandler:  func(context.Context, *cli.Command, error) {},
-		OnUsageError: func(_ context.Context, _ *cli.Command, err error, _ bool) error {
-			usage = true
-			return fmt.Errorf("%w (see ohd --help)", err)
-		},
+		OnUsageError:    onUsageError,
 		Commands: []*cli.Command{serveCmd(stderr), {
 			Name:  "version",
 			Usage: "print the version",
@@ -40,8 +54,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := app.Run(ctx, args); err != nil {
 		fmt.Fprintf(stderr, "ohd: %v\n", err)
-		if usage {
-			return 2
+		if errors.As(err, new(usageError)) {
+			return ExitUsage
 		}
 		return 1
 	}
@@ -57,8 +71,9 @@ func serveCmd(stderr io.Writer) *cli.Command {
 		return &cli.StringFlag{Name: name, Usage: usage, Sources: env(name)}
 	}
 	return &cli.Command{
-		Name:  "serve",
-		Usage: "run the daemon (every flag is also OHD_<FLAG_NAME> in the environment)",
+		Name:         "serve",
+		Usage:        "run the daemon (every flag is also OHD_<FLAG_NAME> in the environment)",
+		OnUsageError: onUsageError,
 		Flags: []cli.Flag{
 			str("state-dir", "state directory (default /var/lib/ohd as root, else $XDG_STATE_HOME/ohd)"),
 			str("runtime-dir", "runtime directory for sockets (default /run/ohd as root, else $XDG_RUNTIME_DIR/ohd)"),
@@ -85,7 +100,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
-				return fmt.Errorf("serve takes no arguments, got %q", cmd.Args().Slice())
+				return usageError{fmt.Errorf("serve takes no arguments, got %q", cmd.Args().Slice())}
 			}
 			if os.Getenv("GOGC") == "" {
 				// ohd's live heap is a few MiB, so at the default 100 the
@@ -107,7 +122,10 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				MetricsListen: cmd.String("metrics-listen"), Getenv: os.Getenv,
 			}
 			if err := cfg.Defaults(); err != nil {
-				return err
+				return usageError{err}
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
 			}
 			log := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)
 			return Run(ctx, cfg, log, nil)
