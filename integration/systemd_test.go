@@ -1,0 +1,353 @@
+package integration
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
+)
+
+// TestSystemdUnit runs ohd as packaging/systemd/ohd.service, unchanged but
+// for its paths, under a real systemd (PID 1 of a container whose /usr and
+// /etc are the host's), with the Docker runtime: the unit's sandbox
+// (capability bounding set, system call filter, ProtectSystem=full,
+// PrivateDevices, RestrictNamespaces, MemoryDenyWriteExecute, ...) is
+// applied by systemd itself, not just checked by systemd-analyze. Through
+// it, ohd must: send READY=1; create conversations with worktrees in a
+// repository of uid 1000 and in a shared (core.sharedRepository)
+// repository, running git as their owner; serve the API and the control
+// socket; stop cleanly on `systemctl stop` leaving the containers running;
+// adopt them on `systemctl start`; and remove everything on DELETE.
+//
+// Paths that ohd hands to dockerd (worktrees, repositories, the runtime
+// directory with the broker sockets, ohctl) are bind-mounted at the same
+// paths, as they would be the host's own under a systemd on the host. The
+// one thing this set-up cannot show is the network namespace path: ohd
+// runs in a PID namespace of its own here, so it cannot see the
+// containers' processes and uses their published ports, as it does
+// without privileges (the refusal of a foreign process is tested in
+// pkg/runtime).
+func TestSystemdUnit(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireDocker(t)
+	if _, err := os.Stat("/usr/lib/systemd/systemd"); err != nil {
+		testenv.Missing(t, "/usr/lib/systemd/systemd not found: install Debian's systemd package (apt-get install systemd)")
+	}
+	b := binaries(t)
+	img := testimage.Ensure(t)
+	root := systemdRootImage(t)
+
+	suffix := randomHex(t, 4)
+	shared := testenv.TempDir(t)
+	state := testenv.TempDir(t)
+	runDir := "/run/ohd-sdtest-" + suffix
+	if err := os.Mkdir(runDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(runDir) })
+	logFile := filepath.Join(shared, "ohd.log")
+	listen := freePort(t)
+
+	// The unit as shipped, with ExecStart= pointing at the test build, and
+	// a drop-in for the paths (as an operator would write it).
+	units := t.TempDir()
+	unit, err := os.ReadFile(filepath.Join(moduleRoot(), "packaging", "systemd", "ohd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(unit), "\nExecStart=/usr/local/bin/ohd serve\n", "\nExecStart="+b.ohd+" serve\n", 1)
+	if text == string(unit) {
+		t.Fatal("ohd.service has no line ExecStart=/usr/local/bin/ohd serve")
+	}
+	testenv.WriteFile(t, filepath.Join(units, "ohd.service"), text)
+	testenv.WriteFile(t, filepath.Join(units, "ohd.service.d", "test.conf"), strings.Join([]string{
+		"[Service]",
+		"RuntimeDirectory=",
+		"RuntimeDirectory=" + strings.TrimPrefix(runDir, "/run/"),
+		"Environment=OHD_RUNTIME_DIR=" + runDir + " OHD_CONTROL_SOCKET=" + runDir + "/ohd.sock",
+		"Environment=OHD_RUNTIME=docker OHD_IMAGE=" + img + " OHD_LISTEN=" + listen,
+		"Environment=OHD_WORKTREE_ROOT=" + filepath.Join(shared, "worktrees"),
+		"Environment=OHD_MEMORY=268435456 OHD_READY_TIMEOUT=60s",
+		"StandardOutput=append:" + logFile,
+		"StandardError=append:" + logFile,
+		"",
+	}, "\n"))
+
+	dockerSock := "/var/run/docker.sock"
+	if h := os.Getenv("DOCKER_HOST"); strings.HasPrefix(h, "unix://") {
+		dockerSock = strings.TrimPrefix(h, "unix://")
+	}
+	name := "ohd-systemd-test-" + suffix
+	args := []string{"run", "-d", "--name", name,
+		"--network", "host", "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+		// systemd needs CAP_SYS_ADMIN to set up each service's namespaces;
+		// the unit keeps CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which are
+		// not in the engine's default set.
+		"--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH",
+		"--security-opt", "seccomp=unconfined", "-e", "container=docker",
+		"--tmpfs", "/run", "--tmpfs", "/tmp", "--tmpfs", "/var",
+		"-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro", "-v", units + ":/etc/systemd/system:ro",
+		"-v", dockerSock + ":/run/docker.sock",
+		"-v", b.dir + ":" + b.dir + ":ro",
+		"-v", shared + ":" + shared, "-v", runDir + ":" + runDir,
+		"-v", state + ":/var/lib/ohd",
+	}
+	for _, dir := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
+		if st, err := os.Lstat(dir); err == nil && st.IsDir() {
+			args = append(args, "-v", dir+":"+dir+":ro") // not a merged /usr
+		}
+	}
+	args = append(args, root, "/usr/lib/systemd/systemd", "--unit=ohd.service", "--log-target=console")
+	run(t, "docker", args...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command("docker", "logs", "--tail", "40", name).CombinedOutput()
+			t.Logf("systemd's console:\n%s", out)
+		}
+		_ = exec.Command("docker", "rm", "-f", name).Run()
+	})
+	systemctl := func(args ...string) (string, error) {
+		out, err := exec.Command("docker", append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	ohdLog := func() string {
+		b, _ := os.ReadFile(logFile)
+		return tail(string(b), 40)
+	}
+	waitActive := func(when string) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			out, _ := systemctl("is-active", "ohd.service")
+			if out == "active" {
+				return
+			}
+			if out == "failed" || time.Now().After(deadline) {
+				status, _ := systemctl("status", "--no-pager", "ohd.service")
+				t.Fatalf("%s: ohd.service is %q\n%s\n--- ohd's log ---\n%s", when, out, status, ohdLog())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitActive("first start")
+
+	d := &daemon{t: t, dirs: daemonDirs{State: state, Run: runDir, Worktrees: filepath.Join(shared, "worktrees")},
+		socket: runDir + "/ohd.sock", listen: listen, logs: &testenv.SyncBuffer{}}
+	t.Cleanup(func() { removeServerContainers(t, d) })
+
+	// The sandbox is on: ohd runs under a system call filter, with no new
+	// privileges and only the unit's capabilities.
+	mainPID, _ := systemctl("show", "-p", "MainPID", "--value", "ohd.service")
+	status, err := exec.Command("docker", "exec", name, "cat", "/proc/"+mainPID+"/status").Output()
+	if err != nil {
+		t.Fatalf("read the status of ohd (pid %s): %v", mainPID, err)
+	}
+	for _, want := range []string{"NoNewPrivs:\t1", "Seccomp:\t2", "CapBnd:\t" + capMask(t, text)} {
+		if !strings.Contains(string(status), want+"\n") {
+			t.Errorf("ohd under the unit: no %q in its /proc status:\n%s", want, status)
+		}
+	}
+
+	// A repository of uid 1000 and a shared one (set-gid directories).
+	// (Under the shared directory: the container sees no other.)
+	owner := &testenv.Owner{UID: 1000, GID: 1000}
+	newRepo := func(name string, config ...string) string {
+		repo := filepath.Join(shared, name)
+		testenv.Git(t, shared, "init", "-q", "-b", "main", name)
+		if len(config) > 0 {
+			testenv.Git(t, repo, append([]string{"config"}, config...)...)
+		}
+		testenv.WriteFile(t, filepath.Join(repo, "README.md"), "hello\n")
+		testenv.Git(t, repo, "add", "README.md")
+		testenv.Git(t, repo, "commit", "-q", "-m", "initial")
+		testenv.ChownR(t, repo, owner.UID, owner.GID)
+		return repo
+	}
+	plain := newRepo("plain")
+	sharedRepo := newRepo("shared", "core.sharedRepository", "group")
+
+	ids := map[string]string{}
+	for what, repo := range map[string]string{"plain": plain, "shared": sharedRepo} {
+		r := d.call("POST", "/api/conversations", map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true})
+		if r.Status != http.StatusCreated {
+			t.Fatalf("%s repository: create = %d %s\n--- ohd's log ---\n%s", what, r.Status, r.Body, ohdLog())
+		}
+		var info map[string]any
+		r.json(t, &info)
+		id := info["id"].(string)
+		ids[what] = id
+		c := d.record(id)
+		if c.Worktree == "" || !strings.HasPrefix(c.Worktree, shared) {
+			t.Fatalf("%s repository: worktree %q, want one under %s", what, c.Worktree, shared)
+		}
+		if code, out := d.innerExec(id, "git", "-C", c.Worktree, "status", "--short", "--branch"); code != 0 || !strings.HasPrefix(out, "## openhands/"+id) {
+			t.Errorf("%s repository: git status in the container = %d %q", what, code, out)
+		}
+		if out := testenv.Git(t, repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain"); strings.Contains(out, "prunable") {
+			t.Errorf("%s repository: a worktree is prunable on the host:\n%s", what, out)
+		}
+		if uid := statOwner(t, c.Worktree); uid != owner.UID {
+			t.Errorf("%s repository: worktree owned by uid %d, want %d (git ran as the owner)", what, uid, owner.UID)
+		}
+	}
+
+	// systemctl stop: ohd exits cleanly, the containers keep running.
+	cid := d.record(ids["plain"]).ContainerID
+	if out, err := systemctl("stop", "ohd.service"); err != nil {
+		t.Fatalf("systemctl stop: %v %s", err, out)
+	}
+	if res, _ := systemctl("show", "-p", "Result", "--value", "ohd.service"); res != "success" {
+		t.Errorf("ohd.service stopped with result %q, want success\n%s", res, ohdLog())
+	}
+	if running := strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Running}}", cid)); running != "true" {
+		t.Errorf("the container of a conversation stopped with ohd (running=%s)", running)
+	}
+	if out, err := systemctl("start", "ohd.service"); err != nil {
+		t.Fatalf("systemctl start: %v %s", err, out)
+	}
+	waitActive("restart")
+	if c := d.record(ids["plain"]); c.State != "running" || c.ContainerID != cid {
+		t.Errorf("after the restart: %s in container %s, want running in %s (adopted)", c.State, c.ContainerID, cid)
+	}
+
+	// DELETE removes the containers, the registrations and the branches
+	// of clean worktrees.
+	for what, id := range ids {
+		if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 {
+			t.Errorf("%s repository: DELETE = %d %s", what, r.Status, r.Body)
+		}
+	}
+	for what, repo := range map[string]string{"plain": plain, "shared": sharedRepo} {
+		if out := testenv.Git(t, repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
+			t.Errorf("%s repository: worktrees left after DELETE:\n%s", what, out)
+		}
+		if out := testenv.Git(t, repo, "-c", "safe.directory=*", "branch", "--list", "openhands/*"); strings.TrimSpace(out) != "" {
+			t.Errorf("%s repository: branches left after DELETE: %s", what, out)
+		}
+	}
+	if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()); strings.TrimSpace(out) != "" {
+		t.Errorf("containers left after DELETE: %s", out)
+	}
+
+	// An invalid setting fails the unit at once (RestartPreventExitStatus=),
+	// with ohd's message in its log, instead of a restart every 2 s.
+	if out, err := systemctl("stop", "ohd.service"); err != nil {
+		t.Fatalf("systemctl stop: %v %s", err, out)
+	}
+	testenv.WriteFile(t, filepath.Join(units, "ohd.service.d", "typo.conf"), "[Service]\nEnvironment=OHD_RUNTIME=dockerr\n")
+	if out, err := systemctl("daemon-reload"); err != nil {
+		t.Fatalf("systemctl daemon-reload: %v %s", err, out)
+	}
+	if out, err := systemctl("start", "ohd.service"); err == nil {
+		t.Errorf("systemctl start with OHD_RUNTIME=dockerr succeeded: %s", out)
+	}
+	time.Sleep(3 * time.Second) // past RestartSec=2s: a restart would show
+	props, _ := systemctl("show", "-p", "ActiveState,Result,NRestarts,ExecMainStatus", "ohd.service")
+	for _, want := range []string{"ActiveState=failed", "Result=exit-code", "NRestarts=0", "ExecMainStatus=2"} {
+		if !strings.Contains(props+"\n", want+"\n") {
+			t.Errorf("ohd.service with an invalid setting: want %s in\n%s", want, props)
+		}
+	}
+	if !strings.Contains(ohdLog(), `--runtime "dockerr": use docker, local or auto`) {
+		t.Errorf("ohd's log does not say what was wrong:\n%s", ohdLog())
+	}
+}
+
+// systemdRootImage is an image with an empty root: mount points, and the
+// merged-/usr symlinks; /usr and /etc come from the host.
+func systemdRootImage(t *testing.T) string {
+	t.Helper()
+	const ref = "ohd-test-systemd-root:1"
+	if exec.Command("docker", "image", "inspect", ref).Run() == nil {
+		return ref
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, dir := range []string{"etc", "usr", "run", "tmp", "var", "proc", "sys", "dev", "opt"} {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, dir := range []string{"bin", "sbin", "lib", "lib64"} {
+		st, err := os.Lstat("/" + dir)
+		if err != nil {
+			continue
+		}
+		h := &tar.Header{Typeflag: tar.TypeDir, Name: dir + "/", Mode: 0o755}
+		if st.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink("/" + dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h = &tar.Header{Typeflag: tar.TypeSymlink, Name: dir, Linkname: target, Mode: 0o777}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("docker", "import", "-", ref)
+	cmd.Stdin = &buf
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker import: %v\n%s", err, out)
+	}
+	return ref
+}
+
+// capMask is the CapBnd line /proc/<pid>/status shows for the unit's
+// CapabilityBoundingSet=.
+func capMask(t *testing.T, unit string) string {
+	t.Helper()
+	numbers := map[string]uint{"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
+		"CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21}
+	var mask uint64
+	found := false
+	for _, line := range strings.Split(unit, "\n") {
+		if v, ok := strings.CutPrefix(line, "CapabilityBoundingSet="); ok {
+			found = true
+			for _, c := range strings.Fields(v) {
+				n, ok := numbers[c]
+				if !ok {
+					t.Fatalf("CapabilityBoundingSet= names %s: add its number here", c)
+				}
+				mask |= 1 << n
+			}
+		}
+	}
+	if !found {
+		t.Fatal("ohd.service has no CapabilityBoundingSet=")
+	}
+	return fmt.Sprintf("%016x", mask)
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func statOwner(t *testing.T, path string) int {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(st.Sys().(*syscall.Stat_t).Uid)
+}
