@@ -33,12 +33,11 @@ import (
 //
 // Paths that ohd hands to dockerd (worktrees, repositories, the runtime
 // directory with the broker sockets, ohctl) are bind-mounted at the same
-// paths, as they would be the host's own under a systemd on the host. The
-// one thing this set-up cannot show is the network namespace path: ohd
+// paths, as they would be the host's own under a systemd on the host. ohd
 // runs in a PID namespace of its own here, so it cannot see the
 // containers' processes and uses their published ports, as it does
-// without privileges (the refusal of a foreign process is tested in
-// pkg/runtime).
+// without privileges; checkNetnsUnderUnit shows separately that the
+// unit's sandbox lets ohd's namespace code in.
 func TestSystemdUnit(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireDocker(t)
@@ -94,8 +93,9 @@ func TestSystemdUnit(t *testing.T) {
 		"--network", "host", "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
 		// systemd needs CAP_SYS_ADMIN to set up each service's namespaces;
 		// the unit keeps CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which are
-		// not in the engine's default set.
-		"--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH",
+		// not in the engine's default set; CAP_NET_ADMIN is for the test's
+		// own namespace (checkNetnsUnderUnit), not in the unit's set.
+		"--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH", "--cap-add", "NET_ADMIN",
 		"--security-opt", "seccomp=unconfined", "-e", "container=docker",
 		"--tmpfs", "/run", "--tmpfs", "/tmp", "--tmpfs", "/var",
 		"-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro", "-v", units + ":/etc/systemd/system:ro",
@@ -221,6 +221,8 @@ func TestSystemdUnit(t *testing.T) {
 	if c := d.record(ids["plain"]); c.State != "running" || c.ContainerID != cid {
 		t.Errorf("after the restart: %s in container %s, want running in %s (adopted)", c.State, c.ContainerID, cid)
 	}
+
+	checkNetnsUnderUnit(t, name, units, shared, text)
 
 	// DELETE removes the containers, the registrations and the branches
 	// of clean worktrees.
@@ -350,4 +352,82 @@ func statOwner(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return int(st.Sys().(*syscall.Stat_t).Uid)
+}
+
+// checkNetnsUnderUnit runs ohd's namespace code (pkg/runtime's test binary
+// in its probe mode) under the [Service] sandbox of ohd.service, in the
+// systemd container: it must open the network namespace of a process of
+// uid 1000, check its cgroup, enter it and connect to a server that
+// listens on loopback there only. This is what ohd does to reach an inner
+// server (CAP_SYS_PTRACE, CAP_SYS_ADMIN, RestrictNamespaces=net and
+// setns in the system call filter all play a part).
+func checkNetnsUnderUnit(t *testing.T, name, units, shared, unitText string) {
+	t.Helper()
+	probe := filepath.Join(shared, "runtime.test")
+	build := exec.Command("go", "test", "-c", "-o", probe, "./pkg/runtime")
+	build.Dir = moduleRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c ./pkg/runtime: %v\n%s", err, out)
+	}
+	cid := strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.Id}}", name))
+	greeting := "inside-" + randomHex(t, 8)
+	// The server: uid 1000, in a network namespace of its own whose
+	// loopback nothing else shares.
+	dir := filepath.Join(shared, "listener")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testenv.ChownR(t, dir, 1000, 1000)
+	pidFile, logFile := filepath.Join(dir, "pid"), filepath.Join(dir, "log")
+	run(t, "docker", "exec", "-d", name, "unshare", "--net", "sh", "-c",
+		"exec >"+logFile+" 2>&1; ip link set lo up && exec setpriv --reuid 1000 --regid 1000 --clear-groups env OHD_TEST_NETNS_LISTEN='127.0.0.1:7777|"+pidFile+"|"+greeting+"' "+probe)
+	var pid string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(pidFile)
+		if pid = string(b); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(logFile)
+			t.Fatalf("the server in its own namespace did not start in 30s: %s", log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The probe unit: ohd.service's [Service] section with the probe as a
+	// oneshot ExecStart=.
+	var lines []string
+	for _, line := range strings.Split(unitText, "\n") {
+		switch {
+		case strings.HasPrefix(line, "ExecStart="):
+			line = "ExecStart=" + probe
+		case strings.HasPrefix(line, "Type="):
+			line = "Type=oneshot"
+		case strings.HasPrefix(line, "NotifyAccess="), strings.HasPrefix(line, "Restart"),
+			strings.HasPrefix(line, "StateDirectory"), strings.HasPrefix(line, "RuntimeDirectory"),
+			strings.HasPrefix(line, "LoadCredential="), strings.HasPrefix(line, "WantedBy="):
+			continue
+		}
+		lines = append(lines, line)
+	}
+	out := filepath.Join(shared, "probe.out")
+	lines = append(lines, "", "[Service]",
+		"Environment=OHD_TEST_NETNS_PROBE="+pid+"|"+cid+"|127.0.0.1:7777|"+greeting,
+		"StandardOutput=append:"+out, "StandardError=append:"+out, "")
+	testenv.WriteFile(t, filepath.Join(units, "ohd-netns-probe.service"), strings.Join(lines, "\n"))
+	systemctl := func(args ...string) (string, error) {
+		b, err := exec.Command("docker", append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(b)), err
+	}
+	if msg, err := systemctl("daemon-reload"); err != nil {
+		t.Fatalf("systemctl daemon-reload: %v %s", err, msg)
+	}
+	_, err := systemctl("start", "ohd-netns-probe.service")
+	got, _ := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(got), "probe: ok") {
+		status, _ := systemctl("status", "--no-pager", "ohd-netns-probe.service")
+		t.Errorf("ohd's namespace code under the unit's sandbox: %v\n%s\n%s", err, got, status)
+	}
 }

@@ -166,12 +166,93 @@ func TestOpenNetnsUnprivileged(t *testing.T) {
 	t.Logf("child as uid %d: %s", testenv.UnprivilegedUID, out)
 }
 
-// TestMain runs the child of TestOpenNetnsUnprivileged when asked to.
+// Two more child modes, for integration/systemd_test.go, which runs this
+// test binary under ohd.service's sandbox to show that the sandbox lets
+// ohd enter a namespace:
+//
+//	OHD_TEST_NETNS_LISTEN=addr|pidfile|greeting  serve greeting on addr,
+//	  then write this process's pid to pidfile
+//	OHD_TEST_NETNS_PROBE=pid|container-id|addr|greeting  open pid's
+//	  namespace as ohd does, connect to addr in it, expect greeting
+const (
+	netnsListenEnv = "OHD_TEST_NETNS_LISTEN"
+	netnsProbeEnv  = "OHD_TEST_NETNS_PROBE"
+)
+
+// TestMain runs the child of TestOpenNetnsUnprivileged, or one of the
+// modes above, when asked to.
 func TestMain(m *testing.M) {
 	if v := os.Getenv(netnsChildEnv); v != "" {
 		os.Exit(netnsChild(v))
 	}
+	if v := os.Getenv(netnsListenEnv); v != "" {
+		os.Exit(netnsListen(v))
+	}
+	if v := os.Getenv(netnsProbeEnv); v != "" {
+		os.Exit(netnsProbe(v))
+	}
 	os.Exit(m.Run())
+}
+
+func netnsListen(v string) int {
+	f := strings.Split(v, "|")
+	if len(f) != 3 {
+		fmt.Printf("%s=%q: want addr|pidfile|greeting\n", netnsListenEnv, v)
+		return 2
+	}
+	ln, err := net.Listen("tcp", f[0])
+	if err != nil {
+		fmt.Println("listen:", err)
+		return 1
+	}
+	if err := os.WriteFile(f[1]+".tmp", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	if err := os.Rename(f[1]+".tmp", f[1]); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			fmt.Println("accept:", err)
+			return 1
+		}
+		_, _ = c.Write([]byte(f[2]))
+		c.Close()
+	}
+}
+
+func netnsProbe(v string) int {
+	f := strings.Split(v, "|")
+	if len(f) != 4 {
+		fmt.Printf("%s=%q: want pid|container-id|addr|greeting\n", netnsProbeEnv, v)
+		return 2
+	}
+	pid, _ := strconv.Atoi(f[0])
+	fd, err := openNetnsOf(pid, f[1])
+	if err != nil {
+		fmt.Println("probe: open:", err)
+		return 1
+	}
+	defer closeNetns(fd)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := dialInNetns(ctx, fd, f[2])
+	if err != nil {
+		fmt.Println("probe: dial:", err)
+		return 1
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != f[3] {
+		fmt.Printf("probe: read %q, %v; want %q\n", got, err, f[3])
+		return 1
+	}
+	fmt.Println("probe: ok")
+	return 0
 }
 
 // netnsChild tries to open the namespace of "pid:container-id" and exits
