@@ -118,10 +118,7 @@ func TestSystemdUnit(t *testing.T) {
 		}
 		_ = exec.Command("docker", "rm", "-f", name).Run()
 	})
-	systemctl := func(args ...string) (string, error) {
-		out, err := exec.Command("docker", append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
-		return strings.TrimSpace(string(out)), err
-	}
+	systemctl := func(args ...string) (string, error) { return systemctlIn(name, args...) }
 	ohdLog := func() string {
 		b, _ := os.ReadFile(logFile)
 		return tail(string(b), 40)
@@ -417,10 +414,7 @@ func checkNetnsUnderUnit(t *testing.T, name, units, shared, unitText string) {
 		"Environment=OHD_TEST_NETNS_PROBE="+pid+"|"+cid+"|127.0.0.1:7777|"+greeting,
 		"StandardOutput=append:"+out, "StandardError=append:"+out, "")
 	testenv.WriteFile(t, filepath.Join(units, "ohd-netns-probe.service"), strings.Join(lines, "\n"))
-	systemctl := func(args ...string) (string, error) {
-		b, err := exec.Command("docker", append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
-		return strings.TrimSpace(string(b)), err
-	}
+	systemctl := func(args ...string) (string, error) { return systemctlIn(name, args...) }
 	if msg, err := systemctl("daemon-reload"); err != nil {
 		t.Fatalf("systemctl daemon-reload: %v %s", err, msg)
 	}
@@ -430,4 +424,11 @@ func checkNetnsUnderUnit(t *testing.T, name, units, shared, unitText string) {
 		status, _ := systemctl("status", "--no-pager", "ohd-netns-probe.service")
 		t.Errorf("ohd's namespace code under the unit's sandbox: %v\n%s\n%s", err, got, status)
 	}
+}
+
+// systemctlIn runs systemctl in container name and returns its trimmed
+// output.
+func systemctlIn(name string, args ...string) (string, error) {
+	out, err := exec.Command("docker", append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
+	return strings.TrimSpace(string(out)), err
 }
