@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,6 +140,66 @@ func TestSocketActivation(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("GET /health on the passed socket = %d", resp.StatusCode)
+	}
+}
+
+// TestSocketActivationRefusesUnservedSockets: a passed socket ohd would
+// not serve (an unknown name, a second socket of one name, the API socket
+// with --listen off) stops the start with exit status 2 and a message
+// naming the fix, before the store or a socket is created: systemd would
+// keep such a socket open and its clients would wait for ever.
+func TestSocketActivationRefusesUnservedSockets(t *testing.T) {
+	binaries(t)
+	for _, c := range []struct {
+		name, names string
+		tcp         int // how many TCP sockets after the Unix one
+		args        []string
+		want        string
+	}{
+		{"unknown name", "control:apix", 1, nil, `named "apix"`},
+		{"unit name only", "control:ohd-api.socket", 1, nil, "FileDescriptorName=control or api"},
+		{"two API sockets", "control:api:api", 2, nil, `2 sockets named "api"`},
+		{"API socket with --listen off", "control:api", 1, []string{"--listen", "off"}, "disable ohd-api.socket"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dirs := newDirs(t)
+			ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(testenv.TempDir(t), "c.sock"), Net: "unix"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ul.Close()
+			uf, _ := ul.File()
+			files := []*os.File{uf}
+			for range c.tcp {
+				tl, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tl.Close()
+				tf, _ := tl.File()
+				files = append(files, tf)
+			}
+			args := append([]string{"serve", "--state-dir", dirs.State, "--runtime-dir", dirs.Run, "--runtime", "local"}, c.args...)
+			// An ohd that does not refuse would serve until killed.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, built.ohd}, args...)...)
+			cmd.Env = []string{"PATH=/usr/bin:/bin", "LISTEN_FDS=" + strconv.Itoa(len(files)), "LISTEN_FDNAMES=" + c.names}
+			cmd.ExtraFiles = files
+			out, err := cmd.CombinedOutput()
+			for _, f := range files {
+				f.Close()
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
+				t.Errorf("ohd with LISTEN_FDNAMES=%s %v: %v\n%s\nwant exit status 2 and %q", c.names, c.args, err, out, c.want)
+			}
+			for _, p := range []string{filepath.Join(dirs.Run, "ohd.sock"), filepath.Join(dirs.State, "ohd.db"), filepath.Join(dirs.State, "master.key")} {
+				if _, err := os.Stat(p); err == nil {
+					t.Errorf("%s was created", p)
+				}
+			}
+		})
 	}
 }
 

@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,11 +121,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	if err := d.takeLock(); err != nil {
 		return nil, err
 	}
-	if err := d.prepareDirs(); err != nil {
+	// Sockets passed by systemd socket activation, by name; checked before
+	// the directories are prepared. (close closes them on an error.)
+	if d.activated, err = sdnotify.Listeners(); err != nil {
 		return nil, err
 	}
-	// Sockets passed by systemd socket activation, by name.
-	if d.activated, err = sdnotify.Listeners(); err != nil {
+	if err := checkActivated(d.activated, cfg.Listen); err != nil {
+		return nil, usageError{err}
+	}
+	if err := d.prepareDirs(); err != nil {
 		return nil, err
 	}
 	// The engine is checked before the key or store is touched: a daemon
@@ -191,14 +197,32 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	log.Info("ohd serving", "version", version.Version, "state_dir", cfg.StateDir,
 		"control_socket", d.control.Addr().String(), "listen", listen, "socket_activated", len(d.activated) > 0,
 		"runtime", d.rt.Kind(), "server_id", d.store.ServerID())
-	for name, l := range d.activated {
-		for _, ln := range l {
-			log.Warn("closing a socket systemd passed that ohd does not use", "name", name, "addr", ln.Addr().String())
-			ln.Close()
-		}
-		delete(d.activated, name)
-	}
 	return d, nil
+}
+
+// checkActivated refuses sockets systemd passed that ohd would not serve:
+// systemd keeps such a socket open, so its clients would wait for ever
+// instead of being refused.
+func checkActivated(activated map[string][]net.Listener, listen string) error {
+	names := slices.Sorted(maps.Keys(activated))
+	for _, name := range names {
+		l := activated[name]
+		var addrs []string
+		for _, ln := range l {
+			addrs = append(addrs, ln.Addr().String())
+		}
+		switch {
+		case name != sdnotify.NameControl && name != sdnotify.NameAPI:
+			return fmt.Errorf("socket activation: systemd passed a socket named %q (%s), which ohd does not serve: set FileDescriptorName=%s or %s in its .socket unit, or take Service=ohd.service out of it",
+				name, strings.Join(addrs, ", "), sdnotify.NameControl, sdnotify.NameAPI)
+		case len(l) > 1:
+			return fmt.Errorf("socket activation: systemd passed %d sockets named %q (%s); ohd serves one: keep a single ListenStream= in that .socket unit",
+				len(l), name, strings.Join(addrs, ", "))
+		case name == sdnotify.NameAPI && listen == "off":
+			return fmt.Errorf("socket activation: systemd passed the conversation API socket (%s) but --listen is off: disable ohd-api.socket, or drop --listen off (OHD_LISTEN)", addrs[0])
+		}
+	}
+	return nil
 }
 
 // prepareDirs creates the state and runtime directories. The state dir is
@@ -363,11 +387,7 @@ func (d *Daemon) listenMetrics(ctx context.Context) error {
 // configured ones, or the one generated into <state-dir>/session-api-key.
 func (d *Daemon) listenAPI() error {
 	if d.cfg.Listen == "off" {
-		if ln := d.takeActivated(sdnotify.NameAPI); ln != nil {
-			d.log.Warn("--listen off: closing the conversation API socket systemd passed", "addr", ln.Addr().String())
-			ln.Close()
-		}
-		return nil
+		return nil // checkActivated refused a passed API socket
 	}
 	keys, err := d.sessionKeys()
 	if err != nil {
