@@ -39,110 +39,10 @@ import (
 // without privileges; checkNetnsUnderUnit shows separately that the
 // unit's sandbox lets ohd's namespace code in.
 func TestSystemdUnit(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireDocker(t)
-	if _, err := os.Stat("/usr/lib/systemd/systemd"); err != nil {
-		testenv.Missing(t, "/usr/lib/systemd/systemd not found: install Debian's systemd package (apt-get install systemd)")
-	}
-	b := binaries(t)
-	img := testimage.Ensure(t)
-	root := systemdRootImage(t)
-
-	suffix := randomHex(t, 4)
-	shared := testenv.TempDir(t)
-	state := testenv.TempDir(t)
-	runDir := "/run/ohd-sdtest-" + suffix
-	if err := os.Mkdir(runDir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(runDir) })
-	logFile := filepath.Join(shared, "ohd.log")
-	listen := freePort(t)
-
-	// The unit as shipped, with ExecStart= pointing at the test build, and
-	// a drop-in for the paths (as an operator would write it).
-	units := t.TempDir()
-	unit, err := os.ReadFile(filepath.Join(moduleRoot(), "packaging", "systemd", "ohd.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Replace(string(unit), "\nExecStart=/usr/local/bin/ohd serve\n", "\nExecStart="+b.ohd+" serve\n", 1)
-	if text == string(unit) {
-		t.Fatal("ohd.service has no line ExecStart=/usr/local/bin/ohd serve")
-	}
-	testenv.WriteFile(t, filepath.Join(units, "ohd.service"), text)
-	testenv.WriteFile(t, filepath.Join(units, "ohd.service.d", "test.conf"), strings.Join([]string{
-		"[Service]",
-		"RuntimeDirectory=",
-		"RuntimeDirectory=" + strings.TrimPrefix(runDir, "/run/"),
-		"Environment=OHD_RUNTIME_DIR=" + runDir + " OHD_CONTROL_SOCKET=" + runDir + "/ohd.sock",
-		"Environment=OHD_RUNTIME=docker OHD_IMAGE=" + img + " OHD_LISTEN=" + listen,
-		"Environment=OHD_WORKTREE_ROOT=" + filepath.Join(shared, "worktrees"),
-		"Environment=OHD_MEMORY=268435456 OHD_READY_TIMEOUT=60s",
-		"StandardOutput=append:" + logFile,
-		"StandardError=append:" + logFile,
-		"",
-	}, "\n"))
-
-	dockerSock := "/var/run/docker.sock"
-	if h := os.Getenv("DOCKER_HOST"); strings.HasPrefix(h, "unix://") {
-		dockerSock = strings.TrimPrefix(h, "unix://")
-	}
-	name := "ohd-systemd-test-" + suffix
-	args := []string{"run", "-d", "--name", name,
-		"--network", "host", "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
-		// systemd needs CAP_SYS_ADMIN to set up each service's namespaces;
-		// the unit keeps CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which are
-		// not in the engine's default set; CAP_NET_ADMIN is for the test's
-		// own namespace (checkNetnsUnderUnit), not in the unit's set.
-		"--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH", "--cap-add", "NET_ADMIN",
-		"--security-opt", "seccomp=unconfined", "-e", "container=docker",
-		"--tmpfs", "/run", "--tmpfs", "/tmp", "--tmpfs", "/var",
-		"-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro", "-v", units + ":/etc/systemd/system:ro",
-		"-v", dockerSock + ":/run/docker.sock",
-		"-v", b.dir + ":" + b.dir + ":ro",
-		"-v", shared + ":" + shared, "-v", runDir + ":" + runDir,
-		"-v", state + ":/var/lib/ohd",
-	}
-	for _, dir := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
-		if st, err := os.Lstat(dir); err == nil && st.IsDir() {
-			args = append(args, "-v", dir+":"+dir+":ro") // not a merged /usr
-		}
-	}
-	args = append(args, root, "/usr/lib/systemd/systemd", "--unit=ohd.service", "--log-target=console")
-	run(t, "docker", args...)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := exec.Command("docker", "logs", "--tail", "40", name).CombinedOutput()
-			t.Logf("systemd's console:\n%s", out)
-		}
-		_ = exec.Command("docker", "rm", "-f", name).Run()
-	})
-	systemctl := func(args ...string) (string, error) { return systemctlIn(name, args...) }
-	ohdLog := func() string {
-		b, _ := os.ReadFile(logFile)
-		return tail(string(b), 40)
-	}
-	waitActive := func(when string) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			out, _ := systemctl("is-active", "ohd.service")
-			if out == "active" {
-				return
-			}
-			if out == "failed" || time.Now().After(deadline) {
-				status, _ := systemctl("status", "--no-pager", "ohd.service")
-				t.Fatalf("%s: ohd.service is %q\n%s\n--- ohd's log ---\n%s", when, out, status, ohdLog())
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	box := bootSystemd(t, false)
+	name, units, shared, text, d := box.name, box.units, box.shared, box.unitText, box.d
+	systemctl, ohdLog, waitActive := box.systemctl, box.ohdLog, box.waitActive
 	waitActive("first start")
-
-	d := &daemon{t: t, dirs: daemonDirs{State: state, Run: runDir, Worktrees: filepath.Join(shared, "worktrees")},
-		socket: runDir + "/ohd.sock", listen: listen, logs: &testenv.SyncBuffer{}}
-	t.Cleanup(func() { removeServerContainers(t, d) })
 
 	// The sandbox is on: ohd runs under a system call filter, with no new
 	// privileges and only the unit's capabilities.
@@ -261,6 +161,68 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if !strings.Contains(ohdLog(), `--runtime "dockerr": use docker, local or auto`) {
 		t.Errorf("ohd's log does not say what was wrong:\n%s", ohdLog())
+	}
+}
+
+// TestSystemdSocketActivation runs ohd.socket and ohd-api.socket as
+// shipped (their addresses changed) under a real systemd: systemd creates
+// the control socket 0600 and holds the API port; the first ohctl call
+// starts ohd.service, which takes both sockets by name instead of binding
+// its own; after a stop, a request on the API port starts it again and is
+// answered.
+func TestSystemdSocketActivation(t *testing.T) {
+	box := bootSystemd(t, true)
+	d := box.d
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		a, _ := box.systemctl("is-active", "ohd.socket")
+		b, _ := box.systemctl("is-active", "ohd-api.socket")
+		if a == "active" && b == "active" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sockets not active after 2 min: ohd.socket %q, ohd-api.socket %q", a, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st, _ := box.systemctl("is-active", "ohd.service"); st != "inactive" {
+		t.Fatalf("ohd.service is %q before any client, want inactive", st)
+	}
+	checkSocket := func(when string) {
+		t.Helper()
+		st, err := os.Lstat(d.socket)
+		if err != nil || st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: control socket %s: %v %v, want a socket 0600", when, d.socket, st.Mode(), err)
+		}
+	}
+	checkSocket("before ohd")
+
+	// The first ohctl call starts ohd.
+	if out, err := d.ohctlErr("--json", "version"); err != nil {
+		t.Fatalf("ohctl version through the socket unit: %v %s\n%s", err, out, box.ohdLog())
+	}
+	box.waitActive("activated by ohctl")
+	if log := box.ohdLog(); !strings.Contains(log, "socket_activated=true") {
+		t.Errorf("ohd did not say it took passed sockets:\n%s", log)
+	}
+	if r := d.call("GET", "/api/conversations/count", nil); r.Status != 200 || strings.TrimSpace(string(r.Body)) != "0" {
+		t.Errorf("count through the API socket = %d %s", r.Status, r.Body)
+	}
+	checkSocket("with ohd")
+
+	// Stopped, the API port still accepts; the request starts ohd.
+	if out, err := box.systemctl("stop", "ohd.service"); err != nil {
+		t.Fatalf("systemctl stop: %v %s", err, out)
+	}
+	checkSocket("after ohd stopped")
+	if r := d.call("GET", "/api/conversations/count", nil); r.Status != 200 || strings.TrimSpace(string(r.Body)) != "0" {
+		t.Errorf("count on the API port with ohd stopped = %d %s\n%s", r.Status, r.Body, box.ohdLog())
+	}
+	if st, _ := box.systemctl("is-active", "ohd.service"); st != "active" {
+		t.Errorf("ohd.service is %q after a request on the API port, want active", st)
+	}
+	if n := strings.Count(box.ohdLog(), "address already in use"); n != 0 {
+		t.Errorf("ohd tried to bind an address systemd holds:\n%s", box.ohdLog())
 	}
 }
 
@@ -431,4 +393,159 @@ func checkNetnsUnderUnit(t *testing.T, name, units, shared, unitText string) {
 func systemctlIn(name string, args ...string) (string, error) {
 	out, err := exec.Command("docker", append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// systemdBox is a container whose PID 1 is systemd, with ohd.service
+// installed (ExecStart= the test build, paths set by a drop-in).
+type systemdBox struct {
+	t                                    *testing.T
+	name, units, shared, runDir, logFile string
+	unitText                             string // ohd.service as installed
+	d                                    *daemon
+}
+
+// bootSystemd starts systemd in a container made of the host's /usr and
+// /etc. Paths that ohd hands to dockerd (worktrees, repositories under
+// shared, the runtime directory, the binaries) are bind-mounted at the
+// same paths. Without sockets it boots into ohd.service; with sockets it
+// boots into sockets.target with ohd.socket and ohd-api.socket enabled
+// (their paths changed as for the service) and ohd.service not started.
+func bootSystemd(t *testing.T, sockets bool) *systemdBox {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireDocker(t)
+	if _, err := os.Stat("/usr/lib/systemd/systemd"); err != nil {
+		testenv.Missing(t, "/usr/lib/systemd/systemd not found: install Debian's systemd package (apt-get install systemd)")
+	}
+	b := binaries(t)
+	img := testimage.Ensure(t)
+	root := systemdRootImage(t)
+
+	suffix := randomHex(t, 4)
+	box := &systemdBox{t: t, name: "ohd-systemd-test-" + suffix, shared: testenv.TempDir(t), units: t.TempDir(),
+		runDir: "/run/ohd-sdtest-" + suffix}
+	state := testenv.TempDir(t)
+	if err := os.Mkdir(box.runDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(box.runDir) })
+	box.logFile = filepath.Join(box.shared, "ohd.log")
+	listen := freePort(t)
+	control := box.runDir + "/ohd.sock"
+
+	// The units as shipped, with ExecStart= pointing at the test build,
+	// and a drop-in for the paths (as an operator would write it).
+	unitFile := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(moduleRoot(), "packaging", "systemd", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	replace := func(text, old, new string) string {
+		t.Helper()
+		if !strings.Contains(text, old) {
+			t.Fatalf("the shipped unit has no %q", strings.TrimSpace(old))
+		}
+		return strings.Replace(text, old, new, 1)
+	}
+	box.unitText = replace(unitFile("ohd.service"), "\nExecStart=/usr/local/bin/ohd serve\n", "\nExecStart="+b.ohd+" serve\n")
+	testenv.WriteFile(t, filepath.Join(box.units, "ohd.service"), box.unitText)
+	env := "Environment=OHD_RUNTIME=docker OHD_IMAGE=" + img
+	if !sockets {
+		env += " OHD_LISTEN=" + listen
+	}
+	testenv.WriteFile(t, filepath.Join(box.units, "ohd.service.d", "test.conf"), strings.Join([]string{
+		"[Service]",
+		"RuntimeDirectory=",
+		"RuntimeDirectory=" + strings.TrimPrefix(box.runDir, "/run/"),
+		"Environment=OHD_RUNTIME_DIR=" + box.runDir + " OHD_CONTROL_SOCKET=" + control,
+		env,
+		"Environment=OHD_WORKTREE_ROOT=" + filepath.Join(box.shared, "worktrees"),
+		"Environment=OHD_MEMORY=268435456 OHD_READY_TIMEOUT=60s",
+		"StandardOutput=append:" + box.logFile,
+		"StandardError=append:" + box.logFile,
+		"",
+	}, "\n"))
+	bootUnit := "ohd.service"
+	if sockets {
+		testenv.WriteFile(t, filepath.Join(box.units, "ohd.socket"),
+			replace(unitFile("ohd.socket"), "\nListenStream=/run/ohd/ohd.sock\n", "\nListenStream="+control+"\n"))
+		testenv.WriteFile(t, filepath.Join(box.units, "ohd-api.socket"),
+			replace(unitFile("ohd-api.socket"), "\nListenStream=127.0.0.1:8000\n", "\nListenStream="+listen+"\n"))
+		// systemctl enable: the [Install] sections say sockets.target.
+		wants := filepath.Join(box.units, "sockets.target.wants")
+		if err := os.MkdirAll(wants, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range []string{"ohd.socket", "ohd-api.socket"} {
+			if err := os.Symlink("/etc/systemd/system/"+u, filepath.Join(wants, u)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bootUnit = "sockets.target"
+	}
+
+	dockerSock := "/var/run/docker.sock"
+	if h := os.Getenv("DOCKER_HOST"); strings.HasPrefix(h, "unix://") {
+		dockerSock = strings.TrimPrefix(h, "unix://")
+	}
+	args := []string{"run", "-d", "--name", box.name,
+		"--network", "host", "--cgroupns", "host", "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+		// systemd needs CAP_SYS_ADMIN to set up each service's namespaces;
+		// the unit keeps CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, which are
+		// not in the engine's default set; CAP_NET_ADMIN is for the test's
+		// own namespace (checkNetnsUnderUnit), not in the unit's set.
+		"--cap-add", "SYS_ADMIN", "--cap-add", "SYS_PTRACE", "--cap-add", "DAC_READ_SEARCH", "--cap-add", "NET_ADMIN",
+		"--security-opt", "seccomp=unconfined", "-e", "container=docker",
+		"--tmpfs", "/run", "--tmpfs", "/tmp", "--tmpfs", "/var",
+		"-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro", "-v", box.units + ":/etc/systemd/system:ro",
+		"-v", dockerSock + ":/run/docker.sock",
+		"-v", b.dir + ":" + b.dir + ":ro",
+		"-v", box.shared + ":" + box.shared, "-v", box.runDir + ":" + box.runDir,
+		"-v", state + ":/var/lib/ohd",
+	}
+	for _, dir := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
+		if st, err := os.Lstat(dir); err == nil && st.IsDir() {
+			args = append(args, "-v", dir+":"+dir+":ro") // not a merged /usr
+		}
+	}
+	args = append(args, root, "/usr/lib/systemd/systemd", "--unit="+bootUnit, "--log-target=console")
+	run(t, "docker", args...)
+	box.d = &daemon{t: t, dirs: daemonDirs{State: state, Run: box.runDir, Worktrees: filepath.Join(box.shared, "worktrees")},
+		socket: control, listen: listen, logs: &testenv.SyncBuffer{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command("docker", "logs", "--tail", "40", box.name).CombinedOutput()
+			t.Logf("systemd's console:\n%s", out)
+		}
+		removeServerContainers(t, box.d)
+		_ = exec.Command("docker", "rm", "-f", box.name).Run()
+	})
+	return box
+}
+
+func (s *systemdBox) systemctl(args ...string) (string, error) { return systemctlIn(s.name, args...) }
+
+// ohdLog is the end of what ohd wrote to its standard output and error.
+func (s *systemdBox) ohdLog() string {
+	b, _ := os.ReadFile(s.logFile)
+	return tail(string(b), 40)
+}
+
+// waitActive waits until ohd.service is active (READY=1), at most 2 min.
+func (s *systemdBox) waitActive(when string) {
+	s.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, _ := s.systemctl("is-active", "ohd.service")
+		if out == "active" {
+			return
+		}
+		if out == "failed" || time.Now().After(deadline) {
+			status, _ := s.systemctl("status", "--no-pager", "ohd.service")
+			s.t.Fatalf("%s: ohd.service is %q\n%s\n--- ohd's log ---\n%s", when, out, status, s.ohdLog())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
