@@ -39,7 +39,7 @@ import (
 // without privileges; checkNetnsUnderUnit shows separately that the
 // unit's sandbox lets ohd's namespace code in.
 func TestSystemdUnit(t *testing.T) {
-	box := bootSystemd(t, false)
+	box := bootSystemd(t, systemdOptions{})
 	name, units, shared, text, d := box.name, box.units, box.shared, box.unitText, box.d
 	systemctl, ohdLog, waitActive := box.systemctl, box.ohdLog, box.waitActive
 	waitActive("first start")
@@ -171,7 +171,7 @@ func TestSystemdUnit(t *testing.T) {
 // its own; after a stop, a request on the API port starts it again and is
 // answered.
 func TestSystemdSocketActivation(t *testing.T) {
-	box := bootSystemd(t, true)
+	box := bootSystemd(t, systemdOptions{Sockets: true})
 	d := box.d
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -223,6 +223,87 @@ func TestSystemdSocketActivation(t *testing.T) {
 	}
 	if n := strings.Count(box.ohdLog(), "address already in use"); n != 0 {
 		t.Errorf("ohd tried to bind an address systemd holds:\n%s", box.ohdLog())
+	}
+}
+
+// TestSystemdCredentials: with the master key and the API keys in
+// systemd's credential store, ohd.service (the shipped
+// LoadCredential=ohd-master-key, plus LoadCredential=ohd-session-api-keys
+// in a drop-in as packaging/README.md says) uses them: no key file is
+// created in the state directory, the configured API key is the accepted
+// one, and neither key is in ohd's environment or the unit's properties.
+func TestSystemdCredentials(t *testing.T) {
+	credstore := testenv.TempDir(t)
+	masterKey := randomHex(t, 32)
+	apiKey := "sd-credential-key-" + randomHex(t, 16)
+	testenv.WriteFile(t, filepath.Join(credstore, "ohd-master-key"), masterKey+"\n")
+	testenv.WriteFile(t, filepath.Join(credstore, "ohd-session-api-keys"), "# operators\n"+apiKey+"\n")
+	for _, f := range []string{"ohd-master-key", "ohd-session-api-keys"} {
+		if err := os.Chmod(filepath.Join(credstore, f), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	box := bootSystemd(t, systemdOptions{Credstore: credstore, DropIn: []string{"LoadCredential=ohd-session-api-keys"}})
+	box.waitActive("start with credentials")
+	d := box.d
+
+	for _, f := range []string{"master.key", "session-api-key"} {
+		if _, err := os.Stat(filepath.Join(d.dirs.State, f)); err == nil {
+			t.Errorf("ohd created %s in its state directory although systemd passed the credential", f)
+		}
+	}
+	if strings.Contains(box.ohdLog(), "created a new master key") {
+		t.Errorf("ohd created a master key:\n%s", box.ohdLog())
+	}
+	for key, want := range map[string]int{apiKey: 200, "sd-credential-key-wrong": 401} {
+		if r := d.call("GET", "/api/conversations/count", nil, "X-Session-API-Key", key); r.Status != want {
+			t.Errorf("API key %q: %d %s, want %d", key, r.Status, r.Body, want)
+		}
+	}
+	// A secret sealed with the credential's key opens after a restart.
+	if _, err := d.ohctlIn("s3cr3t-value\n", "secret", "set", "tok"); err != nil {
+		t.Fatalf("ohctl secret set: %v", err)
+	}
+	if out, err := box.systemctl("restart", "ohd.service"); err != nil {
+		t.Fatalf("systemctl restart: %v %s", err, out)
+	}
+	box.waitActive("restart")
+	if out, err := d.ohctlErr("secret", "ls"); err != nil || !strings.Contains(out, "tok") {
+		t.Errorf("after a restart: ohctl secret ls = %v %q", err, out)
+	}
+	mainPID, _ := box.systemctl("show", "-p", "MainPID", "--value", "ohd.service")
+	environ, err := exec.Command("docker", "exec", box.name, "cat", "/proc/"+mainPID+"/environ").Output()
+	if err != nil {
+		t.Fatalf("read ohd's environment: %v", err)
+	}
+	props, _ := box.systemctl("show", "ohd.service")
+	for what, text := range map[string]string{"ohd's environment": string(environ), "systemctl show ohd": props, "ohd's log": box.ohdLog()} {
+		for name, secret := range map[string]string{"master key": masterKey, "API key": apiKey, "secret": "s3cr3t-value"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("the %s is in %s", name, what)
+			}
+		}
+	}
+	if !strings.Contains(string(environ), "CREDENTIALS_DIRECTORY=") {
+		t.Errorf("ohd got no CREDENTIALS_DIRECTORY: the check above saw nothing")
+	}
+
+	// (The store checks the key when it opens: the restart above proves
+	// the same key came back. Another key in the credential store fails the
+	// start, once, saying what to do.)
+	testenv.WriteFile(t, filepath.Join(credstore, "ohd-master-key"), randomHex(t, 32)+"\n")
+	if out, err := box.systemctl("restart", "ohd.service"); err == nil {
+		t.Errorf("ohd started with another master key: %s", out)
+	}
+	time.Sleep(3 * time.Second) // past RestartSec=2s: a restart would show
+	props, _ = box.systemctl("show", "-p", "ActiveState,NRestarts,ExecMainStatus", "ohd.service")
+	for _, want := range []string{"ActiveState=failed", "NRestarts=0", "ExecMainStatus=2"} {
+		if !strings.Contains(props+"\n", want+"\n") {
+			t.Errorf("ohd.service with another master key: want %s in\n%s", want, props)
+		}
+	}
+	if !strings.Contains(box.ohdLog(), "is not the one this state was created with") {
+		t.Errorf("ohd's log does not say the key is wrong:\n%s", box.ohdLog())
 	}
 }
 
@@ -407,10 +488,22 @@ type systemdBox struct {
 // bootSystemd starts systemd in a container made of the host's /usr and
 // /etc. Paths that ohd hands to dockerd (worktrees, repositories under
 // shared, the runtime directory, the binaries) are bind-mounted at the
-// same paths. Without sockets it boots into ohd.service; with sockets it
-// boots into sockets.target with ohd.socket and ohd-api.socket enabled
-// (their paths changed as for the service) and ohd.service not started.
-func bootSystemd(t *testing.T, sockets bool) *systemdBox {
+// same paths. It boots into ohd.service, or with opts.Sockets into
+// sockets.target with ohd.socket and ohd-api.socket enabled (their paths
+// changed as for the service) and ohd.service not started.
+// systemdOptions change what bootSystemd sets up.
+type systemdOptions struct {
+	// Sockets installs and enables ohd.socket and ohd-api.socket and
+	// boots into sockets.target instead of ohd.service.
+	Sockets bool
+	// Credstore, if set, is mounted read-only at /run/credstore, where
+	// systemd looks for LoadCredential= files named without a path.
+	Credstore string
+	// DropIn lines are added to the [Service] drop-in.
+	DropIn []string
+}
+
+func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireDocker(t)
@@ -452,7 +545,7 @@ func bootSystemd(t *testing.T, sockets bool) *systemdBox {
 	box.unitText = replace(unitFile("ohd.service"), "\nExecStart=/usr/local/bin/ohd serve\n", "\nExecStart="+b.ohd+" serve\n")
 	testenv.WriteFile(t, filepath.Join(box.units, "ohd.service"), box.unitText)
 	env := "Environment=OHD_RUNTIME=docker OHD_IMAGE=" + img
-	if !sockets {
+	if !opts.Sockets {
 		env += " OHD_LISTEN=" + listen
 	}
 	testenv.WriteFile(t, filepath.Join(box.units, "ohd.service.d", "test.conf"), strings.Join([]string{
@@ -465,10 +558,11 @@ func bootSystemd(t *testing.T, sockets bool) *systemdBox {
 		"Environment=OHD_MEMORY=268435456 OHD_READY_TIMEOUT=60s",
 		"StandardOutput=append:" + box.logFile,
 		"StandardError=append:" + box.logFile,
+		strings.Join(opts.DropIn, "\n"),
 		"",
 	}, "\n"))
 	bootUnit := "ohd.service"
-	if sockets {
+	if opts.Sockets {
 		testenv.WriteFile(t, filepath.Join(box.units, "ohd.socket"),
 			replace(unitFile("ohd.socket"), "\nListenStream=/run/ohd/ohd.sock\n", "\nListenStream="+control+"\n"))
 		testenv.WriteFile(t, filepath.Join(box.units, "ohd-api.socket"),
@@ -505,12 +599,20 @@ func bootSystemd(t *testing.T, sockets bool) *systemdBox {
 		"-v", box.shared + ":" + box.shared, "-v", box.runDir + ":" + box.runDir,
 		"-v", state + ":/var/lib/ohd",
 	}
+	if opts.Credstore != "" {
+		args = append(args, "-v", opts.Credstore+":/run/credstore:ro")
+	}
 	for _, dir := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
 		if st, err := os.Lstat(dir); err == nil && st.IsDir() {
 			args = append(args, "-v", dir+":"+dir+":ro") // not a merged /usr
 		}
 	}
-	args = append(args, root, "/usr/lib/systemd/systemd", "--unit="+bootUnit, "--log-target=console")
+	// / is shared on a host that systemd booted; the engine makes it
+	// private, which breaks what systemd mounts for a service in its own
+	// namespace and moves into place (the credentials directory stays
+	// empty). sh makes it shared and execs systemd as PID 1.
+	args = append(args, root, "/bin/sh", "-c", `mount --make-rshared / && exec /usr/lib/systemd/systemd "$@"`, "sh",
+		"--unit="+bootUnit, "--log-target=console")
 	run(t, "docker", args...)
 	box.d = &daemon{t: t, dirs: daemonDirs{State: state, Run: box.runDir, Worktrees: filepath.Join(box.shared, "worktrees")},
 		socket: control, listen: listen, logs: &testenv.SyncBuffer{}}

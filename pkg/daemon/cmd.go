@@ -11,12 +11,14 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 )
 
-// ExitUsage is ohd's exit code for bad usage and invalid configuration:
-// running it again will not help, so the systemd unit does not restart
-// on it (RestartPreventExitStatus=).
+// ExitUsage is ohd's exit code for bad usage and invalid configuration
+// (including a master key that is not the state's): running it again will
+// not help, so the systemd unit does not restart on it
+// (RestartPreventExitStatus=).
 const ExitUsage = 2
 
 // usageError marks an error in what ohd was asked to do (flags, arguments,
@@ -54,7 +56,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := app.Run(ctx, args); err != nil {
 		fmt.Fprintf(stderr, "ohd: %v\n", err)
-		if errors.As(err, new(usageError)) {
+		if errors.As(err, new(usageError)) || errors.Is(err, store.ErrWrongKey) {
 			return ExitUsage
 		}
 		return 1
