@@ -61,7 +61,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet(filepath.Base(args[0]), flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	only := fs.String("only", strings.Join(all, ","), "comma-separated benchmarks to run: "+strings.Join(all, ", "))
-	fs.DurationVar(&c.duration, "duration", 0, "how long broker and proxy drive each side in each mode (0: their defaults, 4s and 3s)")
+	fs.DurationVar(&c.duration, "duration", 0, "how long broker and proxy drive each side in each mode (0: their defaults, 4s and 10s)")
 	fs.IntVar(&c.iterations, "iterations", 10, "create/remove cycles on each side")
 	fs.StringVar(&c.goBenchtime, "go-benchtime", "1s", "-benchtime of the Go benchmarks")
 	fs.StringVar(&c.image, "image", testimage.Ref, "conversation image of the create benchmark (never pulled)")
