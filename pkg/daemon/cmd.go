@@ -123,10 +123,8 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				ReadyTimeout: cmd.Duration("ready-timeout"), HealthPath: cmd.String("health-path"),
 				MetricsListen: cmd.String("metrics-listen"), Getenv: os.Getenv,
 			}
+			// (Start checks the settings too; the logger needs the defaults.)
 			if err := cfg.Defaults(); err != nil {
-				return usageError{err}
-			}
-			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
 			log := NewLogger(stderr, cfg.LogFormat, cfg.LogLevel)

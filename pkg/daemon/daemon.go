@@ -94,10 +94,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger, ready func(*Daemon))
 // reconciles and starts serving. Its error says what to do.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err error) {
 	if err := cfg.Defaults(); err != nil {
-		return nil, err
+		return nil, usageError{err}
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, usageError{err}
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
