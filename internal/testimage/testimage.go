@@ -41,8 +41,18 @@ import (
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
-// Ref is the image reference Ensure returns and Build's default.
-const Ref = "ohd-test-agent:dev"
+// Ref is the image reference Ensure returns and Build's default:
+// ohd-test-agent:dev, or $OHD_TEST_IMAGE when set (so checkouts of
+// different sources on one engine, tested at the same time, do not
+// rebuild one tag under each other's running tests).
+var Ref = refFromEnv()
+
+func refFromEnv() string {
+	if r := os.Getenv("OHD_TEST_IMAGE"); r != "" {
+		return r
+	}
+	return "ohd-test-agent:dev"
+}
 
 // LabelInputs is the image label holding the digest of the build inputs.
 const LabelInputs = "dev.ohd.test-image.inputs"
