@@ -740,10 +740,18 @@ func (m *Manager) env(conv store.Conversation) []string {
 		"OHD_BROKER_TOKEN_FILE=" + ContainerBrokerDir + "/token",
 	}
 	// The helper is an absolute path: git runs it with get/store/erase
-	// appended. useHttpPath lets path-prefix grants match.
+	// appended. The empty credential.helper first resets the list, so a
+	// helper the image or the agent configured (store, cache) never sees
+	// the broker's answer, cannot keep it at rest in the container, and
+	// cannot answer after a revoke
+	// (TestGitCredentialsNeverRestInTheContainer). useHttpPath lets
+	// path-prefix grants match. GIT_TERMINAL_PROMPT=0: a refused
+	// credential fails at once instead of waiting at a prompt.
 	git := append(worktree.ContainerGitConfig(),
+		[2]string{"credential.helper", ""},
 		[2]string{"credential.helper", ContainerHelper + " git-credential"},
 		[2]string{"credential.useHttpPath", "true"})
+	env = append(env, "GIT_TERMINAL_PROMPT=0")
 	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
