@@ -124,7 +124,7 @@ func newApp(env *Env) *cli.Command {
 			s.lsCmd(), s.showCmd(), s.createCmd(), s.rmCmd(), s.pruneCmd(), s.logsCmd(), s.execCmd(),
 			s.doctorCmd(), s.secretCmd(), s.grantCmd(), s.revokeCmd(), s.auditCmd(), s.tokenCmd(),
 			s.gitHostCmd(), s.llmCmd(), s.oauthCmd(),
-			s.gitCredentialCmd(), s.innerExecCmd(), s.versionCmd(),
+			s.gitCredentialCmd(), s.innerExecCmd(), s.viewCmd(), s.versionCmd(),
 		},
 	}
 }

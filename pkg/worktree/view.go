@@ -351,3 +351,13 @@ func (w *ownedWriter) symlink(target, p string) {
 	}
 	w.err = w.m.chown(p, w.uid, w.gid)
 }
+
+// HostBranch returns the commit of the host's refs/heads/openhands/<id>
+// ("" if it does not exist).
+func (m *Manager) HostBranch(ctx context.Context, wt Worktree) (string, error) {
+	oid, _, err := m.revParse(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), "refs/heads/"+wt.Branch)
+	if err != nil {
+		return "", fmt.Errorf("worktree host branch %s: %w", wt.Branch, err)
+	}
+	return oid, nil
+}
