@@ -331,3 +331,40 @@ func TestRemoveUndoTakesNoSnapshot(t *testing.T) {
 		t.Errorf("undo left refs: %s", out)
 	}
 }
+
+func TestRestoreBringsTheWorkBack(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "committed.txt"), "c\n")
+	inView(t, wt, "add", "committed.txt")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "agent commit")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "uncommitted\n")
+	if err := os.Remove(filepath.Join(wt.Path, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit}); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	into := filepath.Join(testenv.TempDir(t), "restored")
+	res, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, StartCommit: wt.StartCommit, Into: into})
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if res.Path != into || res.Branch != wt.Branch || res.Snapshot == "" {
+		t.Errorf("Restore = %+v", res)
+	}
+	if got := hostGit(t, into, "log", "-1", "--format=%s"); got != "agent commit" {
+		t.Errorf("restored HEAD = %q", got)
+	}
+	status := hostGit(t, into, "status", "--porcelain")
+	for _, want := range []string{"D README.md", "?? wip.txt"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("restored status %q lacks %q", status, want)
+		}
+	}
+	if _, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, Into: into}); !errors.Is(err, ErrExists) {
+		t.Errorf("Restore into an existing path = %v, want ErrExists", err)
+	}
+}
