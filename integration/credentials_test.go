@@ -34,7 +34,7 @@ func TestGitCredentialsNeverRestInTheContainer(t *testing.T) {
 	for _, tc := range []struct{ name, configure string }{
 		{"global store", "git config --global credential.helper store"},
 		{"global cache", "git config --global credential.helper 'cache --timeout 3600'"},
-		{"repository store", "echo first; pwd; git config credential.helper store && git config --show-origin --get-all credential.helper; echo rc=$?"},
+		{"repository store", "git config credential.helper store"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d.ohctl("grant", c.ID, "git", "github.com")
