@@ -269,4 +269,6 @@ func (b *brokerAuditBackend) Audit(rec broker.AuditRecord) {
 	conversation.Backend{Store: b.st}.Audit(rec)
 }
 
+func (b *brokerAuditBackend) AuditErr() error { return b.st.AuditErr() }
+
 func (b *brokerAuditBackend) close() { b.st.Close() }

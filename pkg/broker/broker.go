@@ -199,6 +199,11 @@ type Backend interface {
 	SaveOAuthTokens(ctx context.Context, name string, access, refresh []byte, expiry time.Time) error
 	// Audit records a request. It must not block: batch the writes.
 	Audit(rec AuditRecord)
+	// AuditErr returns non-nil while audit records cannot be made durable
+	// (the state directory is full): the broker then refuses every request
+	// with 503 audit_unavailable, and serves again once it returns nil.
+	// Called on every request: make it an atomic load.
+	AuditErr() error
 }
 
 // Endpoint is where a conversation's broker lives on the host.

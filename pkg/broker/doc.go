@@ -57,6 +57,7 @@
 //	check                                        status code             audit reason
 //	in-flight requests of the conversation       429    rate_limited     in_flight (Retry-After: 1)
 //	token bucket of the conversation             429    rate_limited     rate (Retry-After: seconds to the next token)
+//	audit records cannot be made durable         503    audit_unavailable audit_unavailable (Retry-After: 1)
 //	Origin or Sec-Fetch-Site header present      401    unauthenticated  browser_origin
 //	X-OHD-Request: 1 missing or another value    401    unauthenticated  missing_request_header
 //	peer credentials unreadable                  401    unauthenticated  no_peer_credentials

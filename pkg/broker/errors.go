@@ -32,6 +32,10 @@ var (
 	// ErrBadRequest is returned by a Client when the broker could not parse
 	// the request (400 bad_request, or 405 for a wrong method).
 	ErrBadRequest = errors.New("bad request")
+	// ErrAuditUnavailable is returned by a Client when ohd could not make
+	// the request's audit record durable and refused it (503
+	// audit_unavailable); it serves again by itself once it can.
+	ErrAuditUnavailable = errors.New("audit unavailable")
 	// ErrInvalidToken is returned by ParseToken for a string that is not a
 	// well-formed ohd1 token.
 	ErrInvalidToken = errors.New("invalid token")
@@ -54,6 +58,10 @@ const (
 	CodeRateLimited     = "rate_limited"    // 429, with Retry-After
 	CodeInternal        = "internal"        // 500: the backend failed
 	CodeBadGateway      = "bad_gateway"     // 502: an LLM provider or OAuth token endpoint failed
+	// CodeAuditUnavailable (503, with Retry-After): ohd cannot make audit
+	// records durable (its state directory is full), so it hands out
+	// nothing until it can.
+	CodeAuditUnavailable = "audit_unavailable"
 )
 
 // APIError is an error answer of the broker as a Client sees it. It matches
@@ -83,6 +91,8 @@ func (e *APIError) Is(target error) bool {
 		return target == ErrRateLimited
 	case CodeBadRequest:
 		return target == ErrBadRequest
+	case CodeAuditUnavailable:
+		return target == ErrAuditUnavailable
 	}
 	return false
 }
@@ -115,6 +125,7 @@ var (
 	refNoRoute     = &refusal{http.StatusNotFound, CodeNotFound, "no such route", "no_route", 0}
 	refMethod      = &refusal{http.StatusMethodNotAllowed, CodeBadRequest, "method not allowed", "method", 0}
 	refTooLarge    = &refusal{http.StatusRequestEntityTooLarge, CodeTooLarge, "request body too large", "too_large", 0}
+	refAudit       = &refusal{http.StatusServiceUnavailable, CodeAuditUnavailable, "ohd cannot write its audit log (is its state directory full?); try again later", "audit_unavailable", 1}
 	refInternal    = &refusal{http.StatusInternalServerError, CodeInternal, "internal error; see the ohd log", "backend_error", 0}
 	refUpgrade     = &refusal{http.StatusBadRequest, CodeBadRequest, "protocol upgrades are not proxied", "upgrade", 0}
 	refBadPath     = &refusal{http.StatusBadRequest, CodeBadRequest, "invalid proxy path", "bad_path", 0}

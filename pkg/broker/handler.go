@@ -157,6 +157,12 @@ func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, &rec, rateLimited(retry))
 		return
 	}
+	// Fail closed: nothing is handed out whose use could not be audited.
+	// The refusal's own record stays queued until the disk has room.
+	if c.b.opts.Backend.AuditErr() != nil {
+		c.refuse(w, &rec, refAudit)
+		return
+	}
 	conv, ref := c.authenticate(r, cred, hasCred)
 	if ref != nil {
 		c.refuse(w, &rec, ref)

@@ -233,3 +233,35 @@ func TestKeepAliveServesManyRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditUnavailableRefusesEverything: while the backend cannot make
+// audit records durable, nothing is handed out (503 audit_unavailable,
+// Retry-After), the refusal itself is audited, and service resumes by
+// itself when the audit works again.
+func TestAuditUnavailableRefusesEverything(t *testing.T) {
+	e := newEnv(t)
+	e.be.SetSecret("s", []byte("the-value-"+t.Name()))
+	conv := broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: broker.Grants{Secrets: []string{"s"}}}
+	ep := e.open(conv)
+	cl := e.client(ep)
+	ctx := context.Background()
+	if _, err := cl.Secret(ctx, "s"); err != nil {
+		t.Fatalf("Secret with a working audit: %v", err)
+	}
+	e.be.SetAuditErr(errors.New("write /var/lib/ohd/ohd.db: no space left on device"))
+	n := e.auditCount()
+	resp, body := e.request(ep.Socket, http.MethodGet, "/v1/secrets/s", authed(e.token(conv.ID, 1)), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), `"code":"audit_unavailable"`) || strings.Contains(string(body), "the-value") {
+		t.Errorf("secret while the audit fails = %d Retry-After %q %s, want 503 audit_unavailable without the value", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if rec := e.audit(n + 1); rec.Allowed || rec.Code != broker.CodeAuditUnavailable || rec.Status != http.StatusServiceUnavailable {
+		t.Errorf("audit of the refusal = %+v", rec)
+	}
+	if _, err := cl.Secret(ctx, "s"); !errors.Is(err, broker.ErrAuditUnavailable) {
+		t.Errorf("Client.Secret while the audit fails: %v, want ErrAuditUnavailable", err)
+	}
+	e.be.SetAuditErr(nil)
+	if v, err := cl.Secret(ctx, "s"); err != nil || !strings.HasPrefix(string(v), "the-value") {
+		t.Errorf("Secret after the audit recovered: %v", err)
+	}
+}

@@ -103,6 +103,9 @@ func (b Backend) SaveOAuthTokens(_ context.Context, name string, access, refresh
 	return b.Store.SetOAuthTokens(name, access, refresh, expiry)
 }
 
+// AuditErr reports whether the store can make audit records durable.
+func (b Backend) AuditErr() error { return b.Store.AuditErr() }
+
 // Audit queues a broker audit record.
 func (b Backend) Audit(r broker.AuditRecord) {
 	b.Metrics.BrokerRequest(r.Route, r.Kind, r.Allowed, r.Code)

@@ -37,7 +37,7 @@
 //	         "GET /v1/llm/{profile}", "ANY /v1/llm/{profile}/proxy/{path...}", "GET /v1/oauth/{server}/token", none (no such route)
 //	         proxy: create, get, batch_get, count, search, delete, forward, events, health, not_found, metrics
 //	kind     secret, git, llm, oauth, none
-//	code     broker: unauthenticated, not_granted, not_found, bad_request, too_large, rate_limited, internal, bad_gateway (none when allowed)
+//	code     broker: unauthenticated, not_granted, not_found, bad_request, too_large, rate_limited, internal, bad_gateway, audit_unavailable (none when allowed)
 //	         proxy: the HTTP status (e.g. 201, 401, 502) if net/http knows it
 //	         websockets: the close code, 1000-1015 and 4001 (authentication failed) exactly, else 3xxx or 4xxx
 //	class    1xx, 2xx, 3xx, 4xx, 5xx

@@ -65,7 +65,7 @@ var (
 	brokerKinds = set("secret", "git", "llm", "oauth")
 	// The broker's error codes (pkg/broker's Code* constants).
 	brokerCodes = set("unauthenticated", "not_granted", "not_found", "bad_request",
-		"too_large", "rate_limited", "internal", "bad_gateway")
+		"too_large", "rate_limited", "internal", "bad_gateway", "audit_unavailable")
 )
 
 // Route labels of pkg/proxy's Observer.

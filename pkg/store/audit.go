@@ -3,7 +3,10 @@ package store
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -85,15 +88,20 @@ func trimAudit(b *bolt.Bucket, max int) error {
 // AuditAsync queues rec for the background writer and returns at once,
 // without waking it (the writer runs every interval, or when a batch is
 // full): a hand-off that woke a goroutine per record doubled the broker's
-// tail latency. If the queue is full (the disk cannot keep up), the record
-// is written synchronously rather than dropped.
+// tail latency. A record is never dropped while ohd runs: a batch the
+// writer could not commit (a full disk) stays queued and is retried every
+// interval. Only past auditQueueMax queued records is a record written
+// synchronously, and if that fails too it is counted lost (AuditLost) and
+// logged by its names.
 func (s *Store) AuditAsync(rec AuditRecord) {
 	w := s.audit
 	w.mu.Lock()
 	if len(w.queue) >= auditQueueMax {
 		w.mu.Unlock()
 		if err := s.AppendAudit(rec); err != nil {
-			s.log.Error("audit write failed", "err", err)
+			w.lost.Add(1)
+			s.log.Error("audit record lost: the queue is full and the write failed",
+				"conversation", rec.Conversation, "route", rec.Route, "name", rec.Name, "err", err)
 		}
 		return
 	}
@@ -107,6 +115,28 @@ func (s *Store) AuditAsync(rec AuditRecord) {
 		}
 	}
 }
+
+// ErrAuditUnavailable is returned by AuditErr while the last attempt to
+// write audit records failed: records are queued in memory, not durable.
+var ErrAuditUnavailable = errors.New("audit records cannot be written")
+
+// AuditErr returns nil if the last attempt of the writer to commit queued
+// audit records succeeded (or none was needed), and otherwise an error
+// wrapping ErrAuditUnavailable and the cause (e.g. "no space left on
+// device"). It is one atomic load: callers check it on every request, and
+// refuse to hand out credentials whose use could not be audited. It clears
+// by itself once a retry commits.
+func (s *Store) AuditErr() error {
+	if p := s.audit.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// AuditLost returns the number of audit records lost since the store was
+// opened (see AuditAsync); 0 unless the disk stayed full past
+// auditQueueMax queued records.
+func (s *Store) AuditLost() uint64 { return s.audit.lost.Load() }
 
 // FlushAudit waits until every record queued before the call is written.
 func (s *Store) FlushAudit() {
@@ -160,6 +190,10 @@ type auditWriter struct {
 	done  sync.WaitGroup
 	every time.Duration
 	max   int
+	// failed holds the error of the last failed commit, nil after a
+	// successful one (AuditErr).
+	failed atomic.Pointer[error]
+	lost   atomic.Uint64
 }
 
 func newAuditWriter(s *Store, every time.Duration, max int) *auditWriter {
@@ -188,10 +222,27 @@ func (w *auditWriter) run() {
 		batch := w.queue
 		w.queue = spare[:0]
 		w.mu.Unlock()
-		if len(batch) > 0 {
-			if err := w.s.AppendAudit(batch...); err != nil {
-				w.s.log.Error("audit write failed", "records", len(batch), "err", err)
+		if len(batch) == 0 {
+			spare = batch
+			return
+		}
+		if err := w.s.AppendAudit(batch...); err != nil {
+			// Keep the batch, ahead of what arrived meanwhile, and try
+			// again next interval: the records stay in order and none is
+			// lost while the disk is full.
+			if w.failed.Load() == nil {
+				w.s.log.Error("audit write failed; broker requests are refused until it succeeds", "records", len(batch), "err", err)
 			}
+			err = fmt.Errorf("%w: %w", ErrAuditUnavailable, err)
+			w.failed.Store(&err)
+			w.mu.Lock()
+			w.queue = append(batch, w.queue...)
+			w.mu.Unlock()
+			spare = nil
+			return
+		}
+		if w.failed.Swap(nil) != nil {
+			w.s.log.Info("audit writes succeed again", "records", len(batch))
 		}
 		clear(batch) // no record stays reachable from the spare
 		spare = batch
@@ -207,6 +258,12 @@ func (w *auditWriter) run() {
 			close(done)
 		case <-w.stop:
 			write()
+			w.mu.Lock()
+			if n := len(w.queue); n > 0 {
+				w.lost.Add(uint64(n))
+				w.s.log.Error("audit records lost at close: the last write failed", "records", n, "err", w.s.AuditErr())
+			}
+			w.mu.Unlock()
 			return
 		}
 	}

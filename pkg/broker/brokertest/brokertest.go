@@ -23,10 +23,11 @@ type Backend struct {
 	oauth   map[string]broker.OAuthServer
 	saves   int
 
-	auditMu sync.Mutex
-	audit   []broker.AuditRecord
-	discard bool
-	notify  chan struct{}
+	auditMu  sync.Mutex
+	audit    []broker.AuditRecord
+	discard  bool
+	notify   chan struct{}
+	auditErr error
 }
 
 // New returns an empty Backend that keeps every audit record.
@@ -170,6 +171,21 @@ func (b *Backend) SaveOAuthTokens(_ context.Context, name string, access, refres
 	b.oauth[name] = s
 	b.saves++
 	return nil
+}
+
+// SetAuditErr makes AuditErr return err (nil: audit works again), as a
+// store whose disk is full would.
+func (b *Backend) SetAuditErr(err error) {
+	b.auditMu.Lock()
+	defer b.auditMu.Unlock()
+	b.auditErr = err
+}
+
+// AuditErr implements broker.Backend.
+func (b *Backend) AuditErr() error {
+	b.auditMu.Lock()
+	defer b.auditMu.Unlock()
+	return b.auditErr
 }
 
 // Audit implements broker.Backend: it appends the record.
