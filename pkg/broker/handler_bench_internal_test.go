@@ -32,7 +32,7 @@ func (s *staticBackend) SaveOAuthTokens(context.Context, string, []byte, []byte,
 	return nil
 }
 func (s *staticBackend) Audit(AuditRecord) {}
-func (s *staticBackend) AuditErr() error  { return nil }
+func (s *staticBackend) AuditErr() error   { return nil }
 
 // BenchmarkServeHTTP measures the handler alone (no sockets): checks,
 // backend call, answer, audit.
