@@ -108,7 +108,7 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		Backend:    be,
 		Logger:     slog.New(slog.DiscardHandler),
 		// The limits stay on (their cost is measured) but out of reach.
-		Limits: broker.Limits{MaxInFlight: 4096, Rate: 1e12, Burst: 1 << 30},
+		Limits: broker.Limits{MaxInFlight: 4096, SecretInFlight: 4096, GitInFlight: 4096, LLMInFlight: 4096, OAuthInFlight: 4096, MaxConns: -1, Rate: 1e12, Burst: 1 << 30},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench broker: %w", err)

@@ -26,7 +26,7 @@ func newBenchBroker(b *testing.B) (broker.Endpoint, string) {
 	b.Cleanup(func() { os.RemoveAll(dir) })
 	key := broker.DeriveKey([]byte("bench"))
 	br, err := broker.New(broker.Options{RuntimeDir: dir, Key: key, Backend: be,
-		Limits: broker.Limits{MaxInFlight: 4096, Rate: 1e12, Burst: 1 << 30}})
+		Limits: broker.Limits{MaxInFlight: 4096, SecretInFlight: 4096, GitInFlight: 4096, LLMInFlight: 4096, OAuthInFlight: 4096, MaxConns: -1, Rate: 1e12, Burst: 1 << 30}})
 	if err != nil {
 		b.Fatal(err)
 	}

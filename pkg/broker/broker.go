@@ -52,10 +52,22 @@ type Limits struct {
 	// MaxProxyBody bounds request bodies forwarded to an LLM provider
 	// (prompts are large); default 32 MiB.
 	MaxProxyBody int64
-	// MaxInFlight is the number of requests one conversation may have in
-	// progress (streaming LLM responses included); default 8; negative
-	// means no limit. Requests over it are refused at once with 429.
+	// MaxInFlight is the number of requests of no kind (whoami, the list
+	// of secrets, unknown routes) one conversation may have in progress;
+	// default 8; negative means no limit. Requests over a budget are
+	// refused at once with 429.
 	MaxInFlight int
+	// GitInFlight, SecretInFlight, LLMInFlight and OAuthInFlight are the
+	// separate budgets of requests in progress per conversation for each
+	// kind, so that open LLM streams or callers waiting on a hung OAuth
+	// token endpoint never starve git (TestOneBudgetCannotStarveAnother).
+	// Defaults: git 8, secret 8, LLM 32 (streams stay open for minutes),
+	// OAuth 8; negative means no limit.
+	GitInFlight, SecretInFlight, LLMInFlight, OAuthInFlight int
+	// MaxConns caps the connections one conversation may hold open to its
+	// socket (idle keep-alive ones included); default 64; negative means
+	// no limit. A connection over it gets 429 rate_limited and is closed.
+	MaxConns int
 	// Rate is the refill rate per second of the conversation's token
 	// bucket; default 50; negative means no limit.
 	Rate float64
@@ -72,6 +84,11 @@ const (
 	defaultMaxBody           = 64 << 10
 	defaultMaxProxyBody      = 32 << 20
 	defaultMaxInFlight       = 8
+	defaultGitInFlight       = 8
+	defaultSecretInFlight    = 8
+	defaultLLMInFlight       = 32
+	defaultOAuthInFlight     = 8
+	defaultMaxConns          = 64
 	defaultRate              = 50
 	defaultBurst             = 100
 	defaultReadHeaderTimeout = 5 * time.Second
@@ -86,8 +103,17 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxProxyBody <= 0 {
 		l.MaxProxyBody = defaultMaxProxyBody
 	}
-	if l.MaxInFlight == 0 {
-		l.MaxInFlight = defaultMaxInFlight
+	for _, f := range []struct {
+		v   *int
+		def int
+	}{
+		{&l.MaxInFlight, defaultMaxInFlight}, {&l.GitInFlight, defaultGitInFlight},
+		{&l.SecretInFlight, defaultSecretInFlight}, {&l.LLMInFlight, defaultLLMInFlight},
+		{&l.OAuthInFlight, defaultOAuthInFlight}, {&l.MaxConns, defaultMaxConns},
+	} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
 	}
 	if l.Rate == 0 {
 		l.Rate = defaultRate
@@ -347,6 +373,7 @@ func (b *Broker) Open(ctx context.Context, conv Conversation) (Endpoint, error) 
 	c.srv = &http.Server{
 		Handler:           c,
 		ConnContext:       peercred.ConnContext,
+		ConnState:         c.connState,
 		ReadHeaderTimeout: b.limits.ReadHeaderTimeout,
 		IdleTimeout:       b.limits.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,

@@ -55,7 +55,8 @@
 // allowed, status, code and a precise reason; never a value):
 //
 //	check                                        status code             audit reason
-//	in-flight requests of the conversation       429    rate_limited     in_flight (Retry-After: 1)
+//	connections of the conversation (at accept)  429    rate_limited     connections (then closed)
+//	in-flight requests of the route's kind       429    rate_limited     in_flight (Retry-After: 1)
 //	token bucket of the conversation             429    rate_limited     rate (Retry-After: seconds to the next token)
 //	audit records cannot be made durable         503    audit_unavailable audit_unavailable (Retry-After: 1)
 //	Origin or Sec-Fetch-Site header present      401    unauthenticated  browser_origin
@@ -136,11 +137,15 @@
 // # Limits
 //
 // Per conversation (see [Limits]; every field configurable): request
-// bodies 64 KiB (32 MiB towards an LLM provider), 8 requests in flight,
-// a token bucket of 50 requests per second with a burst of 100, and a 5s
-// header read timeout after which a client trickling its headers is cut
-// off. Each conversation has its own socket, server, bucket and in-flight
-// count, so one busy conversation cannot starve another.
+// bodies 64 KiB (32 MiB towards an LLM provider); requests in flight in
+// separate budgets per kind (git 8, secret 8, LLM 32, OAuth 8, routes of
+// no kind 8), so open LLM streams or callers waiting on a hung OAuth
+// token endpoint never starve git; 64 open connections (the next is
+// answered 429 and closed, audit reason "connections"); a token bucket of
+// 50 requests per second with a burst of 100, and a 5s header read
+// timeout after which a client trickling its headers is cut off. Each
+// conversation has its own socket, server, bucket and in-flight counts,
+// so one busy conversation cannot starve another.
 //
 // # What the Backend must do
 //

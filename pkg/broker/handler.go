@@ -148,11 +148,11 @@ func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if hasCred {
 		rec.PeerPID, rec.PeerUID = cred.PID, cred.UID
 	}
-	if !c.lim.acquire() {
+	if !c.lim.acquire(rt) {
 		c.refuse(w, &rec, refInFlight)
 		return
 	}
-	defer c.lim.release()
+	defer c.lim.release(rt)
 	if retry, ok := c.lim.allow(now); !ok {
 		c.refuse(w, &rec, rateLimited(retry))
 		return

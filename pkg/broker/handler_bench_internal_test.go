@@ -40,7 +40,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 	const id = "0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b"
 	be := &staticBackend{conv: Conversation{ID: id, UID: os.Geteuid(), Epoch: 1, Grants: Grants{Secrets: []string{"a", "s"}}}}
 	br, err := New(Options{RuntimeDir: "/nonexistent", Key: make([]byte, 32), Backend: be,
-		Limits: Limits{MaxInFlight: -1, Rate: -1}})
+		Limits: Limits{MaxInFlight: -1, SecretInFlight: -1, GitInFlight: -1, LLMInFlight: -1, OAuthInFlight: -1, Rate: -1}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -148,7 +148,7 @@ func TestConversationIsolation(t *testing.T) {
 			close(release)
 		}
 	})
-	e := newEnv(t, func(o *broker.Options) { o.Limits.MaxInFlight = inFlight })
+	e := newEnv(t, func(o *broker.Options) { o.Limits.LLMInFlight = inFlight })
 	grants := broker.Grants{LLM: []string{"slow"}}
 	a := e.open(broker.Conversation{ID: "conv-a", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: grants})
 	b := e.open(broker.Conversation{ID: "conv-b", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: grants})
@@ -179,10 +179,10 @@ func TestConversationIsolation(t *testing.T) {
 			t.Fatalf("only %d slow requests reached the provider", arrived.Load())
 		}
 	}
-	if _, err := ca.Whoami(context.Background()); !errors.Is(err, broker.ErrRateLimited) {
-		t.Errorf("A's request over its in-flight limit: %v, want ErrRateLimited", err)
+	if _, err := ca.LLM(context.Background(), "slow"); !errors.Is(err, broker.ErrRateLimited) {
+		t.Errorf("A's LLM request over its in-flight limit: %v, want ErrRateLimited", err)
 	}
-	resp, _ := e.request(a.Socket, http.MethodGet, "/v1/whoami", authed(e.token("conv-a", 1)), nil)
+	resp, _ := e.request(a.Socket, http.MethodGet, "/v1/llm/slow/proxy/wait", authed(e.token("conv-a", 1)), nil)
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("A over its in-flight limit = %d Retry-After %q, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
@@ -263,5 +263,164 @@ func TestAuditUnavailableRefusesEverything(t *testing.T) {
 	e.be.SetAuditErr(nil)
 	if v, err := cl.Secret(ctx, "s"); err != nil || !strings.HasPrefix(string(v), "the-value") {
 		t.Errorf("Secret after the audit recovered: %v", err)
+	}
+}
+
+// TestOneBudgetCannotStarveAnother opens 16 LLM streams that stay open
+// and 8 OAuth token requests waiting on a hung token endpoint, with the
+// default limits: git credentials and secrets are still served at once
+// (with one budget for every kind, git got 429 and "could not read
+// Username"), and each full budget refuses only its own kind.
+func TestOneBudgetCannotStarveAnother(t *testing.T) {
+	const streams, oauthWaiters = 16, 8
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	opened := make(chan struct{}, streams+oauthWaiters)
+	hang := func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/stream") {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+		}
+		opened <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	provider := httptest.NewServer(http.HandlerFunc(hang))
+	t.Cleanup(provider.Close)
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+
+	e := newEnv(t)
+	e.be.SetLLMProfile(broker.LLMProfile{Name: "p", BaseURL: provider.URL, APIKey: []byte("sk-" + marker)})
+	e.be.SetOAuthServer(broker.OAuthServer{Name: "hung", TokenURL: provider.URL + "/token", RefreshToken: []byte("rt-" + marker), Expiry: time.Now().Add(-time.Hour)})
+	e.be.SetGitCredential("git.example.com", broker.GitCredential{Username: "bot", Password: []byte("pw-" + marker)})
+	e.be.SetSecret("s", []byte("v-"+marker))
+	conv := broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
+		Grants: broker.Grants{LLM: []string{"p"}, OAuth: []string{"hung"}, Git: []string{"git.example.com"}, Secrets: []string{"s"}}}
+	ep := e.open(conv)
+	cl := e.client(ep)
+
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, "http://x/v1/llm/p/proxy/v1/chat/stream", strings.NewReader("{}"))
+			resp, err := cl.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+		})
+	}
+	oauthCtx, cancelOAuth := context.WithCancel(context.Background())
+	for range oauthWaiters {
+		wg.Go(func() { _, _ = cl.OAuthToken(oauthCtx, "hung") })
+	}
+	defer func() {
+		cancelOAuth()
+		releaseOnce.Do(func() { close(release) })
+		wg.Wait()
+	}()
+	// Every stream is open at the provider; the OAuth refresh is hung
+	// (one refresh for all waiters), so wait until the waiters are in.
+	for i := range streams + 1 {
+		select {
+		case <-opened:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d of %d provider requests arrived", i, streams+1)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// A probe that gets in waits too: bound it.
+		probe, cancelProbe := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := cl.OAuthToken(probe, "hung")
+		cancelProbe()
+		if errors.Is(err, broker.ErrRateLimited) {
+			break // the OAuth budget is full: all 8 waiters are in
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the OAuth budget never filled: %v", err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := cl.GitCredential(ctx, "get", []byte("protocol=https\nhost=git.example.com\n\n"))
+	if err != nil || !strings.Contains(string(out), "password=pw-"+marker) {
+		t.Errorf("git credential with %d LLM streams and %d OAuth waiters open: %q, %v; want it served", streams, oauthWaiters, out, err)
+	}
+	if _, err := cl.Secret(ctx, "s"); err != nil {
+		t.Errorf("secret with the LLM and OAuth budgets busy: %v", err)
+	}
+	if _, err := cl.Whoami(ctx); err != nil {
+		t.Errorf("whoami with the LLM and OAuth budgets busy: %v", err)
+	}
+}
+
+// TestConnectionCap: a conversation may hold MaxConns connections to its
+// socket; the next one is answered 429 and closed (and audited), and a
+// slot is free again once a connection closes.
+func TestConnectionCap(t *testing.T) {
+	const max = 4
+	e := newEnv(t, func(o *broker.Options) { o.Limits.MaxConns = max })
+	ep := e.open(broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1})
+	whoami := func(conn net.Conn) (*http.Response, error) {
+		fmt.Fprintf(conn, "GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-OHD-Request: 1\r\n\r\n", e.token("conv-1", 1))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	var conns []net.Conn
+	for i := range max {
+		conn, err := net.Dial("unix", ep.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if resp, err := whoami(conn); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("connection %d within the cap: %v %v", i, resp, err)
+		}
+		conns = append(conns, conn)
+	}
+	n := e.auditCount()
+	over, err := net.Dial("unix", ep.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	resp, err := http.ReadResponse(bufio.NewReader(over), nil)
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("connection over the cap: %v %v, want 429", resp, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `"code":"rate_limited"`) || !strings.Contains(string(body), "connections") {
+		t.Errorf("answer over the cap: %s", body)
+	}
+	if rec := e.audit(n + 1); rec.Reason != "connections" || rec.PeerPID != os.Getpid() || rec.Allowed {
+		t.Errorf("audit of the refused connection: %+v", rec)
+	}
+	conns[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.Dial("unix", ep.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := whoami(conn)
+		conn.Close()
+		if err == nil && resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after closing one connection: %v %v, want a free slot", resp, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -62,7 +62,7 @@ func TestOAuthRefreshOnce(t *testing.T) {
 	e := newEnv(t, func(o *broker.Options) {
 		o.Backend = cb
 		o.Now = func() time.Time { return now }
-		o.Limits.MaxInFlight = 2 * callers
+		o.Limits.OAuthInFlight = 2 * callers
 	})
 	e.be = cb.Backend
 	ep := e.open(broker.Conversation{ID: "conv-o", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 )
@@ -99,6 +100,11 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait this long for a container's health check (default 60s)", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
 			str("metrics-listen", "also serve metrics on this loopback address"),
+			&cli.IntFlag{Name: "broker-git-in-flight", Value: 8, Usage: "git credential requests one conversation may have in progress (-1: no limit)", Sources: env("broker-git-in-flight")},
+			&cli.IntFlag{Name: "broker-secret-in-flight", Value: 8, Usage: "secret requests one conversation may have in progress (-1: no limit)", Sources: env("broker-secret-in-flight")},
+			&cli.IntFlag{Name: "broker-llm-in-flight", Value: 32, Usage: "LLM requests and streams one conversation may have in progress (-1: no limit)", Sources: env("broker-llm-in-flight")},
+			&cli.IntFlag{Name: "broker-oauth-in-flight", Value: 8, Usage: "OAuth token requests one conversation may have in progress (-1: no limit)", Sources: env("broker-oauth-in-flight")},
+			&cli.IntFlag{Name: "broker-connections", Value: 64, Usage: "connections one conversation may hold open to its broker socket (-1: no limit)", Sources: env("broker-connections")},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
@@ -122,6 +128,16 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				NanoCPUs: int64(cmd.Float64("cpus") * 1e9), PidsLimit: cmd.Int64("pids"),
 				ReadyTimeout: cmd.Duration("ready-timeout"), HealthPath: cmd.String("health-path"),
 				MetricsListen: cmd.String("metrics-listen"), Getenv: os.Getenv,
+				BrokerLimits: broker.Limits{
+					GitInFlight: int(cmd.Int("broker-git-in-flight")), SecretInFlight: int(cmd.Int("broker-secret-in-flight")),
+					LLMInFlight: int(cmd.Int("broker-llm-in-flight")), OAuthInFlight: int(cmd.Int("broker-oauth-in-flight")),
+					MaxConns: int(cmd.Int("broker-connections")),
+				},
+			}
+			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections"} {
+				if n := cmd.Int(name); n == 0 || n < -1 {
+					return usageError{fmt.Errorf("--%s %d: want a positive number, or -1 for no limit", name, n)}
+				}
 			}
 			// (Start checks the settings too; the logger needs the defaults.)
 			if err := cfg.Defaults(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/control"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 )
@@ -79,6 +80,10 @@ type Config struct {
 	// loopback address (they are also on the conversation API at /metrics,
 	// behind its key).
 	MetricsListen string
+	// BrokerLimits are the credential broker's per-conversation budgets
+	// (in flight per kind, open connections); zero fields take
+	// broker.Limits' defaults.
+	BrokerLimits broker.Limits
 	// Getenv reads the environment; nil means os.Getenv (tests inject).
 	Getenv func(string) string
 }
