@@ -549,7 +549,12 @@ func (m *Manager) RunIdle(ctx context.Context) {
 }
 
 // Watch follows the engine's events until ctx ends and marks conversations
-// whose container died or vanished behind ohd's back as stopped.
+// whose container died or vanished behind ohd's back as stopped. Only die
+// and destroy end a container: the engine's oom event says a process in
+// it was killed for memory (a build, say) while the container may well
+// run on, so it is logged, never taken for a death
+// (TestOOMInsideIsNotADeath). A main process killed for memory is followed
+// by die.
 func (m *Manager) Watch(ctx context.Context) error {
 	if m.rt.Kind() == "local" {
 		<-ctx.Done()
@@ -557,8 +562,11 @@ func (m *Manager) Watch(ctx context.Context) error {
 	}
 	return m.rt.Events(ctx, m.st.ServerID(), func(ev runtime.Event) {
 		switch ev.Action {
-		case "die", "destroy", "oom":
+		case "die", "destroy":
 			m.containerGone(ev)
+		case "oom":
+			m.log.Warn("a process in a conversation's container was killed for lack of memory; the container runs on",
+				"id", ev.ConversationID, "container", shortID(ev.ContainerID))
 		case runtime.ActionResync:
 			if err := m.syncContainers(ctx); err != nil {
 				m.log.Warn("resync with the engine failed", "err", err)
@@ -597,8 +605,6 @@ func action(a string) string {
 	switch a {
 	case "destroy":
 		return "was removed"
-	case "oom":
-		return "ran out of memory"
 	}
 	return "exited"
 }
