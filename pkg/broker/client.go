@@ -216,11 +216,15 @@ func (c *Client) OAuthToken(ctx context.Context, server string) (OAuthToken, err
 // come from getenv(EnvSocket) and getenv(EnvTokenFile), defaulting to
 // /run/ohd/broker.sock and /run/ohd/token; a nil getenv is os.Getenv.
 //
-// For a host that is not granted it writes nothing and returns nil, as a
-// helper that has no credential must: git then tries its next helper or
-// gives up. Any other failure is returned (ohctl prints it to stderr).
-// Actions git may add later are ignored, as git asks of helpers.
-func GitCredentialHelper(ctx context.Context, action string, stdin io.Reader, stdout io.Writer, getenv func(string) string) error {
+// For a get of a host that is not granted it writes nothing to stdout and
+// returns nil, as a helper that has no credential must (git then tries its
+// next helper or gives up), and writes one line to stderr naming the host
+// and the host command that grants it, so the refusal says so instead of
+// git's "could not read Username". A username in the URL other than the
+// configured one is refused the same way, with a line saying so. Any
+// other failure is returned (ohctl prints it to stderr). Actions git may
+// add later are ignored, as git asks of helpers. A nil stderr discards.
+func GitCredentialHelper(ctx context.Context, action string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
 	switch action {
 	case GitGet, GitStore, GitErase:
 	default:
@@ -242,6 +246,9 @@ func GitCredentialHelper(ctx context.Context, action string, stdin io.Reader, st
 	answer, err := c.GitCredential(ctx, action, req)
 	if err != nil {
 		if errors.Is(err, ErrNotGranted) {
+			if action == GitGet && stderr != nil {
+				explainRefusal(stderr, err, req, getenv)
+			}
 			return nil
 		}
 		return fmt.Errorf("git-credential %s: %w", action, err)
@@ -254,4 +261,26 @@ func GitCredentialHelper(ctx context.Context, action string, stdin io.Reader, st
 		return fmt.Errorf("git-credential %s: write answer: %w", action, err)
 	}
 	return nil
+}
+
+// explainRefusal writes the one stderr line of a refused get.
+func explainRefusal(stderr io.Writer, err error, req []byte, getenv func(string) string) {
+	name := "this host"
+	if r, perr := ParseGitCredential(req); perr == nil {
+		name = r.gitName()
+	}
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Message == refGitUsername.msg {
+		fmt.Fprintf(stderr, "ohd: no credential for %s: %s\n", name, ae.Message)
+		return
+	}
+	id := getenv("OHD_CONVERSATION_ID")
+	if id == "" {
+		id = "<conversation-id>"
+	}
+	host := name
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		host = name[:i]
+	}
+	fmt.Fprintf(stderr, "ohd: %s is not granted to this conversation; on the host run: ohctl grant %s git %s (and ohctl git-host set %s --secret NAME if it has no credential yet)\n", name, id, host, host)
 }

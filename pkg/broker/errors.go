@@ -111,21 +111,25 @@ type refusal struct {
 // Refusals without a per-request part are values, so the refusal paths do
 // not allocate.
 var (
-	refBrowser     = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "browser-origin requests are refused", "browser_origin", 0}
-	refNoHeader    = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "missing header X-OHD-Request: 1", "missing_request_header", 0}
-	refNoPeer      = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "peer credentials unavailable", "no_peer_credentials", 0}
-	refPeerUID     = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "peer uid not permitted on this socket", "peer_uid", 0}
-	refNoToken     = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "missing bearer token", "no_token", 0}
-	refMalformed   = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "malformed token", "malformed_token", 0}
-	refWrongConv   = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "invalid or revoked token", "wrong_conversation", 0}
-	refStaleEpoch  = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "invalid or revoked token", "stale_epoch", 0}
-	refBadMAC      = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "invalid or revoked token", "bad_mac", 0}
-	refEnded       = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "conversation ended", "conversation_ended", 0}
-	refInFlight    = &refusal{http.StatusTooManyRequests, CodeRateLimited, "too many requests in flight for this conversation", "in_flight", 1}
-	refNoRoute     = &refusal{http.StatusNotFound, CodeNotFound, "no such route", "no_route", 0}
-	refMethod      = &refusal{http.StatusMethodNotAllowed, CodeBadRequest, "method not allowed", "method", 0}
-	refTooLarge    = &refusal{http.StatusRequestEntityTooLarge, CodeTooLarge, "request body too large", "too_large", 0}
-	refAudit       = &refusal{http.StatusServiceUnavailable, CodeAuditUnavailable, "ohd cannot write its audit log (is its state directory full?); try again later", "audit_unavailable", 1}
+	refBrowser    = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "browser-origin requests are refused", "browser_origin", 0}
+	refNoHeader   = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "missing header X-OHD-Request: 1", "missing_request_header", 0}
+	refNoPeer     = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "peer credentials unavailable", "no_peer_credentials", 0}
+	refPeerUID    = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "peer uid not permitted on this socket", "peer_uid", 0}
+	refNoToken    = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "missing bearer token", "no_token", 0}
+	refMalformed  = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "malformed token", "malformed_token", 0}
+	refWrongConv  = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "invalid or revoked token", "wrong_conversation", 0}
+	refStaleEpoch = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "invalid or revoked token", "stale_epoch", 0}
+	refBadMAC     = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "invalid or revoked token", "bad_mac", 0}
+	refEnded      = &refusal{http.StatusUnauthorized, CodeUnauthenticated, "conversation ended", "conversation_ended", 0}
+	refInFlight   = &refusal{http.StatusTooManyRequests, CodeRateLimited, "too many requests in flight for this conversation", "in_flight", 1}
+	refNoRoute    = &refusal{http.StatusNotFound, CodeNotFound, "no such route", "no_route", 0}
+	refMethod     = &refusal{http.StatusMethodNotAllowed, CodeBadRequest, "method not allowed", "method", 0}
+	refTooLarge   = &refusal{http.StatusRequestEntityTooLarge, CodeTooLarge, "request body too large", "too_large", 0}
+	refAudit      = &refusal{http.StatusServiceUnavailable, CodeAuditUnavailable, "ohd cannot write its audit log (is its state directory full?); try again later", "audit_unavailable", 1}
+	// refGitUsername: git asked for a username (in the URL) other than
+	// the host's configured one; git's credential-store answers nothing
+	// then too. The configured username is not told.
+	refGitUsername = &refusal{http.StatusForbidden, CodeNotGranted, "the username in the URL is not the one configured for this host: remove it from the URL (https://HOST/...)", "username", 0}
 	refInternal    = &refusal{http.StatusInternalServerError, CodeInternal, "internal error; see the ohd log", "backend_error", 0}
 	refUpgrade     = &refusal{http.StatusBadRequest, CodeBadRequest, "protocol upgrades are not proxied", "upgrade", 0}
 	refBadPath     = &refusal{http.StatusBadRequest, CodeBadRequest, "invalid proxy path", "bad_path", 0}

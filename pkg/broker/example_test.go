@@ -59,7 +59,7 @@ func ExampleClient() {
 // ohctl git-credential runs this; git calls it as
 // credential.helper = /run/ohd/bin/ohctl git-credential.
 func ExampleGitCredentialHelper() {
-	if err := broker.GitCredentialHelper(context.Background(), os.Args[len(os.Args)-1], os.Stdin, os.Stdout, os.Getenv); err != nil {
+	if err := broker.GitCredentialHelper(context.Background(), os.Args[len(os.Args)-1], os.Stdin, os.Stdout, os.Stderr, os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "ohctl git-credential:", err)
 		os.Exit(1)
 	}

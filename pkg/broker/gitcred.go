@@ -347,6 +347,10 @@ func (c *conversation) gitCredential(w http.ResponseWriter, r *http.Request, rec
 		c.refuse(w, rec, refInternal)
 		return
 	}
+	if req.Username != "" && cred.Username != "" && req.Username != cred.Username {
+		c.refuse(w, rec, refGitUsername)
+		return
+	}
 	var out []byte
 	if cred.Username != "" {
 		out = append(out, "username="...)

@@ -331,3 +331,60 @@ func TestGitCredentialStoredNewline(t *testing.T) {
 		t.Errorf("log does not name the host with the bad credential:\n%s", e.log.String())
 	}
 }
+
+// TestGitCredentialRefusalSaysSo: real git, with the helper, for a host
+// that is not granted and for a username other than the configured one:
+// git fails (no prompt: GIT_TERMINAL_PROMPT=0, as in containers) and its
+// stderr carries one line of ohd's that names the host and says what to
+// do, instead of only git's "could not read Username".
+func TestGitCredentialRefusalSaysSo(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		testenv.Missing(t, "git is not installed")
+	}
+	_, ep := gitEnv(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := func(input string) (string, string, error) {
+		cmd := exec.Command("git", "-c", "credential.helper="+exe, "credential", "fill")
+		cmd.Env = append(testenv.GitEnv(), helperEnv+"=git", "GIT_TERMINAL_PROMPT=0",
+			broker.EnvSocket+"="+ep.Socket, broker.EnvTokenFile+"="+ep.TokenFile, "OHD_CONVERSATION_ID=conv-g")
+		cmd.Stdin = strings.NewReader(input)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	ohdLines := func(stderr string) []string {
+		var out []string
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(l, "ohd: ") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct{ name, input, want string }{
+		{"ungranted host", "url=https://other.example.net/x.git\n", "ohd: other.example.net is not granted to this conversation; on the host run: ohctl grant conv-g git other.example.net"},
+		{"username not the configured one", "url=https://someone@git.example.com/x.git\n", "ohd: no credential for git.example.com: the username in the URL is not the one configured for this host"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, stderr, err := fill(tc.input)
+			if err == nil || strings.Contains(out, "password=") {
+				t.Errorf("git credential fill %q = %q, %v; want a failure without a password", tc.input, out, err)
+			}
+			lines := ohdLines(stderr)
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], tc.want) {
+				t.Errorf("stderr of git = %q, want exactly one line starting %q", stderr, tc.want)
+			}
+			if strings.Contains(stderr, marker) {
+				t.Errorf("stderr holds a value: %q", stderr)
+			}
+		})
+	}
+	// The configured username itself is served.
+	if out, _, err := fill("url=https://bot@git.example.com/x.git\n"); err != nil || !strings.Contains(out, "password=pw-"+marker+"-1") {
+		t.Errorf("with the configured username: %q, %v", out, err)
+	}
+}

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		if len(os.Args) > 1 {
 			action = os.Args[len(os.Args)-1]
 		}
-		if err := broker.GitCredentialHelper(context.Background(), action, os.Stdin, os.Stdout, os.Getenv); err != nil {
+		if err := broker.GitCredentialHelper(context.Background(), action, os.Stdin, os.Stdout, os.Stderr, os.Getenv); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -35,7 +35,7 @@ func (s *state) gitCredentialCmd() *cli.Command {
 			default:
 				return usagef("git-credential %q: the action is get, store or erase", a[0])
 			}
-			return broker.GitCredentialHelper(ctx, a[0], s.env.Stdin, s.env.Stdout, s.env.Getenv)
+			return broker.GitCredentialHelper(ctx, a[0], s.env.Stdin, s.env.Stdout, s.env.Stderr, s.env.Getenv)
 		},
 	}
 }

@@ -16,7 +16,7 @@ func main() {
 	if len(os.Args) > 1 {
 		action = os.Args[1]
 	}
-	if err := broker.GitCredentialHelper(context.Background(), action, os.Stdin, os.Stdout, os.Getenv); err != nil {
+	if err := broker.GitCredentialHelper(context.Background(), action, os.Stdin, os.Stdout, os.Stderr, os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "credhelper:", err)
 		os.Exit(1)
 	}
