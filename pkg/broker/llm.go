@@ -136,7 +136,13 @@ func (c *conversation) llmProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 			if tail := red.flush(); len(tail) > 0 {
 				_, _ = w.Write(tail)
 			}
-			if rerr != io.EOF {
+			switch {
+			case rerr == io.EOF:
+			case r.Context().Err() != nil:
+				// The client left: its leaving cancelled the provider's
+				// request too, which is no fault of the provider's.
+				rec.Reason = "client_gone"
+			default:
 				rec.Reason = "upstream_interrupted"
 			}
 			break

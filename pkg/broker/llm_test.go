@@ -269,3 +269,27 @@ func TestLLMDisclosure(t *testing.T) {
 		t.Errorf("LLM(disclosed) = %+v, %v", got, err)
 	}
 }
+
+// TestLLMProxyClientGoneMidStream: the client leaves while the provider
+// is still streaming; the audit record blames the client (client_gone),
+// not the provider (upstream_interrupted).
+func TestLLMProxyClientGoneMidStream(t *testing.T) {
+	e, ep, p := llmEnv(t)
+	defer close(p.release)
+	c := e.client(ep)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://x/v1/llm/openai/proxy/v1/stream", nil)
+	n := e.auditCount()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || first != "data: first\n" {
+		t.Fatalf("first line = %q, %v", first, err)
+	}
+	cancel() // the client leaves mid-stream
+	resp.Body.Close()
+	if rec := e.audit(n + 1); rec.Reason != "client_gone" || rec.Route != "ANY /v1/llm/{profile}/proxy/{path...}" {
+		t.Errorf("audit of a stream the client left = %+v, want reason client_gone", rec)
+	}
+}

@@ -51,12 +51,22 @@ func (c *conversation) oauthToken(w http.ResponseWriter, r *http.Request, rec *A
 			switch {
 			case errors.Is(err, ErrNotFound):
 				c.backendFailed(w, rec, err, KindOAuth, name)
-			case errors.Is(err, errNoRefreshToken):
-				c.refuse(w, rec, refNoRefresh)
 			case r.Context().Err() != nil:
 				f := *refOAuthFailed
 				f.reason = "client_gone"
 				c.refuse(w, rec, &f)
+			case len(srv.AccessToken) > 0 && !srv.Expiry.IsZero() && c.b.now().Before(srv.Expiry):
+				// The refresh (due a minute early) failed or is not
+				// possible, but the token ohd holds is still valid:
+				// answer it rather than fail a caller who could work
+				// until its expiry (TestOAuthKeepsAValidToken).
+				c.b.log.Warn("broker: oauth refresh failed; answering the stored token, still valid", "server", name, "expires", srv.Expiry, "err", err)
+				tok = oauthResult{access: srv.AccessToken, expiry: srv.Expiry, tokenType: "Bearer"}
+				rec.Reason = "refresh_failed_token_valid"
+				c.ok(w, rec, jsonBody(tokenBody{AccessToken: string(tok.access), ExpiresAt: tok.expiry, TokenType: tok.tokenType}))
+				return
+			case errors.Is(err, errNoRefreshToken):
+				c.refuse(w, rec, refNoRefresh)
 			default:
 				c.b.log.Warn("broker: oauth refresh failed", "server", name, "err", err)
 				c.refuse(w, rec, refOAuthFailed)

@@ -155,7 +155,6 @@ func TestOAuthFailures(t *testing.T) {
 		code   string
 	}{
 		{"rejecting", 502, "bad_gateway"},
-		{"norefresh", 502, "bad_gateway"},
 		{"missing", 403, "not_granted"},
 		{"ungranted", 403, "not_granted"},
 	} {
@@ -170,8 +169,54 @@ func TestOAuthFailures(t *testing.T) {
 	if _, err := c.OAuthToken(ctx, "missing"); !errors.Is(err, broker.ErrNotGranted) {
 		t.Errorf("OAuthToken(missing) = %v, want ErrNotGranted", err)
 	}
+	// No refresh token, but the stored one is still valid: it is answered.
+	if got, err := c.OAuthToken(ctx, "norefresh"); err != nil || got.AccessToken != "at-"+marker {
+		t.Errorf("OAuthToken(norefresh) = %+v, %v; want the stored token, valid another 30 s", got, err)
+	}
 	got, err := c.OAuthToken(ctx, "noexpiry")
 	if err != nil || got.AccessToken != "at-"+marker+"-forever" || !got.ExpiresAt.IsZero() {
 		t.Errorf("OAuthToken(noexpiry) = %+v, %v", got, err)
+	}
+}
+
+// TestOAuthKeepsAValidToken: the refresh is due (the token expires within
+// the skew) but the token endpoint fails; the stored token is still valid
+// for 30 s, so the caller gets it, and the failed refresh is logged. Once
+// the token has expired, the failure is the caller's: 502 bad_gateway.
+func TestOAuthKeepsAValidToken(t *testing.T) {
+	var calls atomic.Int32
+	tokenEndpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Error(w, `{"error":"temporarily_unavailable"}`, http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(tokenEndpoint.Close)
+	var mu sync.Mutex
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newEnv(t, func(o *broker.Options) { o.Now = clock })
+	ep := e.open(broker.Conversation{ID: "conv-o", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: broker.Grants{OAuth: []string{"gh"}}})
+	e.be.SetOAuthServer(broker.OAuthServer{Name: "gh", TokenURL: tokenEndpoint.URL, RefreshToken: []byte("rt-" + marker),
+		AccessToken: []byte("at-" + marker), Expiry: now.Add(30 * time.Second)})
+	c := e.client(ep)
+	got, err := c.OAuthToken(context.Background(), "gh")
+	if err != nil || got.AccessToken != "at-"+marker || !got.ExpiresAt.Equal(now.Add(30*time.Second)) {
+		t.Fatalf("OAuthToken with a failing refresh and a valid token = %+v, %v; want the stored token", got, err)
+	}
+	if calls.Load() != 1 {
+		t.Errorf("token endpoint called %d times, want 1 (the refresh was due)", calls.Load())
+	}
+	if rec := e.audit(e.auditCount()); !rec.Allowed || rec.Reason != "refresh_failed_token_valid" {
+		t.Errorf("audit = %+v, want allowed with reason refresh_failed_token_valid", rec)
+	}
+	if !strings.Contains(e.log.String(), "oauth refresh failed") || !strings.Contains(e.log.String(), "status 503 (temporarily_unavailable)") {
+		t.Errorf("the failed refresh is not logged:\n%s", e.log.String())
+	}
+	mu.Lock()
+	now = now.Add(31 * time.Second)
+	mu.Unlock()
+	_, err = c.OAuthToken(context.Background(), "gh")
+	var ae *broker.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || ae.Code != broker.CodeBadGateway {
+		t.Errorf("OAuthToken after expiry with a failing refresh = %v, want 502 bad_gateway", err)
 	}
 }
