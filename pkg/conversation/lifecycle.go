@@ -49,6 +49,9 @@ func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (st
 	if err != nil {
 		return conv, err
 	}
+	if err := removable(conv, opts); err != nil {
+		return conv, err
+	}
 	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		if c.Removal == nil || !c.Removal.Done {
 			c.Removal = &store.Removal{RequestedAt: time.Now().UTC(), Discard: opts.Discard}
@@ -60,6 +63,20 @@ func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (st
 	}
 	failpoint.Hit("delete/after-mark")
 	return m.finishRemoval(ctx, conv)
+}
+
+// removable checks, before anything is torn down, what the removal will
+// need: a refused removal changes nothing (container, broker and worktree
+// stay as they were). --discard needs no repository to save into.
+func removable(conv store.Conversation, opts RemoveOptions) error {
+	if conv.Worktree == "" || conv.CommonDir == "" || opts.Discard {
+		return nil
+	}
+	if _, err := os.Stat(conv.CommonDir); err != nil {
+		return fmt.Errorf("%w: conversation %s: its repository's git directory %s is not there (%v): the work is saved into that repository, so move the repository back to %s and run the removal again (or copy what you need from %s and remove with --discard); nothing was removed",
+			ErrConflict, conv.ID, conv.CommonDir, errors.Unwrap(err), conv.Workspace, conv.Worktree)
+	}
+	return nil
 }
 
 // finishRemoval tears conv down and marks it deleted.
