@@ -98,6 +98,12 @@ type Config struct {
 	// inner session key over without an environment variable, and serves
 	// as git's credential helper. Required for the docker runtime.
 	Helper string
+	// HelperDir, if set, holds copies of Helper that ohd owns, named by
+	// content hash (the daemon uses <state-dir>/bin): containers mount the
+	// copy made from Helper at each start, so replacing or deleting
+	// Helper (make install, make clean) never breaks a container's
+	// mount. Empty mounts Helper itself.
+	HelperDir string
 	// IdleTimeout stops a running container after this long without
 	// requests; 0 never stops idle containers.
 	IdleTimeout time.Duration
@@ -146,6 +152,7 @@ type Manager struct {
 	starts    map[string]*startCall
 	protected []string // canonical Config.Protected
 	images    sync.Map // image ID -> runtime.Image
+	helpers   *helperCopies
 
 	// retired marks containers ohd itself stopped or removed, so the
 	// engine's late events about them are not taken for a crash.
@@ -187,8 +194,12 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.OnStep == nil {
 		cfg.OnStep = func(string, string, time.Duration) {}
 	}
+	var helpers *helperCopies
+	if cfg.HelperDir != "" && cfg.Helper != "" {
+		helpers = &helperCopies{src: cfg.Helper, dir: cfg.HelperDir}
+	}
 	return &Manager{
-		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger,
+		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger, helpers: helpers,
 		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
 		pub: publisher{inflight: map[string]bool{}, failed: map[string]string{}}, pubLocks: map[string]*sync.Mutex{},
 		protected: canonicalPaths(append([]string{cfg.RuntimeDir}, cfg.Protected...)),
@@ -719,9 +730,20 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 	} else {
 		mounts = append(mounts, runtime.Mount{Source: conv.Workspace, Target: conv.Workspace})
 	}
+	helper := m.cfg.Helper
+	if m.helpers != nil {
+		p, warn, err := m.helpers.current()
+		if err != nil {
+			return runtime.Spec{}, err
+		}
+		if warn != "" {
+			m.log.Warn(warn, "id", conv.ID)
+		}
+		helper = p
+	}
 	mounts = append(mounts,
 		runtime.Mount{Source: m.brokerDir(conv.ID), Target: ContainerBrokerDir, ReadOnly: true},
-		runtime.Mount{Source: m.cfg.Helper, Target: ContainerHelper, ReadOnly: true},
+		runtime.Mount{Source: helper, Target: ContainerHelper, ReadOnly: true},
 	)
 	img, err := m.image(ctx, conv.ImageID)
 	if err != nil {

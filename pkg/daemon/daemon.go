@@ -170,7 +170,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		Image: cfg.Image, HealthPath: cfg.HealthPath, ReadyTimeout: cfg.ReadyTimeout,
 		Resources:      runtime.Resources{MemoryBytes: cfg.MemoryBytes, NanoCPUs: cfg.NanoCPUs, PidsLimit: cfg.PidsLimit},
 		ReadOnlyRootfs: cfg.ReadOnlyRootfs, ForwardEnv: cfg.ForwardEnv, Getenv: cfg.Getenv,
-		Helper: cfg.Helper, IdleTimeout: cfg.IdleTimeout, Logger: log,
+		Helper: cfg.Helper, HelperDir: filepath.Join(cfg.StateDir, "bin"), IdleTimeout: cfg.IdleTimeout, Logger: log,
 		Metrics: d.metrics, OnStep: d.observeStep, Protected: d.protectedPaths(),
 	})
 	if err != nil {
