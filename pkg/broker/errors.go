@@ -131,7 +131,7 @@ var (
 	// then too. The configured username is not told.
 	refGitUsername = &refusal{http.StatusForbidden, CodeNotGranted, "the username in the URL is not the one configured for this host: remove it from the URL (https://HOST/...)", "username", 0}
 	refInternal    = &refusal{http.StatusInternalServerError, CodeInternal, "internal error; see the ohd log", "backend_error", 0}
-	refUpgrade     = &refusal{http.StatusBadRequest, CodeBadRequest, "protocol upgrades are not proxied", "upgrade", 0}
+	refUpgrade     = &refusal{http.StatusBadRequest, CodeBadRequest, "WebSocket APIs (such as the OpenAI Realtime API) are not supported by ohd's LLM proxy: use the provider's HTTP API (streamed answers work)", "upgrade", 0}
 	refBadPath     = &refusal{http.StatusBadRequest, CodeBadRequest, "invalid proxy path", "bad_path", 0}
 	refUpstream    = &refusal{http.StatusBadGateway, CodeBadGateway, "llm provider unreachable or failed", "upstream_error", 0}
 	refEncoded     = &refusal{http.StatusBadGateway, CodeBadGateway, "llm provider sent an encoded body the broker cannot inspect", "upstream_encoding", 0}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 )
@@ -291,5 +294,38 @@ func TestLLMProxyClientGoneMidStream(t *testing.T) {
 	resp.Body.Close()
 	if rec := e.audit(n + 1); rec.Reason != "client_gone" || rec.Route != "ANY /v1/llm/{profile}/proxy/{path...}" {
 		t.Errorf("audit of a stream the client left = %+v, want reason client_gone", rec)
+	}
+}
+
+// TestLLMProxyRefusesWebSockets: a real WebSocket client (what the OpenAI
+// Realtime API needs) through the LLM proxy is refused before anything
+// reaches the provider, with a message saying it is not supported.
+func TestLLMProxyRefusesWebSockets(t *testing.T) {
+	e, ep, p := llmEnv(t)
+	p.mu.Lock()
+	before := len(p.headers)
+	p.mu.Unlock()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", ep.Socket)
+	}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hdr := authed(e.token("conv-l", 1))
+	_, resp, err := websocket.Dial(ctx, "ws://x/v1/llm/openai/proxy/v1/realtime?model=gpt-realtime", &websocket.DialOptions{HTTPClient: hc, HTTPHeader: hdr})
+	if err == nil {
+		t.Fatal("a WebSocket through the LLM proxy was accepted")
+	}
+	if resp == nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("WebSocket dial: %v, response %+v; want 400", err, resp)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "WebSocket APIs (such as the OpenAI Realtime API) are not supported") {
+		t.Errorf("refusal body = %s", body)
+	}
+	p.mu.Lock()
+	after := len(p.headers)
+	p.mu.Unlock()
+	if after != before {
+		t.Errorf("the provider saw %d requests, want none", after-before)
 	}
 }
