@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v3"
 
@@ -94,10 +95,10 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.DurationFlag{Name: "idle-timeout", Usage: "stop containers idle this long (0: never)", Sources: env("idle-timeout")},
 			&cli.StringSliceFlag{Name: "forward-env", Usage: "host environment variable to pass to containers (repeatable; never secrets)", Sources: env("forward-env")},
 			&cli.BoolFlag{Name: "read-only-rootfs", Usage: "run containers with a read-only root and a tmpfs /tmp", Sources: env("read-only-rootfs")},
-			&cli.Int64Flag{Name: "memory", Usage: "container memory limit in bytes (default 4 GiB)", Sources: env("memory")},
-			&cli.Float64Flag{Name: "cpus", Usage: "container CPU limit (default 2)", Sources: env("cpus")},
-			&cli.Int64Flag{Name: "pids", Usage: "container process limit (default 512)", Sources: env("pids")},
-			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait this long for a container's health check (default 60s)", Sources: env("ready-timeout")},
+			&cli.StringFlag{Name: "memory", Value: "4g", Usage: "container memory limit: bytes, or with a unit (512m, 4g)", Sources: env("memory")},
+			&cli.Float64Flag{Name: "cpus", Value: 2, Usage: "container CPU limit", Sources: env("cpus")},
+			&cli.Int64Flag{Name: "pids", Value: 512, Usage: "container process limit", Sources: env("pids")},
+			&cli.DurationFlag{Name: "ready-timeout", Value: 60 * time.Second, Usage: "wait this long for a container's health check", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
 			str("metrics-listen", "also serve metrics on this loopback address"),
 			&cli.IntFlag{Name: "broker-git-in-flight", Value: 8, Usage: "git credential requests one conversation may have in progress (-1: no limit)", Sources: env("broker-git-in-flight")},
@@ -117,6 +118,10 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				// tens of MiB at most for a quarter of that; GOGC overrides.
 				debug.SetGCPercent(400)
 			}
+			memory, err := ParseSize(cmd.String("memory"))
+			if err != nil {
+				return usageError{fmt.Errorf("--memory: %w", err)}
+			}
 			cfg := Config{
 				StateDir: cmd.String("state-dir"), RuntimeDir: cmd.String("runtime-dir"), ControlSocket: cmd.String("control-socket"),
 				Listen: cmd.String("listen"), Runtime: cmd.String("runtime"), Image: cmd.String("image"),
@@ -124,7 +129,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				SessionAPIKeys: cmd.StringSlice("session-api-key"), SessionAPIKeyFile: cmd.String("session-api-key-file"),
 				Helper: cmd.String("ohctl-binary"), Network: cmd.String("network"),
 				IdleTimeout: cmd.Duration("idle-timeout"), ForwardEnv: cmd.StringSlice("forward-env"),
-				ReadOnlyRootfs: cmd.Bool("read-only-rootfs"), MemoryBytes: cmd.Int64("memory"),
+				ReadOnlyRootfs: cmd.Bool("read-only-rootfs"), MemoryBytes: memory,
 				NanoCPUs: int64(cmd.Float64("cpus") * 1e9), PidsLimit: cmd.Int64("pids"),
 				ReadyTimeout: cmd.Duration("ready-timeout"), HealthPath: cmd.String("health-path"),
 				MetricsListen: cmd.String("metrics-listen"), Getenv: os.Getenv,
