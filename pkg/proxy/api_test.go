@@ -133,6 +133,11 @@ func TestCreateErrors(t *testing.T) {
 			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type = %q, want application/json", ct)
 			}
+			// A refusal before any record names no conversation: none
+			// exists under any id it could give.
+			if tc.code == 400 && strings.Contains(string(b), "conversation_id") {
+				t.Errorf("POST %s = %s: a validation refusal carries a conversation id", tc.body, b)
+			}
 		})
 	}
 }

@@ -343,6 +343,11 @@ func (s *Server) createError(w http.ResponseWriter, id string, err error) {
 	if code >= 500 {
 		s.log.Warn("conversation API: create failed", "id", id, "step", step, "err", err)
 	}
+	if se == nil && code == http.StatusBadRequest {
+		// Refused before any record: no conversation has that id, and a
+		// client must not be sent looking for one.
+		id = ""
+	}
 	writeJSON(w, code, errorBody{Detail: scrubLoopback(err.Error()), Step: step, ConversationID: id})
 }
 
