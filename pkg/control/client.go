@@ -230,6 +230,18 @@ func (c *Client) Doctor(ctx context.Context, id string, repair bool) (DoctorRepo
 	return out, c.do(ctx, method, "/v1/doctor?"+q.Encode(), nil, &out)
 }
 
+// DoctorRepo examines the repository at path (ohctl doctor --repo).
+func (c *Client) DoctorRepo(ctx context.Context, path string, repair bool) (DoctorReport, error) {
+	q := url.Values{"repo": {path}}
+	method := "GET"
+	if repair {
+		q.Set("repair", "true")
+		method = "POST"
+	}
+	var out DoctorReport
+	return out, c.do(ctx, method, "/v1/doctor?"+q.Encode(), nil, &out)
+}
+
 // SetSecret stores a secret value.
 func (c *Client) SetSecret(ctx context.Context, name string, value []byte) error {
 	return c.do(ctx, "PUT", "/v1/secrets/"+esc(name), value, nil)

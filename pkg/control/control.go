@@ -15,7 +15,7 @@
 //	GET    /v1/conversations/{id}/logs[?follow=true] → the container's output (text stream)
 //	POST   /v1/conversations/{id}/exec               ExecRequest → ExecFrame lines (NDJSON stream)
 //	POST   /v1/prune                                 PruneRequest → PruneReport
-//	GET    /v1/doctor[?id=ID]                        → DoctorReport
+//	GET    /v1/doctor[?id=ID|?repo=PATH]             → DoctorReport (POST with repair=true repairs)
 //	GET    /v1/secrets                               → []store.SecretInfo
 //	PUT    /v1/secrets/{name}                        body: the raw value
 //	DELETE /v1/secrets/{name}

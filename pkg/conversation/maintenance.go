@@ -266,7 +266,7 @@ func (m *Manager) checkRepositories(ctx context.Context, convs []store.Conversat
 	var out []control.DoctorCheck
 	live := map[string]bool{}
 	var repos []string
-	seen := map[string]bool{}
+	owners := map[string][2]int{}
 	for _, c := range convs {
 		if c.CommonDir == "" {
 			continue
@@ -274,16 +274,55 @@ func (m *Manager) checkRepositories(ctx context.Context, convs []store.Conversat
 		if c.State.Live() && c.AdminID != "" {
 			live[filepath.Join(c.CommonDir, "worktrees", c.AdminID)] = true
 		}
-		if !seen[c.CommonDir] {
-			seen[c.CommonDir] = true
+		if _, ok := owners[c.CommonDir]; !ok {
+			owners[c.CommonDir] = [2]int{c.UID, c.GID}
 			repos = append(repos, c.CommonDir)
 		}
 	}
 	for _, common := range repos {
+		out = append(out, m.checkRepository(ctx, common, owners[common][0], owners[common][1], live, repair)...)
+	}
+	return out
+}
+
+// DoctorRepo examines a repository ohd may not manage (ohctl doctor
+// --repo): every registration whose worktree does not exist on the host
+// (what the agent server's docker runtime leaves behind: worktrees made
+// inside a container, under container-only paths), with its branch and
+// how many commits that branch holds that no other ref has. With repair
+// it removes those registrations (never a branch) and says what it did.
+// Registrations of ohd's own live conversations are left to their checks.
+func (m *Manager) DoctorRepo(ctx context.Context, path string, repair bool) (control.DoctorReport, error) {
+	rep := control.DoctorReport{Checks: []control.DoctorCheck{}}
+	repo, err := m.wt.Inspect(ctx, path)
+	if err != nil {
+		return rep, fmt.Errorf("%w: doctor --repo %s: %v", ErrInvalid, path, err)
+	}
+	if !repo.IsGit {
+		return rep, fmt.Errorf("%w: doctor --repo %s: not inside a git repository: pass the path of one", ErrInvalid, path)
+	}
+	live := map[string]bool{}
+	for _, c := range m.st.Conversations() {
+		if c.CommonDir == repo.CommonDir && c.State.Live() && c.AdminID != "" {
+			live[filepath.Join(c.CommonDir, "worktrees", c.AdminID)] = true
+		}
+	}
+	rep.Checks = append(rep.Checks, m.checkRepository(ctx, repo.CommonDir, repo.UID, repo.GID, live, repair)...)
+	if len(rep.Checks) == 0 {
+		rep.Checks = append(rep.Checks, control.DoctorCheck{Check: "stale-worktree", Status: "ok",
+			Detail: repo.CommonDir + ": every worktree registration points at a path that exists on the host"})
+	}
+	return rep, nil
+}
+
+// checkRepository reports (and with repair removes) the stale
+// registrations of one repository, skipping those in live.
+func (m *Manager) checkRepository(ctx context.Context, common string, uid, gid int, live map[string]bool, repair bool) []control.DoctorCheck {
+	var out []control.DoctorCheck
+	{
 		stale, err := m.wt.StaleRegistrations(ctx, common)
 		if err != nil {
-			out = append(out, control.DoctorCheck{Check: "stale-worktree", Status: "warn", Detail: err.Error()})
-			continue
+			return append(out, control.DoctorCheck{Check: "stale-worktree", Status: "warn", Detail: err.Error()})
 		}
 		for _, s := range stale {
 			if live[s.AdminDir] {
@@ -293,9 +332,20 @@ func (m *Manager) checkRepositories(ctx context.Context, convs []store.Conversat
 			if branch == "" {
 				branch = "(detached)"
 			}
+			own := ""
+			if s.Branch != "" {
+				switch n, err := m.wt.UniqueCommits(ctx, common, s.Branch, uid, gid); {
+				case err != nil:
+					own = "; its commits could not be counted: " + err.Error()
+				case n == 0:
+					own = "; the branch has no commit that another ref does not have"
+				default:
+					own = fmt.Sprintf("; the branch has %d commit(s) no other ref has: keep it (git log %s)", n, s.Branch)
+				}
+			}
 			ck := control.DoctorCheck{
 				Check: "stale-worktree", Status: "warn",
-				Detail: fmt.Sprintf("%s: registration %s (branch %s) points at a path that does not exist on the host; git reports it prunable (made inside a container by another tool?)", common, s.Path, branch),
+				Detail: fmt.Sprintf("%s: registration %s (branch %s) points at a path that does not exist on the host; git reports it prunable (made inside a container by another tool?)%s", common, s.Path, branch, own),
 				Repair: fmt.Sprintf("remove the registration %s; branch %s and its commits stay", s.AdminDir, branch),
 			}
 			if s.Locked {
@@ -307,6 +357,7 @@ func (m *Manager) checkRepositories(ctx context.Context, convs []store.Conversat
 					ck.Detail += "; repair failed: " + err.Error()
 				} else {
 					ck.Status, ck.Repaired = "ok", true
+					ck.Detail += fmt.Sprintf("; removed the registration %s, kept branch %s", s.AdminDir, branch)
 				}
 			}
 			out = append(out, ck)

@@ -458,7 +458,15 @@ func (d *Daemon) handleDoctor(w http.ResponseWriter, r *http.Request) error {
 	if repair && r.Method != http.MethodPost {
 		return badRequest(control.CodeBadRequest, "repair needs POST")
 	}
-	rep, err := d.mgr.Doctor(r.Context(), id, repair)
+	var rep control.DoctorReport
+	if repo := r.URL.Query().Get("repo"); repo != "" {
+		if id != "" {
+			return badRequest(control.CodeBadRequest, "doctor takes an id or a repo, not both")
+		}
+		rep, err = d.mgr.DoctorRepo(r.Context(), repo, repair)
+	} else {
+		rep, err = d.mgr.Doctor(r.Context(), id, repair)
+	}
 	if err != nil {
 		return err
 	}

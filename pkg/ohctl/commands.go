@@ -239,7 +239,10 @@ func (s *state) doctorCmd() *cli.Command {
 		Name:      "doctor",
 		Usage:     "check that worktrees, containers and brokers are healthy",
 		ArgsUsage: "[ID]",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "repair", Usage: "fix what can be fixed from the host, and say what was done"}},
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "repair", Usage: "fix what can be fixed from the host, and say what was done"},
+			&cli.StringFlag{Name: "repo", Usage: "examine this repository (managed by ohd or not) for registrations of worktrees that do not exist on the host"},
+		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a := cmd.Args().Slice()
 			if len(a) > 1 {
@@ -249,7 +252,24 @@ func (s *state) doctorCmd() *cli.Command {
 			if len(a) == 1 {
 				id = a[0]
 			}
-			rep, err := s.client().Doctor(ctx, id, cmd.Bool("repair"))
+			repo := cmd.String("repo")
+			if repo != "" && id != "" {
+				return usagef("doctor takes a conversation id or --repo, not both")
+			}
+			if repo != "" && !filepath.IsAbs(repo) {
+				abs, err := filepath.Abs(repo)
+				if err != nil {
+					return err
+				}
+				repo = abs
+			}
+			var rep control.DoctorReport
+			var err error
+			if repo != "" {
+				rep, err = s.client().DoctorRepo(ctx, repo, cmd.Bool("repair"))
+			} else {
+				rep, err = s.client().Doctor(ctx, id, cmd.Bool("repair"))
+			}
 			if err != nil {
 				return err
 			}

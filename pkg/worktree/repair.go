@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -176,4 +177,30 @@ func (m *Manager) writeOwned(path, content string, uid, gid int) error {
 		_ = os.Remove(tmp)
 	}
 	return werr
+}
+
+// UniqueCommits returns how many commits of branch (a short name) no other
+// ref of the repository at commonDir holds (other branches, tags, remote
+// branches, refs/ohd/...): the work a stale registration's branch would
+// take with it if it were deleted. 0 for a branch that does not exist.
+// It runs git rev-list as the repository's owner, uid:gid.
+func (m *Manager) UniqueCommits(ctx context.Context, commonDir, branch string, uid, gid int) (int, error) {
+	if branch == "" || strings.HasPrefix(branch, "-") || strings.ContainsAny(branch, "*?[\\") {
+		return 0, nil
+	}
+	t := gitTarget{dir: commonDir, gitDir: commonDir, uid: uid, gid: gid}
+	ref := "refs/heads/" + branch
+	if _, ok, err := m.revParse(ctx, t, ref); err != nil || !ok {
+		return 0, err
+	}
+	out, err := m.git(ctx, t, runOpts{}, "rev-list", "--count", ref, "--not",
+		"--exclude="+branch, "--branches", "--tags", "--remotes", "--glob=refs/ohd/*")
+	if err != nil {
+		return 0, fmt.Errorf("worktree unique commits of %s in %s: %w", branch, commonDir, err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		return 0, fmt.Errorf("worktree unique commits of %s in %s: unexpected output %q", branch, commonDir, truncate(out, 100))
+	}
+	return n, nil
 }
