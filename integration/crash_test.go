@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
@@ -92,20 +93,56 @@ func assertNothingLeft(t testing.TB, d *daemon, repo string) {
 	}
 }
 
-// crashRuns is how many times each crash point runs: 1 in the default
-// test run, more with OHD_CRASH_RUNS for the long run.
+// crashRuns is how many times each crash point runs: 3 in the default
+// test run, OHD_CRASH_RUNS for a longer one.
 func crashRuns() int {
 	if n, err := strconv.Atoi(os.Getenv("OHD_CRASH_RUNS")); err == nil && n > 0 {
 		return n
 	}
-	return 1
+	return 3
+}
+
+// gitProcessesUnder lists the git processes whose command line names a
+// path under one of dirs: the children of a killed ohd must not outlive
+// it.
+func gitProcessesUnder(dirs ...string) []string {
+	var found []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) != "git" {
+			continue
+		}
+		line := strings.Join(args, " ")
+		for _, d := range dirs {
+			if strings.Contains(line, d) {
+				found = append(found, filepath.Dir(p)+": "+line)
+				break
+			}
+		}
+	}
+	return found
+}
+
+// snapshotRefs lists refs/ohd/snapshots/ of repo.
+func snapshotRefs(t testing.TB, repo string) []string {
+	t.Helper()
+	out := strings.TrimSpace(testenv.Git(t, repo, "-c", "safe.directory=*", "for-each-ref", "--format=%(refname)", "refs/ohd/snapshots/"))
+	if out == "" {
+		return nil
+	}
+	return strings.Split(out, "\n")
 }
 
 func TestCrashAtEveryStep(t *testing.T) {
 	testenv.RequireDocker(t)
 	img := testimage.Ensure(t)
 	createPoints := []string{
-		"create/after-record", "create/after-worktree", "create/after-broker",
+		"create/after-record", "create/mid-view", "create/after-worktree", "create/after-broker",
 		"create/after-container-created", "create/after-container-started", "create/after-start",
 	}
 	deletePoints := []string{
@@ -127,12 +164,16 @@ func TestCrashAtEveryStep(t *testing.T) {
 		if !d.waitExit(120e9) {
 			t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
 		}
+		if procs := gitProcessesUnder(repo, dirs.Worktrees); len(procs) > 0 {
+			t.Errorf("%s: git children of the killed ohd are still running: %v", point, procs)
+		}
 		d.opts.Env = nil
 		d.start() // reconcile
 		count++
 	}
 	for run := 0; run < runs; run++ {
 		for _, point := range createPoints {
+			snapsBefore := snapshotRefs(t, repo)
 			crashWith(point, func() {
 				if _, err := d.ohctlErr("create", "--repo", repo, "--worktree"); err == nil {
 					t.Errorf("%s: create succeeded through a crash", point)
@@ -144,12 +185,19 @@ func TestCrashAtEveryStep(t *testing.T) {
 					t.Errorf("%s: a conversation survived the crashed create as running: %s", point, c.ID)
 				}
 			}
+			// Never running: undone without a snapshot of a half checkout.
+			if snaps := snapshotRefs(t, repo); len(snaps) != len(snapsBefore) {
+				t.Errorf("%s: the undone create left snapshots: %v, before %v", point, snaps, snapsBefore)
+			}
 		}
 		for _, point := range deletePoints {
 			var c store.Conversation
 			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
 			testenv.WriteFile(t, filepath.Join(c.Worktree, "unsaved.txt"), point+"\n")
 			testenv.WriteFile(t, filepath.Join(c.Worktree, "README.md"), "changed by "+point+"\n")
+			// A tag made in the view: kept by the removal however it was
+			// interrupted.
+			d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m 'tagged "+point+"' && git -c user.name=a -c user.email=a@x tag -a -m t crash-tag HEAD && git reset -q --soft HEAD~1")
 			crashWith(point, func() {
 				if _, err := d.ohctlErr("rm", c.ID); err == nil {
 					t.Errorf("%s: rm succeeded through a crash", point)
@@ -169,9 +217,22 @@ func TestCrashAtEveryStep(t *testing.T) {
 			if got, err := testenv.GitOutput(repo, "show", ref+":README.md"); err != nil || got != "changed by "+point {
 				t.Errorf("%s: snapshot lacks the modified file: %q %v", point, got, err)
 			}
+			if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/ohd/kept/"+c.ID+"/tags/crash-tag"); err != nil || got != "tagged "+point {
+				t.Errorf("%s: the view's tag was not kept: %q %v", point, got, err)
+			}
 		}
+		// A publish interrupted after its import finishes after the restart.
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+		crashWith("publish/after-import", func() {
+			d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m published")
+		})
+		tip := d.inside(c, "git rev-parse HEAD")
+		waitHostRef(t, repo, "refs/heads/"+c.Branch, tip, 10*time.Second)
+		checkInvariants(t, d, repo)
+		d.ohctl("rm", c.ID)
 	}
-	t.Logf("crash points × runs: %d × %d = %d crashes, every one recovered", len(createPoints)+len(deletePoints), runs, count)
+	t.Logf("crash points × runs: %d × %d = %d crashes, every one recovered", len(createPoints)+len(deletePoints)+1, runs, count)
 	// Everything left can be cleaned.
 	out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID())
 	if strings.TrimSpace(out) != "" {

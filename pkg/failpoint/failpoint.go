@@ -11,6 +11,7 @@ package failpoint
 // listed here, so the list cannot drift from the code.
 var Steps = []string{
 	"create/after-record",
+	"create/mid-view",
 	"create/after-worktree",
 	"create/after-broker",
 	"create/after-container-created",
@@ -22,4 +23,5 @@ var Steps = []string{
 	"delete/after-broker",
 	"delete/mid-snapshot",
 	"delete/after-worktree",
+	"publish/after-import",
 }

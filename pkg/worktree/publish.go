@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +73,7 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
 	}
+	m.onStep("publish")
 	unlock, err := m.lockRepo(ctx, wt.CommonDir)
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
@@ -343,20 +343,4 @@ func validRefName(name string) bool {
 		}
 	}
 	return true
-}
-
-// keepRefs decides which of the view's refs to keep: keepable ones whose
-// objects the host lacks, sorted, at most maxKept (the rest are counted).
-func keepRefs(refs map[string]string, own string, present map[string]bool) (keep []string, dropped int) {
-	for name, oid := range refs {
-		if keepable(name, own) && isHexID(oid) && !present[oid] {
-			keep = append(keep, name)
-		}
-	}
-	sort.Strings(keep)
-	if len(keep) > maxKept {
-		dropped = len(keep) - maxKept
-		keep = keep[:maxKept]
-	}
-	return keep, dropped
 }

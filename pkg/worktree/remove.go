@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -231,16 +232,18 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if tip != "" && !isHexID(tip) {
 		tip = ""
 	}
-	var oids []string
-	for _, o := range col.Refs {
-		oids = append(oids, o)
+	// Every keepable ref's objects come over (the pack holds only what
+	// the view has itself, so refs the host already has cost nothing);
+	// which to keep is decided afterwards, by reachability from the host's
+	// refs, so a retried removal whose first attempt imported the objects
+	// decides the same way.
+	var candidates []string
+	for name, oid := range col.Refs {
+		if keepable(name, own) && isHexID(oid) {
+			candidates = append(candidates, name)
+		}
 	}
-	present, err := m.present(ctx, ct, oids)
-	if err != nil {
-		return err
-	}
-	keep, dropped := keepRefs(col.Refs, own, present)
-	res.KeptDropped = dropped
+	sort.Strings(candidates)
 	var tips []string
 	seen := map[string]bool{}
 	add := func(o string) {
@@ -251,13 +254,27 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	}
 	add(tip)
 	add(col.Snapshot)
-	for _, name := range keep {
+	for _, name := range candidates {
 		add(col.Refs[name])
 	}
 	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit})
 	defer dropKeep()
 	if err != nil {
 		return err
+	}
+	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs)
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, name := range candidates {
+		if lacks[name] {
+			keep = append(keep, name)
+		}
+	}
+	if len(keep) > maxKept {
+		res.KeptDropped = len(keep) - maxKept
+		keep = keep[:maxKept]
 	}
 	m.onStep("snapshot")
 	unlock, err := m.lockRepo(ctx, wt.CommonDir)
@@ -300,6 +317,52 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	m.log.Info("view saved", "conversation", wt.ConversationID, "branch", res.Published, "snapshot", res.SnapshotCommit,
 		"kept", len(res.Kept), "ignored_files", res.IgnoredFiles)
 	return nil
+}
+
+// unreachable reports which of the named view refs point (peeled to a
+// commit) at commits no host ref reaches, ignoring what ohd kept of this
+// conversation before (a retried removal). The objects are on the host
+// (imported) when it runs.
+func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, names []string, refs map[string]string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	var in strings.Builder
+	for _, n := range names {
+		in.WriteString(refs[n] + "^{commit}\n")
+	}
+	peeled, err := m.git(ctx, ct, runOpts{stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
+	if err != nil {
+		return nil, fmt.Errorf("peel the view's refs: %w", err)
+	}
+	lines := strings.Split(strings.TrimRight(peeled, "\n"), "\n")
+	commitOf := map[string]string{}
+	args := []string{"rev-list"}
+	for i, n := range names {
+		if i < len(lines) && isHexID(lines[i]) {
+			commitOf[n] = lines[i]
+			args = append(args, lines[i])
+		} else {
+			out[n] = true // not a commit-ish the host can place: keep it
+		}
+	}
+	if len(commitOf) == 0 {
+		return out, nil
+	}
+	args = append(args, "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
+	list, err := m.git(ctx, ct, runOpts{}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("find the view's commits the host lacks: %w", err)
+	}
+	missing := map[string]bool{}
+	for _, c := range strings.Fields(list) {
+		missing[c] = true
+	}
+	for n, c := range commitOf {
+		out[n] = missing[c]
+	}
+	return out, nil
 }
 
 // deleteKept deletes the refs kept from conversation id's view (Discard).
