@@ -53,7 +53,9 @@ func (d *daemon) insideFails(c store.Conversation, script string) {
 }
 
 // oneLine joins lines with spaces.
-func oneLine(s string) string { return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ") }
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
 
 // TestGitViewEverydayGit: everything an agent does with git works inside
 // the container (issue 11, acceptance 1), each checked by its outcome,

@@ -138,7 +138,7 @@ func (s *state) restoreCmd() *cli.Command {
 		Name:      "restore",
 		Usage:     "recreate an ended conversation's work in a new worktree: its branch checked out, its uncommitted work applied",
 		ArgsUsage: "ID",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "into", Usage: "the new worktree's absolute path (default: <repository>.restore-<first 8 characters of ID>)"}},
+		Flags:     []cli.Flag{&cli.StringFlag{Name: "into", Usage: "the new worktree's absolute path (default: <repository>.restore-<first 8 characters of ID>)"}},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a, err := args(cmd, "ID")
 			if err != nil {
