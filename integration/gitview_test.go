@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -313,4 +314,76 @@ func TestGitViewCorruptObjectRefused(t *testing.T) {
 	if show := d.ohctl("show", c.ID); !strings.Contains(show, "publish error") {
 		t.Errorf("ohctl show does not report the refused publish:\n%s", show)
 	}
+}
+
+// TestGitViewMigratesSharedLayout: conversations made before git views
+// (their containers mount the repository's git dir) keep working across
+// an upgrade, move to their own view when their container next starts,
+// and lose nothing when removed in either layout (issue 11, acceptance 7).
+func TestGitViewMigratesSharedLayout(t *testing.T) {
+	testenv.RequireDocker(t)
+	img := testimage.Ensure(t)
+	dirs := newDirs(t)
+	d := startDaemon(t, daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs,
+		Env:  []string{"OHD_FAILPOINTS=legacy/shared-git-layout"},
+		Args: []string{"--image", img, "--memory", "268435456"}})
+	t.Cleanup(func() { removeServerContainers(t, d) })
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	var old, other store.Conversation
+	d.ohctlJSON(&old, "create", "--repo", repo, "--worktree")
+	d.ohctlJSON(&other, "create", "--repo", repo, "--worktree")
+	if old.GitLayout != store.GitLayoutShared || old.GitView != "" {
+		t.Fatalf("the legacy switch made layout %q view %q", old.GitLayout, old.GitView)
+	}
+	// The old layout: the agent writes the host's refs itself.
+	tip := d.inside(old, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m old-layout && git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/"+old.Branch, tip, time.Second)
+
+	// Upgrade: the new ohd adopts both running containers as they are.
+	d.opts.Env = nil
+	d.restart()
+	tip = d.inside(old, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m after-upgrade && git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/"+old.Branch, tip, time.Second)
+
+	// Its container stops; the next request starts it in its own view.
+	run(t, "docker", "stop", "-t", "1", old.ContainerID)
+	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
+		var now store.Conversation
+		d.ohctlJSON(&now, "show", old.ID)
+		return now.State == store.StateStopped
+	})
+	d.inside(old, "true")
+	var moved store.Conversation
+	d.ohctlJSON(&moved, "show", old.ID)
+	if moved.GitLayout != store.GitLayoutView || moved.GitView == "" || moved.Published != tip {
+		t.Fatalf("after the restart: layout %q view %q published %s (want view, %s)", moved.GitLayout, moved.GitView, moved.Published, tip)
+	}
+	mounts := fmt.Sprint(get(inspect(t, moved.ContainerID), "Mounts"))
+	if !strings.Contains(mounts, moved.GitView) {
+		t.Errorf("the new container does not mount the view: %s", mounts)
+	}
+	before := withoutConversation(hostRefs(t, repo), old.ID)
+	d.inside(old, "git update-ref -d refs/heads/main && git -c user.name=a -c user.email=a@x commit -q --allow-empty -m in-view")
+	tip = d.inside(old, "git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/"+old.Branch, tip, 5*time.Second)
+	if got := withoutConversation(hostRefs(t, repo), old.ID); !slices.Equal(got, before) {
+		t.Errorf("a migrated conversation changed host refs:\nbefore %v\nafter  %v", before, got)
+	}
+
+	// The other one is removed while still in the old layout: its work is
+	// saved all the same (through a view made for the removal).
+	testenv.WriteFile(t, filepath.Join(other.Worktree, "wip.txt"), "unsaved\n")
+	var rm store.Conversation
+	d.ohctlJSON(&rm, "rm", other.ID)
+	if rm.Removal.SnapshotRef == "" {
+		t.Fatalf("removal in the old layout saved no snapshot: %+v", rm.Removal)
+	}
+	if got := testenv.Git(t, repo, "-c", "safe.directory=*", "show", rm.Removal.SnapshotRef+":wip.txt"); strings.TrimSpace(got) != "unsaved" {
+		t.Errorf("snapshot wip.txt = %q", got)
+	}
+	d.ohctlJSON(&rm, "rm", old.ID)
+	if !rm.Removal.BranchKept {
+		t.Errorf("the migrated conversation's branch was not kept: %+v", rm.Removal)
+	}
+	checkInvariants(t, d, repo)
 }

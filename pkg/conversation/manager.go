@@ -703,7 +703,9 @@ func worktreeOf(c store.Conversation) worktree.Worktree {
 // views says whether new worktrees get their own git view: yes wherever the
 // agent runs in a container (the local runtime's agent runs on the host,
 // as the user, and uses the repository itself).
-func (m *Manager) views() bool { return m.rt.Kind() != "local" }
+func (m *Manager) views() bool {
+	return m.rt.Kind() != "local" && !failpoint.On("legacy/shared-git-layout")
+}
 
 // spec builds the container spec of conv.
 func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Spec, error) {

@@ -25,3 +25,13 @@ var Steps = []string{
 	"delete/after-worktree",
 	"publish/after-import",
 }
+
+// Switches name behaviours a failpoint build can switch on through
+// OHD_FAILPOINTS, for tests that need a state today's ohd never makes:
+//
+//	legacy/shared-git-layout  new worktrees share the repository's git dir,
+//	                          as conversations made before git views did
+//	                          (the migration test makes them this way)
+var Switches = []string{
+	"legacy/shared-git-layout",
+}
