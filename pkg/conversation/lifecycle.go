@@ -666,6 +666,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			m.log.Info("reconcile: finishing an interrupted removal", "id", c.ID)
 			_, err := m.finishRemoval(ctx, c)
 			note(err)
+		case c.State == store.StateFailed && c.UndoPending:
+			m.log.Info("reconcile: finishing the undo of a failed create", "id", c.ID)
+			note(m.retryUndo(ctx, c))
 		case c.State == store.StateProvisioning:
 			m.log.Info("reconcile: undoing an interrupted create", "id", c.ID)
 			_, err := m.fail(c, &StepError{ID: c.ID, Step: "interrupted", Err: errors.New("ohd stopped during the create")})
@@ -698,6 +701,59 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 	}
 	return firstErr
+}
+
+// DefaultUndoRetry is how often RunUndoRetries retries unfinished undos
+// when Config.UndoRetryInterval is 0.
+const DefaultUndoRetry = 30 * time.Second
+
+// RunUndoRetries retries, until ctx ends, the undo of every failed create
+// whose undo did not finish (UndoPending), so what such a create left
+// (a container, a socket, a worktree) is removed as soon as it can be.
+func (m *Manager) RunUndoRetries(ctx context.Context) {
+	every := m.cfg.UndoRetryInterval
+	if every <= 0 {
+		every = DefaultUndoRetry
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range m.st.Conversations() {
+			if c.State == store.StateFailed && c.UndoPending {
+				if err := m.retryUndo(ctx, c); err != nil {
+					m.log.Warn("undo of a failed create still incomplete", "id", c.ID, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// retryUndo runs the undo of failed create c again and clears
+// UndoPending when it is done.
+func (m *Manager) retryUndo(ctx context.Context, c store.Conversation) error {
+	unlock := m.lock(c.ID)
+	defer unlock()
+	cur, err := m.st.Conversation(c.ID)
+	if err != nil || cur.State != store.StateFailed || !cur.UndoPending {
+		return err
+	}
+	if _, err := m.teardown(ctx, cur, undoCreate); err != nil {
+		return err
+	}
+	_, err = m.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
+		r.UndoPending = false
+		r.ContainerID, r.HostPort = "", 0
+		return nil
+	})
+	if err == nil {
+		m.log.Info("undo of a failed create finished", "id", c.ID)
+	}
+	return err
 }
 
 // adopt re-opens a live conversation's broker and matches its record with
