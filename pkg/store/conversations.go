@@ -182,8 +182,8 @@ type Conversation struct {
 	// UndoPending says the undo of this failed create did not finish: the
 	// record still owns what was left, and ohd retries the undo (at
 	// start-up and periodically) until it is done.
-	UndoPending bool `json:"undo_pending,omitempty"`
-	Removal    *Removal `json:"removal,omitempty"`
+	UndoPending bool     `json:"undo_pending,omitempty"`
+	Removal     *Removal `json:"removal,omitempty"`
 
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
