@@ -14,6 +14,13 @@ import (
 	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
+// publishTimeout bounds one publish, saveTimeout the saving of a
+// conversation's work at its end (both through its container).
+const (
+	publishTimeout = 2 * time.Minute
+	saveTimeout    = 10 * time.Minute
+)
+
 // DefaultPublishInterval is how often RunPublisher looks at each running
 // conversation's view branch when Config.PublishInterval is 0.
 const DefaultPublishInterval = 200 * time.Millisecond
@@ -83,6 +90,8 @@ func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn f
 			m.log.Warn("remove sandbox container", "id", conv.ID, "container", shortID(id), "err", err)
 		}
 	}()
+	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
 	return fn(containerSandbox{rt: m.rt, id: id})
 }
 
@@ -161,6 +170,11 @@ func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversati
 	if err != nil || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || tip == c.Published {
 		return c, err
 	}
+	// A sandbox command the agent made hang (it can replace programs in
+	// its own container) must not hold the conversation's publishing, or a
+	// stop waiting for it, for ever.
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
 	t0 := time.Now()
 	res, err := m.wt.Publish(ctx, worktreeOf(c), containerSandbox{rt: m.rt, id: c.ContainerID}, tip, c.Published)
 	m.cfg.OnStep(id, "publish", time.Since(t0))
@@ -191,6 +205,8 @@ func (m *Manager) publishNow(ctx context.Context, c store.Conversation) {
 	if c.GitLayout != store.GitLayoutView || c.ContainerID == "" {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	tip, err := m.wt.ViewBranch(worktreeOf(c))
 	if err == nil && tip != "" && tip != c.Published {
 		_, err = m.publish(ctx, c.ID, tip)

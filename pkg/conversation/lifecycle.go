@@ -123,7 +123,9 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	// saved through a sandbox container after.
 	var saved *worktree.RemoveResult
 	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && conv.AdminID != "" {
-		r, err := m.wt.SaveView(ctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
+		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+		r, err := m.wt.SaveView(sctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
+		cancel()
 		if err != nil {
 			m.log.Warn("saving the work through the running container failed; a sandbox will", "id", conv.ID, "err", err)
 		} else {
