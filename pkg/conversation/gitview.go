@@ -114,19 +114,12 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 	if m.rt.Kind() == "local" {
 		return
 	}
-	every := m.cfg.PublishInterval
-	if every <= 0 {
-		every = DefaultPublishInterval
+	interval := m.cfg.PublishInterval
+	if interval <= 0 {
+		interval = DefaultPublishInterval
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
 	defer m.pub.wg.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		for _, c := range m.st.Conversations() {
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				continue
@@ -157,7 +150,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 				}
 			}(c.ID, tip)
 		}
-	}
+	})
 }
 
 // publish publishes the view commit tip of conversation id through its
@@ -218,17 +211,7 @@ func (m *Manager) publishNow(ctx context.Context, c store.Conversation) {
 
 // publishLock serializes publishing one conversation (the publisher, a
 // stop, a removal).
-func (m *Manager) publishLock(id string) func() {
-	m.mu.Lock()
-	l, ok := m.pubLocks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		m.pubLocks[id] = l
-	}
-	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (m *Manager) publishLock(id string) func() { return m.lockIn(m.pubLocks, id) }
 
 // moveToView gives a conversation made before git views its own view, with
 // its container stopped (see worktree.SeedView); the host branch, where

@@ -545,14 +545,7 @@ func (m *Manager) RunIdle(ctx context.Context) {
 		return
 	}
 	tick := min(m.cfg.IdleTimeout/4, 30*time.Second)
-	t := time.NewTicker(max(tick, 50*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, max(tick, 50*time.Millisecond), func() {
 		for _, c := range m.st.Conversations() {
 			if c.State == store.StateRunning && time.Since(c.LastActiveAt) > m.cfg.IdleTimeout {
 				if _, err := m.Stop(ctx, c.ID, "idle"); err != nil {
@@ -560,7 +553,7 @@ func (m *Manager) RunIdle(ctx context.Context) {
 				}
 			}
 		}
-	}
+	})
 }
 
 // Watch follows the engine's events until ctx ends and marks conversations
@@ -713,18 +706,11 @@ const DefaultUndoRetry = 30 * time.Second
 // whose undo did not finish (UndoPending), so what such a create left
 // (a container, a socket, a worktree) is removed as soon as it can be.
 func (m *Manager) RunUndoRetries(ctx context.Context) {
-	every := m.cfg.UndoRetryInterval
-	if every <= 0 {
-		every = DefaultUndoRetry
+	interval := m.cfg.UndoRetryInterval
+	if interval <= 0 {
+		interval = DefaultUndoRetry
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		for _, c := range m.st.Conversations() {
 			if c.State == store.StateFailed && c.UndoPending {
 				if err := m.retryUndo(ctx, c); err != nil {
@@ -732,7 +718,7 @@ func (m *Manager) RunUndoRetries(ctx context.Context) {
 				}
 			}
 		}
-	}
+	})
 }
 
 // retryUndo runs the undo of failed create c again and clears

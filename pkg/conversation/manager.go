@@ -205,16 +205,33 @@ func (m *Manager) Runtime() runtime.Runtime { return m.rt }
 // Store returns the store.
 func (m *Manager) Store() *store.Store { return m.st }
 
-func (m *Manager) lock(id string) func() {
+func (m *Manager) lock(id string) func() { return m.lockIn(m.locks, id) }
+
+// lockIn takes the mutex of id in locks (made on first use, under m.mu).
+func (m *Manager) lockIn(locks map[string]*sync.Mutex, id string) func() {
 	m.mu.Lock()
-	l, ok := m.locks[id]
+	l, ok := locks[id]
 	if !ok {
 		l = &sync.Mutex{}
-		m.locks[id] = l
+		locks[id] = l
 	}
 	m.mu.Unlock()
 	l.Lock()
 	return l.Unlock
+}
+
+// every calls fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
+	}
 }
 
 // CreateRequest asks for a new conversation.

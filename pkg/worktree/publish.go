@@ -321,17 +321,7 @@ func readBeneath(dir, rel string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file: %w", rel, fs.ErrNotExist)
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", rel, max)
-	}
-	return io.ReadAll(io.LimitReader(f, max+1))
+	return readRegular(f, rel, max)
 }
 
 // openBeneath opens rel below dir, opening every component with
