@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -53,7 +54,9 @@ func (d *daemon) insideFails(c store.Conversation, script string) {
 }
 
 // oneLine joins lines with spaces.
-func oneLine(s string) string { return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ") }
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
 
 // TestGitViewEverydayGit: everything an agent does with git works inside
 // the container (issue 11, acceptance 1), each checked by its outcome,
@@ -310,5 +313,150 @@ func TestGitViewCorruptObjectRefused(t *testing.T) {
 	testenv.Git(t, repo, "-c", "safe.directory=*", "fsck", "--strict", "--no-dangling")
 	if show := d.ohctl("show", c.ID); !strings.Contains(show, "publish error") {
 		t.Errorf("ohctl show does not report the refused publish:\n%s", show)
+	}
+}
+
+// TestGitViewMigratesSharedLayout: conversations made before git views
+// (their containers mount the repository's git dir) keep working across
+// an upgrade, move to their own view when their container next starts,
+// and lose nothing when removed in either layout (issue 11, acceptance 7).
+func TestGitViewMigratesSharedLayout(t *testing.T) {
+	testenv.RequireDocker(t)
+	img := testimage.Ensure(t)
+	dirs := newDirs(t)
+	d := startDaemon(t, daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs,
+		Env:  []string{"OHD_FAILPOINTS=legacy/shared-git-layout"},
+		Args: []string{"--image", img, "--memory", "268435456"}})
+	t.Cleanup(func() { removeServerContainers(t, d) })
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	var old, other store.Conversation
+	d.ohctlJSON(&old, "create", "--repo", repo, "--worktree")
+	d.ohctlJSON(&other, "create", "--repo", repo, "--worktree")
+	if old.GitLayout != store.GitLayoutShared || old.GitView != "" {
+		t.Fatalf("the legacy switch made layout %q view %q", old.GitLayout, old.GitView)
+	}
+	// The old layout: the agent writes the host's refs itself.
+	tip := d.inside(old, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m old-layout && git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/"+old.Branch, tip, time.Second)
+
+	// Upgrade: the new ohd adopts both running containers as they are.
+	d.opts.Env = nil
+	d.restart()
+	tip = d.inside(old, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m after-upgrade && git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/"+old.Branch, tip, time.Second)
+
+	// Its container stops; the next request starts it in its own view.
+	run(t, "docker", "stop", "-t", "1", old.ContainerID)
+	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
+		var now store.Conversation
+		d.ohctlJSON(&now, "show", old.ID)
+		return now.State == store.StateStopped
+	})
+	d.inside(old, "true")
+	var moved store.Conversation
+	d.ohctlJSON(&moved, "show", old.ID)
+	if moved.GitLayout != store.GitLayoutView || moved.GitView == "" || moved.Published != tip {
+		t.Fatalf("after the restart: layout %q view %q published %s (want view, %s)", moved.GitLayout, moved.GitView, moved.Published, tip)
+	}
+	mounts := fmt.Sprint(get(inspect(t, moved.ContainerID), "Mounts"))
+	if !strings.Contains(mounts, moved.GitView) {
+		t.Errorf("the new container does not mount the view: %s", mounts)
+	}
+	before := withoutConversation(hostRefs(t, repo), old.ID)
+	d.inside(old, "git update-ref -d refs/heads/main && git -c user.name=a -c user.email=a@x commit -q --allow-empty -m in-view")
+	tip = d.inside(old, "git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/"+old.Branch, tip, 5*time.Second)
+	if got := withoutConversation(hostRefs(t, repo), old.ID); !slices.Equal(got, before) {
+		t.Errorf("a migrated conversation changed host refs:\nbefore %v\nafter  %v", before, got)
+	}
+
+	// The other one is removed while still in the old layout: its work is
+	// saved all the same (through a view made for the removal).
+	testenv.WriteFile(t, filepath.Join(other.Worktree, "wip.txt"), "unsaved\n")
+	var rm store.Conversation
+	d.ohctlJSON(&rm, "rm", other.ID)
+	if rm.Removal.SnapshotRef == "" {
+		t.Fatalf("removal in the old layout saved no snapshot: %+v", rm.Removal)
+	}
+	if got := testenv.Git(t, repo, "-c", "safe.directory=*", "show", rm.Removal.SnapshotRef+":wip.txt"); strings.TrimSpace(got) != "unsaved" {
+		t.Errorf("snapshot wip.txt = %q", got)
+	}
+	d.ohctlJSON(&rm, "rm", old.ID)
+	if !rm.Removal.BranchKept {
+		t.Errorf("the migrated conversation's branch was not kept: %+v", rm.Removal)
+	}
+	checkInvariants(t, d, repo)
+}
+
+// TestGitViewNothingLost: ending a conversation keeps its branch, its
+// uncommitted work, and the view's branches, tags and stash the host
+// lacked; says how many ignored files it left out; lists what it kept
+// after prune; and `ohctl restore` brings the work back in one command
+// (issue 11, acceptance 5).
+func TestGitViewNothingLost(t *testing.T) {
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(repo, ".gitignore"), "*.log\n")
+	testenv.Git(t, repo, "add", ".gitignore")
+	testenv.Git(t, repo, "commit", "-q", "-m", "ignore logs")
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+	g := "git -c user.name=a -c user.email=a@x "
+	d.inside(c, g+"commit -q --allow-empty -m on-branch")
+	d.inside(c, g+"switch -q -c side && "+g+"commit -q --allow-empty -m on-side && "+g+"tag -a -m t agent-tag && git switch -q "+c.Branch)
+	d.inside(c, "echo stash-me > stashed.txt && git add stashed.txt && "+g+"stash -q")
+	d.inside(c, "echo uncommitted > wip.txt && echo 0123456789 > build.log")
+	// (the image has no rm: the file goes from the host side of the same
+	// directory)
+	if err := os.Remove(filepath.Join(c.Worktree, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+
+	out := d.ohctl("rm", c.ID)
+	for _, want := range []string{"refs/ohd/snapshots/" + c.ID, "refs/ohd/kept/" + c.ID + "/heads/side", "refs/ohd/kept/" + c.ID + "/tags/agent-tag",
+		"refs/ohd/kept/" + c.ID + "/stash", "not kept: 1 ignored files (11 bytes)", "ohctl restore " + c.ID} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ohctl rm output lacks %q:\n%s", want, out)
+		}
+	}
+	d.ohctl("prune")
+	var all []store.Conversation
+	d.ohctlJSON(&all, "ls", "--all")
+	var after *store.Conversation
+	for i := range all {
+		if all[i].ID == c.ID {
+			after = &all[i]
+		}
+	}
+	if after == nil || after.Removal == nil || len(after.Removal.Kept) != 3 || after.Removal.IgnoredFiles != 1 || after.Removal.IgnoredBytes != 11 {
+		t.Fatalf("after prune ls --all has %+v, want the record with its 3 kept refs and 1 ignored file", after)
+	}
+	if ls := d.ohctl("ls", "--all"); !strings.Contains(ls, "branch+snapshot+3 view refs") {
+		t.Errorf("ls --all does not say what is kept:\n%s", ls)
+	}
+	if show := d.ohctl("show", c.ID); !strings.Contains(show, "refs/ohd/kept/"+c.ID+"/tags/agent-tag") || !strings.Contains(show, "ohctl restore") {
+		t.Errorf("show after prune:\n%s", show)
+	}
+
+	into := filepath.Join(testenv.TempDir(t), "restored")
+	out = d.ohctl("restore", c.ID, "--into", into)
+	if !strings.Contains(out, into) {
+		t.Errorf("restore output:\n%s", out)
+	}
+	if got := strings.TrimSpace(testenv.Git(t, into, "-c", "safe.directory=*", "log", "-1", "--format=%s")); got != "on-branch" {
+		t.Errorf("restored HEAD = %q, want the conversation's last commit", got)
+	}
+	status := testenv.Git(t, into, "-c", "safe.directory=*", "status", "--porcelain")
+	for _, want := range []string{"D README.md", "?? wip.txt"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("restored worktree status lacks %q:\n%s", want, status)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(into, "build.log")); err == nil {
+		t.Error("the ignored file came back: it was not kept")
+	}
+	// A second restore into the same place is refused and changes nothing.
+	if _, err := d.ohctlErr("restore", c.ID, "--into", into); err == nil {
+		t.Error("restoring into an existing directory succeeded")
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -35,8 +35,11 @@ type Options struct {
 	// adds and removes. Default: discard.
 	Logger *slog.Logger
 	// OnStep, if set, is called at named points inside an operation:
-	// "snapshot" once the snapshot commit exists and before its ref is
-	// written. Crash tests stop the daemon there.
+	// "view" once Add has seeded the git view, "snapshot" once the
+	// snapshot commit exists (and, with a view, its objects are imported)
+	// and before its refs are written, "publish" once Publish imported the
+	// objects and before it moves the branch. Crash tests stop the daemon
+	// there.
 	OnStep func(step string)
 }
 
@@ -52,6 +55,9 @@ type Manager struct {
 	onStep  func(string)
 	euid    int
 	locks   repoLocks
+	// packed caches, per view, what ViewBranch last read of its
+	// packed-refs (a packedFile).
+	packed sync.Map
 }
 
 // DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.
@@ -252,28 +258,4 @@ func lexists(path string) (bool, error) {
 // readLinkFile reads a small file (a .git or gitdir file) without
 // following a final symlink: the agent can write both, and ohd may be
 // root.
-func readLinkFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if st.Size() > maxLinkFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxLinkFile)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxLinkFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxLinkFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxLinkFile)
-	}
-	return b, nil
-}
+func readLinkFile(path string) ([]byte, error) { return readHostFile(path, maxLinkFile) }

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +22,11 @@ func KeptPrefix(id string) string { return "refs/ohd/kept/" + id + "/" }
 // KeptRef is where ohd keeps the view's ref (a full name, refs/...):
 // refs/ohd/kept/<id>/heads/foo for refs/heads/foo.
 func KeptRef(id, ref string) string { return KeptPrefix(id) + strings.TrimPrefix(ref, "refs/") }
+
+// MaxPackBytes bounds one import from a view (git's --max-input-size): a
+// conversation that commits more than this in one publish is refused
+// rather than allowed to fill the host's disk.
+const MaxPackBytes = 8 << 30
 
 // maxKept bounds the refs one removal keeps: an agent that makes a million
 // tags must not make a million refs in the user's repository.
@@ -74,6 +78,7 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
 	}
+	m.onStep("publish")
 	unlock, err := m.lockRepo(ctx, wt.CommonDir)
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
@@ -214,13 +219,14 @@ func (m *Manager) unpack(ctx context.Context, ct gitTarget, r io.Reader) (func()
 		return noop, fmt.Errorf("%w: pack version %d", ErrRefused, version)
 	}
 	header := fmt.Sprintf("--pack_header=%d,%d", version, count)
+	limit := fmt.Sprintf("--max-input-size=%d", MaxPackBytes)
 	if count < 100 {
-		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", header); err != nil {
+		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", limit, header); err != nil {
 			return noop, fmt.Errorf("%w: git unpack-objects: %v", ErrRefused, err)
 		}
 		return noop, nil
 	}
-	out, err := m.git(ctx, ct, runOpts{in: r}, "index-pack", "--stdin", "--strict", "--keep=ohd import", header)
+	out, err := m.git(ctx, ct, runOpts{in: r}, "index-pack", "--stdin", "--strict", "--keep=ohd import", limit, header)
 	if err != nil {
 		return noop, fmt.Errorf("%w: git index-pack: %v", ErrRefused, err)
 	}
@@ -253,27 +259,75 @@ func (m *Manager) ViewBranch(wt Worktree) (string, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("worktree view branch %s: %w", wt.Path, err)
 	}
-	b, err = readBeneath(wt.View, "packed-refs", 64<<20)
+	return m.packedRef(wt.View, ref)
+}
+
+// packedFile is what packedRef last read of one view's packed-refs.
+type packedFile struct {
+	dev, ino    uint64
+	size, mtime int64
+	ref, oid    string
+}
+
+// packedRef finds ref in the view's packed-refs, reading the file again
+// only when it changed (device, inode, size, modification time): the
+// publisher asks several times a second, and an agent can make the file
+// large.
+func (m *Manager) packedRef(view, ref string) (string, error) {
+	f, err := openBeneath(view, "packed-refs")
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("worktree view branch %s: %w", wt.Path, err)
+		return "", fmt.Errorf("worktree view branch: %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", err
+	}
+	key := packedFile{dev: uint64(st.Dev), ino: uint64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), ref: ref}
+	if v, ok := m.packed.Load(view); ok {
+		if c := v.(packedFile); c.dev == key.dev && c.ino == key.ino && c.size == key.size && c.mtime == key.mtime && c.ref == ref {
+			return c.oid, nil
+		}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", nil
+	}
+	if st.Size > 64<<20 {
+		return "", fmt.Errorf("worktree view branch: %s/packed-refs is larger than 64 MiB", view)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
+	if err != nil {
+		return "", err
 	}
 	for line := range strings.Lines(string(b)) {
 		oid, name, ok := strings.Cut(strings.TrimRight(line, "\n"), " ")
 		if ok && name == ref && isHexID(oid) {
-			return oid, nil
+			key.oid = oid
+			break
 		}
 	}
-	return "", nil
+	m.packed.Store(view, key)
+	return key.oid, nil
 }
 
-// readBeneath reads the regular file rel below dir, opening every
-// component with O_NOFOLLOW relative to the one before: a symlink
-// anywhere on the way is refused (ELOOP or ENOTDIR), so the read never
-// leaves dir.
+// readBeneath reads the regular file rel below dir (see openBeneath),
+// refusing one larger than max.
 func readBeneath(dir, rel string, max int64) ([]byte, error) {
+	f, err := openBeneath(dir, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readRegular(f, rel, max)
+}
+
+// openBeneath opens rel below dir, opening every component with
+// O_NOFOLLOW relative to the one before: a symlink anywhere on the way is
+// refused (ELOOP or ENOTDIR), so the read never leaves dir.
+func openBeneath(dir, rel string) (*os.File, error) {
 	parts := strings.Split(rel, "/")
 	for _, p := range parts {
 		if p == "" || p == "." || p == ".." {
@@ -301,19 +355,7 @@ func readBeneath(dir, rel string, max int64) ([]byte, error) {
 		}
 		fd = next
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(dir, rel))
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file: %w", rel, fs.ErrNotExist)
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", rel, max)
-	}
-	return io.ReadAll(io.LimitReader(f, max+1))
+	return os.NewFile(uintptr(fd), filepath.Join(dir, rel)), nil
 }
 
 // keepable reports whether a view ref is one ohd keeps when its commit is
@@ -343,20 +385,4 @@ func validRefName(name string) bool {
 		}
 	}
 	return true
-}
-
-// keepRefs decides which of the view's refs to keep: keepable ones whose
-// objects the host lacks, sorted, at most maxKept (the rest are counted).
-func keepRefs(refs map[string]string, own string, present map[string]bool) (keep []string, dropped int) {
-	for name, oid := range refs {
-		if keepable(name, own) && isHexID(oid) && !present[oid] {
-			keep = append(keep, name)
-		}
-	}
-	sort.Strings(keep)
-	if len(keep) > maxKept {
-		dropped = len(keep) - maxKept
-		keep = keep[:maxKept]
-	}
-	return keep, dropped
 }

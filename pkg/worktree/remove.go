@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -32,6 +33,10 @@ type RemoveOptions struct {
 	// final publish moves the branch only from there (otherwise the
 	// view's commit is kept, see Publish).
 	Published string
+	// Saved is the result of a SaveView made just before (through the
+	// conversation's running container): Remove then does not save the
+	// view again.
+	Saved *RemoveResult
 }
 
 // RemoveResult says what Remove kept and why.
@@ -128,11 +133,15 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	snapRef := SnapshotRef(wt.ConversationID)
 
-	if wt.View != "" && opts.Sandbox == nil && !opts.Discard && !opts.Undo && dirExists {
+	if wt.View != "" && opts.Sandbox == nil && opts.Saved == nil && !opts.Discard && !opts.Undo && dirExists {
 		return fail(fmt.Errorf("%w: a worktree with a git view needs a sandbox to save its work", ErrInvalidWorktree))
 	}
 	if !opts.Discard && !opts.Undo {
 		switch {
+		case dirExists && registered && wt.View != "" && opts.Saved != nil:
+			s := opts.Saved
+			res.SnapshotRef, res.SnapshotCommit, res.Kept, res.KeptDropped = s.SnapshotRef, s.SnapshotCommit, s.Kept, s.KeptDropped
+			res.Conflict, res.Published, res.IgnoredFiles, res.IgnoredBytes = s.Conflict, s.Published, s.IgnoredFiles, s.IgnoredBytes
 		case dirExists && registered && wt.View != "":
 			if err := m.saveView(ctx, wt, opts, &res); err != nil {
 				return fail(fmt.Errorf("%w: nothing was removed: fix the cause and remove again (--discard drops the conversation's uncommitted work and its unpublished commits)", err))
@@ -203,6 +212,27 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	return res, nil
 }
 
+// SaveView is the first half of Remove for a worktree with a git view,
+// through a sandbox that is the conversation's own running container: it
+// saves the work (see saveView) and changes nothing else, so the caller can
+// then stop the container and call Remove with RemoveOptions.Saved.
+func (m *Manager) SaveView(ctx context.Context, wt Worktree, sb Sandbox, published string) (RemoveResult, error) {
+	res := RemoveResult{CommitsBeyondStart: -1, Published: published}
+	if err := m.checkWorktree(wt); err != nil || wt.View == "" {
+		if err == nil {
+			err = fmt.Errorf("%w: %s has no git view", ErrInvalidWorktree, wt.Path)
+		}
+		return res, fmt.Errorf("worktree save view: %w", err)
+	}
+	if !ownsAdmin(wt) {
+		return res, fmt.Errorf("worktree save view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
+	}
+	if err := m.saveView(ctx, wt, RemoveOptions{Sandbox: sb, Published: published}, &res); err != nil {
+		return res, fmt.Errorf("worktree save view %s: %w", wt.Path, err)
+	}
+	return res, nil
+}
+
 // saveView is the last publish of a worktree with a git view, run before
 // anything is removed: in the sandbox, uncommitted work becomes a commit in
 // the view and the view's refs are listed; the host imports (through git's
@@ -231,16 +261,18 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if tip != "" && !isHexID(tip) {
 		tip = ""
 	}
-	var oids []string
-	for _, o := range col.Refs {
-		oids = append(oids, o)
+	// Every keepable ref's objects come over (the pack holds only what
+	// the view has itself, so refs the host already has cost nothing);
+	// which to keep is decided afterwards, by reachability from the host's
+	// refs, so a retried removal whose first attempt imported the objects
+	// decides the same way.
+	var candidates []string
+	for name, oid := range col.Refs {
+		if keepable(name, own) && isHexID(oid) {
+			candidates = append(candidates, name)
+		}
 	}
-	present, err := m.present(ctx, ct, oids)
-	if err != nil {
-		return err
-	}
-	keep, dropped := keepRefs(col.Refs, own, present)
-	res.KeptDropped = dropped
+	sort.Strings(candidates)
 	var tips []string
 	seen := map[string]bool{}
 	add := func(o string) {
@@ -251,13 +283,27 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	}
 	add(tip)
 	add(col.Snapshot)
-	for _, name := range keep {
+	for _, name := range candidates {
 		add(col.Refs[name])
 	}
 	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit})
 	defer dropKeep()
 	if err != nil {
 		return err
+	}
+	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs)
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, name := range candidates {
+		if lacks[name] {
+			keep = append(keep, name)
+		}
+	}
+	if len(keep) > maxKept {
+		res.KeptDropped = len(keep) - maxKept
+		keep = keep[:maxKept]
 	}
 	m.onStep("snapshot")
 	unlock, err := m.lockRepo(ctx, wt.CommonDir)
@@ -300,6 +346,52 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	m.log.Info("view saved", "conversation", wt.ConversationID, "branch", res.Published, "snapshot", res.SnapshotCommit,
 		"kept", len(res.Kept), "ignored_files", res.IgnoredFiles)
 	return nil
+}
+
+// unreachable reports which of the named view refs point (peeled to a
+// commit) at commits no host ref reaches, ignoring what ohd kept of this
+// conversation before (a retried removal). The objects are on the host
+// (imported) when it runs.
+func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, names []string, refs map[string]string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	var in strings.Builder
+	for _, n := range names {
+		in.WriteString(refs[n] + "^{commit}\n")
+	}
+	peeled, err := m.git(ctx, ct, runOpts{stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
+	if err != nil {
+		return nil, fmt.Errorf("peel the view's refs: %w", err)
+	}
+	lines := strings.Split(strings.TrimRight(peeled, "\n"), "\n")
+	commitOf := map[string]string{}
+	args := []string{"rev-list"}
+	for i, n := range names {
+		if i < len(lines) && isHexID(lines[i]) {
+			commitOf[n] = lines[i]
+			args = append(args, lines[i])
+		} else {
+			out[n] = true // not a commit-ish the host can place: keep it
+		}
+	}
+	if len(commitOf) == 0 {
+		return out, nil
+	}
+	args = append(args, "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
+	list, err := m.git(ctx, ct, runOpts{}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("find the view's commits the host lacks: %w", err)
+	}
+	missing := map[string]bool{}
+	for _, c := range strings.Fields(list) {
+		missing[c] = true
+	}
+	for n, c := range commitOf {
+		out[n] = missing[c]
+	}
+	return out, nil
 }
 
 // deleteKept deletes the refs kept from conversation id's view (Discard).

@@ -3,6 +3,7 @@ package worktree
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -367,4 +368,53 @@ func TestRestoreBringsTheWorkBack(t *testing.T) {
 	if _, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, Into: into}); !errors.Is(err, ErrExists) {
 		t.Errorf("Restore into an existing path = %v, want ErrExists", err)
 	}
+}
+
+func TestViewBranchPackedAndLoose(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	wt := addView(t, m, repo, newID(t), "")
+	if got, err := m.ViewBranch(wt); got != wt.StartCommit || err != nil {
+		t.Fatalf("ViewBranch of the seeded view = %q, %v, want the start commit", got, err)
+	}
+	for i := range 3 {
+		inView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "c")
+		if i%2 == 0 {
+			inView(t, wt, "pack-refs", "--all") // only in packed-refs now
+		}
+		want := inView(t, wt, "rev-parse", "HEAD")
+		if got, err := m.ViewBranch(wt); got != want || err != nil {
+			t.Errorf("round %d: ViewBranch = %q, %v, want %s", i, got, err, want)
+		}
+	}
+}
+
+// TestPublishLargePack: a publish of 100 objects or more goes through
+// index-pack (kept while the ref moves, the .keep dropped after).
+func TestPublishLargePack(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	for i := range 150 {
+		testenv.WriteFile(t, filepath.Join(wt.Path, "many", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintf("file %d\n", i))
+	}
+	inView(t, wt, "add", "many")
+	inView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "many files")
+	tip, _ := m.ViewBranch(wt)
+	if _, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if got := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); got != tip {
+		t.Errorf("host branch = %s, want %s", got, tip)
+	}
+	keeps, _ := filepath.Glob(filepath.Join(repo.CommonDir, "objects", "pack", "*.keep"))
+	if len(keeps) != 0 {
+		t.Errorf(".keep files left: %v", keeps)
+	}
+	packs, _ := filepath.Glob(filepath.Join(repo.CommonDir, "objects", "pack", "*.pack"))
+	if len(packs) != 1 {
+		t.Errorf("packs after a 150-object publish: %v, want one (index-pack)", packs)
+	}
+	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
 }
