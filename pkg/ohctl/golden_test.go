@@ -46,6 +46,14 @@ func fixtures() (convs []store.Conversation, doctor control.DoctorReport, audit 
 		Notes:     []string{"the workspace is not a git repository: started without a worktree, the workspace is mounted at its own path"},
 		CreatedAt: now.Add(-50 * time.Hour), UpdatedAt: now.Add(-49 * time.Hour), LastActiveAt: now.Add(-49 * time.Hour),
 	}
+	ended := store.Conversation{
+		ID: "3c9a1f7e-5b2d-4e8f-9a01-23456789abcd", State: store.StateDeleted, Runtime: "docker",
+		Workspace: "/home/ana/src/shop", WorkingDir: "/var/lib/ohd/worktrees/3c9a1f7e-5b2d-4e8f-9a01-23456789abcd/shop",
+		Repo: "/home/ana/src/shop", Worktree: "/var/lib/ohd/worktrees/3c9a1f7e-5b2d-4e8f-9a01-23456789abcd/shop",
+		Branch: "openhands/3c9a1f7e-5b2d-4e8f-9a01-23456789abcd", UID: 1000, GID: 1000,
+		Removal:   &store.Removal{Done: true},
+		CreatedAt: now.Add(-5 * time.Hour), UpdatedAt: now.Add(-4 * time.Hour), LastActiveAt: now.Add(-4 * time.Hour),
+	}
 	doctor = control.DoctorReport{Checks: []control.DoctorCheck{
 		{Conversation: running.ID, Check: "worktree-host", Status: "ok", Detail: "registered, locked, not prunable; gitdir resolves on the host"},
 		{Conversation: running.ID, Check: "worktree-container", Status: "ok", Detail: "git status in the container: ## openhands/0b5e4c1a-1d2e-4f00-8a9b-0123456789ab"},
@@ -59,7 +67,7 @@ func fixtures() (convs []store.Conversation, doctor control.DoctorReport, audit 
 		{Seq: 2, Time: now.Add(-9 * time.Minute), Source: "broker", Conversation: running.ID, Route: "GET /v1/secrets/{name}", Kind: "secret", Name: "aws-key", PeerPID: 4242, PeerUID: 1000, Status: 403, Code: "not_granted"},
 		{Seq: 3, Time: now.Add(-8 * time.Minute), Source: "broker", Conversation: running.ID, Route: "GET /v1/whoami", PeerPID: 4300, PeerUID: 1000, Status: 401, Code: "unauthenticated", Reason: "stale_epoch"},
 	}
-	return []store.Conversation{running, stopped}, doctor, audit
+	return []store.Conversation{running, stopped, ended}, doctor, audit
 }
 
 // fakeDaemon serves the fixtures on a control socket.

@@ -77,7 +77,15 @@ func printConversations(w io.Writer, convs []store.Conversation, now time.Time) 
 	}
 	t := newTable(w, header...)
 	for _, c := range convs {
-		row := []string{c.ID, string(c.State), c.Runtime, c.Branch, c.WorkingDir, c.ContainerName, ago(now, c.LastActiveAt)}
+		branch, dir := c.Branch, c.WorkingDir
+		if r := c.Removal; r != nil && r.Done && c.Worktree != "" {
+			// The worktree is gone; only a kept branch is still there.
+			dir = "(removed)"
+			if !r.BranchKept {
+				branch = "(deleted)"
+			}
+		}
+		row := []string{c.ID, string(c.State), c.Runtime, branch, dir, c.ContainerName, ago(now, c.LastActiveAt)}
 		if withKept {
 			row = append(row, keptSummary(c))
 		}
