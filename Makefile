@@ -21,14 +21,18 @@ build: ## build bin/ohd and a static bin/ohctl
 run: build ## build, then run the daemon with its defaults
 	$(BIN)/ohd serve
 
-test: fmt-check vet ## gofmt check, go vet, and every test with -race (Docker tests included)
-	$(GO) test -race -timeout 30m ./...
+# TESTSUMMARY shows a line per package as it finishes, failed tests'
+# output, and ends with the skipped tests and their reasons.
+TESTSUMMARY = $(GO) run ./internal/testsummary
+
+test: fmt-check vet ## gofmt check, go vet, and every test with -race (Docker tests included); ends with what was skipped and why
+	$(GO) test -race -timeout 30m -json ./... | $(TESTSUMMARY)
 
 test-unit: ## only the fast package tests (no integration/)
-	$(GO) test -race $$($(GO) list ./... | grep -v /integration)
+	$(GO) test -race -json $$($(GO) list ./... | grep -v /integration) | $(TESTSUMMARY)
 
 test-integration: ## only the end-to-end tests in integration/
-	$(GO) test -race -timeout 30m ./integration/...
+	$(GO) test -race -timeout 30m -json ./integration/... | $(TESTSUMMARY)
 
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -1,0 +1,108 @@
+// Command testsummary reads `go test -json` on standard input and writes
+// what `make test` shows: a line per package as it finishes (so a long
+// run shows progress), the output of every failed test, and at the end
+// the list of skipped tests with their reasons (a test skips when this
+// machine lacks what it needs; see internal/testenv). It exits 1 if any
+// test or package failed, and passes non-JSON lines (build errors)
+// through.
+//
+//	go test -race -json ./... | go run ./internal/testsummary
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+func main() { os.Exit(run(os.Stdin, os.Stdout)) }
+
+type key struct{ pkg, test string }
+
+func run(in io.Reader, out io.Writer) int {
+	outputs := map[key][]string{}
+	var skipped []string
+	failed := false
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			fmt.Fprintf(out, "%s\n", line)
+			continue
+		}
+		k := key{e.Package, e.Test}
+		switch e.Action {
+		case "output":
+			if e.Test != "" || !strings.HasPrefix(e.Output, "=== ") {
+				outputs[k] = append(outputs[k], e.Output)
+			}
+		case "skip":
+			if e.Test != "" {
+				skipped = append(skipped, fmt.Sprintf("  %s %s: %s", e.Package, e.Test, reason(outputs[k])))
+			} else {
+				fmt.Fprintf(out, "?    %s (no tests)\n", e.Package)
+			}
+			delete(outputs, k)
+		case "pass":
+			if e.Test == "" {
+				fmt.Fprintf(out, "ok   %s %.1fs\n", e.Package, e.Elapsed)
+			}
+			delete(outputs, k)
+		case "fail":
+			failed = true
+			if e.Test != "" {
+				fmt.Fprintf(out, "--- FAIL: %s %s (%.1fs)\n%s", e.Package, e.Test, e.Elapsed, strings.Join(outputs[k], ""))
+			} else {
+				fmt.Fprintf(out, "FAIL %s %.1fs\n%s", e.Package, e.Elapsed, strings.Join(outputs[k], ""))
+			}
+			delete(outputs, k)
+		}
+	}
+	if len(skipped) > 0 {
+		sort.Strings(skipped)
+		fmt.Fprintf(out, "\nskipped (%d), each with its reason:\n%s\n", len(skipped), strings.Join(skipped, "\n"))
+	} else {
+		fmt.Fprintln(out, "\nno test skipped")
+	}
+	if failed {
+		fmt.Fprintln(out, "FAIL")
+		return 1
+	}
+	return 0
+}
+
+// reason is what a skipped test said: its output without go test's own
+// "--- SKIP" line and file:line prefixes.
+func reason(lines []string) string {
+	var parts []string
+	for _, l := range lines {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "--- SKIP") || strings.HasPrefix(l, "=== ") {
+			continue
+		}
+		if i := strings.Index(l, ".go:"); i >= 0 {
+			if j := strings.Index(l[i:], ": "); j >= 0 {
+				l = l[i+j+2:]
+			}
+		}
+		parts = append(parts, l)
+	}
+	if len(parts) == 0 {
+		return "(no reason given)"
+	}
+	return strings.Join(parts, " ")
+}
