@@ -65,6 +65,8 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 	case nil:
 	case []byte:
 		body = bytes.NewReader(v)
+	case io.Reader:
+		body = v
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -174,10 +176,20 @@ func (c *Client) Logs(ctx context.Context, id string, follow bool, w io.Writer) 
 	return err
 }
 
-// Exec runs cmd in a conversation's container, copying its output to
-// stdout and stderr, and returns its exit code.
-func (c *Client) Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer) (int, error) {
-	resp, err := c.send(ctx, "POST", "/v1/conversations/"+esc(id)+"/exec", ExecRequest{Cmd: cmd})
+// Exec runs r.Cmd in a conversation's container, copying stdin (if not
+// nil) to its standard input and its output to stdout and stderr, and
+// returns its exit code.
+func (c *Client) Exec(ctx context.Context, id string, r ExecRequest, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	r.Stdin = stdin != nil
+	head, err := json.Marshal(r)
+	if err != nil {
+		return -1, err
+	}
+	var body io.Reader = bytes.NewReader(append(head, '\n'))
+	if stdin != nil {
+		body = io.MultiReader(body, stdin)
+	}
+	resp, err := c.send(ctx, "POST", "/v1/conversations/"+esc(id)+"/exec", body)
 	if err != nil {
 		return -1, err
 	}

@@ -76,6 +76,15 @@ type GrantRequest struct {
 // ExecRequest runs a command in a conversation's container.
 type ExecRequest struct {
 	Cmd []string `json:"cmd"`
+	// User is "uid[:gid]" or a name the image knows; "" runs as the
+	// conversation's user.
+	User string `json:"user,omitempty"`
+	// WorkDir is the command's working directory; "" is the
+	// conversation's working directory.
+	WorkDir string `json:"workdir,omitempty"`
+	// Stdin says the command's standard input follows this JSON value in
+	// the request body (one newline after it, then raw bytes to EOF).
+	Stdin bool `json:"stdin,omitempty"`
 }
 
 // ExecFrame is one line of an exec answer: output, or the exit code last.

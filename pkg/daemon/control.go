@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +22,9 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 )
+
+// rawBodyKey carries a request's unbounded body to handleExec.
+type rawBodyKey struct{}
 
 // maxControlBody bounds a control request body (a secret value is at most
 // store.MaxSecretSize).
@@ -89,6 +95,8 @@ func (d *Daemon) guard(next http.Handler) http.Handler {
 			writeJSON(w, http.StatusForbidden, control.Error{Message: "browser requests are refused on the control socket", Code: control.CodeForbidden})
 			return
 		}
+		// exec streams its input: it may read the raw body.
+		r = r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, r.Body))
 		r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
 		next.ServeHTTP(w, r)
 	})
@@ -380,9 +388,28 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The body is the request, then (with Stdin) the command's input: it
+	// is not bounded like other bodies, and is read while the answer is
+	// written.
+	r.Body = r.Context().Value(rawBodyKey{}).(io.ReadCloser)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
 	var req control.ExecRequest
-	if err := decode(r, &req); err != nil {
-		return err
+	if err := dec.Decode(&req); err != nil {
+		return badRequest(control.CodeBadRequest, "bad request body: %v", err)
+	}
+	var stdin io.Reader
+	if req.Stdin {
+		stdin = io.MultiReader(dec.Buffered(), r.Body)
+		// Drop the newline after the JSON value.
+		br := bufio.NewReader(stdin)
+		if b, err := br.Peek(1); err == nil && b[0] == '\n' {
+			_, _ = br.Discard(1)
+		}
+		stdin = br
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+			return fmt.Errorf("exec: %w", err)
+		}
 	}
 	if len(req.Cmd) == 0 {
 		return badRequest(control.CodeBadRequest, "exec: no command: pass it after --, e.g. ohctl exec ID -- git status")
@@ -400,8 +427,16 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) error {
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
 	f := w.(http.Flusher)
+	workdir := c.WorkingDir
+	if req.WorkDir != "" {
+		if !filepath.IsAbs(req.WorkDir) {
+			return badRequest(control.CodeBadRequest, "exec --workdir %q: want an absolute path inside the container", req.WorkDir)
+		}
+		workdir = req.WorkDir
+	}
 	code, err := d.rt.Exec(r.Context(), cid, req.Cmd, runtime.ExecOptions{
-		WorkingDir: c.WorkingDir,
+		User: req.User, Stdin: stdin,
+		WorkingDir: workdir,
 		Stdout:     execWriter{"stdout", enc, &mu, f},
 		Stderr:     execWriter{"stderr", enc, &mu, f},
 	})

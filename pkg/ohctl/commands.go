@@ -215,14 +215,19 @@ func (s *state) logsCmd() *cli.Command {
 func (s *state) execCmd() *cli.Command {
 	return &cli.Command{
 		Name:      "exec",
-		Usage:     "run a command in a conversation's container",
+		Usage:     "run a command in a conversation's container, with ohctl's standard input as its own",
 		ArgsUsage: "ID -- CMD...",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "user", Usage: "run as this uid[:gid] (default: the conversation's user)"},
+			&cli.StringFlag{Name: "workdir", Usage: "run in this absolute directory inside the container (default: the conversation's working directory)"},
+		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a := cmd.Args().Slice()
 			if len(a) < 2 {
 				return usagef("exec takes a conversation id and a command: ohctl exec ID -- CMD...")
 			}
-			code, err := s.client().Exec(ctx, a[0], a[1:], s.env.Stdout, s.env.Stderr)
+			req := control.ExecRequest{Cmd: a[1:], User: cmd.String("user"), WorkDir: cmd.String("workdir")}
+			code, err := s.client().Exec(ctx, a[0], req, s.env.Stdin, s.env.Stdout, s.env.Stderr)
 			if err != nil {
 				return err
 			}
