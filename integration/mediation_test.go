@@ -300,7 +300,7 @@ func TestSDKPlaintextCreateThroughOhd(t *testing.T) {
 		"agent": map[string]any{"kind": "Agent", "llm": map[string]any{
 			"model": "anthropic/claude-fake", "api_key": sec.llmKey, "base_url": prov.srv.URL, "usage_id": "agent",
 		}},
-		"workspace":      map[string]any{"kind": "LocalWorkspace", "working_dir": repo},
+		"workspace":       map[string]any{"kind": "LocalWorkspace", "working_dir": repo},
 		"initial_message": nil, "max_iterations": 50, "stuck_detection": true, "client_tools": []any{}, "tags": map[string]any{},
 		"secrets": map[string]any{"DB_PASSWORD": map[string]any{"kind": "StaticSecret", "value": static}},
 	})
