@@ -101,7 +101,13 @@ func ScopedName(id, name string) string { return id + "." + name }
 func (m *Mediator) Create(ctx context.Context, id string, fields map[string]json.RawMessage) (*Mediated, error) {
 	st := &mediation{m: m, id: id, ctx: ctx, llmByKey: map[string]string{}}
 	out := make(map[string]json.RawMessage, len(fields))
-	for k, raw := range fields {
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names) // the same body gives the same profiles and secrets, in order
+	for _, k := range names {
+		raw := fields[k]
 		switch k {
 		case "secrets_encrypted":
 			continue

@@ -35,8 +35,11 @@ type Options struct {
 	// adds and removes. Default: discard.
 	Logger *slog.Logger
 	// OnStep, if set, is called at named points inside an operation:
-	// "snapshot" once the snapshot commit exists and before its ref is
-	// written. Crash tests stop the daemon there.
+	// "view" once Add has seeded the git view, "snapshot" once the
+	// snapshot commit exists (and, with a view, its objects are imported)
+	// and before its refs are written, "publish" once Publish imported the
+	// objects and before it moves the branch. Crash tests stop the daemon
+	// there.
 	OnStep func(step string)
 }
 
