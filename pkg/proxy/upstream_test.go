@@ -337,3 +337,39 @@ func TestCreateMediatesCanvasLookupAndPostSecrets(t *testing.T) {
 		t.Errorf("grants after POST secrets (-want +got):\n%s", d)
 	}
 }
+
+// TestWorkspaceCookieOpensWorkspaceRoutesOnly: the cookie the upstream's
+// POST /api/auth/workspace-session sets authenticates GET
+// /api/conversations/{id}/workspace[/...] and nothing else (ref §8).
+func TestWorkspaceCookieOpensWorkspaceRoutesOnly(t *testing.T) {
+	inner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Cookie") != "" {
+			http.Error(w, "cookie forwarded", http.StatusTeapot)
+			return
+		}
+		io.WriteString(w, "inner "+r.URL.Path)
+	}))
+	t.Cleanup(inner.Close)
+	fake := newFake(t)
+	id := fake.addCustom(inner.Listener.Addr().String(), []byte("inner-key"))
+	p := startProxy(t, fake, nil)
+	cookie := openhands.WorkspaceCookie + "=" + outerKeys[0]
+	for _, tc := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "/api/conversations/" + id + "/workspace", http.StatusOK},
+		{"GET", "/api/conversations/" + id + "/workspace/index.html", http.StatusOK},
+		{"GET", "/api/conversations/" + id + "/events", http.StatusUnauthorized},
+		{"POST", "/api/conversations/" + id + "/workspace/x", http.StatusUnauthorized},
+		{"GET", "/api/settings", http.StatusUnauthorized},
+	} {
+		resp, b := p.do(t, tc.method, tc.path, "", nil, "Cookie", cookie)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s with the cookie only = %d %s, want %d", tc.method, tc.path, resp.StatusCode, b, tc.want)
+		}
+	}
+	if resp, _ := p.do(t, "GET", "/api/conversations/"+id+"/workspace", "", nil, "Cookie", openhands.WorkspaceCookie+"=wrong"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a wrong cookie = %d, want 401", resp.StatusCode)
+	}
+}
