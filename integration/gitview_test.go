@@ -387,3 +387,76 @@ func TestGitViewMigratesSharedLayout(t *testing.T) {
 	}
 	checkInvariants(t, d, repo)
 }
+
+// TestGitViewNothingLost: ending a conversation keeps its branch, its
+// uncommitted work, and the view's branches, tags and stash the host
+// lacked; says how many ignored files it left out; lists what it kept
+// after prune; and `ohctl restore` brings the work back in one command
+// (issue 11, acceptance 5).
+func TestGitViewNothingLost(t *testing.T) {
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(repo, ".gitignore"), "*.log\n")
+	testenv.Git(t, repo, "add", ".gitignore")
+	testenv.Git(t, repo, "commit", "-q", "-m", "ignore logs")
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+	g := "git -c user.name=a -c user.email=a@x "
+	d.inside(c, g+"commit -q --allow-empty -m on-branch")
+	d.inside(c, g+"switch -q -c side && "+g+"commit -q --allow-empty -m on-side && "+g+"tag -a -m t agent-tag && git switch -q "+c.Branch)
+	d.inside(c, "echo stash-me > stashed.txt && git add stashed.txt && "+g+"stash -q")
+	d.inside(c, "echo uncommitted > wip.txt && echo 0123456789 > build.log")
+	// (the image has no rm: the file goes from the host side of the same
+	// directory)
+	if err := os.Remove(filepath.Join(c.Worktree, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+
+	out := d.ohctl("rm", c.ID)
+	for _, want := range []string{"refs/ohd/snapshots/" + c.ID, "refs/ohd/kept/" + c.ID + "/heads/side", "refs/ohd/kept/" + c.ID + "/tags/agent-tag",
+		"refs/ohd/kept/" + c.ID + "/stash", "not kept: 1 ignored files (11 bytes)", "ohctl restore " + c.ID} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ohctl rm output lacks %q:\n%s", want, out)
+		}
+	}
+	d.ohctl("prune")
+	var all []store.Conversation
+	d.ohctlJSON(&all, "ls", "--all")
+	var after *store.Conversation
+	for i := range all {
+		if all[i].ID == c.ID {
+			after = &all[i]
+		}
+	}
+	if after == nil || after.Removal == nil || len(after.Removal.Kept) != 3 || after.Removal.IgnoredFiles != 1 || after.Removal.IgnoredBytes != 11 {
+		t.Fatalf("after prune ls --all has %+v, want the record with its 3 kept refs and 1 ignored file", after)
+	}
+	if ls := d.ohctl("ls", "--all"); !strings.Contains(ls, "branch+snapshot+3 view refs") {
+		t.Errorf("ls --all does not say what is kept:\n%s", ls)
+	}
+	if show := d.ohctl("show", c.ID); !strings.Contains(show, "refs/ohd/kept/"+c.ID+"/tags/agent-tag") || !strings.Contains(show, "ohctl restore") {
+		t.Errorf("show after prune:\n%s", show)
+	}
+
+	into := filepath.Join(testenv.TempDir(t), "restored")
+	out = d.ohctl("restore", c.ID, "--into", into)
+	if !strings.Contains(out, into) {
+		t.Errorf("restore output:\n%s", out)
+	}
+	if got := strings.TrimSpace(testenv.Git(t, into, "-c", "safe.directory=*", "log", "-1", "--format=%s")); got != "on-branch" {
+		t.Errorf("restored HEAD = %q, want the conversation's last commit", got)
+	}
+	status := testenv.Git(t, into, "-c", "safe.directory=*", "status", "--porcelain")
+	for _, want := range []string{"D README.md", "?? wip.txt"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("restored worktree status lacks %q:\n%s", want, status)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(into, "build.log")); err == nil {
+		t.Error("the ignored file came back: it was not kept")
+	}
+	// A second restore into the same place is refused and changes nothing.
+	if _, err := d.ohctlErr("restore", c.ID, "--into", into); err == nil {
+		t.Error("restoring into an existing directory succeeded")
+	}
+}

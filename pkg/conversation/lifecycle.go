@@ -118,6 +118,19 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 		m.cfg.OnStep(conv.ID, name, time.Since(step))
 		step = time.Now()
 	}
+	// A running conversation's work is saved through its own container
+	// before it stops (no sandbox container to start); anything else is
+	// saved through a sandbox container after.
+	var saved *worktree.RemoveResult
+	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && conv.AdminID != "" {
+		r, err := m.wt.SaveView(ctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
+		if err != nil {
+			m.log.Warn("saving the work through the running container failed; a sandbox will", "id", conv.ID, "err", err)
+		} else {
+			saved = &r
+		}
+		done("save_view")
+	}
 	if err := m.removeContainers(ctx, conv); err != nil {
 		return res, fmt.Errorf("remove container: %w", err)
 	}
@@ -142,7 +155,7 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 			return res, fmt.Errorf("remove worktree: %w", err)
 		}
 		if found {
-			if res, err = m.removeWorktree(ctx, conv, wt, mode); err != nil {
+			if res, err = m.removeWorktree(ctx, conv, wt, mode, saved); err != nil {
 				return res, fmt.Errorf("remove worktree: %w", err)
 			}
 		}
@@ -157,9 +170,9 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 // its work saved through a sandbox container (the agent's files are read
 // only there); one made before views (GitLayoutShared) is given a view
 // first, so that no host git reads what its agent wrote either.
-func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, wt worktree.Worktree, mode teardownMode) (worktree.RemoveResult, error) {
-	opts := worktree.RemoveOptions{Discard: mode == discardWork, Undo: mode == undoCreate, Published: conv.Published}
-	if mode != keepWork || m.rt.Kind() == "local" {
+func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, wt worktree.Worktree, mode teardownMode, saved *worktree.RemoveResult) (worktree.RemoveResult, error) {
+	opts := worktree.RemoveOptions{Discard: mode == discardWork, Undo: mode == undoCreate, Published: conv.Published, Saved: saved}
+	if mode != keepWork || m.rt.Kind() == "local" || saved != nil {
 		return m.wt.Remove(ctx, wt, opts)
 	}
 	if wt.View == "" && conv.AdminID != "" {

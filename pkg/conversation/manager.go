@@ -110,7 +110,8 @@ type Config struct {
 	// with its duration, for metrics and benchmarks. Steps of a create:
 	// "worktree", "broker", "container_create", "container_start",
 	// "container_ready", "forward", "create_total"; of a remove:
-	// "remove_container", "remove_broker", "remove_worktree",
+	// "save_view" (a running conversation's work, saved through its
+	// container), "remove_container", "remove_broker", "remove_worktree",
 	// "remove_total". It must not block.
 	OnStep func(id, step string, d time.Duration)
 	// Metrics receives create results, container starts and deaths; nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -55,6 +56,9 @@ type Manager struct {
 	onStep  func(string)
 	euid    int
 	locks   repoLocks
+	// packed caches, per view, what ViewBranch last read of its
+	// packed-refs (a packedFile).
+	packed sync.Map
 }
 
 // DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.

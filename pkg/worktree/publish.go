@@ -253,27 +253,85 @@ func (m *Manager) ViewBranch(wt Worktree) (string, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("worktree view branch %s: %w", wt.Path, err)
 	}
-	b, err = readBeneath(wt.View, "packed-refs", 64<<20)
+	return m.packedRef(wt.View, ref)
+}
+
+// packedFile is what packedRef last read of one view's packed-refs.
+type packedFile struct {
+	dev, ino    uint64
+	size, mtime int64
+	ref, oid    string
+}
+
+// packedRef finds ref in the view's packed-refs, reading the file again
+// only when it changed (device, inode, size, modification time): the
+// publisher asks several times a second, and an agent can make the file
+// large.
+func (m *Manager) packedRef(view, ref string) (string, error) {
+	f, err := openBeneath(view, "packed-refs")
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("worktree view branch %s: %w", wt.Path, err)
+		return "", fmt.Errorf("worktree view branch: %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", err
+	}
+	key := packedFile{dev: uint64(st.Dev), ino: uint64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), ref: ref}
+	if v, ok := m.packed.Load(view); ok {
+		if c := v.(packedFile); c.dev == key.dev && c.ino == key.ino && c.size == key.size && c.mtime == key.mtime && c.ref == ref {
+			return c.oid, nil
+		}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", nil
+	}
+	if st.Size > 64<<20 {
+		return "", fmt.Errorf("worktree view branch: %s/packed-refs is larger than 64 MiB", view)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
+	if err != nil {
+		return "", err
 	}
 	for line := range strings.Lines(string(b)) {
 		oid, name, ok := strings.Cut(strings.TrimRight(line, "\n"), " ")
 		if ok && name == ref && isHexID(oid) {
-			return oid, nil
+			key.oid = oid
+			break
 		}
 	}
-	return "", nil
+	m.packed.Store(view, key)
+	return key.oid, nil
 }
 
-// readBeneath reads the regular file rel below dir, opening every
-// component with O_NOFOLLOW relative to the one before: a symlink
-// anywhere on the way is refused (ELOOP or ENOTDIR), so the read never
-// leaves dir.
+// readBeneath reads the regular file rel below dir (see openBeneath),
+// refusing one larger than max.
 func readBeneath(dir, rel string, max int64) ([]byte, error) {
+	f, err := openBeneath(dir, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file: %w", rel, fs.ErrNotExist)
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", rel, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max+1))
+}
+
+// openBeneath opens rel below dir, opening every component with
+// O_NOFOLLOW relative to the one before: a symlink anywhere on the way is
+// refused (ELOOP or ENOTDIR), so the read never leaves dir.
+func openBeneath(dir, rel string) (*os.File, error) {
 	parts := strings.Split(rel, "/")
 	for _, p := range parts {
 		if p == "" || p == "." || p == ".." {
@@ -301,19 +359,7 @@ func readBeneath(dir, rel string, max int64) ([]byte, error) {
 		}
 		fd = next
 	}
-	f := os.NewFile(uintptr(fd), filepath.Join(dir, rel))
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file: %w", rel, fs.ErrNotExist)
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", rel, max)
-	}
-	return io.ReadAll(io.LimitReader(f, max+1))
+	return os.NewFile(uintptr(fd), filepath.Join(dir, rel)), nil
 }
 
 // keepable reports whether a view ref is one ohd keeps when its commit is

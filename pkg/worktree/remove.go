@@ -33,6 +33,10 @@ type RemoveOptions struct {
 	// final publish moves the branch only from there (otherwise the
 	// view's commit is kept, see Publish).
 	Published string
+	// Saved is the result of a SaveView made just before (through the
+	// conversation's running container): Remove then does not save the
+	// view again.
+	Saved *RemoveResult
 }
 
 // RemoveResult says what Remove kept and why.
@@ -129,11 +133,15 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	snapRef := SnapshotRef(wt.ConversationID)
 
-	if wt.View != "" && opts.Sandbox == nil && !opts.Discard && !opts.Undo && dirExists {
+	if wt.View != "" && opts.Sandbox == nil && opts.Saved == nil && !opts.Discard && !opts.Undo && dirExists {
 		return fail(fmt.Errorf("%w: a worktree with a git view needs a sandbox to save its work", ErrInvalidWorktree))
 	}
 	if !opts.Discard && !opts.Undo {
 		switch {
+		case dirExists && registered && wt.View != "" && opts.Saved != nil:
+			s := opts.Saved
+			res.SnapshotRef, res.SnapshotCommit, res.Kept, res.KeptDropped = s.SnapshotRef, s.SnapshotCommit, s.Kept, s.KeptDropped
+			res.Conflict, res.Published, res.IgnoredFiles, res.IgnoredBytes = s.Conflict, s.Published, s.IgnoredFiles, s.IgnoredBytes
 		case dirExists && registered && wt.View != "":
 			if err := m.saveView(ctx, wt, opts, &res); err != nil {
 				return fail(fmt.Errorf("%w: nothing was removed: fix the cause and remove again (--discard drops the conversation's uncommitted work and its unpublished commits)", err))
@@ -201,6 +209,27 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	res.Message = removeMessage(wt, opts, res, checkedOutIn)
 	m.log.Info("worktree removed", "conversation", wt.ConversationID, "path", wt.Path,
 		"branch_kept", res.BranchKept, "snapshot", res.SnapshotRef, "kept", len(res.Kept), "discard", opts.Discard)
+	return res, nil
+}
+
+// SaveView is the first half of Remove for a worktree with a git view,
+// through a sandbox that is the conversation's own running container: it
+// saves the work (see saveView) and changes nothing else, so the caller can
+// then stop the container and call Remove with RemoveOptions.Saved.
+func (m *Manager) SaveView(ctx context.Context, wt Worktree, sb Sandbox, published string) (RemoveResult, error) {
+	res := RemoveResult{CommitsBeyondStart: -1, Published: published}
+	if err := m.checkWorktree(wt); err != nil || wt.View == "" {
+		if err == nil {
+			err = fmt.Errorf("%w: %s has no git view", ErrInvalidWorktree, wt.Path)
+		}
+		return res, fmt.Errorf("worktree save view: %w", err)
+	}
+	if !ownsAdmin(wt) {
+		return res, fmt.Errorf("worktree save view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
+	}
+	if err := m.saveView(ctx, wt, RemoveOptions{Sandbox: sb, Published: published}, &res); err != nil {
+		return res, fmt.Errorf("worktree save view %s: %w", wt.Path, err)
+	}
 	return res, nil
 }
 

@@ -368,3 +368,22 @@ func TestRestoreBringsTheWorkBack(t *testing.T) {
 		t.Errorf("Restore into an existing path = %v, want ErrExists", err)
 	}
 }
+
+func TestViewBranchPackedAndLoose(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	wt := addView(t, m, repo, newID(t), "")
+	if got, err := m.ViewBranch(wt); got != wt.StartCommit || err != nil {
+		t.Fatalf("ViewBranch of the seeded view = %q, %v, want the start commit", got, err)
+	}
+	for i := range 3 {
+		inView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "c")
+		if i%2 == 0 {
+			inView(t, wt, "pack-refs", "--all") // only in packed-refs now
+		}
+		want := inView(t, wt, "rev-parse", "HEAD")
+		if got, err := m.ViewBranch(wt); got != want || err != nil {
+			t.Errorf("round %d: ViewBranch = %q, %v, want %s", i, got, err, want)
+		}
+	}
+}
