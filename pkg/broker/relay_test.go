@@ -125,3 +125,28 @@ func TestRelaySecretRawValueAuditedAndRevocable(t *testing.T) {
 		t.Errorf("after revoke: GET = %d %q, want 403 without the value", code, body)
 	}
 }
+
+// TestRelayAgentCannotReachOtherNames: the agent in the container can
+// call the relay, but only with its own conversation's token: another
+// conversation's secret or profile, and a path that tries to leave the
+// secrets route, are refused without a value.
+func TestRelayAgentCannotReachOtherNames(t *testing.T) {
+	e, _, relay := relayEnv(t)
+	e.be.SetSecret("conv-other.GITHUB_TOKEN", []byte("other-"+marker))
+	for _, path := range []string{
+		"/secrets/conv-other.GITHUB_TOKEN",
+		"/secrets/..%2Fwhoami",
+		"/llm/ungranted/v1/chat/completions",
+		"/v1/secrets/conv-l.GITHUB_TOKEN",
+	} {
+		resp, err := http.Get(relay + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || strings.Contains(string(b), marker) {
+			t.Errorf("GET %s = %d %s, want a refusal without a value", path, resp.StatusCode, b)
+		}
+	}
+}

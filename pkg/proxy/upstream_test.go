@@ -373,3 +373,37 @@ func TestWorkspaceCookieOpensWorkspaceRoutesOnly(t *testing.T) {
 		t.Errorf("a wrong cookie = %d, want 401", resp.StatusCode)
 	}
 }
+
+// TestFailedCreateRemovesMediatedCredentials: when the inner server
+// refuses the create, the profiles and secrets mediation stored for it
+// are gone again; a body ohd will not forward stores nothing.
+func TestFailedCreateRemovesMediatedCredentials(t *testing.T) {
+	fake := newFake(t)
+	fake.badWorkingDir = true
+	mem := newMemSecrets()
+	p := startProxy(t, fake, func(o *Options) { o.Secrets = mem })
+	body := `{"workspace":{"kind":"LocalWorkspace","working_dir":"` + fake.root + `"},` +
+		`"agent":{"llm":{"model":"gpt-4o","api_key":"sk-mediated-then-undone"}},` +
+		`"secrets":{"S":{"kind":"StaticSecret","value":"static-then-undone"}}}`
+	resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(body), "Content-Type", "application/json")
+	if resp.StatusCode < 400 {
+		t.Fatalf("create with a bad working dir = %d %s, want a failure", resp.StatusCode, b)
+	}
+	mem.mu.Lock()
+	left, profiles := len(mem.secrets), len(mem.profiles)
+	mem.mu.Unlock()
+	if left != 0 || profiles != 0 {
+		t.Errorf("after the failed create the store holds %d secrets and %d profiles, want none", left, profiles)
+	}
+
+	fake.badWorkingDir = false
+	resp, b = p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(
+		`{"workspace":{"kind":"LocalWorkspace","working_dir":"`+fake.root+`"},"agent":{"llm":{"model":"gpt-4o","api_key":"sk-x"}},"tags":{"k":"`+outerKeys[1]+`"}}`),
+		"Content-Type", "application/json")
+	if resp.StatusCode != http.StatusUnprocessableEntity || strings.Contains(string(b), outerKeys[1]) {
+		t.Errorf("create carrying ohd's key = %d %s, want 422 without the key", resp.StatusCode, b)
+	}
+	if len(fake.createRequests()) != 1 || len(mem.secrets) != 0 {
+		t.Errorf("a refused body reached Create or stored secrets (%d creates, %d secrets)", len(fake.createRequests()), len(mem.secrets))
+	}
+}
