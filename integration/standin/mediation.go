@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,7 +43,9 @@ import (
 //	                                                     makes it from agent(_settings).llm (ref §4): anthropic/ →
 //	                                                     POST {base_url}/v1/messages with x-api-key, else POST
 //	                                                     {base_url}/chat/completions with Authorization: Bearer;
-//	                                                     the provider's status and body are answered as they come
+//	                                                     the provider's status and body are answered as they come,
+//	                                                     with X-Standin-Llm-Ttfb-Us: the time from sending the
+//	                                                     request to its first byte, as the stand-in saw it
 //	GET  /api/conversations/{id}/standin/secret/{name}   resolves a secret as the SDK does on use (ref §3):
 //	                                                     StaticSecret → its value; LookupSecret → GET url with its
 //	                                                     headers, 30 s, non-2xx fails (here: 502 with the status)
@@ -185,7 +188,8 @@ func (s *Server) llmCall(w http.ResponseWriter, r *http.Request) {
 		Stream bool   `json:"stream"`
 		Prompt string `json:"prompt"`
 	}
-	if err := decodeJSON(w, r, &req); err != nil {
+	// Prompts are large (make bench sends 1 MiB): more than other routes take.
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 32<<20)).Decode(&req); err != nil {
 		writeDetail(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -219,20 +223,34 @@ func (s *Server) llmCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.Header = h
+	t0 := time.Now()
 	resp, err := http.DefaultClient.Do(out)
 	if err != nil {
 		writeDetail(w, http.StatusBadGateway, "LLM call failed: "+err.Error())
 		return
 	}
 	defer resp.Body.Close()
+	// The first bytes are read before answering, so the time to them (as
+	// the stand-in saw it, from sending the whole prompt) can be a header.
+	buf := make([]byte, 32<<10)
+	n, rerr := resp.Body.Read(buf)
 	for k, vv := range resp.Header {
 		if k != "Content-Length" {
 			w.Header()[k] = vv
 		}
 	}
+	w.Header().Set("X-Standin-Llm-Ttfb-Us", strconv.FormatInt(time.Since(t0).Microseconds(), 10))
 	w.WriteHeader(resp.StatusCode)
 	fl, _ := w.(http.Flusher)
-	buf := make([]byte, 32<<10)
+	if n > 0 {
+		_, _ = w.Write(buf[:n])
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	if rerr != nil {
+		return
+	}
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {

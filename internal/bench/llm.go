@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +34,12 @@ type LLMOptions struct {
 	Rounds int
 	// Dir holds the broker's sockets; "" makes a temporary directory.
 	Dir string
+	// Image, when set, also measures through a container: ohd serve with
+	// the docker runtime and this image (the test image, whose stand-in
+	// makes the LLM call as litellm would), one conversation per style
+	// created with the LLM key, and the call made by the inner server
+	// through ohd's relay in its container; rows llm-<style>-ttfb-container.
+	Image string
 }
 
 // LLMResult is one style of the LLM benchmark: the broker relay (what
@@ -39,7 +47,9 @@ type LLMOptions struct {
 // broker's key-injecting proxy, against the provider reached directly.
 type LLMResult struct {
 	// Style is "openai" (POST /chat/completions, Authorization: Bearer)
-	// or "anthropic" (POST /v1/messages, x-api-key).
+	// or "anthropic" (POST /v1/messages, x-api-key); "-container" is
+	// added when the request was made by the inner server in a container,
+	// through ohd's conversation API (the TTFB then includes that hop too).
 	Style string
 	// TTFB are the medians and p90s of the time from sending a request
 	// (with its whole body) to the first byte of the answer's body.
@@ -66,6 +76,10 @@ func (r LLMResult) Line() string {
 
 // Detail says what was measured.
 func (r LLMResult) Detail() string {
+	if strings.HasSuffix(r.Style, "-container") {
+		return fmt.Sprintf("llm-%s: the inner server in a container calls the LLM (1 MiB prompts) through ohd's relay in the container and the broker, timed by the inner server from sending to the first byte, vs the provider directly from the host; a %s stream (asked through ohd's conversation API) got %d events, longest gap %s",
+			r.Style, r.StreamDur.Round(time.Second), r.StreamEvents, r.StreamMaxGap.Round(time.Millisecond))
+	}
 	return fmt.Sprintf("llm-%s: 1 MiB prompts through the broker relay and the broker's LLM proxy (key injected) vs the provider directly; a %s stream through the relay got %d events, longest gap %s; %d/%d git credential requests during it, slowest %s",
 		r.Style, r.StreamDur.Round(time.Second), r.StreamEvents, r.StreamMaxGap.Round(time.Millisecond), r.GitOK, r.GitTotal, r.GitMax.Round(10*time.Microsecond))
 }
@@ -239,7 +253,104 @@ func LLM(ctx context.Context, opts LLMOptions) ([]LLMResult, error) {
 	for i := range out {
 		out[i].GitOK, out[i].GitTotal, out[i].GitMax = git.ok, git.total, git.max
 	}
+	if opts.Image != "" {
+		for _, st := range []struct{ name, model, base string }{
+			{"openai", "openai/gpt-bench", prov.url + "/v1"},
+			{"anthropic", "anthropic/claude-bench", prov.url},
+		} {
+			r, err := llmThroughContainer(ctx, opts, prov, st.name, st.model, st.base)
+			if err != nil {
+				return nil, fmt.Errorf("bench llm %s through a container: %w", st.name, err)
+			}
+			out = append(out, r)
+		}
+	}
 	return out, nil
+}
+
+// llmThroughContainer creates a conversation whose agent has the LLM
+// (the key mediated into the broker) and has its inner server make the
+// calls: TTFB rounds against the provider directly, then one long stream.
+func llmThroughContainer(ctx context.Context, opts LLMOptions, prov *benchProvider, style, model, base string) (LLMResult, error) {
+	r := LLMResult{Style: style + "-container"}
+	d, err := startOHDWith(ctx, opts.Image, map[string]any{
+		"agent": map[string]any{"kind": "Agent", "llm": map[string]any{"model": model, "api_key": llmBenchKey, "base_url": base, "stream": true}},
+	})
+	if err != nil {
+		return r, err
+	}
+	defer d.stop()
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true}}
+	defer hc.CloseIdleConnections()
+	prompt := strings.Repeat("x", opts.Prompt)
+	call := func(short bool) (*http.Response, time.Time, error) {
+		p := prompt
+		if short {
+			p = firstOnly + prompt[len(firstOnly):]
+		}
+		b, _ := json.Marshal(map[string]any{"stream": true, "prompt": p})
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+d.listen+"/api/conversations/"+proxyBenchID+"/standin/llm", bytes.NewReader(b))
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		req.Header.Set("X-Session-API-Key", d.key)
+		req.Header.Set("Content-Type", "application/json")
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		return resp, t0, err
+	}
+	dir := directHeader(style)
+	directPath := "/v1/chat/completions"
+	if style == "anthropic" {
+		directPath = "/v1/messages"
+	}
+	var relayS, directS sample
+	for range opts.Rounds {
+		resp, t0, err := call(true)
+		if err != nil {
+			return r, err
+		}
+		_ = t0
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		us, perr := strconv.ParseInt(resp.Header.Get("X-Standin-Llm-Ttfb-Us"), 10, 64)
+		if resp.StatusCode != http.StatusOK || perr != nil {
+			return r, fmt.Errorf("the inner server's LLM call: status %d, no time to first byte (%v)", resp.StatusCode, perr)
+		}
+		// As the inner server saw it: from sending the prompt to the
+		// first byte, through the relay in its container and the broker.
+		relayS.lat = append(relayS.lat, time.Duration(us)*time.Microsecond)
+		dl, err := ttfb(ctx, hc, prov.url+directPath, dir, []byte(prompt))
+		if err != nil {
+			return r, err
+		}
+		directS.lat = append(directS.lat, dl)
+	}
+	r.RelayTTFB, r.DirectTTFB = relayS.percentile(0.5), directS.percentile(0.5)
+	r.RelayTTFB90, r.DirectTTFB90 = relayS.percentile(0.9), directS.percentile(0.9)
+	resp, t0, err := call(false)
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	last := time.Now()
+	for sc.Scan() {
+		if !strings.HasPrefix(sc.Text(), "data: ") {
+			continue
+		}
+		now := time.Now()
+		if r.StreamEvents > 0 {
+			r.StreamMaxGap = max(r.StreamMaxGap, now.Sub(last))
+		}
+		last = now
+		r.StreamEvents++
+	}
+	r.StreamDur = time.Since(t0)
+	if n := prov.badKeys(); n > 0 {
+		return r, fmt.Errorf("the provider got %d requests without the injected key", n)
+	}
+	return r, sc.Err()
 }
 
 func directHeader(style string) http.Header {
@@ -356,8 +467,13 @@ func (p *benchProvider) streamsDone() int {
 	return p.done
 }
 
+// firstOnly in a prompt asks the provider for its first event only (the
+// stand-in in a container passes no query).
+const firstOnly = "ohd-bench-first-only"
+
 func (p *benchProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	body, _ := io.ReadAll(r.Body)
+	short := r.URL.Query().Get("first") == "1" || bytes.Contains(body, []byte(firstOnly))
 	ok := r.Header.Get("Authorization") == "Bearer "+llmBenchKey
 	if r.URL.Path == "/v1/messages" {
 		ok = r.Header.Get("X-Api-Key") == llmBenchKey && r.Header.Get("Authorization") == ""
@@ -371,7 +487,7 @@ func (p *benchProvider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fl := w.(http.Flusher)
 	fmt.Fprint(w, "data: {\"delta\":0}\n\n")
 	fl.Flush()
-	if r.URL.Query().Get("first") == "1" {
+	if short {
 		return
 	}
 	end := time.Now().Add(p.stream)

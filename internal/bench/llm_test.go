@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ohd-dev/ohd/internal/testimage"
 )
 
 // TestLLMShort runs the LLM benchmark with short streams: both styles
@@ -36,5 +38,26 @@ func TestLLMShort(t *testing.T) {
 	}
 	if rows := LLMRows(res); rows[0].Target.Value != 10 || !rows[0].Target.AtMost {
 		t.Errorf("row target %+v, want at most 10 (ms)", rows[0].Target)
+	}
+}
+
+// TestLLMShortContainer measures through a container of the test image
+// as make bench does: the inner server makes the calls.
+func TestLLMShortContainer(t *testing.T) {
+	img := testimage.Ensure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := LLM(ctx, LLMOptions{Stream: 3 * time.Second, Rounds: 3, Prompt: 1 << 20, Dir: t.TempDir(), Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 || res[2].Style != "openai-container" || res[3].Style != "anthropic-container" {
+		t.Fatalf("styles %v", res)
+	}
+	for _, r := range res[2:] {
+		t.Log(r.Detail(), r.Line())
+		if r.RelayTTFB <= 0 || r.StreamEvents < 3 || r.StreamMaxGap >= 2500*time.Millisecond {
+			t.Errorf("%s: ttfb %v, %d events, longest gap %v", r.Style, r.RelayTTFB, r.StreamEvents, r.StreamMaxGap)
+		}
 	}
 }

@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// What the create benchmark needs is checked before anything runs, so
 	// a missing engine fails in seconds, not after the other benchmarks.
-	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") {
+	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") {
 		if err := prepareDocker(ctx, cfg, progress); err != nil {
 			fmt.Fprintf(stderr, "ohd-bench: create: %v\n", err)
 			return 1
@@ -155,7 +155,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				lines, details = append(lines, r.Line()), append(details, r.Detail())
 			}
 		case "llm":
-			res, err := bench.LLM(ctx, bench.LLMOptions{Stream: cfg.llmStream})
+			res, err := bench.LLM(ctx, bench.LLMOptions{Stream: cfg.llmStream, Image: cfg.image})
 			if err != nil {
 				fail("llm", err)
 			}
