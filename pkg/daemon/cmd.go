@@ -106,6 +106,9 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "broker-llm-in-flight", Value: 32, Usage: "LLM requests and streams one conversation may have in progress (-1: no limit)", Sources: env("broker-llm-in-flight")},
 			&cli.IntFlag{Name: "broker-oauth-in-flight", Value: 8, Usage: "OAuth token requests one conversation may have in progress (-1: no limit)", Sources: env("broker-oauth-in-flight")},
 			&cli.IntFlag{Name: "broker-connections", Value: 64, Usage: "connections one conversation may hold open to its broker socket (-1: no limit)", Sources: env("broker-connections")},
+			str("upstream", "the operator's own agent server (local mode, on loopback), e.g. http://127.0.0.1:18000: routes that are not a conversation's pass to it"),
+			str("upstream-secret-key-file", "file holding the upstream's OH_SECRET_KEY, to open the encrypted settings Agent Canvas copies into a create (default: the systemd credential ohd-upstream-secret-key)"),
+			&cli.BoolFlag{Name: "upstream-allow-remote", Usage: "allow an --upstream that is not on loopback (it receives the clients' session keys)", Sources: env("upstream-allow-remote")},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
@@ -138,6 +141,8 @@ func serveCmd(stderr io.Writer) *cli.Command {
 					LLMInFlight: int(cmd.Int("broker-llm-in-flight")), OAuthInFlight: int(cmd.Int("broker-oauth-in-flight")),
 					MaxConns: int(cmd.Int("broker-connections")),
 				},
+				Upstream: cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
+				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
 			}
 			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections"} {
 				if n := cmd.Int(name); n == 0 || n < -1 {
