@@ -194,6 +194,16 @@ func (m *Manager) checkWorktreeHost(ctx context.Context, c store.Conversation, r
 	if ck.Status == "ok" {
 		return ck
 	}
+	// A hint that matches the state: nothing can be re-pointed at a
+	// folder or a repository that is not there.
+	switch {
+	case c.CommonDir != "" && !dirExists(c.CommonDir):
+		ck.Detail += "; the repository's git dir " + c.CommonDir + " is gone (moved?): move the repository back to " + c.Workspace + ", then run doctor again"
+		return ck
+	case !dirExists(c.Worktree):
+		ck.Detail += "; the worktree folder " + c.Worktree + " is gone: the host cannot repair it; its committed work is on branch " + c.Branch + ", and `ohctl rm --discard " + c.ID + "` ends the conversation"
+		return ck
+	}
 	ck.Repair = "rewrite the worktree's .git file and " + filepath.Join(wt.AdminDir, "gitdir") + " to point at each other, and lock it"
 	if repair {
 		if err := m.wt.Repair(ctx, wt); err != nil {

@@ -53,3 +53,40 @@ func TestRemoveRefusedWhenTheRepositoryMovedChangesNothing(t *testing.T) {
 		t.Errorf("Remove with the repository back = %+v, %v", r.State, err)
 	}
 }
+
+// TestDoctorHintsMatchTheState: with the worktree folder gone, doctor
+// does not offer to rewrite its .git file (there is none), and --repair
+// changes nothing; the detail says what is gone and what to do.
+func TestDoctorHintsMatchTheState(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c, err := e.m.Create(ctx, CreateRequest{Workspace: testenv.NewRepo(t, testenv.RepoOptions{}), Worktree: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(c.Worktree); err != nil {
+		t.Fatal(err)
+	}
+	for _, repair := range []bool{false, true} {
+		rep, err := e.m.Doctor(ctx, c.ID, repair)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, ck := range rep.Checks {
+			if ck.Check != "worktree-host" {
+				continue
+			}
+			found = true
+			if ck.Status != "fail" || ck.Repair != "" || ck.Repaired || !strings.Contains(ck.Detail, "the worktree folder "+c.Worktree+" is gone") {
+				t.Errorf("Doctor(repair=%v) with the folder gone: %+v; want a failure with no repair offered", repair, ck)
+			}
+		}
+		if !found {
+			t.Errorf("Doctor(repair=%v): no worktree-host check: %+v", repair, rep.Checks)
+		}
+	}
+	if exists(c.Worktree) {
+		t.Error("doctor --repair re-created the worktree folder")
+	}
+}
