@@ -226,5 +226,3 @@ func TestGitViewAttackDotGitSymlink(t *testing.T) {
 	a.checkHost("after doctor")
 	a.finish()
 }
-
-

@@ -31,7 +31,7 @@ while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l"; done
 // plantMarker writes the marker program at $WT/.agent/evil inside.
 func (a *attack) plantMarker() string {
 	a.t.Helper()
-	a.must(a.expand("mkdir -p .agent && cat > .agent/evil <<'EOF'\n"+markerProgram+"EOF\nchmod +x .agent/evil"))
+	a.must(a.expand("mkdir -p .agent && cat > .agent/evil <<'EOF'\n" + markerProgram + "EOF\nchmod +x .agent/evil"))
 	return filepath.Join(a.attacker.Worktree, ".agent", "evil")
 }
 
@@ -215,7 +215,7 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 	}
 	// The conversation's own branch ref becomes a link too (after a
 	// commit): the publisher must not follow it.
-	a.must("git -c user.name=a -c user.email=a@x commit -q --allow-empty -m last && cp $(git rev-parse --git-path refs/heads/openhands/"+a.attacker.ID+") /tmp/ref || true")
+	a.must("git -c user.name=a -c user.email=a@x commit -q --allow-empty -m last && cp $(git rev-parse --git-path refs/heads/openhands/" + a.attacker.ID + ") /tmp/ref || true")
 	a.checkHost("after the attack")
 	a.checkVictim()
 

@@ -193,7 +193,7 @@ func (a *attack) commitAndWait(config ...string) string {
 	for _, kv := range config {
 		c += " -c " + kv
 	}
-	tip := a.must("git -c core.hooksPath=/dev/null -c user.name=a -c user.email=a@x"+c+" commit -q --allow-empty -m 'after the attack' && git rev-parse HEAD")
+	tip := a.must("git -c core.hooksPath=/dev/null -c user.name=a -c user.email=a@x" + c + " commit -q --allow-empty -m 'after the attack' && git rev-parse HEAD")
 	waitHostRef(a.t, a.repo, "refs/heads/openhands/"+a.attacker.ID, lastLine(tip), 5*time.Second)
 	return lastLine(tip)
 }
