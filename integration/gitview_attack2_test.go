@@ -226,3 +226,23 @@ func TestGitViewAttackDotGitSymlink(t *testing.T) {
 	a.checkHost("after doctor")
 	a.finish()
 }
+
+// TestGitViewAttackDotGitRedirectedStopped is the redirected .git file
+// with the attacker's container gone (it crashed, or was stopped): its
+// removal then runs in a sandbox container, which must start whatever the
+// agent left in its worktree's .git.
+func TestGitViewAttackDotGitRedirectedStopped(t *testing.T) {
+	a := newAttack(t)
+	a.commitAndWait()
+	a.run(`echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git && echo wip > wip.txt`)
+	run(t, "docker", "kill", a.attacker.ContainerID)
+	a.checkHost("after the attack")
+	a.checkVictim()
+	rm := a.removeAttacker()
+	if rm.Removal == nil || rm.Removal.SnapshotRef == "" {
+		t.Errorf("the attacker's uncommitted work was not saved: %+v", rm.Removal)
+	}
+	a.checkHost("after removing the attacker")
+	a.removeVictim()
+	a.checkHost("after removing both")
+}
