@@ -246,3 +246,21 @@ func TestGitViewAttackDotGitRedirectedStopped(t *testing.T) {
 	a.removeVictim()
 	a.checkHost("after removing both")
 }
+
+// TestGitViewAttackEmptyNestedRepo: a nested repository without a commit
+// (`git init sub`, as project generators do) must not stop the removal
+// from saving the rest of the work.
+func TestGitViewAttackEmptyNestedRepo(t *testing.T) {
+	a := newAttack(t)
+	a.must("git init -q sub && echo inner > sub/inner.txt && echo wip > wip.txt")
+	rm := a.removeAttacker()
+	if rm.Removal == nil || rm.Removal.SnapshotRef == "" {
+		t.Fatalf("no snapshot: %+v", rm.Removal)
+	}
+	if got := testenv.Git(t, a.repo, "-c", "safe.directory=*", "show", rm.Removal.SnapshotCommit+":wip.txt"); got != "wip" {
+		t.Errorf("the snapshot has wip.txt = %q", got)
+	}
+	a.checkHost("after removing the attacker")
+	a.removeVictim()
+	a.checkHost("after removing both")
+}
