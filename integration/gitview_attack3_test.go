@@ -171,6 +171,9 @@ func TestGitViewAttackSymlinksOutOfWorktree(t *testing.T) {
 		rm outdir && mkdir outdir && echo pwned > outdir/pwned && ln -s $MARKERS/bait-owner uncommitted-bait && ln -s $MARKERS/new-file dangling &&
 		ln -s $MARKERS/bait-root $GITDIR/objects/pack/pack-evil.pack && ln -s $MARKERS $GITDIR/refs/heads/evil && ln -s $MARKERS/bait-owner $ADMIN/index.lock; true`)
 	waitHostRef(t, a.repo, "refs/heads/openhands/"+a.attacker.ID, a.must("git rev-parse HEAD"), 5*time.Second)
+	// The worktree's .git, which doctor --repair rewrites, and the
+	// temporary file it writes first, become links out too.
+	a.run(`rm .git; ln -s $MARKERS/bait-root .git; ln -s $MARKERS/bait-owner .git.ohd-tmp`)
 	a.d.ohctlErr("doctor")
 	a.d.ohctlErr("doctor", "--repair")
 	a.checkHost("after doctor")
@@ -215,9 +218,15 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 	}
 	// The conversation's own branch ref becomes a link too (after a
 	// commit): the publisher must not follow it.
-	a.must("git -c user.name=a -c user.email=a@x commit -q --allow-empty -m last && cp $(git rev-parse --git-path refs/heads/openhands/" + a.attacker.ID + ") /tmp/ref || true")
+	a.must("git -c user.name=a -c user.email=a@x commit -q --allow-empty -m last && ln -s -f " + filepath.Join(vdir, "token") + " $(git rev-parse --git-path refs/heads/openhands/" + a.attacker.ID + ")")
+	published := a.d.record(a.attacker.ID).Published
 	a.checkHost("after the attack")
 	a.checkVictim()
+	// The link is not followed: the view's branch is then what git in the
+	// view sees too, its packed value (the start commit), or unchanged.
+	if got := a.d.record(a.attacker.ID).Published; got != published && got != a.attacker.StartCommit {
+		t.Errorf("ohd published %q through a symlinked branch ref (was %s)", got, published)
+	}
 
 	// Its container dies behind ohd's back: the removal saves its work
 	// through a sandbox container, whose mounts are watched while it runs.
