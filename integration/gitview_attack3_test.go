@@ -299,3 +299,27 @@ func mountsErr(id string) ([]string, error) {
 	}
 	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
 }
+
+// TestGitViewAttackTreeWithDotGit: the agent's branch carries a tree with
+// a .git directory (a post-checkout hook in it, for whoever checks the
+// branch out on the host, as restore does). Git's validation on import
+// refuses it: it never reaches the host's objects, the host branch stays
+// where it was, and the refusal is recorded.
+func TestGitViewAttackTreeWithDotGit(t *testing.T) {
+	a := newAttack(t)
+	a.plantMarker()
+	published := a.commitAndWait()
+	evil := lastLine(a.must(`blob=$(git hash-object -w .agent/evil) && hook=$(printf '100755 blob %s\tpost-checkout\n' $blob | git mktree) &&
+		hooks=$(printf '040000 tree %s\thooks\n' $hook | git mktree) && top=$(printf '040000 tree %s\t.git\n100644 blob %s\tok.txt\n' $hooks $blob | git mktree) &&
+		c=$(git -c user.name=a -c user.email=a@x commit-tree -p HEAD -m 'a .git inside' $top) && git update-ref HEAD $c && echo $c`))
+	waitFor(t, 5*time.Second, "the refusal recorded", func() bool { return a.d.record(a.attacker.ID).PublishError != "" })
+	rec := a.d.record(a.attacker.ID)
+	if rec.Published != published || !strings.Contains(rec.PublishError, "hasDotgit") {
+		t.Errorf("published %s (want %s), error %q (want git's hasDotgit)", rec.Published, published, rec.PublishError)
+	}
+	if _, err := testenv.GitOutput(a.repo, "-c", "safe.directory=*", "cat-file", "-e", evil); err == nil {
+		t.Errorf("the commit with a .git tree reached the host's objects")
+	}
+	a.selfDestroyed = true // its branch cannot be saved: the removal says so
+	a.finish()
+}
