@@ -58,7 +58,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /ready", s.ready)
 	m.HandleFunc("GET /server_info", s.serverInfo)
 
-	m.HandleFunc("POST /api/conversations", s.startConversation)
+	m.HandleFunc("POST /api/conversations", keepCreateBody(s.startConversation))
 	m.HandleFunc("GET /api/conversations", s.batchGetConversations)
 	m.HandleFunc("GET /api/conversations/count", s.countConversations)
 	m.HandleFunc("GET /api/conversations/search", s.searchConversations)
@@ -78,6 +78,7 @@ func (s *Server) routes() {
 	}
 
 	m.HandleFunc("GET /sockets/events/{id}", s.events)
+	s.mediationRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
 	})

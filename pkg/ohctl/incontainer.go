@@ -45,6 +45,8 @@ func (s *state) gitCredentialCmd() *cli.Command {
 // directory and runs the image's own entrypoint with the key in
 // OH_SESSION_API_KEYS_0. The key thus never appears in the container's
 // configuration (docker inspect), only in the agent server's own process.
+// It stays the inner server's parent and serves the broker relay beside
+// it (superviseInner).
 func (s *state) innerExecCmd() *cli.Command {
 	return &cli.Command{
 		Name:            "inner-exec",
@@ -73,7 +75,7 @@ func (s *state) innerExecCmd() *cli.Command {
 				}
 			}
 			env = append(env, "OH_SESSION_API_KEYS_0="+strings.TrimSpace(string(key)))
-			return syscall.Exec(path, argv, env)
+			return superviseInner(ctx, path, argv, env, s.env.Getenv, s.env.Stderr)
 		},
 	}
 }

@@ -12,13 +12,16 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 func TestCreateRewritesAndForwards(t *testing.T) {
 	fake := newFake(t)
 	fake.tap = true
-	p := startProxy(t, fake, nil)
+	mem := newMemSecrets()
+	p := startProxy(t, fake, func(o *Options) { o.Secrets = mem })
 	repo := filepath.Join(fake.root, "myrepo")
 	if err := os.MkdirAll(repo, 0o755); err != nil {
 		t.Fatal(err)
@@ -63,6 +66,9 @@ func TestCreateRewritesAndForwards(t *testing.T) {
 	delete(want, "worktree")
 	want["conversation_id"] = id
 	want["workspace"] = map[string]any{"kind": "LocalWorkspace", "working_dir": wantWD}
+	// The LLM key went to the broker: the inner server gets the relay
+	// and a placeholder (secret mediation, TestMediate* for the rest).
+	want["agent"] = map[string]any{"kind": "Agent", "llm": map[string]any{"model": "m", "api_key": openhands.PlaceholderKey, "base_url": "http://" + broker.RelayAddr + "/llm/" + id + ".llm"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("forwarded body (-want +got):\n%s", d)
 	}
@@ -77,6 +83,12 @@ func TestCreateRewritesAndForwards(t *testing.T) {
 	}
 	if bytes.Contains(cr.Request, []byte("sk-very-secret")) || bytes.Contains(cr.Request, []byte("api_key")) {
 		t.Errorf("CreateRequest.Request = %s: holds the agent's secret", cr.Request)
+	}
+	if d := cmp.Diff(store.Grants{LLM: []string{id + ".llm"}}, cr.Grants); d != "" {
+		t.Errorf("CreateRequest.Grants (-want +got):\n%s", d)
+	}
+	if v := mem.secret(id + ".llm"); v != "sk-very-secret" {
+		t.Errorf("broker secret %s.llm = %q, want the LLM key", id, v)
 	}
 	rec := decode[map[string]any](t, cr.Request)
 	if rec["max_iterations"] != float64(7) || rec["conversation_id"] != id {
