@@ -118,6 +118,13 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 		m.cfg.OnStep(conv.ID, name, time.Since(step))
 		step = time.Now()
 	}
+	// No publish runs during the teardown, and the teardown starts from
+	// what the last one recorded (one in flight may have just finished).
+	unlockPub := m.publishLock(conv.ID)
+	defer unlockPub()
+	if cur, err := m.st.Conversation(conv.ID); err == nil {
+		conv.Published = cur.Published
+	}
 	// A running conversation's work is saved through its own container
 	// before it stops (no sandbox container to start); anything else is
 	// saved through a sandbox container after.
