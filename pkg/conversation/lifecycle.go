@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -103,6 +104,15 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard
 	}
 	if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
 		return res, fmt.Errorf("remove broker directory: %w", err)
+	}
+	if m.cfg.InnerRoot != "" {
+		// The inner server's state (events, its settings) ends with the
+		// conversation, as the agent server's own DELETE removes its
+		// conversation directory (ref §5, route disposition). RemoveAll
+		// unlinks symlinks the agent planted; it never follows them.
+		if err := os.RemoveAll(openhands.DirsOf(m.cfg.InnerRoot, conv.ID).Root); err != nil {
+			return res, fmt.Errorf("remove inner state: %w", err)
+		}
 	}
 	done("remove_broker")
 	failpoint.Hit("delete/after-broker")

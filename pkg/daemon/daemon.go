@@ -169,6 +169,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		Image: cfg.Image, HealthPath: cfg.HealthPath, ReadyTimeout: cfg.ReadyTimeout,
 		Resources:      runtime.Resources{MemoryBytes: cfg.MemoryBytes, NanoCPUs: cfg.NanoCPUs, PidsLimit: cfg.PidsLimit},
 		ReadOnlyRootfs: cfg.ReadOnlyRootfs, ForwardEnv: cfg.ForwardEnv, Getenv: cfg.Getenv,
+		InnerRoot: filepath.Join(cfg.StateDir, "inner"), InnerEnv: cfg.InnerEnv,
 		Helper: cfg.Helper, IdleTimeout: cfg.IdleTimeout, Logger: log,
 		Metrics: d.metrics, OnStep: d.observeStep, Protected: d.protectedPaths(),
 	})
