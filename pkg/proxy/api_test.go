@@ -121,7 +121,8 @@ func TestCreateErrors(t *testing.T) {
 		{"bad conversation_id", `{` + ws(fake.root) + `,"conversation_id":"nope"}`, 422, "uuid_parsing"},
 		{"relative working_dir", `{` + ws("repo") + `}`, 400, `"step":"validate"`},
 		{"working_dir missing on host", `{` + ws(filepath.Join(fake.root, "nowhere")) + `}`, 400, `"step":"validate"`},
-		{"existing id", `{` + ws(fake.root) + `,"conversation_id":"` + existing + `"}`, 409, "already exists"},
+		// A retried create: 200 with the existing conversation (reference §8).
+		{"existing id", `{` + ws(fake.root) + `,"conversation_id":"` + existing + `"}`, 200, `"id":"` + existing + `"`},
 		{"parent", `{` + ws(fake.root) + `,"parent_conversation_id":"` + existing + `"}`, 501, "child conversations are not supported"},
 	}
 	for _, tc := range tests {
@@ -459,5 +460,36 @@ func TestKeySet(t *testing.T) {
 		if _, err := newKeySet(keys); err == nil {
 			t.Errorf("newKeySet(%q) = nil error, want one", keys)
 		}
+	}
+}
+
+// TestMetadataFromHostStateWhileStopped checks a stopped conversation is
+// answered from its inner server's files on the host, with their status
+// (reference §5 "Metadata reads"), by GET, ?ids=, count and search.
+func TestMetadataFromHostStateWhileStopped(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	fake.mu.Lock()
+	fake.convs[id].rec.State = store.StateStopped
+	fake.innerInfo = map[string]json.RawMessage{id: json.RawMessage(`{"id":"` + id + `","execution_status":"paused","title":"from disk"}`)}
+	fake.mu.Unlock()
+
+	resp, b := p.do(t, "GET", "/api/conversations/"+id, outerKeys[0], nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"title":"from disk"`) || resp.Header.Get("X-Ohd-Source") != "host" {
+		t.Errorf("GET = %d %s (source %q), want the host state", resp.StatusCode, b, resp.Header.Get("X-Ohd-Source"))
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"/api/conversations?ids=" + id, `"title":"from disk"`},
+		{"/api/conversations/count?status=paused", "1"},
+		{"/api/conversations/count?status=idle", "0"},
+		{"/api/conversations/search?status=paused", `"title":"from disk"`},
+	} {
+		if resp, b := p.do(t, "GET", tc.path, outerKeys[0], nil); resp.StatusCode != 200 || !strings.Contains(string(b), tc.want) {
+			t.Errorf("GET %s = %d %s, want %s", tc.path, resp.StatusCode, b, tc.want)
+		}
+	}
+	if got := fake.called("target"); len(got) != 0 {
+		t.Errorf("metadata reads of a stopped conversation started it: %v", got)
 	}
 }

@@ -217,6 +217,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	id := cb.ID
 	if id == "" {
 		id = store.NewID()
+	} else if c, ok := s.visible(id); ok {
+		// A retried create: the agent server answers 200 with the existing
+		// conversation and ignores the rest of the body (reference §8,
+		// conversation_service.py L1308-1437).
+		it := &item{conv: c}
+		s.fill(r.Context(), []*item{it})
+		b, source := it.json()
+		w.Header().Set("X-Ohd-Conversation-Id", c.ID)
+		w.Header().Set("X-Ohd-Source", source)
+		writeRaw(w, http.StatusOK, b)
+		return
 	}
 	var answer *innerAnswer
 	req := conversation.CreateRequest{

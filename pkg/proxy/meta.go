@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -105,13 +106,14 @@ func scrubNotes(notes []string) []string {
 type item struct {
 	conv   store.Conversation
 	inner  json.RawMessage
+	source string // "inner" (its server answered) or "host" (its files)
 	status string
 	filled bool
 }
 
 func (it *item) json() ([]byte, string) {
 	if it.inner != nil {
-		return it.inner, "inner"
+		return it.inner, it.source
 	}
 	b, _ := json.Marshal(render(it.conv))
 	return b, "ohd"
@@ -132,6 +134,7 @@ func (s *Server) fill(ctx context.Context, items []*item) {
 		}
 		it.filled, it.status = true, fallbackStatus
 		if it.conv.State != store.StateRunning {
+			s.hostInfo(it)
 			continue
 		}
 		wg.Add(1)
@@ -140,11 +143,28 @@ func (s *Server) fill(ctx context.Context, items []*item) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			if raw, status, ok := s.innerInfo(ctx, it.conv.ID); ok {
-				it.inner, it.status = raw, status
+				it.inner, it.status, it.source = raw, status, "inner"
+			} else {
+				s.hostInfo(it)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// hostInfo fills it from the inner server's state on the host, as the
+// agent server's docker runtime answers while no container runs
+// (reference §5 "Metadata reads"): meta.json and base_state.json, with
+// the real execution_status.
+func (s *Server) hostInfo(it *item) {
+	raw, err := s.conv.InnerInfo(it.conv.ID)
+	if err != nil {
+		return
+	}
+	it.inner, it.source = raw, "host"
+	if st := openhands.Status(raw); st != "" {
+		it.status = st
+	}
 }
 
 // innerInfo asks a running conversation's inner server for its

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,10 @@ type Conversations interface {
 	Remove(ctx context.Context, id string, opts conversation.RemoveOptions) (store.Conversation, error)
 	// Touch records activity for the idle timer.
 	Touch(id string)
+	// InnerInfo is the ConversationInfo the inner server persisted on the
+	// host, for answers while it does not run; openhands.ErrNoState if
+	// there is none.
+	InnerInfo(id string) (json.RawMessage, error)
 }
 
 // Observer receives counters the daemon can export as metrics. Its
@@ -330,6 +335,7 @@ const (
 	routeDelete   = "delete"
 	routeForward  = "forward"
 	routeEvents   = "events"
+	routeSession  = "session"
 	routeHealth   = "health"
 	routeNotFound = "not_found"
 	routeMetrics  = "metrics"
@@ -365,7 +371,8 @@ func (s *Server) routes() {
 	}
 	// The WebSocket route authenticates itself (header, query or first
 	// message).
-	m.Handle("/sockets/events/{id}", s.route(routeEvents, false, s.events))
+	m.Handle("/sockets/events/{id}", s.route(routeEvents, false, s.socket("events")))
+	m.Handle("/sockets/session/{id}", s.route(routeSession, false, s.socket("session")))
 	m.Handle("/", s.route(routeNotFound, true, func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found: ohd serves /api/conversations and /sockets/events/{id}; other agent-server routes of a conversation are under /api/conversations/{id}/")
 	}))

@@ -45,7 +45,7 @@ func TestStartSettings(t *testing.T) {
 		{Source: ro, Target: ro, ReadOnly: true},
 		{Source: runDir, Target: "/run/ohd", ReadOnly: true},
 	}
-	s.Env = []string{"OH_CONVERSATION_RUNTIME=local", "OHD_CONVERSATION_ID=" + s.ConversationID, "GIT_CONFIG_COUNT=0"}
+	s.Env = append(s.Env, "OH_CONVERSATION_RUNTIME=local", "OHD_CONVERSATION_ID="+s.ConversationID, "GIT_CONFIG_COUNT=0")
 	s.WorkingDir = rw
 	s.ReadOnlyRootfs = true
 	s.TmpSize = 16 << 20
@@ -381,14 +381,14 @@ func TestStartFailures(t *testing.T) {
 	}{{
 		name: "exits before ready",
 		edit: func(s *Spec) {
-			s.Env = []string{"STANDIN_HEALTH_DELAY=1h", "STANDIN_EXIT_AFTER=300ms"}
+			s.Env = append(s.Env, "STANDIN_HEALTH_DELAY=1h", "STANDIN_EXIT_AFTER=300ms")
 		},
 		wantErr: ErrExited, wantStep: StepReady, wantLog: "simulated crash",
 		wantMsg: []string{"ready", "code 3", "simulated crash"},
 	}, {
 		name: "not ready in time",
 		edit: func(s *Spec) {
-			s.Env = []string{"STANDIN_HEALTH_DELAY=1h"}
+			s.Env = append(s.Env, "STANDIN_HEALTH_DELAY=1h")
 			s.ReadyTimeout = 1500 * time.Millisecond
 		},
 		wantErr: ErrNotReady, wantStep: StepReady, wantLog: "path=/health status=503",
@@ -405,7 +405,7 @@ func TestStartFailures(t *testing.T) {
 		wantMsg:  []string{"/nonexistent/ohd-test"},
 	}, {
 		name:    "caller gives up",
-		edit:    func(s *Spec) { s.Env = []string{"STANDIN_HEALTH_DELAY=1h"} },
+		edit:    func(s *Spec) { s.Env = append(s.Env, "STANDIN_HEALTH_DELAY=1h") },
 		cancel:  true,
 		wantErr: context.Canceled,
 		// wantStep "": the cancel may land in start or ready.
