@@ -192,3 +192,35 @@ func TestDockerInnerEnvRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerDefaultImageMissing runs ohd serve with its default image, the
+// real agent server, which this engine does not have and cannot pull (no
+// registry answers): ohd warns at start-up, and a create fails naming the
+// image and how to load it, having created nothing.
+func TestDockerDefaultImageMissing(t *testing.T) {
+	testenv.RequireDocker(t)
+	if out, err := exec.Command("docker", "image", "inspect", openhands.DefaultImage).CombinedOutput(); err == nil {
+		t.Skipf("the engine has %s; this test needs it absent (%s)", openhands.DefaultImage, strings.TrimSpace(string(out)))
+	}
+	d := startDaemon(t, daemonOptions{Runtime: "docker"})
+	warned := false
+	for _, l := range d.logLines() {
+		if l["level"] == "WARN" && l["image"] == openhands.DefaultImage && strings.Contains(fmt.Sprint(l["msg"]), "not in the Docker engine") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no start-up warning about the missing %s:\n%s", openhands.DefaultImage, tail(d.logs.String(), 20))
+	}
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	r := d.call("POST", "/api/conversations", map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true})
+	if r.Status != 503 || !strings.Contains(string(r.Body), openhands.DefaultImage) || !strings.Contains(string(r.Body), "docker load") || !strings.Contains(string(r.Body), "--image") {
+		t.Errorf("create without the image = %d %s, want 503 naming the image, docker load and --image", r.Status, r.Body)
+	}
+	if !strings.Contains(d.logs.String(), "pulling image") {
+		t.Errorf("no pull attempt in the log:\n%s", tail(d.logs.String(), 20))
+	}
+	if out := d.ohctl("--json", "ls"); strings.Contains(out, repo) {
+		t.Errorf("a failed image step left a conversation: %s", out)
+	}
+}
