@@ -180,3 +180,30 @@ func FuzzReadInfo(f *testing.F) {
 		}
 	})
 }
+
+func TestAppendSystemMessageSuffix(t *testing.T) {
+	g := WorktreeGuidance("/src/repo", "/wt/id/repo", "/wt/id/repo/sub", "openhands/id")
+	if !strings.HasPrefix(g, "This conversation uses a dedicated git worktree.\n- Original workspace: /src/repo\n- Worktree root: /wt/id/repo\n- Active workspace: /wt/id/repo/sub\n- Branch: openhands/id\n") {
+		t.Errorf("WorktreeGuidance = %q", g)
+	}
+	for _, tt := range []struct {
+		body, want string
+		ok         bool
+	}{
+		{`{"agent":{"kind":"Agent"}}`, `{"agent":{"agent_context":{"system_message_suffix":"G"},"kind":"Agent"}}`, true},
+		{`{"agent":{"agent_context":{"system_message_suffix":"  be kind \n","skills":[]}}}`, `{"agent":{"agent_context":{"skills":[],"system_message_suffix":"be kind\n\nG"}}}`, true},
+		{`{"agent_settings":{"agent_context":null,"llm":{"model":"m"}}}`, `{"agent_settings":{"agent_context":{"system_message_suffix":"G"},"llm":{"model":"m"}}}`, true},
+		{`{"agent_profile_id":"p"}`, `{"agent_profile_id":"p"}`, false},
+		{`{"agent":"weird"}`, `{"agent":"weird"}`, false},
+	} {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(tt.body), &fields); err != nil {
+			t.Fatal(err)
+		}
+		ok := AppendSystemMessageSuffix(fields, "G")
+		got, _ := json.Marshal(fields)
+		if ok != tt.ok || string(got) != tt.want {
+			t.Errorf("AppendSystemMessageSuffix(%s) = %s, %v; want %s, %v", tt.body, got, ok, tt.want, tt.ok)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -63,6 +64,9 @@ func TestCreateRewritesAndForwards(t *testing.T) {
 	delete(want, "worktree")
 	want["conversation_id"] = id
 	want["workspace"] = map[string]any{"kind": "LocalWorkspace", "working_dir": wantWD}
+	want["agent"].(map[string]any)["agent_context"] = map[string]any{
+		"system_message_suffix": openhands.WorktreeGuidance(repo, wantWD, wantWD, "openhands/"+id),
+	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("forwarded body (-want +got):\n%s", d)
 	}
@@ -491,5 +495,51 @@ func TestMetadataFromHostStateWhileStopped(t *testing.T) {
 	}
 	if got := fake.called("target"); len(got) != 0 {
 		t.Errorf("metadata reads of a stopped conversation started it: %v", got)
+	}
+}
+
+// TestCreateAddsWorktreeGuidance checks the agent gets the agent server's
+// own worktree guidance (conversation_service.py L88-L120) with ohd's
+// worktree and branch, after the suffix the client set, and that
+// include_skills reaches the inner server on create and GET.
+func TestCreateAddsWorktreeGuidance(t *testing.T) {
+	fake := newFake(t)
+	fake.tap = true
+	p := startProxy(t, fake, nil)
+	repo := filepath.Join(fake.root, "guided")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := store.NewID()
+	body := `{"workspace":{"working_dir":"` + repo + `"},"worktree":true,"conversation_id":"` + id + `",` +
+		`"agent":{"kind":"Agent","agent_context":{"system_message_suffix":"Be brief."}}}`
+	resp, rb := p.do(t, "POST", "/api/conversations?include_skills=true", outerKeys[0], strings.NewReader(body))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST = %d %s", resp.StatusCode, rb)
+	}
+	req := fake.tapOf(id).requests()[0]
+	got := decode[struct {
+		Agent struct {
+			AgentContext struct {
+				Suffix string `json:"system_message_suffix"`
+			} `json:"agent_context"`
+		} `json:"agent"`
+	}](t, req.body)
+	wt := filepath.Join(fake.root, "worktrees", id, "guided")
+	want := "Be brief.\n\n" + openhands.WorktreeGuidance(repo, wt, wt, "openhands/"+id)
+	if got.Agent.AgentContext.Suffix != want {
+		t.Errorf("forwarded system_message_suffix = %q, want %q", got.Agent.AgentContext.Suffix, want)
+	}
+	if !strings.Contains(req.uri, "include_skills=true") {
+		t.Errorf("forwarded create %s: include_skills not passed on", req.uri)
+	}
+	tapAddr := fake.tapOf(id).addr
+	fake.mu.Lock()
+	fake.convs[id].addr = tapAddr // later requests through the tap too
+	fake.mu.Unlock()
+	p.do(t, "GET", "/api/conversations/"+id+"?include_skills=true", outerKeys[0], nil)
+	reqs := fake.tapOf(id).requests()
+	if last := reqs[len(reqs)-1]; last.method != "GET" || !strings.Contains(last.uri, "include_skills=true") {
+		t.Errorf("GET reached the inner server as %s %s, want include_skills=true passed on", last.method, last.uri)
 	}
 }

@@ -430,6 +430,7 @@ type tapped struct {
 	method, path string
 	header       http.Header
 	body         []byte
+	uri          string // the request URI, query included
 }
 
 func newTap(t testing.TB, target string) *tapServer {
@@ -438,7 +439,7 @@ func newTap(t testing.TB, target string) *tapServer {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		tp.mu.Lock()
-		tp.reqs = append(tp.reqs, tapped{r.Method, r.URL.Path, r.Header.Clone(), b})
+		tp.reqs = append(tp.reqs, tapped{r.Method, r.URL.Path, r.Header.Clone(), b, r.RequestURI})
 		tp.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		r.ContentLength = int64(len(b))

@@ -107,6 +107,7 @@ type item struct {
 	conv   store.Conversation
 	inner  json.RawMessage
 	source string // "inner" (its server answered) or "host" (its files)
+	query  string // passed on to the inner server (include_skills)
 	status string
 	filled bool
 }
@@ -142,7 +143,7 @@ func (s *Server) fill(ctx context.Context, items []*item) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if raw, status, ok := s.innerInfo(ctx, it.conv.ID); ok {
+			if raw, status, ok := s.innerInfo(ctx, it.conv.ID, it.query); ok {
 				it.inner, it.status, it.source = raw, status, "inner"
 			} else {
 				s.hostInfo(it)
@@ -169,7 +170,7 @@ func (s *Server) hostInfo(it *item) {
 
 // innerInfo asks a running conversation's inner server for its
 // ConversationInfo.
-func (s *Server) innerInfo(ctx context.Context, id string) (json.RawMessage, string, bool) {
+func (s *Server) innerInfo(ctx context.Context, id, query string) (json.RawMessage, string, bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.t.Metadata)
 	defer cancel()
 	if c, err := s.conv.Get(id); err != nil || c.State != store.StateRunning {
@@ -179,7 +180,7 @@ func (s *Server) innerInfo(ctx context.Context, id string) (json.RawMessage, str
 	if err != nil || t.Addr == "" {
 		return nil, "", false
 	}
-	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodGet, "http://"+t.Addr+conversationsPrefix+id, nil)
+	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodGet, "http://"+t.Addr+conversationsPrefix+id+query, nil)
 	if err != nil {
 		return nil, "", false
 	}
@@ -242,7 +243,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
 		return
 	}
-	it := &item{conv: c}
+	it := &item{conv: c, query: includeSkills(r)}
 	s.fill(r.Context(), []*item{it})
 	b, source := it.json()
 	w.Header().Set("X-Ohd-Source", source)
