@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -541,5 +542,67 @@ func TestCreateAddsWorktreeGuidance(t *testing.T) {
 	reqs := fake.tapOf(id).requests()
 	if last := reqs[len(reqs)-1]; last.method != "GET" || !strings.Contains(last.uri, "include_skills=true") {
 		t.Errorf("GET reached the inner server as %s %s, want include_skills=true passed on", last.method, last.uri)
+	}
+}
+
+// TestWorkspaceCookie checks POST /api/auth/workspace-session sets the
+// agent server's oh_workspace_session_key cookie (reference §8), which
+// then opens GET of a conversation's workspace routes, and nothing else,
+// and never reaches the inner server.
+func TestWorkspaceCookie(t *testing.T) {
+	fake := newFake(t)
+	fake.tap = true
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+
+	if resp, _ := p.do(t, "POST", "/api/auth/workspace-session", "", nil); resp.StatusCode != 401 {
+		t.Errorf("POST workspace-session without a key = %d, want 401", resp.StatusCode)
+	}
+	resp, _ := p.do(t, "POST", "/api/auth/workspace-session", outerKeys[1], nil, "Host", "localhost:3000")
+	cookies := resp.Cookies()
+	if resp.StatusCode != 204 || len(cookies) != 1 {
+		t.Fatalf("POST workspace-session = %d, cookies %v; want 204 and one cookie", resp.StatusCode, cookies)
+	}
+	c := cookies[0]
+	if c.Name != "oh_workspace_session_key" || c.Value != outerKeys[1] || !c.HttpOnly || c.Path != "/api/conversations" ||
+		c.MaxAge != 315360000 || c.SameSite != http.SameSiteNoneMode || !c.Secure || !c.Partitioned {
+		t.Errorf("cookie = %+v (%s), want the agent server's attributes, Secure and Partitioned for localhost", c, resp.Header.Get("Set-Cookie"))
+	}
+	resp, _ = p.do(t, "POST", "/api/auth/workspace-session", outerKeys[1], nil, "Host", "ohd.example:8000")
+	if sc := resp.Header.Get("Set-Cookie"); strings.Contains(sc, "Secure") {
+		t.Errorf("Set-Cookie for a plain-http host = %s, want no Secure", sc)
+	}
+	resp, _ = p.do(t, "DELETE", "/api/auth/workspace-session", outerKeys[1], nil)
+	if sc := resp.Header.Get("Set-Cookie"); resp.StatusCode != 204 || !strings.Contains(sc, "oh_workspace_session_key=;") || !strings.Contains(sc, "Max-Age=0") {
+		t.Errorf("DELETE workspace-session = %d %s, want 204 and an expired cookie", resp.StatusCode, sc)
+	}
+
+	cookie := "oh_workspace_session_key=" + outerKeys[1]
+	for _, tc := range []struct {
+		method, path, cookie string
+		want401              bool
+	}{
+		{"GET", "/api/conversations/" + id + "/workspace", cookie, false},
+		{"GET", "/api/conversations/" + id + "/workspace/index.html", cookie, false},
+		{"GET", "/api/conversations/" + id + "/workspace/index.html", "oh_workspace_session_key=" + wrongKey, true},
+		{"GET", "/api/conversations/" + id + "/workspace/index.html", "", true},
+		{"POST", "/api/conversations/" + id + "/workspace/index.html", cookie, true},
+		{"GET", "/api/conversations/" + id + "/echo/x", cookie, true},
+		{"GET", "/api/conversations/" + id, cookie, true},
+		{"GET", "/api/conversations/search", cookie, true},
+	} {
+		var hdr []string
+		if tc.cookie != "" {
+			hdr = []string{"Cookie", tc.cookie}
+		}
+		resp, b := p.do(t, tc.method, tc.path, "", nil, hdr...)
+		if (resp.StatusCode == 401) != tc.want401 {
+			t.Errorf("%s %s with cookie %q = %d %s, want 401: %v", tc.method, tc.path, tc.cookie, resp.StatusCode, b, tc.want401)
+		}
+	}
+	for _, r := range fake.tapOf(id).requests() {
+		if r.header.Get("Cookie") != "" || strings.Contains(fmt.Sprint(r.header), outerKeys[1]) {
+			t.Errorf("the inner server saw %s %s with %v: the cookie or outer key crossed", r.method, r.path, r.header)
+		}
 	}
 }

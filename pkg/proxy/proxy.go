@@ -336,6 +336,7 @@ const (
 	routeForward  = "forward"
 	routeEvents   = "events"
 	routeSession  = "session"
+	routeAuth     = "auth"
 	routeHealth   = "health"
 	routeNotFound = "not_found"
 	routeMetrics  = "metrics"
@@ -363,6 +364,8 @@ func (s *Server) routes() {
 	m.Handle("GET /api/conversations/search", s.route(routeSearch, true, s.search))
 	m.Handle("GET /api/conversations/{id}", s.route(routeGet, true, s.get))
 	m.Handle("DELETE /api/conversations/{id}", s.route(routeDelete, true, s.remove))
+	m.Handle("POST /api/auth/workspace-session", s.route(routeAuth, true, s.workspaceSession))
+	m.Handle("DELETE /api/auth/workspace-session", s.route(routeAuth, true, s.workspaceSession))
 	m.Handle("/api/conversations/{id}", s.route(routeForward, true, s.forward))
 	s.forwardRoute = s.route(routeForward, true, s.forward)
 	m.Handle("/api/conversations/{id}/{tail...}", s.forwardRoute)
@@ -397,7 +400,7 @@ func (s *Server) route(label string, auth bool, h http.HandlerFunc) http.Handler
 				s.obs.ObserveRequest(label, rec.code(), time.Since(start))
 			}
 		}()
-		if auth && !s.keys.valid(r.Header.Get("X-Session-API-Key")) {
+		if auth && !s.keys.valid(r.Header.Get("X-Session-API-Key")) && !s.workspaceCookieAuth(r) {
 			writeJSON(rec, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
 			return
 		}
