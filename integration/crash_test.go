@@ -1,15 +1,22 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
+	"github.com/ohd-dev/ohd/pkg/control"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -92,20 +99,56 @@ func assertNothingLeft(t testing.TB, d *daemon, repo string) {
 	}
 }
 
-// crashRuns is how many times each crash point runs: 1 in the default
-// test run, more with OHD_CRASH_RUNS for the long run.
+// crashRuns is how many times each crash point runs: 3 in the default
+// test run, OHD_CRASH_RUNS for a longer one.
 func crashRuns() int {
 	if n, err := strconv.Atoi(os.Getenv("OHD_CRASH_RUNS")); err == nil && n > 0 {
 		return n
 	}
-	return 1
+	return 3
+}
+
+// gitProcessesUnder lists the git processes whose command line names a
+// path under one of dirs: the children of a killed ohd must not outlive
+// it.
+func gitProcessesUnder(dirs ...string) []string {
+	var found []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) != "git" {
+			continue
+		}
+		line := strings.Join(args, " ")
+		for _, d := range dirs {
+			if strings.Contains(line, d) {
+				found = append(found, filepath.Dir(p)+": "+line)
+				break
+			}
+		}
+	}
+	return found
+}
+
+// snapshotRefs lists refs/ohd/snapshots/ of repo.
+func snapshotRefs(t testing.TB, repo string) []string {
+	t.Helper()
+	out := strings.TrimSpace(testenv.Git(t, repo, "-c", "safe.directory=*", "for-each-ref", "--format=%(refname)", "refs/ohd/snapshots/"))
+	if out == "" {
+		return nil
+	}
+	return strings.Split(out, "\n")
 }
 
 func TestCrashAtEveryStep(t *testing.T) {
 	testenv.RequireDocker(t)
 	img := testimage.Ensure(t)
 	createPoints := []string{
-		"create/after-record", "create/after-worktree", "create/after-broker",
+		"create/after-record", "create/mid-view", "create/after-worktree", "create/after-broker",
 		"create/after-container-created", "create/after-container-started", "create/after-start",
 	}
 	deletePoints := []string{
@@ -127,12 +170,16 @@ func TestCrashAtEveryStep(t *testing.T) {
 		if !d.waitExit(120e9) {
 			t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
 		}
+		if procs := gitProcessesUnder(repo, dirs.Worktrees); len(procs) > 0 {
+			t.Errorf("%s: git children of the killed ohd are still running: %v", point, procs)
+		}
 		d.opts.Env = nil
 		d.start() // reconcile
 		count++
 	}
 	for run := 0; run < runs; run++ {
 		for _, point := range createPoints {
+			snapsBefore := snapshotRefs(t, repo)
 			crashWith(point, func() {
 				if _, err := d.ohctlErr("create", "--repo", repo, "--worktree"); err == nil {
 					t.Errorf("%s: create succeeded through a crash", point)
@@ -144,12 +191,19 @@ func TestCrashAtEveryStep(t *testing.T) {
 					t.Errorf("%s: a conversation survived the crashed create as running: %s", point, c.ID)
 				}
 			}
+			// Never running: undone without a snapshot of a half checkout.
+			if snaps := snapshotRefs(t, repo); len(snaps) != len(snapsBefore) {
+				t.Errorf("%s: the undone create left snapshots: %v, before %v", point, snaps, snapsBefore)
+			}
 		}
 		for _, point := range deletePoints {
 			var c store.Conversation
 			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
 			testenv.WriteFile(t, filepath.Join(c.Worktree, "unsaved.txt"), point+"\n")
 			testenv.WriteFile(t, filepath.Join(c.Worktree, "README.md"), "changed by "+point+"\n")
+			// A tag made in the view: kept by the removal however it was
+			// interrupted.
+			d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m 'tagged "+point+"' && git -c user.name=a -c user.email=a@x tag -a -m t crash-tag HEAD && git reset -q --soft HEAD~1")
 			crashWith(point, func() {
 				if _, err := d.ohctlErr("rm", c.ID); err == nil {
 					t.Errorf("%s: rm succeeded through a crash", point)
@@ -169,13 +223,178 @@ func TestCrashAtEveryStep(t *testing.T) {
 			if got, err := testenv.GitOutput(repo, "show", ref+":README.md"); err != nil || got != "changed by "+point {
 				t.Errorf("%s: snapshot lacks the modified file: %q %v", point, got, err)
 			}
+			if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/ohd/kept/"+c.ID+"/tags/crash-tag"); err != nil || got != "tagged "+point {
+				t.Errorf("%s: the view's tag was not kept: %q %v", point, got, err)
+			}
 		}
+		// A publish interrupted after its import finishes after the restart.
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+		crashWith("publish/after-import", func() {
+			d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m published")
+		})
+		tip := d.inside(c, "git rev-parse HEAD")
+		waitHostRef(t, repo, "refs/heads/"+c.Branch, tip, 10*time.Second)
+		checkInvariants(t, d, repo)
+		d.ohctl("rm", c.ID)
 	}
-	t.Logf("crash points × runs: %d × %d = %d crashes, every one recovered", len(createPoints)+len(deletePoints), runs, count)
+	// git worktree add killed right after it opened commondir leaves it
+	// empty, which breaks `git worktree list`, gc and branch deletion in
+	// the whole repository: reconcile's undo must remove that admin dir.
+	id := store.NewID()
+	crashWith("create/after-record", func() {
+		_, err := control.NewClient(d.socket).Create(context.Background(), control.CreateRequest{ID: id, Repo: repo, Worktree: true})
+		if err == nil {
+			t.Error("create succeeded through a crash")
+		}
+		d.waitExit(60e9)
+		admin := filepath.Join(repo, ".git", "worktrees", "repo")
+		wt := filepath.Join(dirs.Worktrees, id, "repo")
+		for p, content := range map[string]string{
+			filepath.Join(admin, "locked"):    "ohd conversation " + id,
+			filepath.Join(admin, "gitdir"):    wt + "/.git\n",
+			filepath.Join(admin, "commondir"): "",
+			filepath.Join(wt, ".git"):         "gitdir: " + admin + "\n",
+		} {
+			testenv.WriteFile(t, p, content)
+		}
+		if _, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "gc", "-q"); err == nil {
+			t.Error("the planted half registration does not break git gc: the test plants the wrong thing")
+		}
+	})
+	if out, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain"); err != nil || strings.Contains(out, id) {
+		t.Errorf("after reconcile: git worktree list = %v\n%s", err, out)
+	}
+	if _, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "gc", "-q"); err != nil {
+		t.Errorf("after reconcile git gc still fails: %v", err)
+	}
+	t.Logf("crash points × runs: %d × %d + 1 = %d crashes, every one recovered", len(createPoints)+len(deletePoints)+1, runs, count)
 	// Everything left can be cleaned.
 	out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID())
 	if strings.TrimSpace(out) != "" {
 		t.Errorf("containers left at the end: %s", out)
 	}
 	_ = exec.Command
+}
+
+// bigRepo makes a repository of n files in a few directories, owned by
+// owner when given.
+func bigRepo(t testing.TB, n int, owner *testenv.Owner) string {
+	t.Helper()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	for i := range n {
+		p := filepath.Join(repo, fmt.Sprintf("d%02d", i%30), fmt.Sprintf("f%04d.txt", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("file %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Git(t, repo, "add", "-A")
+	testenv.Git(t, repo, "commit", "-q", "-m", fmt.Sprintf("%d files", n))
+	if owner != nil {
+		testenv.ChownR(t, repo, owner.UID, owner.GID)
+	}
+	return repo
+}
+
+// TestCrashRandomKills SIGKILLs ohd at random moments while creates and
+// removals run concurrently in two repositories (one of 3,000 files, one
+// owned by uid 1000), and checks after every restart that reconcile left
+// the repositories usable and every record finished (issue 11, acceptance
+// 6).
+func TestCrashRandomKills(t *testing.T) {
+	testenv.RequireRoot(t)
+	img := testimage.Ensure(t)
+	kills := 40
+	if n, err := strconv.Atoi(os.Getenv("OHD_CRASH_KILLS")); err == nil && n > 0 {
+		kills = n
+	}
+	repos := []string{bigRepo(t, 3000, nil), bigRepo(t, 50, &testenv.Owner{UID: 1000, GID: 1000})}
+	dirs := newDirs(t)
+	d := startDaemon(t, daemonOptions{Runtime: "docker", Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456"}})
+	t.Cleanup(func() { removeServerContainers(t, d) })
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	seed := rng.Uint64()
+	rng = rand.New(rand.NewPCG(seed, 7))
+	t.Logf("seed %d", seed)
+	checked, violations := 0, 0
+	check := func(what string, ok bool, format string, args ...any) {
+		checked++
+		if !ok {
+			violations++
+			t.Errorf(what+": "+format, args...)
+		}
+	}
+	everRunning := map[string]bool{}
+	for k := range kills {
+		// Work in flight: creates in both repositories, removals of what runs.
+		var live []store.Conversation
+		d.ohctlJSON(&live, "ls")
+		var wg sync.WaitGroup
+		for i := range 2 + rng.IntN(2) {
+			repo := repos[(k+i)%2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := d.ohctlErr("--json", "create", "--repo", repo, "--worktree")
+				var c store.Conversation
+				if err == nil && json.Unmarshal([]byte(out), &c) == nil && c.ID != "" {
+					testenv.WriteFile(t, filepath.Join(c.Worktree, "wip.txt"), "work of "+c.ID+"\n")
+				}
+			}()
+		}
+		for _, c := range live {
+			everRunning[c.ID] = true
+			if rng.IntN(2) == 0 {
+				wg.Add(1)
+				go func(id string) {
+					defer wg.Done()
+					_, _ = d.ohctlErr("rm", id)
+				}(c.ID)
+			}
+		}
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		d.kill()
+		wg.Wait()
+		procs := gitProcessesUnder(append(append([]string{}, repos...), dirs.Worktrees)...)
+		check("kill "+strconv.Itoa(k), len(procs) == 0, "git children outlived ohd: %v", procs)
+		d.start() // reconcile
+		var all []store.Conversation
+		d.ohctlJSON(&all, "ls", "--all")
+		for _, c := range all {
+			check("kill "+strconv.Itoa(k), c.State != store.StateProvisioning, "record %s stuck in provisioning", c.ID)
+			check("kill "+strconv.Itoa(k), c.Removal == nil || c.Removal.Done, "removal of %s not finished", c.ID)
+			if c.State == store.StateFailed && !everRunning[c.ID] {
+				_, err := testenv.GitOutput(c.Repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", "refs/ohd/snapshots/"+c.ID)
+				check("kill "+strconv.Itoa(k), err != nil, "undone create %s has a snapshot", c.ID)
+			}
+			if c.State == store.StateDeleted && c.Removal != nil && c.Removal.SnapshotRef != "" {
+				_, err := testenv.GitOutput(c.Repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", c.Removal.SnapshotRef)
+				check("kill "+strconv.Itoa(k), err == nil, "snapshot %s of %s is gone", c.Removal.SnapshotRef, c.ID)
+			}
+			if c.State.Live() && c.Worktree != "" {
+				_, err := os.Stat(filepath.Join(c.Worktree, ".git"))
+				check("kill "+strconv.Itoa(k), err == nil, "live %s has no worktree: %v", c.ID, err)
+			}
+		}
+		for _, repo := range repos {
+			out, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain")
+			check("kill "+strconv.Itoa(k), err == nil, "git worktree list in %s: %v", repo, err)
+			check("kill "+strconv.Itoa(k), !strings.Contains(out, "prunable"), "prunable registration in %s:\n%s", repo, out)
+			_, err = testenv.GitOutput(repo, "-c", "safe.directory=*", "fsck", "--connectivity-only", "--no-dangling")
+			check("kill "+strconv.Itoa(k), err == nil, "git fsck in %s: %v", repo, err)
+		}
+		checkInvariants(t, d, repos...)
+		checked += 3
+	}
+	// Everything still there can be removed, and nothing is left behind.
+	var all []store.Conversation
+	d.ohctlJSON(&all, "ls")
+	for _, c := range all {
+		d.ohctl("rm", c.ID)
+	}
+	checkInvariants(t, d, repos...)
+	t.Logf("%d kills × invariants: %d checks, %d violations", kills, checked, violations)
 }

@@ -258,11 +258,13 @@ func TestDockerWorktreeValidFromBothSides(t *testing.T) {
 		t.Errorf("host gitdir %s does not resolve on the host: %v", gitdir, err)
 	}
 
-	// A commit made inside lands on the host's branch.
+	// A commit made inside is published to the host's branch.
 	code, out = d.execIn(c.ID, "sh", "-c", "cd "+c.Worktree+" && echo inside > made-inside.txt && git add made-inside.txt && git -c user.name=agent -c user.email=agent@example.com commit -q -m 'from the container'")
 	if code != 0 {
 		t.Fatalf("commit inside: %d %s", code, out)
 	}
+	_, inside := d.execIn(c.ID, "git", "-C", c.Worktree, "rev-parse", "HEAD")
+	waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, strings.TrimSpace(inside), 5*time.Second)
 	if got := testenv.Git(t, repo, "log", "-1", "--format=%s", "openhands/"+c.ID); got != "from the container" {
 		t.Errorf("host branch tip = %q", got)
 	}
@@ -277,12 +279,13 @@ func TestDockerWorktreeValidFromBothSides(t *testing.T) {
 	if _, ok := e["prunable"]; ok {
 		t.Errorf("prunable after gc inside: %v", e)
 	}
-	// The shared config and hooks are read-only inside.
-	for _, target := range []string{filepath.Join(c.CommonDir, "config"), filepath.Join(c.CommonDir, "hooks", "post-checkout")} {
-		code, _ := d.execIn(c.ID, "sh", "-c", "echo evil >> "+target)
-		if code == 0 {
-			t.Errorf("writing %s inside the container succeeded", target)
-		}
+	// The config inside is the conversation's own; the hooks are the
+	// repository's, read-only.
+	if code, out := d.execIn(c.ID, "sh", "-c", "echo '[evil]' >> "+filepath.Join(c.CommonDir, "config")); code != 0 {
+		t.Errorf("writing the view's config inside failed: %s", out)
+	}
+	if code, _ := d.execIn(c.ID, "sh", "-c", "echo evil >> "+filepath.Join(c.CommonDir, "hooks", "post-checkout")); code == 0 {
+		t.Error("writing a hook inside the container succeeded")
 	}
 	if b, _ := os.ReadFile(filepath.Join(c.CommonDir, "config")); strings.Contains(string(b), "evil") {
 		t.Error("the host's .git/config was changed from inside")
@@ -540,4 +543,19 @@ func run(t testing.TB, name string, args ...string) string {
 		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 	}
 	return string(out)
+}
+
+// waitHostRef waits until ref in the host repository repo is want.
+func waitHostRef(t testing.TB, repo, ref, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var got string
+	for time.Now().Before(deadline) {
+		got, _ = testenv.GitOutput(repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", ref)
+		if strings.TrimSpace(got) == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("host %s = %q after %v, want %s", ref, strings.TrimSpace(got), timeout, want)
 }

@@ -17,7 +17,7 @@ import (
 // porcelain returns `git worktree list --porcelain` of repo as entries.
 func porcelain(t testing.TB, repo string) []map[string]string {
 	t.Helper()
-	out := testenv.Git(t, repo, "worktree", "list", "--porcelain")
+	out := testenv.Git(t, repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain")
 	var entries []map[string]string
 	for _, block := range strings.Split(strings.TrimSpace(out), "\n\n") {
 		e := map[string]string{}

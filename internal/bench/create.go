@@ -59,6 +59,9 @@ type CreateOptions struct {
 	ReadyTimeout time.Duration
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
+	// OnStep, if set, also receives every step the conversation manager
+	// reports (Publish times its "publish" steps with it).
+	OnStep func(id, step string, d time.Duration)
 }
 
 // Step names of the breakdown, as conversation.Config.OnStep reports them
@@ -422,6 +425,7 @@ var ohdSteps = map[string]string{
 	"container_start":  StepContainer,
 	"container_ready":  StepReady,
 	"remove_container": StepContainer,
+	"save_view":        StepWorktree,
 	"remove_worktree":  StepWorktree,
 }
 
@@ -514,7 +518,12 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 	if o.mgr, err = conversation.New(conversation.Config{
 		Store: o.st, Worktrees: wt, Broker: o.br,
 		Runtime: rt, RuntimeDir: run, Image: opts.Image, ReadyTimeout: opts.ReadyTimeout,
-		Helper: helper, OnStep: rec.Step, Logger: quiet,
+		Helper: helper, OnStep: func(id, step string, d time.Duration) {
+			rec.Step(id, step, d)
+			if opts.OnStep != nil {
+				opts.OnStep(id, step, d)
+			}
+		}, Logger: quiet,
 	}); err != nil {
 		return nil, err
 	}
@@ -869,15 +878,22 @@ func (b *baselineSide) waitReady(ctx context.Context, url string) error {
 	}
 }
 
-// remove is a forced container remove, git worktree remove and git
-// branch -D.
+// remove is one `git status` in the container (the least a removal that
+// loses no uncommitted work must ask: ohd saves the work through the
+// running container the same way), a forced container remove, git
+// worktree remove and git branch -D.
 func (b *baselineSide) remove(ctx context.Context, c baseConv) (stepSample, error) {
 	s := stepSample{steps: map[string]time.Duration{}}
 	t0 := time.Now()
+	if err := b.statusInside(ctx, c); err != nil {
+		return s, err
+	}
+	s.steps[StepWorktree] = time.Since(t0)
+	tc := time.Now()
 	if _, err := b.cli.ContainerRemove(ctx, c.container, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
 		return s, fmt.Errorf("remove container: %w", err)
 	}
-	s.steps[StepContainer] = time.Since(t0)
+	s.steps[StepContainer] = time.Since(tc)
 	tw := time.Now()
 	if _, err := runGit(ctx, b.git, b.repo, "worktree", "remove", "--force", "--force", c.path); err != nil {
 		return s, err
@@ -885,10 +901,40 @@ func (b *baselineSide) remove(ctx context.Context, c baseConv) (stepSample, erro
 	if _, err := runGit(ctx, b.git, b.repo, "branch", "-D", c.branch); err != nil {
 		return s, err
 	}
-	s.steps[StepWorktree] = time.Since(tw)
+	s.steps[StepWorktree] += time.Since(tw)
 	err := os.Remove(filepath.Dir(c.path))
 	s.total = time.Since(t0)
 	return s, err
+}
+
+// statusInside runs `git status --porcelain` in the worktree inside the
+// container, through the Engine API's exec.
+func (b *baselineSide) statusInside(ctx context.Context, c baseConv) error {
+	ex, err := b.cli.ExecCreate(ctx, c.container, client.ExecCreateOptions{
+		Cmd: []string{"git", "-C", c.path, "status", "--porcelain"}, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return fmt.Errorf("exec git status: %w", err)
+	}
+	att, err := b.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		return fmt.Errorf("exec git status: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, att.Reader)
+	att.Close()
+	for {
+		ins, err := b.cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		if err != nil {
+			return fmt.Errorf("exec git status: %w", err)
+		}
+		if !ins.Running {
+			if ins.ExitCode != 0 {
+				return fmt.Errorf("git status in the container exited %d", ins.ExitCode)
+			}
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // cleanup removes every container of the baseline's server and prunes

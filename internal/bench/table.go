@@ -48,8 +48,12 @@ func (t Target) Meets(ratio float64) bool {
 // Targets are the issues' acceptance targets. Ratios are ohd against a
 // baseline measured in the same run:
 //
-//   - create, remove: ohd's latency at most 1.1x the same steps done
-//     directly (git CLI and Engine API calls);
+//   - create: ohd's latency, git view included, at most 1.15x the same
+//     steps done directly (git worktree add, the Engine API's container
+//     create and start); remove: at most 1.1x (git status in the
+//     container, a forced remove, git worktree remove and branch -D);
+//   - publish-p99: a commit made inside reaches the host's branch within
+//     1 s at p99 (the ratio column holds seconds);
 //   - broker-*: the broker's request rate at least 0.8x a plain net/http
 //     server on a Unix socket; its p99 at most 1.5x the baseline's with 16
 //     clients (broker-*-p99), and at most 1 ms with one client
@@ -57,7 +61,8 @@ func (t Target) Meets(ratio float64) bool {
 //   - proxy-http: at least 0.75x the inner server reached directly at its
 //     published port; proxy-ws: at least 0.8x.
 var Targets = map[string]Target{
-	"create":                       {AtMost: true, Value: 1.10},
+	"create":                       {AtMost: true, Value: 1.15},
+	"publish-p99":                  {AtMost: true, Value: 1.00},
 	"remove":                       {AtMost: true, Value: 1.10},
 	"broker-keepalive":             {Value: 0.80},
 	"broker-newconn":               {Value: 0.80},

@@ -201,6 +201,12 @@ func (c *Client) Exec(ctx context.Context, id string, cmd []string, stdout, stde
 	}
 }
 
+// Restore recreates an ended conversation's work in a new worktree.
+func (c *Client) Restore(ctx context.Context, id string, r RestoreRequest) (RestoreResult, error) {
+	var out RestoreResult
+	return out, c.do(ctx, "POST", "/v1/conversations/"+esc(id)+"/restore", r, &out)
+}
+
 // Prune cleans up (or reports, with DryRun).
 func (c *Client) Prune(ctx context.Context, r PruneRequest) (PruneReport, error) {
 	var out PruneReport

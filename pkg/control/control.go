@@ -86,6 +86,27 @@ type ExecFrame struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// RestoreRequest asks for an ended conversation's work back in a new
+// worktree of its repository.
+type RestoreRequest struct {
+	// Into is the new worktree's absolute path; "" means
+	// <repository>.restore-<first 8 characters of the id>.
+	Into string `json:"into,omitempty"`
+}
+
+// RestoreResult says where the work is.
+type RestoreResult struct {
+	ID     string `json:"id"`
+	Path   string `json:"path"`
+	Branch string `json:"branch"`
+	// Snapshot is the snapshot commit applied as uncommitted changes, "" if
+	// there was none.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Kept lists the other refs of the conversation's git view kept in the
+	// repository (refs/ohd/kept/<id>/...), for the user to look at.
+	Kept []string `json:"kept,omitempty"`
+}
+
 // PruneRequest asks the daemon to clean up.
 type PruneRequest struct {
 	// DryRun reports what would be done and does nothing.

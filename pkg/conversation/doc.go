@@ -16,13 +16,29 @@
 // undone in reverse order, the record ends in state failed with the step
 // named, and the error (a *StepError) says which step failed and why.
 //
+// # The git view and publishing
+//
+// A containerized conversation's worktree gets its own git view
+// (pkg/worktree): the container never writes the host repository.
+// RunPublisher copies each running view's branch to the host's
+// refs/heads/openhands/<id> within a second, through the conversation's
+// container (ohctl view pack there, a validated import on the host); Stop
+// publishes once more. A conversation made before views (GitLayoutShared)
+// is moved to its own view when its container next starts, or at its
+// removal.
+//
 // # Remove
 //
-// Remove first records the request (Removal) in the record, then stops and
-// removes the container, closes the broker, snapshots uncommitted work and
-// removes the worktree (pkg/worktree decides whether the branch is kept),
-// and marks the record deleted with what was kept. Each step is idempotent,
-// so a removal interrupted by a crash is finished by Reconcile.
+// Remove first records the request (Removal) in the record. A running
+// conversation's work is then saved through its own container
+// (worktree.SaveView: snapshot, last publish, the view's refs the host
+// lacks); the container is stopped and removed, the broker closed, and the
+// worktree removed, its work saved first through a sandbox container (same
+// image and mounts, no network, no broker directory) if it was not saved
+// already; the record is marked deleted with what was kept. Each step is
+// idempotent, so a removal interrupted by a crash is finished by
+// Reconcile. A create that fails or is interrupted is undone without a
+// snapshot: it never ran an agent.
 //
 // # Reconcile
 //

@@ -65,7 +65,11 @@ func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (st
 
 // finishRemoval tears conv down and marks it deleted.
 func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (store.Conversation, error) {
-	res, err := m.teardown(ctx, conv, conv.Removal.Discard)
+	mode := keepWork
+	if conv.Removal.Discard {
+		mode = discardWork
+	}
+	res, err := m.teardown(ctx, conv, mode)
 	if err != nil {
 		return conv, fmt.Errorf("remove conversation %s: %w (run the removal again, or restart ohd, to finish it)", conv.ID, err)
 	}
@@ -76,6 +80,13 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 		c.Removal.Done = true
 		c.Removal.SnapshotRef, c.Removal.SnapshotCommit = res.SnapshotRef, res.SnapshotCommit
 		c.Removal.BranchKept, c.Removal.Message = res.BranchKept, res.Message
+		c.Removal.Kept, c.Removal.IgnoredFiles, c.Removal.IgnoredBytes = res.Kept, res.IgnoredFiles, res.IgnoredBytes
+		if res.Published != "" {
+			c.Published = res.Published
+		}
+		if res.Conflict != "" {
+			c.PublishConflict = res.Conflict
+		}
 		return nil
 	})
 	if err != nil {
@@ -85,14 +96,41 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 	return conv, nil
 }
 
+// teardownMode says what a teardown does with the conversation's work.
+type teardownMode int
+
+const (
+	// keepWork saves everything (a removal).
+	keepWork teardownMode = iota
+	// discardWork drops it (a removal with --discard).
+	discardWork
+	// undoCreate undoes a create that never reached running: no agent
+	// work exists, so nothing is snapshotted (a half-made checkout is not
+	// work) and the branch goes if it is still at its start.
+	undoCreate
+)
+
 // teardown removes conv's container(s), broker directory and worktree. It
 // is idempotent: each step tolerates what an earlier run already removed.
-func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard bool) (worktree.RemoveResult, error) {
+func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode teardownMode) (worktree.RemoveResult, error) {
 	var res worktree.RemoveResult
 	t0, step := time.Now(), time.Now()
 	done := func(name string) {
 		m.cfg.OnStep(conv.ID, name, time.Since(step))
 		step = time.Now()
+	}
+	// A running conversation's work is saved through its own container
+	// before it stops (no sandbox container to start); anything else is
+	// saved through a sandbox container after.
+	var saved *worktree.RemoveResult
+	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && conv.AdminID != "" {
+		r, err := m.wt.SaveView(ctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
+		if err != nil {
+			m.log.Warn("saving the work through the running container failed; a sandbox will", "id", conv.ID, "err", err)
+		} else {
+			saved = &r
+		}
+		done("save_view")
 	}
 	if err := m.removeContainers(ctx, conv); err != nil {
 		return res, fmt.Errorf("remove container: %w", err)
@@ -122,7 +160,7 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard
 			return res, fmt.Errorf("remove worktree: %w", err)
 		}
 		if found {
-			if res, err = m.wt.Remove(ctx, wt, worktree.RemoveOptions{Discard: discard}); err != nil {
+			if res, err = m.removeWorktree(ctx, conv, wt, mode, saved); err != nil {
 				return res, fmt.Errorf("remove worktree: %w", err)
 			}
 		}
@@ -131,6 +169,40 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, discard
 	}
 	m.cfg.OnStep(conv.ID, "remove_total", time.Since(t0))
 	return res, nil
+}
+
+// removeWorktree removes conv's worktree. A worktree with a git view has
+// its work saved through a sandbox container (the agent's files are read
+// only there); one made before views (GitLayoutShared) is given a view
+// first, so that no host git reads what its agent wrote either.
+func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, wt worktree.Worktree, mode teardownMode, saved *worktree.RemoveResult) (worktree.RemoveResult, error) {
+	opts := worktree.RemoveOptions{Discard: mode == discardWork, Undo: mode == undoCreate, Published: conv.Published, Saved: saved}
+	if mode != keepWork || m.rt.Kind() == "local" || saved != nil {
+		return m.wt.Remove(ctx, wt, opts)
+	}
+	if wt.View == "" && conv.AdminID != "" {
+		c, err := m.moveToView(ctx, conv)
+		if err != nil {
+			return worktree.RemoveResult{}, err
+		}
+		conv, wt, opts.Published = c, worktreeOf(c), c.Published
+	}
+	if wt.View == "" || !dirExists(wt.Path) {
+		return m.wt.Remove(ctx, wt, opts)
+	}
+	var res worktree.RemoveResult
+	err := m.withSandbox(ctx, conv, func(sb worktree.Sandbox) error {
+		opts.Sandbox = sb
+		var err error
+		res, err = m.wt.Remove(ctx, wt, opts)
+		return err
+	})
+	return res, err
+}
+
+func dirExists(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.IsDir()
 }
 
 // worktreeToRemove returns conv's worktree as Remove needs it. A record
@@ -393,6 +465,20 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	if _, err := m.openBroker(ctx, c); err != nil {
 		return c, fmt.Errorf("start conversation %s: broker: %w", id, err)
 	}
+	if c.GitLayout == store.GitLayoutShared && c.Worktree != "" {
+		// Its old container mounts the repository's git dir: it goes, and
+		// the new one gets the conversation's own view.
+		if c.ContainerID != "" {
+			m.retire(c.ContainerID)
+			if err := m.rt.Remove(ctx, c.ContainerID); err != nil {
+				return c, fmt.Errorf("start conversation %s: remove its container of the shared layout: %w", id, err)
+			}
+			c.ContainerID = ""
+		}
+		if c, err = m.moveToView(ctx, c); err != nil {
+			return c, fmt.Errorf("start conversation %s: %w", id, err)
+		}
+	}
 	spec, err := m.spec(ctx, c)
 	if err != nil {
 		return c, fmt.Errorf("start conversation %s: %w", id, err)
@@ -445,6 +531,7 @@ func (m *Manager) Stop(ctx context.Context, id, why string) (store.Conversation,
 		return c, err
 	}
 	if c.ContainerID != "" {
+		m.publishNow(ctx, c)
 		m.retire(c.ContainerID)
 		err := m.rt.Stop(ctx, c.ContainerID, m.cfg.StopTimeout)
 		if err != nil && !errors.Is(err, runtime.ErrNotFound) {

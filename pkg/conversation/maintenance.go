@@ -3,9 +3,11 @@ package conversation
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/control"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
+	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
 // PruneOptions say what Prune removes.
@@ -69,8 +72,13 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (control.PruneRe
 			if !old {
 				continue
 			}
-			if c.Removal != nil && (c.Removal.BranchKept || c.Removal.SnapshotRef != "") {
+			if c.Removal != nil && (c.Removal.BranchKept || c.Removal.SnapshotRef != "" || len(c.Removal.Kept) > 0) {
 				rep.Items = append(rep.Items, keepItem(c))
+				if m.workKept(ctx, c) {
+					// The record is how `ohctl ls --all`, show and restore
+					// find the work: it stays while the work does.
+					continue
+				}
 			}
 			id := c.ID
 			add(control.PruneItem{Kind: "record", ID: id, Action: "purge", Detail: string(c.State)}, func() error {
@@ -121,6 +129,46 @@ func (m *Manager) Prune(ctx context.Context, opts PruneOptions) (control.PruneRe
 	return rep, nil
 }
 
+// Restore recreates the work of an ended conversation (state deleted or
+// failed, its removal done) in a new worktree of its repository: its
+// branch checked out, its snapshot applied as uncommitted changes (see
+// worktree.Restore). into "" picks <repository>.restore-<id prefix>.
+func (m *Manager) Restore(ctx context.Context, id, into string) (control.RestoreResult, error) {
+	if !store.ValidID(id) {
+		return control.RestoreResult{}, fmt.Errorf("%w: conversation id %q is not a UUID", ErrInvalid, id)
+	}
+	c, err := m.st.Conversation(id)
+	if err != nil {
+		return control.RestoreResult{}, fmt.Errorf("conversation %s: %w (a record purged by prune can still be restored with git: see the README)", id, ErrNotFound)
+	}
+	if c.State.Live() {
+		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s is %s: its work is in %s; remove it first (ohctl rm %s), then restore", ErrConflict, id, c.State, c.Worktree, id)
+	}
+	if c.CommonDir == "" {
+		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s had no worktree: nothing to restore", ErrInvalid, id)
+	}
+	if into != "" && !filepath.IsAbs(into) {
+		return control.RestoreResult{}, fmt.Errorf("%w: --into %q is not an absolute path", ErrInvalid, into)
+	}
+	res, err := m.wt.Restore(ctx, worktree.RestoreOptions{CommonDir: c.CommonDir, Repo: c.Repo, ConversationID: id, StartCommit: c.StartCommit, Into: into})
+	if err != nil {
+		if errors.Is(err, worktree.ErrExists) || errors.Is(err, worktree.ErrInvalidPath) || errors.Is(err, worktree.ErrInvalidWorktree) {
+			return control.RestoreResult{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return control.RestoreResult{}, err
+	}
+	out := control.RestoreResult{ID: id, Path: res.Path, Branch: res.Branch, Snapshot: res.Snapshot}
+	if kept, err := m.wt.ListKept(ctx, c.CommonDir, id); err == nil {
+		for name := range kept {
+			if strings.HasPrefix(name, worktree.KeptPrefix(id)) {
+				out.Kept = append(out.Kept, name)
+			}
+		}
+		slices.Sort(out.Kept)
+	}
+	return out, nil
+}
+
 // checkWorktreeHost checks how the host repository sees a conversation's
 // worktree and, with repair, points the two pointers at each other again.
 func (m *Manager) checkWorktreeHost(ctx context.Context, c store.Conversation, repair bool) control.DoctorCheck {
@@ -156,6 +204,21 @@ func (m *Manager) checkWorktreeHost(ctx context.Context, c store.Conversation, r
 		ck.Status, ck.Detail = problem()
 	}
 	return ck
+}
+
+// workKept reports whether an ended conversation's work is still in its
+// repository: its branch, its snapshot or a ref kept from its view (an
+// error reading them counts as kept).
+func (m *Manager) workKept(ctx context.Context, c store.Conversation) bool {
+	if c.CommonDir == "" || !dirExists(c.CommonDir) {
+		return false
+	}
+	refs, err := m.wt.ListKept(ctx, c.CommonDir, c.ID)
+	if err != nil || len(refs) > 0 {
+		return true
+	}
+	oid, err := m.wt.HostBranch(ctx, worktree.Worktree{CommonDir: c.CommonDir, Branch: worktree.BranchName(c.ID), UID: c.UID, GID: c.GID})
+	return err != nil || (oid != "" && oid != c.StartCommit)
 }
 
 func keepItem(c store.Conversation) control.PruneItem {
@@ -259,6 +322,16 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 	}
 	if c.Worktree != "" && c.AdminID != "" {
 		out = append(out, m.checkWorktreeHost(ctx, c, repair))
+	}
+	switch {
+	case c.PublishError != "":
+		check("publish", "fail", c.PublishError+": the host branch stays at "+shortID(c.Published)+" until the view's next commit validates")
+	case c.PublishConflict != "":
+		check("publish", "warn", c.PublishConflict)
+	case c.GitLayout == store.GitLayoutView:
+		check("publish", "ok", "the host's "+c.Branch+" is ohd's ("+shortID(c.Published)+"); the container never writes the repository")
+	case c.GitLayout == store.GitLayoutShared:
+		check("publish", "warn", "the container shares the repository's git dir (made before git views); it moves to its own view when its container next starts")
 	}
 	if c.Runtime != "local" && c.State == store.StateRunning && c.ContainerID != "" {
 		if c.Worktree != "" {

@@ -108,11 +108,15 @@ type Config struct {
 	IdleTimeout time.Duration
 	// StopTimeout is the grace period of a container stop; 0 = 10s.
 	StopTimeout time.Duration
+	// PublishInterval is how often RunPublisher checks each running
+	// conversation's git view for a new commit to publish; 0 = 200ms.
+	PublishInterval time.Duration
 	// OnStep, if set, is called after each step of a create or remove
 	// with its duration, for metrics and benchmarks. Steps of a create:
 	// "worktree", "broker", "container_create", "container_start",
 	// "container_ready", "forward", "create_total"; of a remove:
-	// "remove_container", "remove_broker", "remove_worktree",
+	// "save_view" (a running conversation's work, saved through its
+	// container), "remove_container", "remove_broker", "remove_worktree",
 	// "remove_total". It must not block.
 	OnStep func(id, step string, d time.Duration)
 	// Metrics receives create results, container starts and deaths; nil
@@ -163,6 +167,11 @@ type Manager struct {
 	// netns reaches running inner servers through their own network
 	// namespaces.
 	netns netnsCache
+
+	// pub is RunPublisher's state; pubLocks serializes publishing per
+	// conversation.
+	pub      publisher
+	pubLocks map[string]*sync.Mutex
 }
 
 type startCall struct {
@@ -202,6 +211,7 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger,
 		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
+		pub: publisher{inflight: map[string]bool{}, failed: map[string]string{}}, pubLocks: map[string]*sync.Mutex{},
 		protected: canonicalPaths(append([]string{cfg.RuntimeDir}, cfg.Protected...)),
 	}, nil
 }
@@ -407,7 +417,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	var plan worktree.Worktree
 	if repo.IsGit && req.Worktree {
-		if plan, err = m.wt.Plan(ctx, worktree.AddOptions{Repo: repo, Inspected: true, ConversationID: id, StartPoint: req.StartPoint}); err != nil {
+		if plan, err = m.wt.Plan(ctx, worktree.AddOptions{Repo: repo, Inspected: true, ConversationID: id, StartPoint: req.StartPoint, View: m.views()}); err != nil {
 			if errors.Is(err, worktree.ErrGit) {
 				return store.Conversation{}, &StepError{ID: id, Step: "worktree", Err: err}
 			}
@@ -442,6 +452,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		conv.Repo, conv.CommonDir, conv.Worktree, conv.Branch = plan.Repo, plan.CommonDir, plan.Path, plan.Branch
 		conv.StartPoint, conv.StartCommit = plan.StartPoint, plan.StartCommit
 		conv.WorkingDir = filepath.Join(plan.Path, repo.Prefix)
+		conv.GitLayout, conv.GitView, conv.Published = store.GitLayoutShared, plan.View, plan.StartCommit
+		if plan.View != "" {
+			conv.GitLayout = store.GitLayoutView
+		}
 	}
 	if img.Floating {
 		conv.Notes = append(conv.Notes, fmt.Sprintf("image %s is a floating reference; it was pinned to %s for this conversation", img.Ref, img.ID))
@@ -504,7 +518,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	}
 	if repo.IsGit && req.Worktree {
 		planned := worktreeOf(conv)
-		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint, Planned: &planned})
+		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint, Planned: &planned, View: m.views()})
 		if werr != nil {
 			return conv, &StepError{ID: id, Step: "worktree", Err: werr}
 		}
@@ -516,6 +530,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		conv.Repo, conv.CommonDir, conv.Worktree, conv.AdminID = wt.Repo, wt.CommonDir, wt.Path, wt.AdminID
 		conv.Branch, conv.StartPoint, conv.StartCommit = wt.Branch, wt.StartPoint, wt.StartCommit
 		conv.WorkingDir = filepath.Join(wt.Path, repo.Prefix)
+		conv.GitView, conv.Published = wt.View, wt.StartCommit
 		done("worktree")
 		failpoint.Hit("create/after-worktree")
 	}
@@ -580,7 +595,7 @@ func (m *Manager) fail(conv store.Conversation, cause error) (store.Conversation
 	m.log.Warn("conversation create failed; undoing", "id", conv.ID, "step", step, "err", cause)
 	// conv is the in-memory record of the create (what each completed step
 	// made), or the stored one when reconcile undoes a crashed create.
-	if _, err := m.teardown(ctx, conv, false); err != nil {
+	if _, err := m.teardown(ctx, conv, undoCreate); err != nil {
 		m.log.Error("undo of a failed create incomplete; reconcile will retry", "id", conv.ID, "err", err)
 		cause = fmt.Errorf("%w; undo incomplete: %v", cause, err)
 	}
@@ -705,7 +720,15 @@ func worktreeOf(c store.Conversation) worktree.Worktree {
 		ConversationID: c.ID, Repo: c.Repo, CommonDir: c.CommonDir, Path: c.Worktree,
 		AdminID: c.AdminID, AdminDir: filepath.Join(c.CommonDir, "worktrees", c.AdminID),
 		Branch: c.Branch, StartPoint: c.StartPoint, StartCommit: c.StartCommit, UID: c.UID, GID: c.GID,
+		View: c.GitView,
 	}
+}
+
+// views says whether new worktrees get their own git view: yes wherever the
+// agent runs in a container (the local runtime's agent runs on the host,
+// as the user, and uses the repository itself).
+func (m *Manager) views() bool {
+	return m.rt.Kind() != "local" && !failpoint.On("legacy/shared-git-layout")
 }
 
 // spec builds the container spec of conv.

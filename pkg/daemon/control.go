@@ -44,6 +44,7 @@ func (d *Daemon) controlHandler() http.Handler {
 	h("POST /v1/conversations/{id}/token/rotate", d.handleRotate)
 	h("GET /v1/conversations/{id}/logs", d.handleLogs)
 	h("POST /v1/conversations/{id}/exec", d.handleExec)
+	h("POST /v1/conversations/{id}/restore", d.handleRestore)
 	h("POST /v1/prune", d.handlePrune)
 	h("GET /v1/doctor", d.handleDoctor)
 	h("POST /v1/doctor", d.handleDoctor)
@@ -410,6 +411,19 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) error {
 		return enc.Encode(control.ExecFrame{Error: "exec: " + err.Error()})
 	}
 	return enc.Encode(control.ExecFrame{ExitCode: &code})
+}
+
+func (d *Daemon) handleRestore(w http.ResponseWriter, r *http.Request) error {
+	var req control.RestoreRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	res, err := d.mgr.Restore(r.Context(), r.PathValue("id"), req.Into)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 func (d *Daemon) handlePrune(w http.ResponseWriter, r *http.Request) error {

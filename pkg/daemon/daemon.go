@@ -151,7 +151,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	}
 	wt, err := worktree.New(worktree.Options{
 		Root: cfg.WorktreeRoot, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: log,
-		OnStep: func(step string) { failpoint.Hit("delete/mid-" + step) },
+		OnStep: func(step string) { failpoint.Hit(worktreeFailpoints[step]) },
 	})
 	if err != nil {
 		return nil, err
@@ -488,7 +488,7 @@ func (d *Daemon) serve(ctx context.Context) {
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
 	d.goServe(ctx, "control", srv, d.control)
-	d.wg.Add(2)
+	d.wg.Add(3)
 	go func() {
 		defer d.wg.Done()
 		if err := d.mgr.Watch(ctx); err != nil && ctx.Err() == nil {
@@ -499,6 +499,18 @@ func (d *Daemon) serve(ctx context.Context) {
 		defer d.wg.Done()
 		d.mgr.RunIdle(ctx)
 	}()
+	go func() {
+		defer d.wg.Done()
+		d.mgr.RunPublisher(ctx)
+	}()
+}
+
+// worktreeFailpoints names the failpoint of each step pkg/worktree reports
+// (Options.OnStep).
+var worktreeFailpoints = map[string]string{
+	"view":     "create/mid-view",
+	"snapshot": "delete/mid-snapshot",
+	"publish":  "publish/after-import",
 }
 
 // goServe runs srv on ln until ctx ends, then shuts it down gracefully.

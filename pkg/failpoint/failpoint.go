@@ -11,6 +11,7 @@ package failpoint
 // listed here, so the list cannot drift from the code.
 var Steps = []string{
 	"create/after-record",
+	"create/mid-view",
 	"create/after-worktree",
 	"create/after-broker",
 	"create/after-container-created",
@@ -22,4 +23,15 @@ var Steps = []string{
 	"delete/after-broker",
 	"delete/mid-snapshot",
 	"delete/after-worktree",
+	"publish/after-import",
+}
+
+// Switches name behaviours a failpoint build can switch on through
+// OHD_FAILPOINTS, for tests that need a state today's ohd never makes:
+//
+//	legacy/shared-git-layout  new worktrees share the repository's git dir,
+//	                          as conversations made before git views did
+//	                          (the migration test makes them this way)
+var Switches = []string{
+	"legacy/shared-git-layout",
 }

@@ -7,3 +7,6 @@ const Enabled = false
 
 // Hit does nothing in release builds.
 func Hit(string) {}
+
+// On is false in release builds.
+func On(string) bool { return false }

@@ -24,3 +24,12 @@ func Hit(name string) {
 		select {} // never returns: the signal is on its way
 	}
 }
+
+// On reports whether the switch name (one of Switches) is listed in
+// OHD_FAILPOINTS.
+func On(name string) bool {
+	if !slices.Contains(Switches, name) {
+		panic("failpoint: unknown switch " + name)
+	}
+	return slices.Contains(active, name)
+}

@@ -121,10 +121,10 @@ func newApp(env *Env) *cli.Command {
 			return ctx, nil
 		},
 		Commands: []*cli.Command{
-			s.lsCmd(), s.showCmd(), s.createCmd(), s.rmCmd(), s.pruneCmd(), s.logsCmd(), s.execCmd(),
+			s.lsCmd(), s.showCmd(), s.createCmd(), s.rmCmd(), s.restoreCmd(), s.pruneCmd(), s.logsCmd(), s.execCmd(),
 			s.doctorCmd(), s.secretCmd(), s.grantCmd(), s.revokeCmd(), s.auditCmd(), s.tokenCmd(),
 			s.gitHostCmd(), s.llmCmd(), s.oauthCmd(),
-			s.gitCredentialCmd(), s.innerExecCmd(), s.versionCmd(),
+			s.gitCredentialCmd(), s.innerExecCmd(), s.viewCmd(), s.versionCmd(),
 		},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/urfave/cli/v3"
 
@@ -127,6 +128,44 @@ func (s *state) rmCmd() *cli.Command {
 				return printJSON(s.env.Stdout, c)
 			}
 			printRemoval(s.env.Stdout, c)
+			return nil
+		},
+	}
+}
+
+func (s *state) restoreCmd() *cli.Command {
+	return &cli.Command{
+		Name:      "restore",
+		Usage:     "recreate an ended conversation's work in a new worktree: its branch checked out, its uncommitted work applied",
+		ArgsUsage: "ID",
+		Flags:     []cli.Flag{&cli.StringFlag{Name: "into", Usage: "the new worktree's absolute path (default: <repository>.restore-<first 8 characters of ID>)"}},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			a, err := args(cmd, "ID")
+			if err != nil {
+				return err
+			}
+			into := cmd.String("into")
+			if into != "" && !filepath.IsAbs(into) {
+				abs, err := filepath.Abs(into)
+				if err != nil {
+					return usagef("--into %q: %v", into, err)
+				}
+				into = abs
+			}
+			res, err := s.client().Restore(ctx, a[0], control.RestoreRequest{Into: into})
+			if err != nil {
+				return err
+			}
+			if s.json {
+				return printJSON(s.env.Stdout, res)
+			}
+			fmt.Fprintf(s.env.Stdout, "restored conversation %s in %s on branch %s\n", res.ID, res.Path, res.Branch)
+			if res.Snapshot != "" {
+				fmt.Fprintf(s.env.Stdout, "its uncommitted work (snapshot %s) is applied as uncommitted changes: see git -C %s status\n", short(res.Snapshot), res.Path)
+			}
+			for _, k := range res.Kept {
+				fmt.Fprintf(s.env.Stdout, "also kept from its git view: %s (git log %s)\n", k, k)
+			}
 			return nil
 		},
 	}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
 // gitCredentialCmd is git's credential helper inside a container:
@@ -115,3 +117,30 @@ func envName(s string) bool {
 }
 
 func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
+
+// viewCmd runs the sandbox side of ohd's git view (pkg/worktree.RunView)
+// inside a conversation's container: ohd calls it there to read what the
+// agent wrote, so that no host process does.
+func (s *state) viewCmd() *cli.Command {
+	return &cli.Command{
+		Name:            "view",
+		Hidden:          true,
+		Usage:           "the sandbox side of the conversation's git view (run by ohd inside the container)",
+		ArgsUsage:       "collect|pack|idle [FLAGS]",
+		SkipFlagParsing: true,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			a := cmd.Args().Slice()
+			if len(a) > 0 && a[0] == "idle" {
+				// A sandbox container's command: wait for the stop signal.
+				sig := make(chan os.Signal, 1)
+				signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+				select {
+				case <-sig:
+				case <-ctx.Done():
+				}
+				return nil
+			}
+			return worktree.RunView(ctx, a, s.env.Stdin, s.env.Stdout)
+		},
+	}
+}

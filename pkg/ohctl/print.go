@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -69,11 +70,40 @@ func printConversations(w io.Writer, convs []store.Conversation, now time.Time) 
 		fmt.Fprintln(w, "no conversations (create one with `ohctl create --repo PATH --worktree`)")
 		return
 	}
-	t := newTable(w, "ID", "STATE", "RUNTIME", "BRANCH", "WORKING DIR", "CONTAINER", "ACTIVE")
+	header := []string{"ID", "STATE", "RUNTIME", "BRANCH", "WORKING DIR", "CONTAINER", "ACTIVE"}
+	withKept := slices.ContainsFunc(convs, func(c store.Conversation) bool { return keptSummary(c) != "" })
+	if withKept {
+		header = append(header, "KEPT")
+	}
+	t := newTable(w, header...)
 	for _, c := range convs {
-		t.row(c.ID, string(c.State), c.Runtime, c.Branch, c.WorkingDir, c.ContainerName, ago(now, c.LastActiveAt))
+		row := []string{c.ID, string(c.State), c.Runtime, c.Branch, c.WorkingDir, c.ContainerName, ago(now, c.LastActiveAt)}
+		if withKept {
+			row = append(row, keptSummary(c))
+		}
+		t.row(row...)
 	}
 	_ = t.flush()
+}
+
+// keptSummary says what an ended conversation left in its repository:
+// its branch, its snapshot, refs kept from its git view.
+func keptSummary(c store.Conversation) string {
+	r := c.Removal
+	if r == nil || !r.Done {
+		return ""
+	}
+	var parts []string
+	if r.BranchKept {
+		parts = append(parts, "branch")
+	}
+	if r.SnapshotRef != "" {
+		parts = append(parts, "snapshot")
+	}
+	if n := len(r.Kept); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d view refs", n))
+	}
+	return strings.Join(parts, "+")
 }
 
 func printConversation(w io.Writer, c store.Conversation, now time.Time) {
@@ -88,6 +118,21 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 		t.row("worktree", c.Worktree)
 		t.row("branch", c.Branch)
 		t.row("start point", fmt.Sprintf("%s (%s)", c.StartPoint, short(c.StartCommit)))
+		switch c.GitLayout {
+		case store.GitLayoutView:
+			t.row("git view", c.GitView+" (the container's own; the host repository is read-only to it)")
+		case store.GitLayoutShared:
+			t.row("git view", "none: the container shares the repository's git dir (moved to its own view at its next start)")
+		}
+		if c.Published != "" {
+			t.row("published", short(c.Published)+" on "+c.Branch)
+		}
+		if c.PublishConflict != "" {
+			t.row("publish conflict", c.PublishConflict)
+		}
+		if c.PublishError != "" {
+			t.row("publish error", c.PublishError)
+		}
 	}
 	if c.Runtime != "local" {
 		t.row("image", fmt.Sprintf("%s (%s)", c.Image, short(strings.TrimPrefix(c.ImageID, "sha256:"))))
@@ -112,6 +157,18 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	}
 	if r := c.Removal; r != nil {
 		t.row("removal", removalSummary(c))
+		if r.SnapshotRef != "" {
+			t.row("kept", r.SnapshotRef+" ("+short(r.SnapshotCommit)+"): uncommitted work")
+		}
+		for _, k := range r.Kept {
+			t.row("kept", k)
+		}
+		if r.IgnoredFiles > 0 {
+			t.row("not kept", fmt.Sprintf("%d ignored files (%d bytes)", r.IgnoredFiles, r.IgnoredBytes))
+		}
+		if r.Done && (r.BranchKept || r.SnapshotRef != "" || len(r.Kept) > 0) {
+			t.row("restore", "ohctl restore "+c.ID+" [--into PATH]")
+		}
 	}
 	_ = t.flush()
 }
@@ -149,8 +206,17 @@ func printRemoval(w io.Writer, c store.Conversation) {
 	if r.BranchKept {
 		fmt.Fprintf(w, "branch %s kept in %s\n", c.Branch, c.Repo)
 	}
+	for _, k := range r.Kept {
+		fmt.Fprintf(w, "kept from the conversation's git view: %s\n", k)
+	}
+	if r.IgnoredFiles > 0 {
+		fmt.Fprintf(w, "not kept: %d ignored files (%d bytes)\n", r.IgnoredFiles, r.IgnoredBytes)
+	}
 	if r.Message != "" {
 		fmt.Fprintln(w, r.Message)
+	}
+	if r.BranchKept || r.SnapshotRef != "" || len(r.Kept) > 0 {
+		fmt.Fprintf(w, "get it back: ohctl restore %s [--into PATH]\n", c.ID)
 	}
 }
 

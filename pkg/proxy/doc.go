@@ -156,9 +156,11 @@
 // DELETE runs Conversations.Remove to its end even if the client goes
 // away: the container is stopped, the broker closed, uncommitted work
 // snapshotted, the worktree removed and the identity revoked. The answer
-// is {"success": true}, with "ohd": {"snapshot_ref", "branch", "message"}
-// added when work was kept. A DELETE never discards work (ohctl rm
-// --discard does).
+// is {"success": true}, with "ohd": {"snapshot_ref", "branch", "kept",
+// "ignored_files", "ignored_bytes", "message"} added when work was kept
+// (kept: refs of the conversation's git view kept under
+// refs/ohd/kept/<id>/) or ignored files were left out. A DELETE never
+// discards work (ohctl rm --discard does).
 //
 // # Forwarding
 //

@@ -474,16 +474,19 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	type kept struct {
-		SnapshotRef string `json:"snapshot_ref,omitempty"`
-		Branch      string `json:"branch,omitempty"`
-		Message     string `json:"message,omitempty"`
+		SnapshotRef  string   `json:"snapshot_ref,omitempty"`
+		Branch       string   `json:"branch,omitempty"`
+		Kept         []string `json:"kept,omitempty"`
+		IgnoredFiles int      `json:"ignored_files,omitempty"`
+		IgnoredBytes int64    `json:"ignored_bytes,omitempty"`
+		Message      string   `json:"message,omitempty"`
 	}
 	resp := struct {
 		Success bool  `json:"success"`
 		OHD     *kept `json:"ohd,omitempty"`
 	}{Success: true}
-	if rm := c.Removal; rm != nil && (rm.BranchKept || rm.SnapshotRef != "") {
-		resp.OHD = &kept{SnapshotRef: rm.SnapshotRef, Message: rm.Message}
+	if rm := c.Removal; rm != nil && (rm.BranchKept || rm.SnapshotRef != "" || len(rm.Kept) > 0 || rm.IgnoredFiles > 0) {
+		resp.OHD = &kept{SnapshotRef: rm.SnapshotRef, Kept: rm.Kept, IgnoredFiles: rm.IgnoredFiles, IgnoredBytes: rm.IgnoredBytes, Message: rm.Message}
 		if rm.BranchKept {
 			resp.OHD.Branch = c.Branch
 		}

@@ -603,6 +603,7 @@ func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
 	if ci.Config != nil {
 		c.ServerID = ci.Config.Labels[LabelServer]
 		c.ConversationID = ci.Config.Labels[LabelConversation]
+		c.Role = ci.Config.Labels[LabelRole]
 		if p, err := strconv.Atoi(ci.Config.Labels[LabelInnerPort]); err == nil {
 			c.HostPort = publishedPort(ci.NetworkSettings, p)
 		}
@@ -635,6 +636,7 @@ func (d *Docker) List(ctx context.Context, serverID string) ([]Container, error)
 			ID:             s.ID,
 			ServerID:       s.Labels[LabelServer],
 			ConversationID: s.Labels[LabelConversation],
+			Role:           s.Labels[LabelRole],
 			State:          string(s.State),
 			Running:        s.State == container.StateRunning,
 			ImageID:        s.ImageID,

@@ -152,7 +152,10 @@ type Container struct {
 	Name           string
 	ConversationID string
 	ServerID       string
-	Running        bool
+	// Role is "" for a conversation's inner server, RoleSandbox for a
+	// sandbox (see StartSandbox).
+	Role    string
+	Running bool
 	// State is the engine's state: created, running, paused, restarting,
 	// removing, exited or dead.
 	State string
@@ -247,6 +250,9 @@ type Runtime interface {
 	// Logs copies the container's output (all of it, then new output while
 	// follow is set and the container runs).
 	Logs(ctx context.Context, containerID string, follow bool, stdout, stderr io.Writer) error
+	// StartSandbox starts a container that reaches nothing (no network),
+	// to run commands in with Exec; see Docker.StartSandbox.
+	StartSandbox(ctx context.Context, s Spec) (containerID string, err error)
 	// Exec runs cmd in the running container and returns its exit code.
 	Exec(ctx context.Context, containerID string, cmd []string, opts ExecOptions) (exitCode int, err error)
 	// Hardening lists how a container departs from ohd's hardening (for

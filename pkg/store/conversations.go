@@ -112,7 +112,14 @@ type Removal struct {
 	SnapshotRef    string    `json:"snapshot_ref,omitempty"`
 	SnapshotCommit string    `json:"snapshot_commit,omitempty"`
 	BranchKept     bool      `json:"branch_kept,omitempty"`
-	Message        string    `json:"message,omitempty"`
+	// Kept are the refs of the conversation's git view kept on the host
+	// (refs/ohd/kept/<id>/...) because the host lacked their commits.
+	Kept []string `json:"kept,omitempty"`
+	// IgnoredFiles and IgnoredBytes count the ignored files of the
+	// worktree, which were not kept.
+	IgnoredFiles int    `json:"ignored_files,omitempty"`
+	IgnoredBytes int64  `json:"ignored_bytes,omitempty"`
+	Message      string `json:"message,omitempty"`
 }
 
 // Conversation is everything ohd knows about one conversation. It never
@@ -135,6 +142,21 @@ type Conversation struct {
 	Branch      string `json:"branch,omitempty"`
 	StartPoint  string `json:"start_point,omitempty"`
 	StartCommit string `json:"start_commit,omitempty"`
+
+	// GitLayout is how the container sees the repository: GitLayoutView
+	// (its own git view at GitView, mounted at CommonDir's path) or
+	// GitLayoutShared (the repository's git dir itself: records written
+	// before schema 2, until their container is next started, and
+	// local-runtime conversations). "" without a worktree.
+	GitLayout string `json:"git_layout,omitempty"`
+	GitView   string `json:"git_view,omitempty"`
+	// Published is the commit ohd last wrote to the host's branch from the
+	// view. PublishConflict says the host branch was moved by someone else
+	// (the view's commits are then kept under refs/ohd/kept/<id>/);
+	// PublishError is the last publish's failure (a refused object).
+	Published       string `json:"published,omitempty"`
+	PublishConflict string `json:"publish_conflict,omitempty"`
+	PublishError    string `json:"publish_error,omitempty"`
 
 	ContainerID   string `json:"container_id,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`
@@ -164,6 +186,12 @@ type Conversation struct {
 	LastActiveAt time.Time `json:"last_active_at"`
 }
 
+// Git layouts (Conversation.GitLayout).
+const (
+	GitLayoutView   = "view"
+	GitLayoutShared = "shared"
+)
+
 // Clone returns a deep copy of c.
 func (c *Conversation) Clone() Conversation {
 	out := *c
@@ -172,6 +200,7 @@ func (c *Conversation) Clone() Conversation {
 	out.Request = slices.Clone(c.Request)
 	if c.Removal != nil {
 		r := *c.Removal
+		r.Kept = slices.Clone(c.Removal.Kept)
 		out.Removal = &r
 	}
 	return out

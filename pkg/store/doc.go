@@ -38,6 +38,9 @@
 // every migration from that version up to SchemaVersion in one transaction; a
 // file written by a newer ohd is refused rather than guessed at.
 //
+//	1 -> 2  conversations with a worktree get git_layout "shared": they
+//	        were made before git views (see Conversation.GitLayout)
+//
 // # Crash consistency
 //
 // Each change is one bbolt transaction: a crash leaves the file at the last

@@ -18,7 +18,7 @@ import (
 )
 
 // SchemaVersion is the version of the bucket layout this code writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // FileName is the database's name inside the state directory.
 const FileName = "ohd.db"
@@ -188,7 +188,47 @@ func (s *Store) init(path string) error {
 }
 
 // migrations[i] upgrades a file from schema i+1 to i+2.
-var migrations = []func(tx *bolt.Tx) error{}
+var migrations = []func(tx *bolt.Tx) error{
+	migrateSharedLayout,
+}
+
+// migrateSharedLayout (1 -> 2): conversations with a worktree were made
+// before git views: their containers mount the repository's git dir. They
+// say so (GitLayoutShared), and the orchestrator gives each its own view
+// when its container is next started.
+func migrateSharedLayout(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketConversations)
+	type update struct{ k, v []byte }
+	var updates []update
+	err := b.ForEach(func(k, v []byte) error {
+		var c map[string]json.RawMessage
+		if err := json.Unmarshal(v, &c); err != nil {
+			return fmt.Errorf("conversation %s: %w", k, err)
+		}
+		if _, ok := c["worktree"]; !ok {
+			return nil
+		}
+		if _, ok := c["git_layout"]; ok {
+			return nil
+		}
+		c["git_layout"] = json.RawMessage(`"` + GitLayoutShared + `"`)
+		nv, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		updates = append(updates, update{append([]byte{}, k...), nv})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, u := range updates {
+		if err := b.Put(u.k, u.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func migrate(tx *bolt.Tx, fresh bool) error {
 	meta := tx.Bucket(bucketMeta)

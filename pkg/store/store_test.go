@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -487,5 +488,62 @@ func TestInnerSecretKeyStable(t *testing.T) {
 	must(t, err)
 	if string(k3) == string(k1) {
 		t.Errorf("InnerSecretKey after delete = the old key, want a new one")
+	}
+}
+
+// TestMigrateSharedLayout: a schema 1 file's conversations with a
+// worktree come out as GitLayoutShared (they were made before git views),
+// those without one untouched, and the file is at SchemaVersion.
+func TestMigrateSharedLayout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ohd.db")
+	key := newKey(t, 1)
+	s := openStore(t, path, key)
+	withWT := Conversation{ID: NewID(), State: StateRunning, Workspace: "/w", Worktree: "/r/x/w", CommonDir: "/w/.git"}
+	plain := Conversation{ID: NewID(), State: StateRunning, Workspace: "/p"}
+	for _, c := range []Conversation{withWT, plain} {
+		if err := s.CreateConversation(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Make it a schema 1 file, as ohd before git views wrote it.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketMeta).Put(keySchema, []byte("1")); err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketConversations)
+		return b.ForEach(func(k, v []byte) error {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(v, &m); err != nil {
+				return err
+			}
+			if _, ok := m["git_layout"]; ok {
+				return fmt.Errorf("a fresh record has git_layout already: %s", v)
+			}
+			return nil
+		})
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, path, key)
+	defer s.Close()
+	if c, _ := s.Conversation(withWT.ID); c.GitLayout != GitLayoutShared {
+		t.Errorf("migrated worktree record: GitLayout = %q, want %q", c.GitLayout, GitLayoutShared)
+	}
+	if c, _ := s.Conversation(plain.ID); c.GitLayout != "" {
+		t.Errorf("migrated record without worktree: GitLayout = %q, want none", c.GitLayout)
+	}
+	var v string
+	_ = s.db.View(func(tx *bolt.Tx) error { v = string(tx.Bucket(bucketMeta).Get(keySchema)); return nil })
+	if v != strconv.Itoa(SchemaVersion) {
+		t.Errorf("schema after migration = %s, want %d", v, SchemaVersion)
 	}
 }

@@ -32,6 +32,10 @@ type AddOptions struct {
 	// commands twice, and uses the start commit Plan resolved. The checks
 	// that matter under the repository lock run again anyway.
 	Planned *Worktree
+	// View gives the worktree its own git view (see the package comment),
+	// for a conversation whose agent runs in a container: the container
+	// then never writes the host repository.
+	View bool
 }
 
 // Worktree is a conversation's worktree as Add created it. Persist every
@@ -62,6 +66,11 @@ type Worktree struct {
 	// UID and GID own the repository; git ran as them and the container
 	// must too.
 	UID, GID int
+	// View is the conversation's private git view, <Root>/<id>/.ohd/git,
+	// mounted in the container at CommonDir; "" for a worktree that shares
+	// the repository's git dir (a local-runtime conversation, or one
+	// created before views existed: see SeedView).
+	View string
 }
 
 // startCandidates is the start point order when none is given: the name
@@ -97,6 +106,9 @@ func (m *Manager) plan(ctx context.Context, opts AddOptions) (Worktree, Repo, er
 	if base == "/" || base == "." {
 		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w: a repository at the file system root cannot be named", repo.TopLevel, ErrInvalidPath)
 	}
+	if base == viewParent {
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w: a repository named %q collides with ohd's own directory beside the worktree: rename it", repo.TopLevel, ErrInvalidPath, viewParent)
+	}
 	convDir := filepath.Join(m.root, id)
 	wt := Worktree{
 		ConversationID: id,
@@ -106,6 +118,9 @@ func (m *Manager) plan(ctx context.Context, opts AddOptions) (Worktree, Repo, er
 		Branch:         BranchName(id),
 		UID:            repo.UID,
 		GID:            repo.GID,
+	}
+	if opts.View {
+		wt.View, _ = viewPaths(wt.Path)
 	}
 	fail := func(err error) (Worktree, Repo, error) {
 		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w", wt.Path, err)
@@ -161,7 +176,8 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 		want := filepath.Join(m.root, opts.ConversationID, filepath.Base(repo.TopLevel))
 		if p.ConversationID != opts.ConversationID || p.Path != want || p.Repo != repo.TopLevel ||
 			p.CommonDir != repo.CommonDir || p.Branch != BranchName(opts.ConversationID) || !isHexID(p.StartCommit) ||
-			(opts.StartPoint != "" && p.StartPoint != opts.StartPoint) || ValidateID(opts.ConversationID) != nil {
+			(opts.StartPoint != "" && p.StartPoint != opts.StartPoint) || ValidateID(opts.ConversationID) != nil ||
+			(p.View != "") != opts.View {
 			return Worktree{}, fmt.Errorf("worktree add: %w: the plan does not match the options; call Plan again", ErrInvalidWorktree)
 		}
 		wt = *p
@@ -239,8 +255,18 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 		}
 		return undo(fmt.Errorf("check out %s: %w", wt.StartPoint, err))
 	}
+	if wt.View != "" {
+		if err := m.seedView(ctx, wt); err != nil {
+			unlock, lerr := m.lockRepo(context.WithoutCancel(ctx), repo.CommonDir)
+			if lerr == nil {
+				defer unlock()
+			}
+			return undo(err)
+		}
+		m.onStep("view")
+	}
 	m.log.Info("worktree added", "conversation", id, "path", wt.Path, "branch", wt.Branch,
-		"start_point", wt.StartPoint, "start_commit", wt.StartCommit, "admin_id", wt.AdminID)
+		"start_point", wt.StartPoint, "start_commit", wt.StartCommit, "admin_id", wt.AdminID, "view", wt.View)
 	return wt, nil
 }
 

@@ -5,11 +5,20 @@
 //
 // New returns a Manager for a worktree root. Inspect tells whether a
 // workspace directory is in a git work tree; Add creates the
-// conversation's worktree; MountPlan lists the bind mounts its container
-// needs; Health and Registrations serve `ohctl doctor`; Remove (which calls
-// Snapshot) ends it; Find rebuilds a Worktree from disk when its record was
-// lost (a crash between Add and saving the result). ContainerGitConfig is the git configuration the
-// container's environment must carry.
+// conversation's worktree (with AddOptions.View, its own git view);
+// MountPlan lists the bind mounts its container needs; ViewBranch and
+// Publish keep the host's branch equal to the view's; Health and
+// Registrations serve `ohctl doctor`; Remove (SaveView, or Snapshot without
+// a view) ends it; Restore brings an ended conversation's work back; Find
+// rebuilds a Worktree from disk when its record was lost (a crash between
+// Add and saving the result). RunView is the sandbox side (`ohctl view`,
+// run inside the conversation's container). ContainerGitConfig is the git
+// configuration the container's environment must carry.
+//
+// The files: add.go, remove.go, snapshot.go, restore.go are the
+// lifecycle; view.go (seeding), publish.go (import and ref moves) and
+// sandbox.go (the in-container side) are the git view; git.go is hardened
+// git; mounts.go the container's mounts.
 //
 // # One path, two namespaces
 //
@@ -33,10 +42,54 @@
 //     container's git runs with gc.auto=0 and gc.worktreePruneExpire=never
 //     (ContainerGitConfig).
 //
-// In the container, the common dir is read-only except for what a
-// committing agent writes: objects/, refs/, logs/ and its own
-// worktrees/<admin-id>/. The shared config, hooks/, info/, packed-refs and
-// other conversations' admin dirs cannot be changed from inside.
+// # The git view: the container never writes the host repository
+//
+// The agent is untrusted. Sharing the repository's live git dir with it
+// lets it delete the user's history (objects/), move any branch, delete
+// other conversations' work, plant refs/replace, and plant programs that
+// host-side git would run. So a containerized conversation gets its own
+// git view, <Root>/<id>/.ohd/git, mounted in the container at the common
+// dir's path, so every path stays what it is on the host:
+//
+//   - its own config (a copy of the repository's, plus the branch's
+//     upstream), HEAD, packed-refs (every ref but refs/ohd/ and other
+//     conversations' branches), logs/, info/, shallow, and its own admin
+//     dir worktrees/<admin-id>/ (HEAD, index, gitdir, commondir, locked);
+//   - its own object store, whose alternate is <Root>/<id>/.ohd/objects:
+//     on the host a symlink to <CommonDir>/objects, in the container the
+//     real store mounted read-only at that path. Seeding costs O(refs),
+//     no object is copied;
+//   - hooks/ is the repository's, mounted read-only.
+//
+// Everything git does works inside (branch and tag deletion, stash,
+// rebase, cherry-pick, revert, local config, remotes, gc, maintenance,
+// pack-refs, worktree add) and changes nothing the host sees. The host's
+// own registration (<CommonDir>/worktrees/<admin-id>) is never mounted, so
+// `git worktree list` on the host shows the live worktree, locked, valid.
+//
+// Publishing. ViewBranch reads the view's refs/heads/openhands/<id> (a
+// file read that opens every path component relative to the view with
+// O_NOFOLLOW: nothing outside the view is ever read). Publish brings that
+// commit to the host: inside the sandbox, `git pack-objects --revs --local`
+// packs what the view holds itself; on the host the pack enters the real
+// store only through `git unpack-objects --strict` or `git index-pack
+// --strict` (git's validation of a push), the commit must then be complete
+// (`rev-list --objects`), and the branch moves with its expected old
+// value. A branch moved by someone else is left alone and the commit is
+// kept under refs/ohd/kept/<id>/heads/openhands/<id> instead.
+//
+// Host-side git treats the worktree and the view as hostile: whatever must
+// read what the agent wrote (the snapshot, the view's refs, its objects)
+// runs in a Sandbox: the conversation's own container, or a container of
+// the same image and mounts with no network and no broker directory,
+// where git may run whatever the agent configured without reaching
+// anything the agent could not already reach. The host only imports
+// validated objects and moves refs it owns.
+//
+// Worktrees without a view (local-runtime conversations, whose agent runs
+// on the host as the user, and containerized ones made before views, until
+// SeedView moves them) share the repository's git dir; for them host-side
+// git runs hardened (below).
 //
 // The branch is openhands/<id>, created with --no-track (no write to the
 // shared config), from the first of: the explicit start point,
@@ -55,13 +108,14 @@
 //
 // # Hardened git
 //
-// The agent can write to its worktree, its admin dir, and (through its
-// mounts) to objects/, refs/ and logs/ of the shared repository, and git
-// executes programs named in configuration. Host-side git must never run
-// any of them. Every git command this package runs:
+// Git executes programs named in configuration and attributes, and the
+// agent writes its worktree (and, without a view, parts of the shared git
+// dir). Host-side git must never run any of them. Every git command this
+// package runs:
 //
 //   - is executed directly (no shell), with its own process group and a
-//     timeout (Options.Timeout) after which the group is killed;
+//     timeout (Options.Timeout) after which the group is killed, and (on
+//     Linux) a parent-death signal, so no git child outlives a killed ohd;
 //   - gets a fixed environment and nothing inherited: PATH fixed, HOME and
 //     XDG_CONFIG_HOME a nonexistent directory, GIT_CONFIG_NOSYSTEM=1,
 //     GIT_CONFIG_GLOBAL=/dev/null, GIT_ATTR_NOSYSTEM=1,
@@ -117,8 +171,13 @@
 //
 // # Snapshot and removal policy
 //
-// Ending a conversation loses no work. Remove first calls Snapshot, which
-// records the uncommitted state (modified, staged and untracked files; not
+// Ending a conversation loses no work. With a git view, Remove first saves
+// the view through the sandbox (SaveView): the uncommitted state becomes a
+// snapshot commit there, the branch gets its last publish, and the view's
+// branches, tags and stash whose commits no host ref reaches are kept
+// under refs/ohd/kept/<id>/<ref without refs/> (at most 1000); ignored
+// files are counted (RemoveResult.IgnoredFiles) and not kept. Without a
+// view, Remove calls Snapshot, which records the uncommitted state (modified, staged and untracked files; not
 // ignored ones) as a commit under refs/ohd/snapshots/<id>. It builds the
 // tree in a temporary index that starts as a copy of the worktree's index
 // (staged content counts; the worktree's own index is never written); the
@@ -132,9 +191,13 @@
 // and deletes the branch only if it has no commits beyond StartCommit, no
 // snapshot exists, and no other worktree has it checked out; otherwise the
 // branch is kept and RemoveResult.Message says why. RemoveOptions.Discard
-// skips the snapshot and deletes the branch and snapshot ref. Remove is
-// idempotent, so an interrupted removal can simply be retried; a snapshot
-// saved by the interrupted attempt still keeps the branch.
+// skips the snapshot and deletes the branch, the snapshot ref and the
+// kept refs; RemoveOptions.Undo (a create that never ran) takes no
+// snapshot of what may be a half-made checkout. Remove is idempotent, so
+// an interrupted removal can simply be retried; a snapshot saved by the
+// interrupted attempt still keeps the branch. Restore recreates the work:
+// the branch checked out in a new worktree, the snapshot applied as
+// uncommitted changes.
 //
 // # Bad input changes nothing
 //

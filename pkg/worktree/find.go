@@ -42,6 +42,9 @@ func (m *Manager) Find(ctx context.Context, repo Repo, id string) (Worktree, err
 		UID:            uid,
 		GID:            gid,
 	}
+	if v, _ := viewPaths(wt.Path); func() bool { ok, _ := lexists(v); return ok }() {
+		wt.View = v
+	}
 	if admin := findOwnAdminDir(wt); admin != "" {
 		wt.AdminDir, wt.AdminID = admin, filepath.Base(admin)
 	}

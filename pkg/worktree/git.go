@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,6 +91,10 @@ type runOpts struct {
 	env []string
 	// stdin, when set, is git's standard input (else /dev/null).
 	stdin []byte
+	// in and out, when set, stream git's standard input and output (out
+	// replaces the returned output, which is then empty).
+	in  io.Reader
+	out io.Writer
 	// raw skips the filter enumeration; only for `git config` and
 	// `git version`, which run no filters.
 	raw bool
@@ -161,7 +166,7 @@ func (m *Manager) git(ctx context.Context, t gitTarget, o runOpts, args ...strin
 		}
 		env = append(env, configEnv(overrides)...)
 	}
-	return m.run(ctx, t, env, o.stdin, args)
+	return m.runIO(ctx, t, env, o, args)
 }
 
 // mayRunFilters reports whether a git command might convert between
@@ -174,7 +179,8 @@ func mayRunFilters(args []string) bool {
 		return true
 	}
 	switch args[0] {
-	case "rev-parse", "update-ref", "rev-list", "commit-tree", "config", "version", "for-each-ref":
+	case "rev-parse", "update-ref", "rev-list", "commit-tree", "config", "version", "for-each-ref",
+		"symbolic-ref", "pack-objects", "index-pack", "unpack-objects", "cat-file":
 		return false
 	// Not write-tree: writing the index re-checks racily clean entries by
 	// content, through the clean filter.
@@ -268,6 +274,11 @@ func globalArgs(t gitTarget) []string {
 // run executes git directly (no shell) with env as its whole environment,
 // in its own process group, as the target's owner, under m.timeout.
 func (m *Manager) run(ctx context.Context, t gitTarget, env []string, stdin []byte, args []string) (string, error) {
+	return m.runIO(ctx, t, env, runOpts{stdin: stdin}, args)
+}
+
+// runIO is run with o's stdin and streams.
+func (m *Manager) runIO(ctx context.Context, t gitTarget, env []string, o runOpts, args []string) (string, error) {
 	attr, err := m.sysProcAttr(t.uid, t.gid)
 	if err != nil {
 		return "", err
@@ -282,12 +293,18 @@ func (m *Manager) run(ctx context.Context, t gitTarget, env []string, stdin []by
 	// Kill the whole group: git may have started children of its own.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
+	switch {
+	case o.in != nil:
+		cmd.Stdin = o.in
+	case o.stdin != nil:
+		cmd.Stdin = bytes.NewReader(o.stdin)
 	}
 	stdout := &cappedBuffer{max: maxStdout}
 	stderr := &cappedBuffer{max: maxStderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if o.out != nil {
+		cmd.Stdout = o.out
+	}
 
 	start := time.Now()
 	err = cmd.Run()
@@ -341,7 +358,7 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 // As root, git runs with the owner's credentials and no supplementary
 // groups; otherwise ohd must be the owner.
 func (m *Manager) sysProcAttr(uid, gid int) (*syscall.SysProcAttr, error) {
-	attr := &syscall.SysProcAttr{Setpgid: true}
+	attr := newSysProcAttr()
 	if m.euid == 0 {
 		if uid != 0 || gid != 0 {
 			attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -35,8 +36,11 @@ type Options struct {
 	// adds and removes. Default: discard.
 	Logger *slog.Logger
 	// OnStep, if set, is called at named points inside an operation:
-	// "snapshot" once the snapshot commit exists and before its ref is
-	// written. Crash tests stop the daemon there.
+	// "view" once Add has seeded the git view, "snapshot" once the
+	// snapshot commit exists (and, with a view, its objects are imported)
+	// and before its refs are written, "publish" once Publish imported the
+	// objects and before it moves the branch. Crash tests stop the daemon
+	// there.
 	OnStep func(step string)
 }
 
@@ -52,6 +56,9 @@ type Manager struct {
 	onStep  func(string)
 	euid    int
 	locks   repoLocks
+	// packed caches, per view, what ViewBranch last read of its
+	// packed-refs (a packedFile).
+	packed sync.Map
 }
 
 // DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.

@@ -17,14 +17,19 @@ type Mount struct {
 	ReadOnly       bool
 }
 
-// commonWritable are the parts of the git common dir a committing agent
-// writes, mounted read-write over the read-only common dir. Everything
-// else (config, hooks/, info/, packed-refs, other worktrees' admin dirs)
-// stays read-only in the container.
-var commonWritable = []string{"objects", "refs", "logs"}
-
 // MountPlan returns the bind mounts that make wt resolve inside a
-// container exactly as on the host, parents before children:
+// container exactly as on the host, parents before children. With a git
+// view (wt.View set), the container never writes the host repository:
+//
+//	<Path>                          read-write  the worktree
+//	<CommonDir>      <- <View>      read-write  the conversation's own git dir
+//	<CommonDir>/hooks               read-only   the repository's hooks, if any
+//	<Root>/<id>/.ohd/objects <- <CommonDir>/objects
+//	                                read-only   the real object store, the
+//	                                            view's alternate
+//
+// Without a view (a worktree created before views existed, until its
+// container is next started: see SeedView), the layout of old:
 //
 //	<Path>                          read-write
 //	<CommonDir>                     read-only
@@ -33,10 +38,9 @@ var commonWritable = []string{"objects", "refs", "logs"}
 //	<CommonDir>/refs                read-write
 //	<CommonDir>/worktrees/<AdminID> read-write
 //
-// Every source exists on the host when MountPlan returns (a missing logs/
-// is created, owned by the repository owner), is a real directory (not a
-// symlink) and is canonical. Call it after Add and before creating the
-// container, and again before each container (re)start.
+// Every source exists on the host when MountPlan returns, is a real
+// directory (not a symlink) and is canonical. Call it after Add and before
+// creating the container, and again before each container (re)start.
 func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 	if err := m.checkWorktree(wt); err != nil {
 		return nil, fmt.Errorf("worktree mount plan: %w", err)
@@ -44,17 +48,31 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 	if !dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path) {
 		return nil, fmt.Errorf("worktree mount plan %s: %w: its .git file and %s/gitdir do not point at each other: check `ohctl doctor`, or remove and recreate the conversation", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
-	mounts := []Mount{
-		{Source: wt.Path, Target: wt.Path},
-		{Source: wt.CommonDir, Target: wt.CommonDir, ReadOnly: true},
-		{Source: wt.AdminDir, Target: wt.AdminDir},
-	}
-	for _, name := range commonWritable {
-		p := filepath.Join(wt.CommonDir, name)
-		if err := m.ensureDir(p, wt.UID, wt.GID); err != nil {
-			return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+	var mounts []Mount
+	if wt.View != "" {
+		_, alt := viewPaths(wt.Path)
+		mounts = []Mount{
+			{Source: wt.Path, Target: wt.Path},
+			{Source: wt.View, Target: wt.CommonDir},
+			{Source: filepath.Join(wt.CommonDir, "objects"), Target: alt, ReadOnly: true},
 		}
-		mounts = append(mounts, Mount{Source: p, Target: p})
+		hooks := filepath.Join(wt.CommonDir, "hooks")
+		if st, err := os.Lstat(hooks); err == nil && st.IsDir() {
+			mounts = append(mounts, Mount{Source: hooks, Target: hooks, ReadOnly: true})
+		}
+	} else {
+		mounts = []Mount{
+			{Source: wt.Path, Target: wt.Path},
+			{Source: wt.CommonDir, Target: wt.CommonDir, ReadOnly: true},
+			{Source: wt.AdminDir, Target: wt.AdminDir},
+		}
+		for _, name := range []string{"objects", "refs", "logs"} {
+			p := filepath.Join(wt.CommonDir, name)
+			if err := m.ensureDir(p, wt.UID, wt.GID); err != nil {
+				return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+			}
+			mounts = append(mounts, Mount{Source: p, Target: p})
+		}
 	}
 	for _, mt := range mounts {
 		if err := checkMountSource(mt.Source); err != nil {
@@ -62,9 +80,8 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(wt.CommonDir, "objects", "info", "alternates")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		// Alternates are agent-writable (objects/ is), so they are never
-		// turned into mounts; git in the container will not find objects
-		// stored only there.
+		// The repository's own alternates are not mounted: git in the
+		// container will not find objects stored only there.
 		m.log.Warn("repository uses objects/info/alternates; those object stores are not mounted into the container",
 			"common_dir", wt.CommonDir)
 	}

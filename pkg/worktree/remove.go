@@ -1,22 +1,42 @@
 package worktree
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 )
 
 // RemoveOptions says how Remove treats unsaved work.
 type RemoveOptions struct {
-	// Discard skips the snapshot and deletes the branch and any snapshot
-	// ref, whatever they hold.
+	// Discard skips the snapshot and deletes the branch, any snapshot ref
+	// and any refs kept from the view, whatever they hold.
 	Discard bool
+	// Undo is the removal of a create that never reached running (a
+	// failed or interrupted create): there is no agent work to save, so no
+	// snapshot is taken (a half-made checkout is not work), and the branch
+	// is deleted only if it still points at its start commit.
+	Undo bool
+	// Sandbox runs the view's side of the removal (see Sandbox): required
+	// for a worktree with a view unless Discard or Undo is set.
+	Sandbox Sandbox
+	// Published is the value ohd last wrote to the host's branch; the
+	// final publish moves the branch only from there (otherwise the
+	// view's commit is kept, see Publish).
+	Published string
+	// Saved is the result of a SaveView made just before (through the
+	// conversation's running container): Remove then does not save the
+	// view again.
+	Saved *RemoveResult
 }
 
 // RemoveResult says what Remove kept and why.
@@ -37,6 +57,20 @@ type RemoveResult struct {
 	// AlreadyRemoved is true when there was no worktree left to remove (a
 	// retry after an interrupted or completed Remove).
 	AlreadyRemoved bool
+	// Kept are the refs of the view kept on the host because the host
+	// lacked their commits (refs/ohd/kept/<id>/...); KeptDropped counts
+	// those beyond the limit of 1000 that were not kept.
+	Kept        []string
+	KeptDropped int
+	// Conflict says the host branch had been moved by someone else, so
+	// the view's commit was kept instead of published.
+	Conflict string
+	// Published is the host branch's value ohd wrote last.
+	Published string
+	// IgnoredFiles and IgnoredBytes count the worktree's ignored files,
+	// which are not kept (0 with Discard or Undo, which count nothing).
+	IgnoredFiles int
+	IgnoredBytes int64
 	// Message is one sentence for the user, e.g. "worktree /w removed;
 	// branch openhands/<id> kept: 2 commits beyond start; uncommitted work
 	// saved in refs/ohd/snapshots/<id>".
@@ -61,7 +95,7 @@ type RemoveResult struct {
 // it again after a crash or a completed removal finishes the job. Call it
 // with the container stopped.
 func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (RemoveResult, error) {
-	res := RemoveResult{CommitsBeyondStart: -1}
+	res := RemoveResult{CommitsBeyondStart: -1, Published: opts.Published}
 	if err := m.checkRecord(wt, true); err != nil {
 		return res, fmt.Errorf("worktree remove: %w", err)
 	}
@@ -99,9 +133,23 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	snapRef := SnapshotRef(wt.ConversationID)
 
-	if !opts.Discard {
+	if wt.View != "" && opts.Sandbox == nil && opts.Saved == nil && !opts.Discard && !opts.Undo && dirExists {
+		return fail(fmt.Errorf("%w: a worktree with a git view needs a sandbox to save its work", ErrInvalidWorktree))
+	}
+	if !opts.Discard && !opts.Undo {
 		switch {
+		case dirExists && registered && wt.View != "" && opts.Saved != nil:
+			s := opts.Saved
+			res.SnapshotRef, res.SnapshotCommit, res.Kept, res.KeptDropped = s.SnapshotRef, s.SnapshotCommit, s.Kept, s.KeptDropped
+			res.Conflict, res.Published, res.IgnoredFiles, res.IgnoredBytes = s.Conflict, s.Published, s.IgnoredFiles, s.IgnoredBytes
+		case dirExists && registered && wt.View != "":
+			if err := m.saveView(ctx, wt, opts, &res); err != nil {
+				return fail(fmt.Errorf("%w: nothing was removed: fix the cause and remove again (--discard drops the conversation's uncommitted work and its unpublished commits)", err))
+			}
 		case dirExists && registered:
+			if res.IgnoredFiles, res.IgnoredBytes, err = m.countIgnored(ctx, wt); err != nil {
+				return fail(fmt.Errorf("%w: nothing was removed: fix the cause, or remove with --discard to drop uncommitted work", err))
+			}
 			if res.SnapshotRef, res.SnapshotCommit, err = m.Snapshot(ctx, wt); err != nil {
 				return fail(fmt.Errorf("%w: nothing was removed: fix the cause, or remove with --discard to drop uncommitted work", err))
 			}
@@ -145,13 +193,264 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 			return fail(fmt.Errorf("delete %s: %w", snapRef, err))
 		}
 	}
+	if opts.Discard {
+		if err := m.deleteKept(ctx, ct, wt.ConversationID); err != nil {
+			return fail(err)
+		}
+	}
+	// The view is the agent's: RemoveAll unlinks what it finds without
+	// following a symlink.
+	if err := os.RemoveAll(filepath.Join(convDir, viewParent)); err != nil {
+		return fail(fmt.Errorf("remove the git view: %w", err))
+	}
 	if err := os.Remove(convDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fail(fmt.Errorf("remove %s: %w", convDir, err))
 	}
 	res.Message = removeMessage(wt, opts, res, checkedOutIn)
 	m.log.Info("worktree removed", "conversation", wt.ConversationID, "path", wt.Path,
-		"branch_kept", res.BranchKept, "snapshot", res.SnapshotRef, "discard", opts.Discard)
+		"branch_kept", res.BranchKept, "snapshot", res.SnapshotRef, "kept", len(res.Kept), "discard", opts.Discard)
 	return res, nil
+}
+
+// SaveView is the first half of Remove for a worktree with a git view,
+// through a sandbox that is the conversation's own running container: it
+// saves the work (see saveView) and changes nothing else, so the caller can
+// then stop the container and call Remove with RemoveOptions.Saved.
+func (m *Manager) SaveView(ctx context.Context, wt Worktree, sb Sandbox, published string) (RemoveResult, error) {
+	res := RemoveResult{CommitsBeyondStart: -1, Published: published}
+	if err := m.checkWorktree(wt); err != nil || wt.View == "" {
+		if err == nil {
+			err = fmt.Errorf("%w: %s has no git view", ErrInvalidWorktree, wt.Path)
+		}
+		return res, fmt.Errorf("worktree save view: %w", err)
+	}
+	if !ownsAdmin(wt) {
+		return res, fmt.Errorf("worktree save view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
+	}
+	if err := m.saveView(ctx, wt, RemoveOptions{Sandbox: sb, Published: published}, &res); err != nil {
+		return res, fmt.Errorf("worktree save view %s: %w", wt.Path, err)
+	}
+	return res, nil
+}
+
+// saveView is the last publish of a worktree with a git view, run before
+// anything is removed: in the sandbox, uncommitted work becomes a commit in
+// the view and the view's refs are listed; the host imports (through git's
+// validation) what the branch, the snapshot and the view's other refs need,
+// then in one ref transaction moves the branch (or keeps its commit, if the
+// host branch was moved meanwhile), records the snapshot under
+// refs/ohd/snapshots/<id>, and keeps the view's branches, tags and stash
+// whose commits the host lacked under refs/ohd/kept/<id>/.
+func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions, res *RemoveResult) error {
+	var out bytes.Buffer
+	admin := filepath.Join(wt.CommonDir, "worktrees", wt.AdminID)
+	if err := opts.Sandbox.View(ctx, []string{"collect", "--id", wt.ConversationID, "--worktree", wt.Path, "--admin", admin}, nil, &limitedWriter{w: &out, n: 16 << 20}); err != nil {
+		return fmt.Errorf("save the conversation's work in its sandbox: %w", err)
+	}
+	var col Collected
+	if err := json.Unmarshal(out.Bytes(), &col); err != nil {
+		return fmt.Errorf("save the conversation's work: the sandbox's answer is not valid: %w", err)
+	}
+	if col.Snapshot != "" && !isHexID(col.Snapshot) {
+		return fmt.Errorf("%w: the sandbox's snapshot %q is not a commit id", ErrRefused, truncate(col.Snapshot, 80))
+	}
+	res.IgnoredFiles, res.IgnoredBytes = col.IgnoredFiles, col.IgnoredBytes
+	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
+	own := "refs/heads/" + wt.Branch
+	tip := col.Refs[own]
+	if tip != "" && !isHexID(tip) {
+		tip = ""
+	}
+	// Every keepable ref's objects come over (the pack holds only what
+	// the view has itself, so refs the host already has cost nothing);
+	// which to keep is decided afterwards, by reachability from the host's
+	// refs, so a retried removal whose first attempt imported the objects
+	// decides the same way.
+	var candidates []string
+	for name, oid := range col.Refs {
+		if keepable(name, own) && isHexID(oid) {
+			candidates = append(candidates, name)
+		}
+	}
+	sort.Strings(candidates)
+	var tips []string
+	seen := map[string]bool{}
+	add := func(o string) {
+		if o != "" && !seen[o] {
+			seen[o] = true
+			tips = append(tips, o)
+		}
+	}
+	add(tip)
+	add(col.Snapshot)
+	for _, name := range candidates {
+		add(col.Refs[name])
+	}
+	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit})
+	defer dropKeep()
+	if err != nil {
+		return err
+	}
+	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs)
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, name := range candidates {
+		if lacks[name] {
+			keep = append(keep, name)
+		}
+	}
+	if len(keep) > maxKept {
+		res.KeptDropped = len(keep) - maxKept
+		keep = keep[:maxKept]
+	}
+	m.onStep("snapshot")
+	unlock, err := m.lockRepo(ctx, wt.CommonDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cur, _, err := m.revParse(ctx, ct, own)
+	if err != nil {
+		return err
+	}
+	var tx strings.Builder
+	if tip != "" && tip != cur {
+		if cur == opts.Published || opts.Published == "" {
+			fmt.Fprintf(&tx, "update %s %s %s\n", own, tip, cur)
+			res.Published = tip
+		} else {
+			kept := KeptRef(wt.ConversationID, own)
+			fmt.Fprintf(&tx, "update %s %s\n", kept, tip)
+			res.Conflict = fmt.Sprintf("branch %s was moved on the host (to %s) since ohd published %s: the conversation's commit %s is kept as %s",
+				wt.Branch, shortOID(cur), shortOID(opts.Published), shortOID(tip), kept)
+			res.Kept = append(res.Kept, kept)
+		}
+	}
+	if col.Snapshot != "" {
+		fmt.Fprintf(&tx, "update %s %s\n", SnapshotRef(wt.ConversationID), col.Snapshot)
+		res.SnapshotRef, res.SnapshotCommit = SnapshotRef(wt.ConversationID), col.Snapshot
+	}
+	for _, name := range keep {
+		kept := KeptRef(wt.ConversationID, name)
+		fmt.Fprintf(&tx, "update %s %s\n", kept, col.Refs[name])
+		res.Kept = append(res.Kept, kept)
+	}
+	if tx.Len() == 0 {
+		return nil
+	}
+	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: conversation "+wt.ConversationID+" ended", "--stdin"); err != nil {
+		return fmt.Errorf("record the conversation's work: %w", err)
+	}
+	m.log.Info("view saved", "conversation", wt.ConversationID, "branch", res.Published, "snapshot", res.SnapshotCommit,
+		"kept", len(res.Kept), "ignored_files", res.IgnoredFiles)
+	return nil
+}
+
+// unreachable reports which of the named view refs point (peeled to a
+// commit) at commits no host ref reaches, ignoring what ohd kept of this
+// conversation before (a retried removal). The objects are on the host
+// (imported) when it runs.
+func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, names []string, refs map[string]string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	var in strings.Builder
+	for _, n := range names {
+		in.WriteString(refs[n] + "^{commit}\n")
+	}
+	peeled, err := m.git(ctx, ct, runOpts{stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
+	if err != nil {
+		return nil, fmt.Errorf("peel the view's refs: %w", err)
+	}
+	lines := strings.Split(strings.TrimRight(peeled, "\n"), "\n")
+	commitOf := map[string]string{}
+	args := []string{"rev-list"}
+	for i, n := range names {
+		if i < len(lines) && isHexID(lines[i]) {
+			commitOf[n] = lines[i]
+			args = append(args, lines[i])
+		} else {
+			out[n] = true // not a commit-ish the host can place: keep it
+		}
+	}
+	if len(commitOf) == 0 {
+		return out, nil
+	}
+	args = append(args, "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
+	list, err := m.git(ctx, ct, runOpts{}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("find the view's commits the host lacks: %w", err)
+	}
+	missing := map[string]bool{}
+	for _, c := range strings.Fields(list) {
+		missing[c] = true
+	}
+	for n, c := range commitOf {
+		out[n] = missing[c]
+	}
+	return out, nil
+}
+
+// deleteKept deletes the refs kept from conversation id's view (Discard).
+func (m *Manager) deleteKept(ctx context.Context, ct gitTarget, id string) error {
+	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=delete %(refname) %(objectname)", KeptPrefix(id))
+	if err != nil {
+		return fmt.Errorf("list kept refs: %w", err)
+	}
+	if strings.TrimSpace(out) == "" {
+		return nil
+	}
+	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(out)}, "update-ref", "--stdin"); err != nil {
+		return fmt.Errorf("delete kept refs: %w", err)
+	}
+	return nil
+}
+
+// ListKept returns the refs kept for conversation id in the repository at
+// commonDir (name -> object id).
+func (m *Manager) ListKept(ctx context.Context, commonDir, id string) (map[string]string, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	uid, gid, err := owner(commonDir)
+	if err != nil {
+		return nil, err
+	}
+	return m.readRefsUnder(ctx, commonTarget(commonDir, uid, gid), KeptPrefix(id), SnapshotRef(id))
+}
+
+// readRefsUnder returns the refs matching the patterns (prefixes or full
+// names), name -> object id.
+func (m *Manager) readRefsUnder(ctx context.Context, t gitTarget, patterns ...string) (map[string]string, error) {
+	args := append([]string{"for-each-ref", "--format=%(objectname) %(refname)", "--"}, patterns...)
+	out, err := m.git(ctx, t, runOpts{}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read refs: %w", err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if oid, name, ok := strings.Cut(line, " "); ok && isHexID(oid) {
+			got[name] = oid
+		}
+	}
+	return got, nil
+}
+
+// limitedWriter writes at most n bytes to w, then fails.
+type limitedWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > l.n {
+		return 0, errors.New("answer too large")
+	}
+	l.n -= int64(len(p))
+	return l.w.Write(p)
 }
 
 // removeWorktree unlocks and removes the worktree directory and its admin
@@ -351,6 +650,22 @@ func removeMessage(wt Worktree, opts RemoveOptions, res RemoveResult, checkedOut
 		if res.SnapshotRef != "" {
 			fmt.Fprintf(&b, "; uncommitted work saved in %s", res.SnapshotRef)
 		}
+	}
+	if len(res.Kept) > 0 {
+		fmt.Fprintf(&b, "; %d refs of the view kept under %s", len(res.Kept), KeptPrefix(wt.ConversationID))
+	}
+	if res.KeptDropped > 0 {
+		fmt.Fprintf(&b, " (%d more not kept: over the limit of %d)", res.KeptDropped, maxKept)
+	}
+	if res.Conflict != "" {
+		b.WriteString("; " + res.Conflict)
+	}
+	switch res.IgnoredFiles {
+	case 0:
+	case 1:
+		fmt.Fprintf(&b, "; 1 ignored file (%d bytes) not kept", res.IgnoredBytes)
+	default:
+		fmt.Fprintf(&b, "; %d ignored files (%d bytes) not kept", res.IgnoredFiles, res.IgnoredBytes)
 	}
 	return b.String()
 }

@@ -53,7 +53,9 @@ func TestRemoveKeepsWork(t *testing.T) {
 		SnapshotCommit:     gitIn(t, repo.TopLevel, "rev-parse", ref),
 		CommitsBeyondStart: 0,
 		BranchKept:         true,
-		Message:            "worktree " + wt.Path + " removed; branch openhands/" + id + " kept: uncommitted work saved in " + ref,
+		IgnoredFiles:       1,
+		IgnoredBytes:       8,
+		Message:            "worktree " + wt.Path + " removed; branch openhands/" + id + " kept: uncommitted work saved in " + ref + "; 1 ignored file (8 bytes) not kept",
 	}
 	if diff := cmp.Diff(want, res); diff != "" {
 		t.Errorf("Remove result mismatch (-want +got):\n%s", diff)

@@ -70,7 +70,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 	// The common case, a clean worktree, costs one status: nothing staged,
 	// modified or untracked means nothing to save. GIT_OPTIONAL_LOCKS=0
 	// keeps status from refreshing (writing) the worktree's index.
-	clean, err := m.git(ctx, t, runOpts{filters: memo}, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=none", "--no-renames")
+	clean, err := m.git(ctx, t, runOpts{filters: memo}, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames")
 	if err != nil {
 		return "", fmt.Errorf("status of the worktree: %w", err)
 	}

@@ -46,6 +46,9 @@ func (m *Manager) checkRecord(wt Worktree, noAdmin bool) error {
 	if wt.Branch != BranchName(wt.ConversationID) {
 		return bad("Branch %q is not %q", wt.Branch, BranchName(wt.ConversationID))
 	}
+	if want, _ := viewPaths(wt.Path); wt.View != "" && wt.View != want {
+		return bad("View %s is not %s", wt.View, want)
+	}
 	if wt.StartCommit != "" && !isHexID(wt.StartCommit) {
 		return bad("StartCommit %q is not a full commit id", wt.StartCommit)
 	}

@@ -7,8 +7,10 @@
 // plain Unix-socket HTTP server), proxy (the conversation API against the
 // inner server reached directly), create (a conversation's create and
 // remove against git CLI and Docker Engine calls done directly; needs
-// Docker and builds the test image if it is missing) and go (every Go
-// benchmark under pkg/, without a baseline).
+// Docker and builds the test image if it is missing), publish (how fast a
+// commit made inside a conversation's container reaches the host's
+// branch, and what a publish costs) and go (every Go benchmark under
+// pkg/, without a baseline).
 package main
 
 import (
@@ -41,7 +43,7 @@ func main() {
 }
 
 // all is every benchmark, in the order they run and are shown.
-var all = []string{"broker", "proxy", "create", "go"}
+var all = []string{"broker", "proxy", "create", "publish", "go"}
 
 // config is the command line.
 type config struct {
@@ -116,7 +118,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// What the create benchmark needs is checked before anything runs, so
 	// a missing engine fails in seconds, not after the other benchmarks.
-	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") {
+	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") {
 		if err := prepareDocker(ctx, cfg, progress); err != nil {
 			fmt.Fprintf(stderr, "ohd-bench: create: %v\n", err)
 			return 1
@@ -166,6 +168,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			rows = append(rows, bench.CreateRows(res)...)
 			for _, r := range res {
 				lines, details = append(lines, r.Line()), append(details, r.Detail())
+			}
+		case "publish":
+			res, err := bench.Publish(ctx, bench.PublishOptions{Image: cfg.image})
+			if err != nil {
+				fail("publish", err)
+			} else {
+				rows = append(rows, bench.PublishRows(res)...)
+				lines, details = append(lines, res.Line()), append(details, res.Detail())
 			}
 		case "go":
 			opts := bench.GoOptions{Dir: root, Benchtime: cfg.goBenchtime}

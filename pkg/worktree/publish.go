@@ -1,0 +1,392 @@
+package worktree
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// KeptPrefix is where ohd keeps refs of conversation id's view that the
+// host did not have: refs/ohd/kept/<id>/.
+func KeptPrefix(id string) string { return "refs/ohd/kept/" + id + "/" }
+
+// KeptRef is where ohd keeps the view's ref (a full name, refs/...):
+// refs/ohd/kept/<id>/heads/foo for refs/heads/foo.
+func KeptRef(id, ref string) string { return KeptPrefix(id) + strings.TrimPrefix(ref, "refs/") }
+
+// maxKept bounds the refs one removal keeps: an agent that makes a million
+// tags must not make a million refs in the user's repository.
+const maxKept = 1000
+
+// PublishResult says what Publish did.
+type PublishResult struct {
+	// Commit is the view's commit that was published (or kept).
+	Commit string
+	// Published is the host branch's value that ohd last wrote: Commit,
+	// unless the host branch had been moved by someone else.
+	Published string
+	// Kept is the ref Commit was kept under when the host branch had moved
+	// (refs/ohd/kept/<id>/heads/openhands/<id>); Conflict says so in a
+	// sentence. Both empty when the branch was published.
+	Kept, Conflict string
+}
+
+// ErrRefused wraps a publish whose objects git's validation refused (a
+// corrupt or incomplete object from the view): nothing was imported.
+var ErrRefused = errors.New("refused by validation")
+
+// Publish makes the host's refs/heads/openhands/<id> equal to the view's
+// commit tip. published is the value ohd last wrote there (the start
+// commit at first). The objects come through the sandbox as a pack and
+// enter the host's store only through `git unpack-objects --strict` or
+// `git index-pack --strict` (git's validation of a push), and only if tip
+// is then complete; the ref moves with published as its expected old
+// value. If the host branch was moved by someone else (it is no longer
+// published), it is left alone: tip is kept under KeptRef and
+// PublishResult.Conflict says so.
+func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, published string) (PublishResult, error) {
+	res := PublishResult{Commit: tip, Published: published}
+	if err := m.checkWorktree(wt); err != nil || wt.View == "" {
+		if err == nil {
+			err = fmt.Errorf("%w: %s has no git view", ErrInvalidWorktree, wt.Path)
+		}
+		return res, fmt.Errorf("worktree publish: %w", err)
+	}
+	if !isHexID(tip) {
+		return res, fmt.Errorf("worktree publish %s: %w: the view's branch is %q, not a commit id", wt.Path, ErrRefused, truncate(tip, 80))
+	}
+	if tip == published {
+		return res, nil
+	}
+	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
+	keep, err := m.importObjects(ctx, wt, sb, []string{tip}, []string{published, wt.StartCommit})
+	defer keep()
+	if err != nil {
+		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
+	m.onStep("publish")
+	unlock, err := m.lockRepo(ctx, wt.CommonDir)
+	if err != nil {
+		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
+	defer unlock()
+	ref := "refs/heads/" + wt.Branch
+	cur, _, err := m.revParse(ctx, ct, ref)
+	if err != nil {
+		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
+	if cur != published && published != "" {
+		res.Kept = KeptRef(wt.ConversationID, ref)
+		res.Conflict = fmt.Sprintf("branch %s was moved on the host (to %s) since ohd published %s: the conversation's commit %s is kept as %s",
+			wt.Branch, shortOID(cur), shortOID(published), shortOID(tip), res.Kept)
+		if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-m", "ohd: kept from conversation "+wt.ConversationID, res.Kept, tip); err != nil {
+			return res, fmt.Errorf("worktree publish %s: keep %s: %w", wt.Path, res.Kept, err)
+		}
+		m.log.Warn("publish conflict", "conversation", wt.ConversationID, "branch", wt.Branch, "host", cur, "kept", res.Kept)
+		return res, nil
+	}
+	if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-m", "ohd: publish conversation "+wt.ConversationID, ref, tip, cur); err != nil {
+		return res, fmt.Errorf("worktree publish %s: move %s: %w", wt.Path, wt.Branch, err)
+	}
+	res.Published = tip
+	m.log.Debug("published", "conversation", wt.ConversationID, "branch", wt.Branch, "commit", tip)
+	return res, nil
+}
+
+func shortOID(s string) string {
+	if s == "" {
+		return "nothing"
+	}
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// importObjects brings the objects tips need into the host's store: the
+// sandbox packs what the view holds itself (its alternate is the host's
+// store, whose objects are not packed again), minus what nots reach, and
+// the host feeds that pack to git's validating importers. It then checks
+// that every tip is complete on the host. The returned func drops the
+// pack's .keep (call it after the refs are moved, or always: a pack whose
+// refs never moved is an unreachable one for gc to collect).
+func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, tips, nots []string) (func(), error) {
+	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
+	noop := func() {}
+	present, err := m.present(ctx, ct, append(append([]string{}, tips...), nots...))
+	if err != nil {
+		return noop, err
+	}
+	var revs strings.Builder
+	need := false
+	for _, t := range tips {
+		if !present[t] {
+			need = true
+		}
+		revs.WriteString(t + "\n")
+	}
+	if !need {
+		return noop, nil // everything is on the host already (a fast-forward to a host commit)
+	}
+	for _, n := range nots {
+		if isHexID(n) && present[n] {
+			revs.WriteString("^" + n + "\n")
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := sb.View(ctx, []string{"pack", "--git-dir", wt.CommonDir}, strings.NewReader(revs.String()), pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	keep, ierr := m.unpack(ctx, ct, pr)
+	if ierr != nil {
+		cancel()
+	}
+	pr.CloseWithError(io.ErrClosedPipe)
+	serr := <-done
+	if serr != nil && ierr == nil {
+		ierr = fmt.Errorf("pack the view's objects in the sandbox: %w", serr)
+	}
+	if ierr != nil {
+		return keep, ierr
+	}
+	args := append([]string{"rev-list", "--objects", "--quiet"}, tips...)
+	args = append(args, "--not", "--all", "--")
+	if _, err := m.git(ctx, ct, runOpts{}, args...); err != nil {
+		return keep, fmt.Errorf("%w: the view's objects for %s are incomplete or corrupt after import: %v", ErrRefused, strings.Join(tips, ", "), err)
+	}
+	return keep, nil
+}
+
+// present reports which of oids exist in the host's store.
+func (m *Manager) present(ctx context.Context, ct gitTarget, oids []string) (map[string]bool, error) {
+	var in bytes.Buffer
+	var ask []string
+	for _, o := range oids {
+		if isHexID(o) {
+			in.WriteString(o + "\n")
+			ask = append(ask, o)
+		}
+	}
+	got := map[string]bool{}
+	if len(ask) == 0 {
+		return got, nil
+	}
+	out, err := m.git(ctx, ct, runOpts{stdin: in.Bytes()}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	if err != nil {
+		return nil, fmt.Errorf("look up objects: %w", err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if oid, typ, ok := strings.Cut(line, " "); ok && typ != "missing" && isHexID(oid) {
+			got[oid] = true
+		}
+	}
+	return got, nil
+}
+
+// unpack feeds a pack stream to git: unpack-objects --strict for a small
+// one, index-pack --strict --keep otherwise, as receive-pack does (it
+// reads the 12-byte header itself and passes it on).
+func (m *Manager) unpack(ctx context.Context, ct gitTarget, r io.Reader) (func(), error) {
+	noop := func() {}
+	var hdr [12]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return noop, fmt.Errorf("%w: the sandbox sent no pack: %v", ErrRefused, err)
+	}
+	if string(hdr[:4]) != "PACK" {
+		return noop, fmt.Errorf("%w: the sandbox's output is not a pack", ErrRefused)
+	}
+	version, count := binary.BigEndian.Uint32(hdr[4:8]), binary.BigEndian.Uint32(hdr[8:12])
+	if version != 2 && version != 3 {
+		return noop, fmt.Errorf("%w: pack version %d", ErrRefused, version)
+	}
+	header := fmt.Sprintf("--pack_header=%d,%d", version, count)
+	if count < 100 {
+		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", header); err != nil {
+			return noop, fmt.Errorf("%w: git unpack-objects: %v", ErrRefused, err)
+		}
+		return noop, nil
+	}
+	out, err := m.git(ctx, ct, runOpts{in: r}, "index-pack", "--stdin", "--strict", "--keep=ohd import", header)
+	if err != nil {
+		return noop, fmt.Errorf("%w: git index-pack: %v", ErrRefused, err)
+	}
+	kind, hash, _ := strings.Cut(strings.TrimSpace(out), "\t")
+	if kind != "keep" || !isHexID(hash) {
+		return noop, nil
+	}
+	keepFile := filepath.Join(ct.gitDir, "objects", "pack", "pack-"+hash+".keep")
+	return func() { _ = os.Remove(keepFile) }, nil
+}
+
+// ViewBranch reads the commit of the view's refs/heads/openhands/<id>
+// ("" if the ref does not exist), as a loose ref or in packed-refs. The
+// view is the agent's: every path component is opened relative to the
+// view without following a symlink, so nothing outside the view is ever
+// read, and packed-refs is read only when it changed and is not huge.
+func (m *Manager) ViewBranch(wt Worktree) (string, error) {
+	if wt.View == "" {
+		return "", fmt.Errorf("worktree view branch: %w: %s has no git view", ErrInvalidWorktree, wt.Path)
+	}
+	ref := "refs/heads/" + wt.Branch
+	b, err := readBeneath(wt.View, ref, 4096)
+	switch {
+	case err == nil:
+		s := strings.TrimSpace(string(b))
+		if !isHexID(s) {
+			return "", fmt.Errorf("worktree view branch %s: %w: the loose ref holds %q", wt.Path, ErrRefused, truncate(s, 80))
+		}
+		return s, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("worktree view branch %s: %w", wt.Path, err)
+	}
+	return m.packedRef(wt.View, ref)
+}
+
+// packedFile is what packedRef last read of one view's packed-refs.
+type packedFile struct {
+	dev, ino    uint64
+	size, mtime int64
+	ref, oid    string
+}
+
+// packedRef finds ref in the view's packed-refs, reading the file again
+// only when it changed (device, inode, size, modification time): the
+// publisher asks several times a second, and an agent can make the file
+// large.
+func (m *Manager) packedRef(view, ref string) (string, error) {
+	f, err := openBeneath(view, "packed-refs")
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("worktree view branch: %w", err)
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", err
+	}
+	key := packedFile{dev: uint64(st.Dev), ino: uint64(st.Ino), size: st.Size, mtime: st.Mtim.Nano(), ref: ref}
+	if v, ok := m.packed.Load(view); ok {
+		if c := v.(packedFile); c.dev == key.dev && c.ino == key.ino && c.size == key.size && c.mtime == key.mtime && c.ref == ref {
+			return c.oid, nil
+		}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", nil
+	}
+	if st.Size > 64<<20 {
+		return "", fmt.Errorf("worktree view branch: %s/packed-refs is larger than 64 MiB", view)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, 64<<20))
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(string(b)) {
+		oid, name, ok := strings.Cut(strings.TrimRight(line, "\n"), " ")
+		if ok && name == ref && isHexID(oid) {
+			key.oid = oid
+			break
+		}
+	}
+	m.packed.Store(view, key)
+	return key.oid, nil
+}
+
+// readBeneath reads the regular file rel below dir (see openBeneath),
+// refusing one larger than max.
+func readBeneath(dir, rel string, max int64) ([]byte, error) {
+	f, err := openBeneath(dir, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file: %w", rel, fs.ErrNotExist)
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", rel, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max+1))
+}
+
+// openBeneath opens rel below dir, opening every component with
+// O_NOFOLLOW relative to the one before: a symlink anywhere on the way is
+// refused (ELOOP or ENOTDIR), so the read never leaves dir.
+func openBeneath(dir, rel string) (*os.File, error) {
+	parts := strings.Split(rel, "/")
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." {
+			return nil, fmt.Errorf("read %s in %s: bad path", rel, dir)
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	for i, p := range parts {
+		flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if i < len(parts)-1 {
+			flags |= unix.O_DIRECTORY
+		} else {
+			flags |= unix.O_NONBLOCK
+		}
+		next, err := unix.Openat(fd, p, flags, 0)
+		unix.Close(fd)
+		if err != nil {
+			if err == unix.ENOTDIR || err == unix.ELOOP {
+				err = fmt.Errorf("%s is not a plain path (a symlink or file on the way): %w", rel, fs.ErrNotExist)
+			}
+			return nil, &os.PathError{Op: "open", Path: filepath.Join(dir, rel), Err: err}
+		}
+		fd = next
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(dir, rel)), nil
+}
+
+// keepable reports whether a view ref is one ohd keeps when its commit is
+// new to the host: branches, tags and the stash, with a name git accepts.
+func keepable(name, own string) bool {
+	if name == own || !validRefName(name) {
+		return false
+	}
+	return strings.HasPrefix(name, "refs/heads/") || strings.HasPrefix(name, "refs/tags/") || name == "refs/stash"
+}
+
+// validRefName is git's check-ref-format, conservatively: what it accepts
+// and a little less (no non-ASCII).
+func validRefName(name string) bool {
+	if len(name) > 1024 || !strings.HasPrefix(name, "refs/") || strings.HasSuffix(name, "/") || strings.HasSuffix(name, ".") ||
+		strings.Contains(name, "..") || strings.Contains(name, "@{") || strings.Contains(name, "//") || name == "@" {
+		return false
+	}
+	for _, comp := range strings.Split(name, "/") {
+		if comp == "" || strings.HasPrefix(comp, ".") || strings.HasSuffix(comp, ".lock") {
+			return false
+		}
+	}
+	for _, c := range []byte(name) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("~^:?*[\\", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}

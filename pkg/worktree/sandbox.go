@@ -1,0 +1,190 @@
+package worktree
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Sandbox runs `ohctl view ARGS...` where it can reach this conversation's
+// worktree and git view and nothing else of the host: in practice the
+// conversation's own container (pkg/conversation runs it there, or in a
+// short-lived container of the same image, with no network and no broker
+// directory, when the conversation's container is stopped). Everything
+// that reads what the agent wrote (its worktree, its view's config,
+// objects and refs) runs there; the host only imports the pack it gets
+// back through git's validation and moves refs it owns.
+type Sandbox interface {
+	// View runs `ohctl view` with args, stdin and stdout; an error carries
+	// the tail of the command's standard error.
+	View(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error
+}
+
+// Collected is what `ohctl view collect` reports from inside the sandbox
+// at the end of a conversation.
+type Collected struct {
+	// Snapshot is the commit recording uncommitted work (written into the
+	// view's object store), or "" when nothing is uncommitted.
+	Snapshot string `json:"snapshot,omitempty"`
+	// Refs are the view's refs (name -> object id).
+	Refs map[string]string `json:"refs"`
+	// IgnoredFiles and IgnoredBytes count the ignored files of the
+	// worktree, which are not kept.
+	IgnoredFiles int   `json:"ignored_files"`
+	IgnoredBytes int64 `json:"ignored_bytes"`
+}
+
+// RunView is `ohctl view` inside the sandbox. Its subcommands:
+//
+//	collect --id ID --worktree PATH --admin DIR
+//	        records uncommitted work as a commit in the view, lists the
+//	        view's refs and counts ignored files; prints Collected as JSON
+//	pack    --git-dir DIR
+//	        reads rev-list arguments (an object id, or ^ and one) from
+//	        stdin, one per line, and writes a pack of the objects they
+//	        need that the view holds itself (not those of its alternate,
+//	        the host's store): `git pack-objects --revs --local --stdout`
+//	idle    waits until killed (the command of a sandbox container)
+//
+// It runs git as the current user with the same hardened environment as
+// on the host: not because the agent's configuration could do harm here
+// (the sandbox reaches nothing the agent could not), but so that what it
+// reads is what the host would have read.
+func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("ohctl view: a subcommand is required: collect, pack or idle")
+	}
+	flags := flag.NewFlagSet("ohctl view "+args[0], flag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	id := flags.String("id", "", "conversation id")
+	path := flags.String("worktree", "", "worktree path")
+	admin := flags.String("admin", "", "the view's admin dir of the worktree")
+	gitDir := flags.String("git-dir", "", "the view (the common dir's path in the sandbox)")
+	if err := flags.Parse(args[1:]); err != nil {
+		return fmt.Errorf("ohctl view %s: %w", args[0], err)
+	}
+	m, err := insideManager()
+	if err != nil {
+		return fmt.Errorf("ohctl view %s: %w", args[0], err)
+	}
+	switch args[0] {
+	case "idle":
+		<-ctx.Done()
+		return nil
+	case "collect":
+		wt := Worktree{ConversationID: *id, Path: *path, AdminDir: *admin, UID: m.euid, GID: os.Getegid()}
+		if ValidateID(*id) != nil || !filepath.IsAbs(*path) || !filepath.IsAbs(*admin) {
+			return errors.New("ohctl view collect: --id, --worktree and --admin are required (absolute paths)")
+		}
+		wt.CommonDir = filepath.Dir(filepath.Dir(*admin))
+		c, err := m.collect(ctx, wt)
+		if err != nil {
+			return fmt.Errorf("ohctl view collect: %w", err)
+		}
+		return json.NewEncoder(stdout).Encode(c)
+	case "pack":
+		if !filepath.IsAbs(*gitDir) {
+			return errors.New("ohctl view pack: --git-dir is required (an absolute path)")
+		}
+		revs, err := readRevs(stdin)
+		if err != nil {
+			return fmt.Errorf("ohctl view pack: %w", err)
+		}
+		t := commonTarget(*gitDir, m.euid, os.Getegid())
+		_, err = m.git(ctx, t, runOpts{in: strings.NewReader(revs), out: stdout},
+			"pack-objects", "--revs", "--local", "--stdout", "--quiet", "--delta-base-offset")
+		if err != nil {
+			return fmt.Errorf("ohctl view pack: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack or idle", args[0])
+}
+
+// insideManager is a Manager for the sandbox: git as the current user, no
+// root, no worktree root.
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func insideManager() (*Manager, error) {
+	g, err := lookGit()
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{gitPath: g, timeout: 10 * time.Minute, euid: os.Geteuid(), onStep: func(string) {},
+		log: discardLogger()}, nil
+}
+
+// readRevs reads and checks the rev-list arguments of `view pack`: object
+// ids, optionally negated, nothing else (no option can be slipped in).
+func readRevs(r io.Reader) (string, error) {
+	var b strings.Builder
+	sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		if !isHexID(strings.TrimPrefix(line, "^")) {
+			return "", fmt.Errorf("bad revision line %q: want an object id or ^ and one", truncate(line, 80))
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String(), sc.Err()
+}
+
+// collect is `view collect`: the snapshot commit, the refs, the ignored
+// files.
+func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
+	var c Collected
+	snap, err := m.snapshotCommit(ctx, wt)
+	if err != nil {
+		return c, err
+	}
+	c.Snapshot = snap
+	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
+	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=%(objectname) %(refname)")
+	if err != nil {
+		return c, fmt.Errorf("list the view's refs: %w", err)
+	}
+	c.Refs = map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if oid, name, ok := strings.Cut(line, " "); ok && isHexID(oid) {
+			c.Refs[name] = oid
+		}
+	}
+	if c.IgnoredFiles, c.IgnoredBytes, err = m.countIgnored(ctx, wt); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// countIgnored counts the worktree's ignored files and their bytes (regular
+// files only; nothing is followed).
+func (m *Manager) countIgnored(ctx context.Context, wt Worktree) (files int, bytes int64, err error) {
+	out, err := m.git(ctx, worktreeTarget(wt), runOpts{}, "ls-files", "-z", "--others", "--ignored", "--exclude-standard")
+	if err != nil {
+		return 0, 0, fmt.Errorf("list ignored files: %w", err)
+	}
+	for _, name := range strings.Split(out, "\x00") {
+		if name == "" {
+			continue
+		}
+		files++
+		if st, err := os.Lstat(filepath.Join(wt.Path, name)); err == nil && st.Mode().IsRegular() {
+			bytes += st.Size()
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return files, bytes, err
+		}
+	}
+	return files, bytes, nil
+}

@@ -1,0 +1,389 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// hostSandbox runs `ohctl view` in this process, on the host: the unit
+// tests' stand-in for the conversation's container (the integration tests
+// run the real one). On the host the view resolves exactly as in the
+// container because every path in it is the same on both sides.
+type hostSandbox struct {
+	wt    Worktree
+	calls int
+}
+
+func (s *hostSandbox) View(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	s.calls++
+	if stdin == nil {
+		stdin = strings.NewReader("")
+	}
+	// In the container the view is mounted at the common dir's path; on
+	// the host it is at its own.
+	args = append([]string{}, args...)
+	for i, a := range args {
+		if a == s.wt.CommonDir || strings.HasPrefix(a, s.wt.CommonDir+"/") {
+			args[i] = s.wt.View + strings.TrimPrefix(a, s.wt.CommonDir)
+		}
+	}
+	return RunView(ctx, args, stdin, stdout)
+}
+
+func addView(t testing.TB, m *Manager, repo Repo, id, start string) Worktree {
+	t.Helper()
+	wt, err := m.Add(testCtx(t), AddOptions{Repo: repo, ConversationID: id, StartPoint: start, View: true})
+	if err != nil {
+		t.Fatalf("Add(%s, view): %v", id, err)
+	}
+	return wt
+}
+
+// inView runs git as the agent does in the container: in the worktree,
+// with the view as its git dir (the container sees the view at the common
+// dir's path; on the host the view's own admin dir stands for that).
+func inView(t testing.TB, wt Worktree, args ...string) string {
+	t.Helper()
+	gitDir := filepath.Join(wt.View, "worktrees", wt.AdminID)
+	out, err := testenv.GitOutput(wt.Path, append([]string{"-c", "safe.directory=*", "--git-dir=" + gitDir, "--work-tree=" + wt.Path}, args...)...)
+	if err != nil {
+		t.Fatalf("git %v in the view: %v", args, err)
+	}
+	return strings.TrimSpace(out)
+}
+
+func hostGit(t testing.TB, repo string, args ...string) string {
+	t.Helper()
+	return strings.TrimSpace(testenv.Git(t, repo, append([]string{"-c", "safe.directory=*"}, args...)...))
+}
+
+func TestViewSeed(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, dir, "tag", "v1")
+	hostGit(t, dir, "update-ref", "refs/ohd/snapshots/other", "HEAD")
+	hostGit(t, dir, "branch", "openhands/someone-else")
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	if want, _ := viewPaths(wt.Path); wt.View != want {
+		t.Fatalf("View = %q, want %q", wt.View, want)
+	}
+	refs := inView(t, wt, "for-each-ref", "--format=%(refname)")
+	for _, want := range []string{"refs/heads/main", "refs/tags/v1", "refs/heads/" + wt.Branch} {
+		if !strings.Contains(refs, want) {
+			t.Errorf("view refs %q lack %s", refs, want)
+		}
+	}
+	for _, hidden := range []string{"refs/ohd/", "openhands/someone-else"} {
+		if strings.Contains(refs, hidden) {
+			t.Errorf("view refs %q show %s", refs, hidden)
+		}
+	}
+	if got := inView(t, wt, "rev-parse", "--abbrev-ref", "HEAD"); got != wt.Branch {
+		t.Errorf("view HEAD = %q, want %q", got, wt.Branch)
+	}
+	if got := inView(t, wt, "status", "--porcelain"); got != "" {
+		t.Errorf("status in the view = %q, want clean", got)
+	}
+	// Nothing was copied: the objects come through the alternate.
+	if got := inView(t, wt, "count-objects", "-v"); !strings.Contains(got, "count: 0") || !strings.Contains(got, "size-pack: 0") {
+		t.Errorf("the view's own store is not empty:\n%s", got)
+	}
+	// The host's own registration is intact and not prunable.
+	for _, r := range worktreeList(t, dir) {
+		if r.Path == wt.Path && r.Prunable {
+			t.Errorf("host registration of %s is prunable: %s", wt.Path, r.PrunableReason)
+		}
+	}
+}
+
+func TestViewUpstreamTracksStartPoint(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, dir, "remote", "add", "origin", "https://example.invalid/repo.git")
+	hostGit(t, dir, "update-ref", "refs/remotes/origin/main", "HEAD")
+	hostGit(t, dir, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
+	before, _ := os.ReadFile(filepath.Join(dir, ".git", "config"))
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	if got, want := inView(t, wt, "status", "-sb"), "## "+wt.Branch+"...origin/main"; !strings.HasPrefix(got, want) {
+		t.Errorf("status -sb in the view = %q, want %q", got, want)
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, ".git", "config"))
+	if string(before) != string(after) {
+		t.Errorf("the host's config changed:\n%s\n->\n%s", before, after)
+	}
+}
+
+func TestPublishMovesHostBranch(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "new.txt"), "agent work\n")
+	inView(t, wt, "add", "new.txt")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "agent commit")
+	tip, err := m.ViewBranch(wt)
+	if err != nil || !isHexID(tip) {
+		t.Fatalf("ViewBranch = %q, %v", tip, err)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != wt.StartCommit {
+		t.Fatalf("before publishing the host branch is %s, want the start %s", host, wt.StartCommit)
+	}
+	sb := &hostSandbox{wt: wt}
+	res, err := m.Publish(testCtx(t), wt, sb, tip, wt.StartCommit)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if res.Published != tip || res.Conflict != "" {
+		t.Errorf("Publish = %+v, want published %s", res, tip)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != tip {
+		t.Errorf("host branch = %s, want %s", host, tip)
+	}
+	if got := hostGit(t, dir, "show", tip+":new.txt"); got != "agent work" {
+		t.Errorf("host show new.txt = %q", got)
+	}
+	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
+
+	// Someone moves the host branch: the next commit is kept, not forced.
+	hostGit(t, dir, "update-ref", "refs/heads/"+wt.Branch, wt.StartCommit)
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "second")
+	tip2, _ := m.ViewBranch(wt)
+	res, err = m.Publish(testCtx(t), wt, sb, tip2, tip)
+	if err != nil {
+		t.Fatalf("Publish after a host move: %v", err)
+	}
+	if res.Conflict == "" || res.Kept != KeptRef(wt.ConversationID, "refs/heads/"+wt.Branch) || res.Published != tip {
+		t.Errorf("Publish after a host move = %+v, want a conflict and the commit kept", res)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != wt.StartCommit {
+		t.Errorf("the moved host branch was overwritten: %s", host)
+	}
+	if kept := hostGit(t, dir, "rev-parse", res.Kept); kept != tip2 {
+		t.Errorf("%s = %s, want %s", res.Kept, kept, tip2)
+	}
+}
+
+func TestPublishRefusesCorruptObjects(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "f.txt"), "content\n")
+	inView(t, wt, "add", "f.txt")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "c")
+	tip, _ := m.ViewBranch(wt)
+	blob := inView(t, wt, "rev-parse", tip+":f.txt")
+	// The agent replaces the blob's loose object with other (valid zlib)
+	// content: its hash no longer matches its name.
+	obj := filepath.Join(wt.View, "objects", blob[:2], blob[2:])
+	other := filepath.Join(t.TempDir(), "o")
+	testenv.WriteFile(t, other, "something else\n")
+	oid := strings.TrimSpace(testenv.Git(t, dir, "-c", "safe.directory=*", "--git-dir="+wt.View, "hash-object", "-w", other))
+	if err := os.Chmod(obj, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(wt.View, "objects", oid[:2], oid[2:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(obj, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit)
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("Publish of a corrupt object = %v, want ErrRefused", err)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != wt.StartCommit {
+		t.Errorf("the host branch moved to %s", host)
+	}
+	if _, err := testenv.GitOutput(dir, "-c", "safe.directory=*", "cat-file", "-e", blob); err == nil {
+		t.Errorf("the corrupt object %s was imported", blob)
+	}
+	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
+}
+
+func TestViewBranchNeverLeavesTheView(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	wt := addView(t, m, repo, newID(t), "")
+	secret := filepath.Join(t.TempDir(), "token")
+	testenv.WriteFile(t, secret, strings.Repeat("a", 40)+"\n")
+	// packed-refs replaced by a symlink to a file outside the view.
+	pr := filepath.Join(wt.View, "packed-refs")
+	if err := os.Remove(pr); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, pr); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.ViewBranch(wt); got != "" || err != nil {
+		t.Errorf("ViewBranch through a symlinked packed-refs = %q, %v, want nothing", got, err)
+	}
+	// refs/heads/openhands replaced by a symlink to a directory outside.
+	outside := t.TempDir()
+	testenv.WriteFile(t, filepath.Join(outside, wt.ConversationID), strings.Repeat("b", 40)+"\n")
+	dirLink := filepath.Join(wt.View, "refs", "heads", "openhands")
+	_ = os.RemoveAll(dirLink)
+	if err := os.Symlink(outside, dirLink); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.ViewBranch(wt); got == strings.Repeat("b", 40) {
+		t.Errorf("ViewBranch followed a symlinked directory out of the view")
+	}
+}
+
+func TestRemoveWithViewKeepsEverything(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(dir, ".gitignore"), "*.log\n")
+	hostGit(t, dir, "add", ".gitignore")
+	hostGit(t, dir, "commit", "-qm", "ignore logs")
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	commit := func(msg string) {
+		inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", msg)
+	}
+	commit("on the branch")
+	inView(t, wt, "switch", "-q", "-c", "side")
+	commit("on a side branch")
+	inView(t, wt, "tag", "agent-tag")
+	inView(t, wt, "switch", "-q", wt.Branch)
+	testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "stash me\n")
+	inView(t, wt, "add", "stashed.txt")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "stash", "-q")
+	inView(t, wt, "branch", "at-host-commit", wt.StartCommit) // the host has it: not kept
+	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "uncommitted\n")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "build.log"), "0123456789")
+
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	id := wt.ConversationID
+	wantKept := []string{KeptRef(id, "refs/heads/side"), KeptRef(id, "refs/stash"), KeptRef(id, "refs/tags/agent-tag")}
+	if strings.Join(res.Kept, " ") != strings.Join(wantKept, " ") {
+		t.Errorf("Kept = %v, want %v", res.Kept, wantKept)
+	}
+	if res.SnapshotRef != SnapshotRef(id) || !res.BranchKept {
+		t.Errorf("Remove = %+v, want a snapshot and the branch kept", res)
+	}
+	if res.IgnoredFiles != 1 || res.IgnoredBytes != 10 {
+		t.Errorf("ignored = %d files, %d bytes, want 1, 10", res.IgnoredFiles, res.IgnoredBytes)
+	}
+	if got := hostGit(t, dir, "log", "-1", "--format=%s", "refs/heads/"+wt.Branch); got != "on the branch" {
+		t.Errorf("host branch tip = %q, want the agent's commit", got)
+	}
+	if got := hostGit(t, dir, "show", res.SnapshotRef+":wip.txt"); got != "uncommitted" {
+		t.Errorf("snapshot wip.txt = %q", got)
+	}
+	if got := hostGit(t, dir, "show", KeptRef(id, "refs/stash")+":stashed.txt"); got != "stash me" {
+		t.Errorf("kept stash = %q", got)
+	}
+	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
+	if ok, _ := lexists(filepath.Dir(wt.Path)); ok {
+		t.Errorf("%s still exists", filepath.Dir(wt.Path))
+	}
+	for _, r := range worktreeList(t, dir) {
+		if r.Path == wt.Path {
+			t.Errorf("registration of %s left behind", wt.Path)
+		}
+	}
+	// --discard on a second conversation deletes what it kept.
+	wt2 := addView(t, m, repo, newID(t), "")
+	inView(t, wt2, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "x")
+	if _, err := m.Remove(testCtx(t), wt2, RemoveOptions{Discard: true}); err != nil {
+		t.Fatalf("Remove --discard: %v", err)
+	}
+	if out := hostGit(t, dir, "for-each-ref", KeptPrefix(wt2.ConversationID), "refs/heads/"+wt2.Branch); out != "" {
+		t.Errorf("--discard left %s", out)
+	}
+}
+
+func TestRemoveUndoTakesNoSnapshot(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	// A half-made checkout: files missing.
+	entries, _ := os.ReadDir(wt.Path)
+	for _, e := range entries {
+		if e.Name() != ".git" {
+			_ = os.RemoveAll(filepath.Join(wt.Path, e.Name()))
+		}
+	}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Undo: true})
+	if err != nil {
+		t.Fatalf("Remove(Undo): %v", err)
+	}
+	if res.SnapshotRef != "" || !res.BranchDeleted {
+		t.Errorf("Remove(Undo) = %+v, want no snapshot and the branch deleted", res)
+	}
+	if out := hostGit(t, dir, "for-each-ref", "refs/ohd/", "refs/heads/openhands/"); out != "" {
+		t.Errorf("undo left refs: %s", out)
+	}
+}
+
+func TestRestoreBringsTheWorkBack(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "committed.txt"), "c\n")
+	inView(t, wt, "add", "committed.txt")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "agent commit")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "uncommitted\n")
+	if err := os.Remove(filepath.Join(wt.Path, "README.md")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit}); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	into := filepath.Join(testenv.TempDir(t), "restored")
+	res, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, StartCommit: wt.StartCommit, Into: into})
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if res.Path != into || res.Branch != wt.Branch || res.Snapshot == "" {
+		t.Errorf("Restore = %+v", res)
+	}
+	if got := hostGit(t, into, "log", "-1", "--format=%s"); got != "agent commit" {
+		t.Errorf("restored HEAD = %q", got)
+	}
+	status := hostGit(t, into, "status", "--porcelain")
+	for _, want := range []string{"D README.md", "?? wip.txt"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("restored status %q lacks %q", status, want)
+		}
+	}
+	if _, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, Into: into}); !errors.Is(err, ErrExists) {
+		t.Errorf("Restore into an existing path = %v, want ErrExists", err)
+	}
+}
+
+func TestViewBranchPackedAndLoose(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	wt := addView(t, m, repo, newID(t), "")
+	if got, err := m.ViewBranch(wt); got != wt.StartCommit || err != nil {
+		t.Fatalf("ViewBranch of the seeded view = %q, %v, want the start commit", got, err)
+	}
+	for i := range 3 {
+		inView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "c")
+		if i%2 == 0 {
+			inView(t, wt, "pack-refs", "--all") // only in packed-refs now
+		}
+		want := inView(t, wt, "rev-parse", "HEAD")
+		if got, err := m.ViewBranch(wt); got != want || err != nil {
+			t.Errorf("round %d: ViewBranch = %q, %v, want %s", i, got, err, want)
+		}
+	}
+}
