@@ -518,7 +518,8 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 	if o.mgr, err = conversation.New(conversation.Config{
 		Store: o.st, Worktrees: wt, Broker: o.br,
 		Runtime: rt, RuntimeDir: run, Image: opts.Image, ReadyTimeout: opts.ReadyTimeout,
-		Helper: helper, OnStep: func(id, step string, d time.Duration) {
+		InnerRoot: filepath.Join(state, "inner"),
+		Helper:    helper, OnStep: func(id, step string, d time.Duration) {
 			rec.Step(id, step, d)
 			if opts.OnStep != nil {
 				opts.OnStep(id, step, d)
