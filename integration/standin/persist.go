@@ -157,7 +157,7 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-// writeJSON0 writes v to path atomically.
+// writeFileJSON writes v to path atomically.
 func writeFileJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
