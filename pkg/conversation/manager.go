@@ -880,3 +880,9 @@ func (m *Manager) InnerInfo(id string) (json.RawMessage, error) {
 	d := openhands.DirsOf(m.cfg.InnerRoot, id)
 	return openhands.ReadInfo(m.cfg.InnerRoot, id, filepath.Base(d.Conversations), filepath.Base(d.StateDir(id)))
 }
+
+// isInnerMount reports whether a container path is one of the inner
+// server's state directories.
+func (m *Manager) isInnerMount(target string) bool {
+	return m.cfg.InnerRoot != "" && strings.HasPrefix(target, m.cfg.InnerRoot+"/")
+}
