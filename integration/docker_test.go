@@ -173,29 +173,43 @@ func TestDockerContainerSettings(t *testing.T) {
 		t.Errorf("name = %v", name)
 	}
 
-	// Mounts: identical paths, the right read-only flags.
-	wantRW := map[string]bool{
-		c.Worktree:                                         true,
-		c.CommonDir:                                        false,
-		filepath.Join(c.CommonDir, "objects"):              true,
-		filepath.Join(c.CommonDir, "refs"):                 true,
-		filepath.Join(c.CommonDir, "logs"):                 true,
-		filepath.Join(c.CommonDir, "worktrees", c.AdminID): true,
-		"/run/ohd":                                         false,
-		"/run/ohd/bin/ohctl":                               false,
+	// Mounts: the worktree at its own path; the conversation's git view at
+	// the repository's git dir's path; the real object store read-only as
+	// the view's alternate; the hooks read-only; nothing of the real git dir
+	// writable.
+	alt := filepath.Join(filepath.Dir(c.GitView), "objects")
+	type want struct {
+		src string
+		rw  bool
+	}
+	wantMounts := map[string]want{
+		c.Worktree:                          {c.Worktree, true},
+		c.CommonDir:                         {c.GitView, true},
+		alt:                                 {filepath.Join(c.CommonDir, "objects"), false},
+		filepath.Join(c.CommonDir, "hooks"): {filepath.Join(c.CommonDir, "hooks"), false},
+		"/run/ohd":                          {"", false},
+		"/run/ohd/bin/ohctl":                {"", false},
 	}
 	seen := map[string]bool{}
 	for _, m := range get(info, "Mounts").([]any) {
 		src, dst, rw := get(m, "Source").(string), get(m, "Destination").(string), get(m, "RW").(bool)
 		seen[dst] = true
-		if want, ok := wantRW[dst]; ok && want != rw {
-			t.Errorf("mount %s: RW = %v, want %v", dst, rw, want)
+		w, ok := wantMounts[dst]
+		if !ok {
+			t.Errorf("unexpected mount %s from %s", dst, src)
+			continue
 		}
-		if dst != "/run/ohd" && dst != "/run/ohd/bin/ohctl" && src != dst {
-			t.Errorf("mount %s comes from %s: worktree and git dirs must be at identical paths", dst, src)
+		if w.rw != rw {
+			t.Errorf("mount %s: RW = %v, want %v", dst, rw, w.rw)
+		}
+		if w.src != "" && src != w.src {
+			t.Errorf("mount %s comes from %s, want %s", dst, src, w.src)
+		}
+		if rw && strings.HasPrefix(src, c.CommonDir) {
+			t.Errorf("mount %s: the real git dir %s is writable in the container", dst, src)
 		}
 	}
-	for dst := range wantRW {
+	for dst := range wantMounts {
 		if !seen[dst] {
 			t.Errorf("mount %s missing", dst)
 		}

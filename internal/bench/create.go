@@ -251,27 +251,11 @@ func Create(ctx context.Context, opts CreateOptions) (_ []CreateResult, err erro
 	}
 	fail := func(err error) ([]CreateResult, error) { return nil, fmt.Errorf("bench create: %w", err) }
 
-	// Short paths: broker sockets live under the runtime dir, and a Unix
-	// socket path has at most 107 bytes.
-	dir, err := os.MkdirTemp("", "ohdbc-")
+	dir, helper, err := workDir(ctx, "ohdbc-", opts.Helper)
 	if err != nil {
 		return fail(err)
 	}
 	defer os.RemoveAll(dir)
-	if dir, err = filepath.EvalSymlinks(dir); err != nil {
-		return fail(err)
-	}
-	// The containers' users reach the worktrees and helper through it.
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return fail(err)
-	}
-
-	helper := opts.Helper
-	if helper == "" {
-		if helper, err = buildHelper(ctx, filepath.Join(dir, "bin")); err != nil {
-			return fail(err)
-		}
-	}
 	repo, start, err := benchRepo(ctx, filepath.Join(dir, "repo"), opts.Files)
 	if err != nil {
 		return fail(err)
@@ -340,6 +324,33 @@ func Create(ctx context.Context, opts CreateOptions) (_ []CreateResult, err erro
 		result("create", createSteps, sides[0].create, sides[1].create),
 		result("remove", removeSteps, sides[0].remove, sides[1].remove),
 	}, nil
+}
+
+// workDir makes the benchmark's directory (short: broker sockets live
+// below it, and a Unix socket path has at most 107 bytes; 0711: the
+// containers' users reach the worktrees and helper through it) and, when
+// helper is "", builds a static ohctl in it. The caller removes dir.
+func workDir(ctx context.Context, prefix, helper string) (dir, ohctl string, err error) {
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", "", err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
+	if dir, err = filepath.EvalSymlinks(dir); err != nil {
+		return "", "", err
+	}
+	if err = os.Chmod(dir, 0o711); err != nil {
+		return "", "", err
+	}
+	if helper == "" {
+		if helper, err = buildHelper(ctx, filepath.Join(dir, "bin")); err != nil {
+			return "", "", err
+		}
+	}
+	return dir, helper, nil
 }
 
 // buildHelper builds a static ohctl into dir.

@@ -92,23 +92,11 @@ func Publish(ctx context.Context, opts PublishOptions) (_ PublishResult, err err
 	}
 	res := PublishResult{Commits: opts.Commits}
 	fail := func(err error) (PublishResult, error) { return res, fmt.Errorf("bench publish: %w", err) }
-	dir, err := os.MkdirTemp("", "ohdbp-")
+	dir, helper, err := workDir(ctx, "ohdbp-", opts.Helper)
 	if err != nil {
 		return fail(err)
 	}
 	defer os.RemoveAll(dir)
-	if dir, err = filepath.EvalSymlinks(dir); err != nil {
-		return fail(err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		return fail(err)
-	}
-	helper := opts.Helper
-	if helper == "" {
-		if helper, err = buildHelper(ctx, filepath.Join(dir, "bin")); err != nil {
-			return fail(err)
-		}
-	}
 	repo, _, err := benchRepo(ctx, filepath.Join(dir, "repo"), 64)
 	if err != nil {
 		return fail(err)

@@ -14,6 +14,13 @@ import (
 	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
+// publishTimeout bounds one publish, saveTimeout the saving of a
+// conversation's work at its end (both through its container).
+const (
+	publishTimeout = 2 * time.Minute
+	saveTimeout    = 10 * time.Minute
+)
+
 // DefaultPublishInterval is how often RunPublisher looks at each running
 // conversation's view branch when Config.PublishInterval is 0.
 const DefaultPublishInterval = 200 * time.Millisecond
@@ -85,6 +92,8 @@ func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn f
 			m.log.Warn("remove sandbox container", "id", conv.ID, "container", shortID(id), "err", err)
 		}
 	}()
+	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	defer cancel()
 	return fn(containerSandbox{rt: m.rt, id: id})
 }
 
@@ -107,19 +116,12 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 	if m.rt.Kind() == "local" {
 		return
 	}
-	every := m.cfg.PublishInterval
-	if every <= 0 {
-		every = DefaultPublishInterval
+	interval := m.cfg.PublishInterval
+	if interval <= 0 {
+		interval = DefaultPublishInterval
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
 	defer m.pub.wg.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func() {
 		for _, c := range m.st.Conversations() {
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				continue
@@ -150,7 +152,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 				}
 			}(c.ID, tip)
 		}
-	}
+	})
 }
 
 // publish publishes the view commit tip of conversation id through its
@@ -163,6 +165,11 @@ func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversati
 	if err != nil || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || tip == c.Published {
 		return c, err
 	}
+	// A sandbox command the agent made hang (it can replace programs in
+	// its own container) must not hold the conversation's publishing, or a
+	// stop waiting for it, for ever.
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
 	t0 := time.Now()
 	res, err := m.wt.Publish(ctx, worktreeOf(c), containerSandbox{rt: m.rt, id: c.ContainerID}, tip, c.Published)
 	m.cfg.OnStep(id, "publish", time.Since(t0))
@@ -193,6 +200,8 @@ func (m *Manager) publishNow(ctx context.Context, c store.Conversation) {
 	if c.GitLayout != store.GitLayoutView || c.ContainerID == "" {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	tip, err := m.wt.ViewBranch(worktreeOf(c))
 	if err == nil && tip != "" && tip != c.Published {
 		_, err = m.publish(ctx, c.ID, tip)
@@ -204,17 +213,7 @@ func (m *Manager) publishNow(ctx context.Context, c store.Conversation) {
 
 // publishLock serializes publishing one conversation (the publisher, a
 // stop, a removal).
-func (m *Manager) publishLock(id string) func() {
-	m.mu.Lock()
-	l, ok := m.pubLocks[id]
-	if !ok {
-		l = &sync.Mutex{}
-		m.pubLocks[id] = l
-	}
-	m.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+func (m *Manager) publishLock(id string) func() { return m.lockIn(m.pubLocks, id) }
 
 // moveToView gives a conversation made before git views its own view, with
 // its container stopped (see worktree.SeedView); the host branch, where

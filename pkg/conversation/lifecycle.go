@@ -124,7 +124,9 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	// saved through a sandbox container after.
 	var saved *worktree.RemoveResult
 	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && conv.AdminID != "" {
-		r, err := m.wt.SaveView(ctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
+		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+		r, err := m.wt.SaveView(sctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
+		cancel()
 		if err != nil {
 			m.log.Warn("saving the work through the running container failed; a sandbox will", "id", conv.ID, "err", err)
 		} else {
@@ -555,14 +557,7 @@ func (m *Manager) RunIdle(ctx context.Context) {
 		return
 	}
 	tick := min(m.cfg.IdleTimeout/4, 30*time.Second)
-	t := time.NewTicker(max(tick, 50*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, max(tick, 50*time.Millisecond), func() {
 		for _, c := range m.st.Conversations() {
 			if c.State == store.StateRunning && time.Since(c.LastActiveAt) > m.cfg.IdleTimeout {
 				if _, err := m.Stop(ctx, c.ID, "idle"); err != nil {
@@ -570,7 +565,7 @@ func (m *Manager) RunIdle(ctx context.Context) {
 				}
 			}
 		}
-	}
+	})
 }
 
 // Watch follows the engine's events until ctx ends and marks conversations
@@ -678,6 +673,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			m.log.Info("reconcile: finishing an interrupted removal", "id", c.ID)
 			_, err := m.finishRemoval(ctx, c)
 			note(err)
+		case c.State == store.StateFailed && c.UndoPending:
+			m.log.Info("reconcile: finishing the undo of a failed create", "id", c.ID)
+			note(m.retryUndo(ctx, c))
 		case c.State == store.StateProvisioning:
 			m.log.Info("reconcile: undoing an interrupted create", "id", c.ID)
 			_, err := m.fail(c, &StepError{ID: c.ID, Step: "interrupted", Err: errors.New("ohd stopped during the create")})
@@ -710,6 +708,52 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 	}
 	return firstErr
+}
+
+// DefaultUndoRetry is how often RunUndoRetries retries unfinished undos
+// when Config.UndoRetryInterval is 0.
+const DefaultUndoRetry = 30 * time.Second
+
+// RunUndoRetries retries, until ctx ends, the undo of every failed create
+// whose undo did not finish (UndoPending), so what such a create left
+// (a container, a socket, a worktree) is removed as soon as it can be.
+func (m *Manager) RunUndoRetries(ctx context.Context) {
+	interval := m.cfg.UndoRetryInterval
+	if interval <= 0 {
+		interval = DefaultUndoRetry
+	}
+	every(ctx, interval, func() {
+		for _, c := range m.st.Conversations() {
+			if c.State == store.StateFailed && c.UndoPending {
+				if err := m.retryUndo(ctx, c); err != nil {
+					m.log.Warn("undo of a failed create still incomplete", "id", c.ID, "err", err)
+				}
+			}
+		}
+	})
+}
+
+// retryUndo runs the undo of failed create c again and clears
+// UndoPending when it is done.
+func (m *Manager) retryUndo(ctx context.Context, c store.Conversation) error {
+	unlock := m.lock(c.ID)
+	defer unlock()
+	cur, err := m.st.Conversation(c.ID)
+	if err != nil || cur.State != store.StateFailed || !cur.UndoPending {
+		return err
+	}
+	if _, err := m.teardown(ctx, cur, undoCreate); err != nil {
+		return err
+	}
+	_, err = m.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
+		r.UndoPending = false
+		r.ContainerID, r.HostPort = "", 0
+		return nil
+	})
+	if err == nil {
+		m.log.Info("undo of a failed create finished", "id", c.ID)
+	}
+	return err
 }
 
 // adopt re-opens a live conversation's broker and matches its record with

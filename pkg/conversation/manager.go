@@ -111,6 +111,9 @@ type Config struct {
 	// PublishInterval is how often RunPublisher checks each running
 	// conversation's git view for a new commit to publish; 0 = 200ms.
 	PublishInterval time.Duration
+	// UndoRetryInterval is how often RunUndoRetries retries an unfinished
+	// undo of a failed create; 0 = 30s.
+	UndoRetryInterval time.Duration
 	// OnStep, if set, is called after each step of a create or remove
 	// with its duration, for metrics and benchmarks. Steps of a create:
 	// "worktree", "broker", "container_create", "container_start",
@@ -222,16 +225,33 @@ func (m *Manager) Runtime() runtime.Runtime { return m.rt }
 // Store returns the store.
 func (m *Manager) Store() *store.Store { return m.st }
 
-func (m *Manager) lock(id string) func() {
+func (m *Manager) lock(id string) func() { return m.lockIn(m.locks, id) }
+
+// lockIn takes the mutex of id in locks (made on first use, under m.mu).
+func (m *Manager) lockIn(locks map[string]*sync.Mutex, id string) func() {
 	m.mu.Lock()
-	l, ok := m.locks[id]
+	l, ok := locks[id]
 	if !ok {
 		l = &sync.Mutex{}
-		m.locks[id] = l
+		locks[id] = l
 	}
 	m.mu.Unlock()
 	l.Lock()
 	return l.Unlock
+}
+
+// every calls fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
+	}
 }
 
 // CreateRequest asks for a new conversation.
@@ -409,9 +429,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		id = store.NewID()
 	} else if old, err := m.st.Conversation(id); err == nil {
 		// A client retrying a failed create with the same id gets a new
-		// attempt: a failed record owns nothing any more.
+		// attempt once the failed record owns nothing any more.
 		if old.State != store.StateFailed {
 			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists (%s)", ErrConflict, id, old.State)
+		}
+		if old.UndoPending {
+			if err := m.retryUndo(ctx, old); err != nil {
+				return store.Conversation{}, fmt.Errorf("%w: conversation %s failed and undoing it is not finished (%v): retry later", ErrConflict, id, err)
+			}
 		}
 		replaceFailed = true
 	}
@@ -595,15 +620,19 @@ func (m *Manager) fail(conv store.Conversation, cause error) (store.Conversation
 	m.log.Warn("conversation create failed; undoing", "id", conv.ID, "step", step, "err", cause)
 	// conv is the in-memory record of the create (what each completed step
 	// made), or the stored one when reconcile undoes a crashed create.
-	if _, err := m.teardown(ctx, conv, undoCreate); err != nil {
-		m.log.Error("undo of a failed create incomplete; reconcile will retry", "id", conv.ID, "err", err)
-		cause = fmt.Errorf("%w; undo incomplete: %v", cause, err)
+	_, uerr := m.teardown(ctx, conv, undoCreate)
+	if uerr != nil {
+		m.log.Error("undo of a failed create incomplete; ohd retries it", "id", conv.ID, "err", uerr)
+		cause = fmt.Errorf("%w; undo incomplete, ohd retries it: %v", cause, uerr)
 	}
 	_, _ = m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
 		c.State = store.StateFailed
 		c.Error = cause.Error()
 		c.FailedStep = step
-		c.ContainerID, c.HostPort = "", 0
+		c.UndoPending = uerr != nil
+		if uerr == nil {
+			c.ContainerID, c.HostPort = "", 0
+		}
 		return nil
 	})
 	return store.Conversation{}, cause

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/broker"
@@ -465,5 +466,69 @@ func TestNetnsUnavailableFallsBackOnce(t *testing.T) {
 	e.m.netns.off = false
 	if nd := e.m.innerDial(context.Background(), store.NewID(), route{store.StateRunning, "", 32768}); nd != nil || rt.opens.Load() != 1 {
 		t.Errorf("innerDial without a container = %v (%d opens)", nd, rt.opens.Load())
+	}
+}
+
+// TestFailedUndoIsRetriedUntilDone: when the undo of a failed create
+// cannot finish (here a mount left inside the worktree makes its removal
+// fail), the record says so, a create with the same id is refused rather
+// than losing track of the leftovers, and the retry loop finishes the undo
+// once it can.
+func TestFailedUndoIsRetriedUntilDone(t *testing.T) {
+	testenv.RequireRoot(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	id := store.NewID()
+	var mnt string
+	_, err := e.m.Create(ctx, CreateRequest{ID: id, Workspace: repo, Worktree: true, Forward: func(_ context.Context, c store.Conversation, _ Target) error {
+		mnt = filepath.Join(c.Worktree, "busy")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=1m"); err != nil {
+			testenv.Missing(t, "cannot mount a tmpfs here: %v", err)
+		}
+		return errors.New("inner server said 422")
+	}})
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	if err == nil || !strings.Contains(err.Error(), "undo incomplete") {
+		t.Fatalf("Create error = %v, want the failure and an incomplete undo", err)
+	}
+	c, _ := e.st.Conversation(id)
+	if c.State != store.StateFailed || !c.UndoPending {
+		t.Fatalf("record = %s undo pending %v, want failed with the undo pending", c.State, c.UndoPending)
+	}
+	if _, err := e.m.Create(ctx, CreateRequest{ID: id, Workspace: repo, Worktree: true}); !errors.Is(err, ErrConflict) {
+		t.Errorf("a create with the id of an unfinished undo = %v, want ErrConflict", err)
+	}
+	if err := unix.Unmount(mnt, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.m.cfg.UndoRetryInterval = 10 * time.Millisecond
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { e.m.RunUndoRetries(rctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, _ = e.st.Conversation(id)
+		if !c.UndoPending || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if c.UndoPending {
+		t.Fatal("the undo was not retried to the end")
+	}
+	if out := testenv.Git(t, repo, "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
+		t.Errorf("a worktree is still registered:\n%s", out)
+	}
+	if exists(filepath.Join(e.wtRoot, id)) {
+		t.Errorf("the conversation's folder is left")
+	}
+	if _, err := e.m.Create(ctx, CreateRequest{ID: id, Workspace: repo, Worktree: true}); err != nil {
+		t.Errorf("a create with the same id after the undo finished: %v", err)
 	}
 }

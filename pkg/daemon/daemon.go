@@ -488,7 +488,7 @@ func (d *Daemon) serve(ctx context.Context) {
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
 	d.goServe(ctx, "control", srv, d.control)
-	d.wg.Add(3)
+	d.wg.Add(4)
 	go func() {
 		defer d.wg.Done()
 		if err := d.mgr.Watch(ctx); err != nil && ctx.Err() == nil {
@@ -502,6 +502,10 @@ func (d *Daemon) serve(ctx context.Context) {
 	go func() {
 		defer d.wg.Done()
 		d.mgr.RunPublisher(ctx)
+	}()
+	go func() {
+		defer d.wg.Done()
+		d.mgr.RunUndoRetries(ctx)
 	}()
 }
 

@@ -691,8 +691,18 @@ func TestLogs(t *testing.T) {
 	s.Cmd = []string{"/bin/sh", "-c", "echo to-stdout; echo to-stderr >&2; exec /usr/local/bin/standin"}
 	inst := mustStart(t, d, s)
 	var stdout, stderr bytes.Buffer
-	if err := d.Logs(context.Background(), inst.ContainerID, false, &stdout, &stderr); err != nil {
-		t.Fatal(err)
+	// The engine's log driver delivers lines asynchronously: the standin's
+	// own line may land a moment after its health check answered.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		stdout.Reset()
+		stderr.Reset()
+		if err := d.Logs(context.Background(), inst.ContainerID, false, &stdout, &stderr); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(stderr.String(), "standin: listening") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if stdout.String() != "to-stdout\n" {
 		t.Errorf("stdout = %q, want %q", stdout.String(), "to-stdout\n")

@@ -179,7 +179,11 @@ type Conversation struct {
 	Notes      []string `json:"notes,omitempty"`
 	Error      string   `json:"error,omitempty"`
 	FailedStep string   `json:"failed_step,omitempty"`
-	Removal    *Removal `json:"removal,omitempty"`
+	// UndoPending says the undo of this failed create did not finish: the
+	// record still owns what was left, and ohd retries the undo (at
+	// start-up and periodically) until it is done.
+	UndoPending bool     `json:"undo_pending,omitempty"`
+	Removal     *Removal `json:"removal,omitempty"`
 
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`

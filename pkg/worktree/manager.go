@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -259,28 +258,4 @@ func lexists(path string) (bool, error) {
 // readLinkFile reads a small file (a .git or gitdir file) without
 // following a final symlink: the agent can write both, and ohd may be
 // root.
-func readLinkFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	if st.Size() > maxLinkFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxLinkFile)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxLinkFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxLinkFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxLinkFile)
-	}
-	return b, nil
-}
+func readLinkFile(path string) ([]byte, error) { return readHostFile(path, maxLinkFile) }

@@ -23,6 +23,11 @@ func KeptPrefix(id string) string { return "refs/ohd/kept/" + id + "/" }
 // refs/ohd/kept/<id>/heads/foo for refs/heads/foo.
 func KeptRef(id, ref string) string { return KeptPrefix(id) + strings.TrimPrefix(ref, "refs/") }
 
+// MaxPackBytes bounds one import from a view (git's --max-input-size): a
+// conversation that commits more than this in one publish is refused
+// rather than allowed to fill the host's disk.
+const MaxPackBytes = 8 << 30
+
 // maxKept bounds the refs one removal keeps: an agent that makes a million
 // tags must not make a million refs in the user's repository.
 const maxKept = 1000
@@ -214,13 +219,14 @@ func (m *Manager) unpack(ctx context.Context, ct gitTarget, r io.Reader) (func()
 		return noop, fmt.Errorf("%w: pack version %d", ErrRefused, version)
 	}
 	header := fmt.Sprintf("--pack_header=%d,%d", version, count)
+	limit := fmt.Sprintf("--max-input-size=%d", MaxPackBytes)
 	if count < 100 {
-		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", header); err != nil {
+		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", limit, header); err != nil {
 			return noop, fmt.Errorf("%w: git unpack-objects: %v", ErrRefused, err)
 		}
 		return noop, nil
 	}
-	out, err := m.git(ctx, ct, runOpts{in: r}, "index-pack", "--stdin", "--strict", "--keep=ohd import", header)
+	out, err := m.git(ctx, ct, runOpts{in: r}, "index-pack", "--stdin", "--strict", "--keep=ohd import", limit, header)
 	if err != nil {
 		return noop, fmt.Errorf("%w: git index-pack: %v", ErrRefused, err)
 	}
@@ -315,17 +321,7 @@ func readBeneath(dir, rel string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file: %w", rel, fs.ErrNotExist)
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", rel, max)
-	}
-	return io.ReadAll(io.LimitReader(f, max+1))
+	return readRegular(f, rel, max)
 }
 
 // openBeneath opens rel below dir, opening every component with

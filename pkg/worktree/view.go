@@ -262,25 +262,35 @@ func withNewline(b []byte) []byte {
 	return b
 }
 
-// readHostFile reads a regular file of the host repository, refusing a
-// symlink and anything larger than max.
+// readHostFile reads a regular file, refusing a symlink (as the final
+// component) and anything larger than max.
 func readHostFile(path string, max int64) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	return readRegular(f, path, max)
+}
+
+// readRegular reads the open file f (named name in errors) if it is a
+// regular file of at most max bytes.
+func readRegular(f *os.File, name string, max int64) ([]byte, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
+		return nil, fmt.Errorf("%s is not a regular file: %w", name, fs.ErrNotExist)
 	}
 	if st.Size() > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, max)
+		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
 	}
-	return io.ReadAll(io.LimitReader(f, max+1))
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
+	}
+	return b, err
 }
 
 // ownedWriter creates files and directories owned by uid:gid in a tree

@@ -3,6 +3,7 @@ package worktree
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -386,4 +387,34 @@ func TestViewBranchPackedAndLoose(t *testing.T) {
 			t.Errorf("round %d: ViewBranch = %q, %v, want %s", i, got, err, want)
 		}
 	}
+}
+
+// TestPublishLargePack: a publish of 100 objects or more goes through
+// index-pack (kept while the ref moves, the .keep dropped after).
+func TestPublishLargePack(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	for i := range 150 {
+		testenv.WriteFile(t, filepath.Join(wt.Path, "many", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintf("file %d\n", i))
+	}
+	inView(t, wt, "add", "many")
+	inView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "many files")
+	tip, _ := m.ViewBranch(wt)
+	if _, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if got := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); got != tip {
+		t.Errorf("host branch = %s, want %s", got, tip)
+	}
+	keeps, _ := filepath.Glob(filepath.Join(repo.CommonDir, "objects", "pack", "*.keep"))
+	if len(keeps) != 0 {
+		t.Errorf(".keep files left: %v", keeps)
+	}
+	packs, _ := filepath.Glob(filepath.Join(repo.CommonDir, "objects", "pack", "*.pack"))
+	if len(packs) != 1 {
+		t.Errorf("packs after a 150-object publish: %v, want one (index-pack)", packs)
+	}
+	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
 }
