@@ -231,9 +231,10 @@ func TestServiceDecisions(t *testing.T) {
 			t.Errorf("ohd.service sets %s in Environment=, which any user can read with systemctl show", k)
 		}
 	}
-	// Without a path, a missing credential does not fail the start.
-	if got := svc.one(t, "Service", "LoadCredential"); got != masterkey.CredentialName {
-		t.Errorf("ohd.service LoadCredential=%s, want %s (no path: optional)", got, masterkey.CredentialName)
+	// Without a path, a missing credential does not fail the start: the
+	// master key, and the upstream agent server's OH_SECRET_KEY.
+	if d := cmp.Diff([]string{masterkey.CredentialName, "ohd-upstream-secret-key"}, svc["Service"]["LoadCredential"]); d != "" {
+		t.Errorf("ohd.service LoadCredential= (-want +got), each without a path (optional):\n%s", d)
 	}
 	caps := strings.Fields(svc.one(t, "Service", "CapabilityBoundingSet"))
 	slices.Sort(caps)

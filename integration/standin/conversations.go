@@ -161,11 +161,6 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	secrets, err := secretValues(req.Secrets)
-	if err != nil {
-		writeValidation(w, validationError{Type: "value_error", Loc: []any{"body", "secrets"}, Msg: err.Error()})
-		return
-	}
 	now := time.Now().UTC()
 	c, isNew, err := s.convs.create(ConversationInfo{
 		ID:              id,
@@ -173,7 +168,7 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 		ExecutionStatus: statusIdle,
 		CreatedAt:       now,
 		UpdatedAt:       now,
-	}, req.Agent, secrets)
+	}, req.Agent, req.Secrets)
 	if err != nil {
 		s.log.Error("persist conversation", "id", id, "err", err)
 		writeDetail(w, http.StatusInternalServerError, "cannot persist the conversation")
@@ -364,60 +359,6 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return errors.New("invalid JSON body: more than one value")
 	}
 	return nil
-}
-
-// secretValues reads secret sources as the agent server accepts them
-// (reference §3): a plain string or {"value": ...} is a StaticSecret, as
-// is {"kind":"StaticSecret","value":...}. Other kinds are refused (the
-// standin cannot resolve a LookupSecret).
-func secretValues(in map[string]json.RawMessage) (map[string]string, error) {
-	out := map[string]string{}
-	for name, raw := range in {
-		var plain string
-		if json.Unmarshal(raw, &plain) == nil {
-			out[name] = plain
-			continue
-		}
-		var src struct {
-			Kind  string  `json:"kind"`
-			Value *string `json:"value"`
-		}
-		if err := json.Unmarshal(raw, &src); err != nil || (src.Kind != "" && src.Kind != "StaticSecret") || src.Value == nil {
-			return nil, fmt.Errorf("secret %s: want a string, {\"value\": ...} or a StaticSecret", name)
-		}
-		out[name] = *src.Value
-	}
-	return out, nil
-}
-
-// updateSecrets is POST /api/conversations/{id}/secrets (reference §3:
-// {"secrets": {name: source}} → {"success": true}; 404 if unknown).
-func (s *Server) updateSecrets(w http.ResponseWriter, r *http.Request) {
-	id, ok := pathID(w, r)
-	if !ok {
-		return
-	}
-	var req struct {
-		Secrets map[string]json.RawMessage `json:"secrets"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		writeValidation(w, validationError{Type: "json_invalid", Loc: []any{"body"}, Msg: err.Error()})
-		return
-	}
-	secrets, err := secretValues(req.Secrets)
-	if err != nil {
-		writeValidation(w, validationError{Type: "value_error", Loc: []any{"body", "secrets"}, Msg: err.Error()})
-		return
-	}
-	found, err := s.convs.setSecrets(id, secrets)
-	switch {
-	case err != nil:
-		writeDetail(w, http.StatusInternalServerError, "cannot persist the secrets")
-	case !found:
-		writeDetail(w, http.StatusNotFound, "Not Found")
-	default:
-		writeJSON(w, http.StatusOK, map[string]bool{"success": true})
-	}
 }
 
 // secretReport is the standin's GET /api/conversations/{id}/standin/secrets:

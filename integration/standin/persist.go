@@ -31,7 +31,7 @@ import (
 // secrets (Fernet tokens, or plaintext without a cipher) and events.
 type record struct {
 	info    ConversationInfo
-	secrets map[string]string
+	secrets map[string]json.RawMessage // persisted sources, secret fields sealed
 	events  []json.RawMessage
 	agent   json.RawMessage
 }
@@ -69,12 +69,7 @@ type baseState struct {
 }
 
 type secretRegistry struct {
-	SecretSources map[string]staticSecret `json:"secret_sources"`
-}
-
-type staticSecret struct {
-	Kind  string `json:"kind"`
-	Value string `json:"value"`
+	SecretSources map[string]json.RawMessage `json:"secret_sources"`
 }
 
 // openStore creates dir (the server's lifespan does, and fails the start
@@ -127,10 +122,10 @@ func (st *store) load(dir string) (*record, error) {
 	rec := &record{
 		info: ConversationInfo{ID: m.ID, Workspace: m.Workspace, ExecutionStatus: b.ExecutionStatus,
 			Title: m.Title, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt},
-		secrets: map[string]string{}, agent: b.Agent,
+		secrets: map[string]json.RawMessage{}, agent: b.Agent,
 	}
 	for name, src := range b.SecretRegistry.SecretSources {
-		rec.secrets[name] = src.Value
+		rec.secrets[name] = src
 	}
 	events, err := os.ReadDir(filepath.Join(dir, "events"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -182,10 +177,7 @@ func (st *store) save(rec *record) error {
 		return err
 	}
 	b := baseState{ID: rec.info.ID, Agent: rec.agent, Workspace: rec.info.Workspace, PersistenceDir: dir,
-		ExecutionStatus: rec.info.ExecutionStatus, SecretRegistry: secretRegistry{SecretSources: map[string]staticSecret{}}}
-	for name, v := range rec.secrets {
-		b.SecretRegistry.SecretSources[name] = staticSecret{Kind: "StaticSecret", Value: v}
-	}
+		ExecutionStatus: rec.info.ExecutionStatus, SecretRegistry: secretRegistry{SecretSources: rec.secrets}}
 	return writeFileJSON(filepath.Join(dir, "base_state.json"), b)
 }
 
@@ -203,13 +195,13 @@ func (st *store) get(id string) (ConversationInfo, bool) {
 // create adds c unless its id exists; it returns the stored conversation
 // and whether it is new (reference §8: an existing id answers 200 with
 // the existing conversation, the rest of the body ignored).
-func (st *store) create(c ConversationInfo, agent json.RawMessage, secrets map[string]string) (ConversationInfo, bool, error) {
+func (st *store) create(c ConversationInfo, agent json.RawMessage, secrets map[string]json.RawMessage) (ConversationInfo, bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if old, ok := st.byID[c.ID]; ok {
 		return old.info, false, nil
 	}
-	rec := &record{info: c, agent: agent, secrets: map[string]string{}}
+	rec := &record{info: c, agent: agent, secrets: map[string]json.RawMessage{}}
 	for name, v := range secrets {
 		sealed, err := st.seal(v)
 		if err != nil {
@@ -225,18 +217,93 @@ func (st *store) create(c ConversationInfo, agent json.RawMessage, secrets map[s
 	return c, true, nil
 }
 
-// seal encrypts a secret for persistence under the server's cipher
-// (reference §1: persisted secrets are Fernet tokens when a cipher is
-// configured, plaintext with a warning otherwise).
-func (st *store) seal(v string) (string, error) {
-	if st.cipher == nil {
-		return v, nil
+// seal returns a secret source as the server persists it (reference §1,
+// conversation secrets): a plain string or {"value"} becomes a
+// StaticSecret; a StaticSecret's value, and a LookupSecret's headers whose
+// names is_secret_key accepts, become Fernet tokens under the server's
+// cipher (plaintext without one, as the server does with a warning).
+func (st *store) seal(raw json.RawMessage) (json.RawMessage, error) {
+	var plain string
+	if json.Unmarshal(raw, &plain) == nil {
+		raw, _ = json.Marshal(map[string]string{"kind": "StaticSecret", "value": plain})
 	}
-	return st.cipher.Encrypt([]byte(v))
+	var src map[string]any
+	if err := json.Unmarshal(raw, &src); err != nil || src == nil {
+		return nil, fmt.Errorf("a secret source must be a string or an object")
+	}
+	if src["kind"] == nil {
+		src["kind"] = "StaticSecret"
+	}
+	enc := func(v any) (any, error) {
+		s, ok := v.(string)
+		if !ok || st.cipher == nil || openhands.IsToken(s) {
+			return v, nil
+		}
+		return st.cipher.Encrypt([]byte(s))
+	}
+	var err error
+	switch src["kind"] {
+	case "StaticSecret":
+		src["value"], err = enc(src["value"])
+	case "LookupSecret":
+		if h, ok := src["headers"].(map[string]any); ok {
+			for k, v := range h {
+				if openhands.IsSecretKey(k) {
+					if h[k], err = enc(v); err != nil {
+						break
+					}
+				}
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(src)
+}
+
+// open returns the plaintext of a persisted source (what the server
+// resolves it from): the StaticSecret's value, or the LookupSecret's url
+// and headers; ok is false when a sealed field does not decrypt under the
+// present cipher (the server drops such a value, reference §1).
+func (st *store) open(raw json.RawMessage) (plain []byte, encrypted, ok bool) {
+	var src map[string]any
+	if json.Unmarshal(raw, &src) != nil {
+		return nil, false, false
+	}
+	dec := func(v any) (any, bool) {
+		s, isStr := v.(string)
+		if !isStr || !openhands.IsToken(s) {
+			return v, true
+		}
+		encrypted = true
+		if st.cipher == nil {
+			return nil, false
+		}
+		pt, err := st.cipher.Decrypt(s)
+		return string(pt), err == nil
+	}
+	good := true
+	switch src["kind"] {
+	case "StaticSecret":
+		v, okv := dec(src["value"])
+		s, _ := v.(string)
+		return []byte(s), encrypted, okv
+	case "LookupSecret":
+		if h, isMap := src["headers"].(map[string]any); isMap {
+			for k, v := range h {
+				var okv bool
+				h[k], okv = dec(v)
+				good = good && okv
+			}
+		}
+	}
+	b, _ := json.Marshal(src) // map keys sorted: stable
+	return b, encrypted, good
 }
 
 // setSecrets adds secrets to conversation id (POST .../secrets).
-func (st *store) setSecrets(id string, secrets map[string]string) (bool, error) {
+func (st *store) setSecrets(id string, secrets map[string]json.RawMessage) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	rec, ok := st.byID[id]
@@ -266,19 +333,11 @@ func (st *store) secretReport(id string) (map[string]secretStatus, bool) {
 		return nil, false
 	}
 	out := map[string]secretStatus{}
-	for name, v := range rec.secrets {
-		switch {
-		case !openhands.IsToken(v):
-			out[name] = secretStatus{Readable: true, Encrypted: false, SHA256: sha256Hex([]byte(v))}
-		case st.cipher == nil:
-			out[name] = secretStatus{Encrypted: true}
-		default:
-			pt, err := st.cipher.Decrypt(v)
-			if err != nil {
-				out[name] = secretStatus{Encrypted: true}
-			} else {
-				out[name] = secretStatus{Readable: true, Encrypted: true, SHA256: sha256Hex(pt)}
-			}
+	for name, raw := range rec.secrets {
+		pt, enc, ok := st.open(raw)
+		out[name] = secretStatus{Readable: ok, Encrypted: enc}
+		if ok {
+			out[name] = secretStatus{Readable: true, Encrypted: enc, SHA256: sha256Hex(pt)}
 		}
 	}
 	return out, true

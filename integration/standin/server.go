@@ -74,7 +74,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /ready", s.ready)
 	m.HandleFunc("GET /server_info", s.serverInfo)
 
-	m.HandleFunc("POST /api/conversations", s.startConversation)
+	m.HandleFunc("POST /api/conversations", keepCreateBody(s.startConversation))
 	m.HandleFunc("GET /api/conversations", s.batchGetConversations)
 	m.HandleFunc("GET /api/conversations/count", s.countConversations)
 	m.HandleFunc("GET /api/conversations/search", s.searchConversations)
@@ -83,7 +83,6 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/conversations/{id}/run", s.setStatus(statusRunning))
 	m.HandleFunc("POST /api/conversations/{id}/pause", s.setStatus(statusPaused))
 	m.HandleFunc("POST /api/conversations/{id}/exec", s.exec)
-	m.HandleFunc("POST /api/conversations/{id}/secrets", s.updateSecrets)
 	m.HandleFunc("POST /api/conversations/{id}/events", s.sendMessage)
 	m.HandleFunc("GET /api/conversations/{id}/events/search", s.searchEvents)
 	m.HandleFunc("GET /api/conversations/{id}/standin/secrets", s.secretReport)
@@ -99,6 +98,7 @@ func (s *Server) routes() {
 
 	m.HandleFunc("GET /sockets/events/{id}", s.events)
 	m.HandleFunc("GET /sockets/session/{id}", s.session)
+	s.mediationRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
 	})

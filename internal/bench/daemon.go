@@ -44,6 +44,12 @@ type ohdDaemon struct {
 // docker runtime and image, and creates conversation proxyBenchID through
 // its API.
 func startOHD(ctx context.Context, image string) (_ *ohdDaemon, err error) {
+	return startOHDWith(ctx, image, nil)
+}
+
+// startOHDWith is startOHD with more fields in the conversation's create
+// body (an agent with an LLM, say).
+func startOHDWith(ctx context.Context, image string, create map[string]any) (_ *ohdDaemon, err error) {
 	dir, err := os.MkdirTemp("", "ohdbench-daemon")
 	if err != nil {
 		return nil, fmt.Errorf("bench proxy: %w", err)
@@ -118,7 +124,11 @@ func startOHD(ctx context.Context, image string) (_ *ohdDaemon, err error) {
 	}
 	d.key = strings.TrimSpace(string(k))
 
-	body, _ := json.Marshal(map[string]any{"conversation_id": proxyBenchID, "workspace": map[string]any{"working_dir": ws}})
+	cb := map[string]any{"conversation_id": proxyBenchID, "workspace": map[string]any{"working_dir": ws}}
+	for k, v := range create {
+		cb[k] = v
+	}
+	body, _ := json.Marshal(cb)
 	resp, err := d.api(ctx, http.MethodPost, "/api/conversations", body)
 	if err != nil {
 		return nil, err

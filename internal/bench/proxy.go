@@ -48,7 +48,9 @@ type ProxyOptions struct {
 	// WSWindow is the number of messages a WebSocket connection keeps in
 	// flight; default 16.
 	WSWindow int
-	// Modes are the modes to run, "http" and "ws" (default both).
+	// Modes are the modes to run: "http" and "ws" (Go clients) and "wrk"
+	// (the same GET as http, driven by wrk; installed from Debian's
+	// packages when missing); default all three.
 	Modes []string
 	// Image, when set, runs `ohd serve` as its own process, as deployed
 	// (docker runtime, this image: the test image), with one conversation
@@ -64,7 +66,7 @@ type ProxyOptions struct {
 // same inner server reached directly, with the same clients, in the same
 // run.
 type ProxyResult struct {
-	Mode    string // "http" or "ws"
+	Mode    string // "http", "ws" or "wrk"
 	Clients int
 	// Rate is requests or echoed messages per second; the latencies are
 	// per request, or per message from send to echo.
@@ -201,10 +203,25 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 
 	var results []ProxyResult
 	if len(opts.Modes) == 0 {
-		opts.Modes = []string{"http", "ws"}
+		opts.Modes = []string{"http", "ws", "wrk"}
 	}
 	for _, mode := range opts.Modes {
+		var wrk string
+		var wrkP99 time.Duration // the proxy's slowest p99 over the rounds
+		if mode == "wrk" {
+			var err error
+			if wrk, err = ensureWrk(ctx); err != nil {
+				return nil, fmt.Errorf("bench proxy: %w", err)
+			}
+		}
 		drive := func(t target, d time.Duration) (sample, error) {
+			if mode == "wrk" {
+				s, p99, err := proxyDriveWrk(ctx, wrk, t.addr, t.key, opts.Clients, d)
+				if t.addr == via.addr {
+					wrkP99 = max(wrkP99, p99)
+				}
+				return s, err
+			}
 			if mode == "http" {
 				return proxyDriveHTTP(ctx, t.addr, t.key, opts.Clients, d)
 			}
@@ -254,6 +271,9 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 		}
 		r.ProxyP50, r.ProxyP99 = ps.percentile(0.50), ps.percentile(0.99)
 		r.DirectP50, r.DirectP99 = ds.percentile(0.50), ds.percentile(0.99)
+		if mode == "wrk" {
+			r.ProxyP99 = wrkP99 // wrk reports percentiles, not latencies
+		}
 		if r.DirectRate > 0 {
 			r.Ratio = r.ProxyRate / r.DirectRate
 		}

@@ -50,10 +50,10 @@ func TestProxyBenchContainer(t *testing.T) {
 
 func checkProxyResults(t *testing.T, res []ProxyResult) {
 	t.Helper()
-	if len(res) != 2 || res[0].Mode != "http" || res[1].Mode != "ws" {
-		t.Fatalf("Proxy() returned %+v, want the http and ws modes", res)
+	if len(res) != 3 || res[0].Mode != "http" || res[1].Mode != "ws" || res[2].Mode != "wrk" {
+		t.Fatalf("Proxy() returned %+v, want the http, ws and wrk modes", res)
 	}
-	line := regexp.MustCompile(`^bench: proxy-(http|ws) ratio=[0-9]+\.[0-9]{2} p99=[0-9.]+(µs|ms|s|ns)$`)
+	line := regexp.MustCompile(`^bench: proxy-(http|ws|wrk) ratio=[0-9]+\.[0-9]{2} p99=[0-9.]+(µs|ms|s|ns)$`)
 	for _, r := range res {
 		t.Log(r.Detail())
 		if !line.MatchString(r.Line()) {

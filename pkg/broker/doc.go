@@ -24,8 +24,11 @@
 // next ohd.
 //
 // Inside the container, [Client] talks to the socket (it needs no DNS, no
-// /etc and no cgo) and [GitCredentialHelper] is git's credential helper
-// (ohctl git-credential get|store|erase). Both find the socket and the
+// /etc and no cgo), [GitCredentialHelper] is git's credential helper
+// (ohctl git-credential get|store|erase), and [Relay] is the broker as
+// plain HTTP on the container's loopback ([RelayAddr], served by ohctl
+// inner-exec) for the inner agent server's LLM base_url and
+// LookupSecrets. Both find the socket and the
 // token through OHD_BROKER_SOCKET and OHD_BROKER_TOKEN_FILE, defaulting to
 // /run/ohd/broker.sock and /run/ohd/token.
 //

@@ -145,6 +145,11 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
 		return res, fmt.Errorf("remove broker directory: %w", err)
 	}
+	// The credentials mediated from the conversation's create (its own
+	// LLM profiles and secrets, "<id>.<name>") end with it.
+	if _, err := m.st.DeleteScoped(conv.ID); err != nil {
+		return res, fmt.Errorf("remove the conversation's secrets: %w", err)
+	}
 	done("remove_broker")
 	failpoint.Hit("delete/after-broker")
 	if conv.Worktree != "" {

@@ -101,6 +101,9 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait this long for a container's health check (default 60s)", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
 			str("metrics-listen", "also serve metrics on this loopback address"),
+			str("upstream", "the operator's own agent server (local mode, on loopback), e.g. http://127.0.0.1:18000: routes that are not a conversation's pass to it"),
+			str("upstream-secret-key-file", "file holding the upstream's OH_SECRET_KEY, to open the encrypted settings Agent Canvas copies into a create (default: the systemd credential ohd-upstream-secret-key)"),
+			&cli.BoolFlag{Name: "upstream-allow-remote", Usage: "allow an --upstream that is not on loopback (it receives the clients' session keys)", Sources: env("upstream-allow-remote")},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
@@ -125,6 +128,8 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				NanoCPUs: int64(cmd.Float64("cpus") * 1e9), PidsLimit: cmd.Int64("pids"),
 				ReadyTimeout: cmd.Duration("ready-timeout"), HealthPath: cmd.String("health-path"),
 				MetricsListen: cmd.String("metrics-listen"), Getenv: os.Getenv,
+				Upstream: cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
+				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
 			}
 			// (Start checks the settings too; the logger needs the defaults.)
 			if err := cfg.Defaults(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -84,6 +85,18 @@ type Config struct {
 	// loopback address (they are also on the conversation API at /metrics,
 	// behind its key).
 	MetricsListen string
+	// Upstream is the operator's own agent server, in local mode
+	// (--upstream URL): every route of the conversation API that is not a
+	// conversation's passes to it. "" (default): those routes answer 404.
+	// It must be on loopback unless UpstreamAllowRemote.
+	Upstream string
+	// UpstreamSecretKeyFile holds the upstream's OH_SECRET_KEY, with
+	// which ohd opens the Fernet tokens Agent Canvas copies from the
+	// upstream's settings into a create body. Default: the systemd
+	// credential ohd-upstream-secret-key when present.
+	UpstreamSecretKeyFile string
+	// UpstreamAllowRemote accepts an Upstream that is not on loopback.
+	UpstreamAllowRemote bool
 	// Getenv reads the environment; nil means os.Getenv (tests inject).
 	Getenv func(string) string
 }
@@ -175,10 +188,32 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--inner-env: %w", err)
 		}
 	}
+	if c.Upstream != "" {
+		if _, err := ParseUpstream(c.Upstream, c.UpstreamAllowRemote); err != nil {
+			return err
+		}
+	}
 	if len(c.ControlSocket) > 100 {
 		return fmt.Errorf("--control-socket %q: path is too long for a Unix socket (max ~100 bytes): choose a shorter --runtime-dir", c.ControlSocket)
 	}
 	return nil
+}
+
+// ParseUpstream checks an --upstream URL: http or https, a host, no
+// credentials, query or fragment, and a loopback host unless
+// allowRemote.
+func ParseUpstream(s string, allowRemote bool) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--upstream %q: want the agent server's base URL, e.g. http://127.0.0.1:18000", s)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("--upstream %q: no credentials, query or fragment in the URL (clients' keys are passed through)", u.Redacted())
+	}
+	if !allowRemote && !isLoopback(u.Hostname()) {
+		return nil, fmt.Errorf("--upstream %q is not on loopback: the upstream receives the clients' session keys; run it on 127.0.0.1, or pass --upstream-allow-remote", u.Redacted())
+	}
+	return u, nil
 }
 
 func isLoopback(host string) bool {

@@ -395,10 +395,14 @@ func (d *Daemon) listenAPI() error {
 	if err != nil {
 		return err
 	}
-	p, err := proxy.New(proxy.Options{
+	opts := proxy.Options{
 		Conversations: d.mgr, Keys: keys, AllowRemote: d.keysConfigured, Logger: d.log,
-		Observer: d.metrics.ProxyObserver(), Metrics: d.metrics.Handler(),
-	})
+		Observer: d.metrics.ProxyObserver(), Metrics: d.metrics.Handler(), Secrets: d.store,
+	}
+	if err := d.upstreamOptions(&opts); err != nil {
+		return err
+	}
+	p, err := proxy.New(opts)
 	if err != nil {
 		return err
 	}

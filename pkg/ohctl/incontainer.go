@@ -45,7 +45,8 @@ func (s *state) gitCredentialCmd() *cli.Command {
 // directory, 0400: the inner session key, the inner server's cipher key)
 // and runs the image's own entrypoint with NAME set to the file's content.
 // The values thus never appear in the container's configuration (docker
-// inspect), only in the agent server's own process.
+// inspect), only in the agent server's own process. It stays the inner
+// server's parent and serves the broker relay beside it (superviseInner).
 func (s *state) innerExecCmd() *cli.Command {
 	return &cli.Command{
 		Name:            "inner-exec",
@@ -79,7 +80,7 @@ func (s *state) innerExecCmd() *cli.Command {
 			for name, v := range set {
 				env = append(env, name+"="+v)
 			}
-			return syscall.Exec(path, argv, env)
+			return superviseInner(ctx, path, argv, env, s.env.Getenv, s.env.Stderr)
 		},
 	}
 }

@@ -6,12 +6,6 @@ import (
 	"strings"
 )
 
-// WorkspaceCookie is the cookie the agent server's workspace routes accept
-// instead of the X-Session-API-Key header (ref §8 "Workspace cookie",
-// dependencies.py L16, L39-60), so a browser can load a conversation's
-// workspace page.
-const WorkspaceCookie = "oh_workspace_session_key"
-
 // workspaceCookieMaxAge is the cookie's lifetime: ten years (ref §8).
 const workspaceCookieMaxAge = 315360000
 
@@ -53,17 +47,4 @@ func SecureContext(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-// IsWorkspaceRoute reports whether path (unescaped) is one of the two
-// routes that honour the workspace cookie: /api/conversations/{id}/workspace
-// and /api/conversations/{id}/workspace/{file_path} (ref §8). Only GET
-// may use it.
-func IsWorkspaceRoute(path string) bool {
-	rest, ok := strings.CutPrefix(path, "/api/conversations/")
-	if !ok {
-		return false
-	}
-	id, tail, ok := strings.Cut(rest, "/")
-	return ok && id != "" && (tail == "workspace" || strings.HasPrefix(tail, "workspace/"))
 }

@@ -37,6 +37,17 @@
 // The create body (ref §2, §8): WorktreeGuidance is the server's own
 // worktree text, AppendSystemMessageSuffix adds it to the agent's
 // system_message_suffix as the server does. The workspace cookie (ref §8):
-// WorkspaceCookie, WorkspaceSessionCookie, SecureContext and
-// IsWorkspaceRoute.
+// WorkspaceCookie, IsWorkspaceTail, WorkspaceSessionCookie and
+// SecureContext.
+// Mediator (mediate.go) takes the credentials out of what a client sends
+// for a conversation (DESIGN §7, secret mediation): Create rewrites a
+// StartConversationRequest (the LLM objects of agent and agent_settings,
+// ref §1 and §4; the secrets and agent_context.secrets, ref §3; Canvas's
+// encrypted settings and LookupSecrets, ref §2a) and Secrets the body of
+// POST /api/conversations/{id}/secrets. Each returns the body to forward
+// and the LLM profiles and secrets for the broker; the inner server gets
+// base_url and LookupSecret URLs on the broker relay inside its own
+// container, and PlaceholderKey as its api_key. What ohd cannot mediate
+// (MCP credentials, AWS keys, other providers, LookupSecrets that carry a
+// credential to another URL) is refused with an Error naming the field.
 package openhands

@@ -93,19 +93,6 @@ var owned = map[string]bool{
 // keys.
 var ownedPrefixes = []string{"OH_SESSION_API_KEYS_", "OHD_", "GIT_CONFIG_"}
 
-// IsSecretKey is the agent server's is_secret_key: a case-insensitive
-// substring match on AUTHORIZATION, COOKIE, CREDENTIAL, KEY, PASSWORD,
-// SECRET, SESSION or TOKEN (ref §1, utils/redact.py L27-79).
-func IsSecretKey(name string) bool {
-	u := strings.ToUpper(name)
-	for _, w := range []string{"AUTHORIZATION", "COOKIE", "CREDENTIAL", "KEY", "PASSWORD", "SECRET", "SESSION", "TOKEN"} {
-		if strings.Contains(u, w) {
-			return true
-		}
-	}
-	return false
-}
-
 // CheckExtraEnv checks an operator's extra variable NAME=VALUE for the
 // inner server (ohd serve --inner-env). It refuses a malformed name, a
 // name that looks like a secret (IsSecretKey: the value would be visible

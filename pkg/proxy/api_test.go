@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -20,7 +21,8 @@ import (
 func TestCreateRewritesAndForwards(t *testing.T) {
 	fake := newFake(t)
 	fake.tap = true
-	p := startProxy(t, fake, nil)
+	mem := newMemSecrets()
+	p := startProxy(t, fake, func(o *Options) { o.Secrets = mem })
 	repo := filepath.Join(fake.root, "myrepo")
 	if err := os.MkdirAll(repo, 0o755); err != nil {
 		t.Fatal(err)
@@ -65,6 +67,9 @@ func TestCreateRewritesAndForwards(t *testing.T) {
 	delete(want, "worktree")
 	want["conversation_id"] = id
 	want["workspace"] = map[string]any{"kind": "LocalWorkspace", "working_dir": wantWD}
+	// The LLM key went to the broker: the inner server gets the relay
+	// and a placeholder (secret mediation, TestMediate* for the rest).
+	want["agent"] = map[string]any{"kind": "Agent", "llm": map[string]any{"model": "m", "api_key": openhands.PlaceholderKey, "base_url": "http://" + broker.RelayAddr + "/llm/" + id + ".llm"}}
 	want["agent"].(map[string]any)["agent_context"] = map[string]any{
 		"system_message_suffix": openhands.WorktreeGuidance(repo, wantWD, wantWD, "openhands/"+id),
 	}
@@ -82,6 +87,12 @@ func TestCreateRewritesAndForwards(t *testing.T) {
 	}
 	if bytes.Contains(cr.Request, []byte("sk-very-secret")) || bytes.Contains(cr.Request, []byte("api_key")) {
 		t.Errorf("CreateRequest.Request = %s: holds the agent's secret", cr.Request)
+	}
+	if d := cmp.Diff(store.Grants{LLM: []string{id + ".llm"}}, cr.Grants); d != "" {
+		t.Errorf("CreateRequest.Grants (-want +got):\n%s", d)
+	}
+	if v := mem.secret(id + ".llm"); v != "sk-very-secret" {
+		t.Errorf("broker secret %s.llm = %q, want the LLM key", id, v)
 	}
 	rec := decode[map[string]any](t, cr.Request)
 	if rec["max_iterations"] != float64(7) || rec["conversation_id"] != id {

@@ -66,14 +66,57 @@
 //	ANY    /api/conversations/{id}/fork|children|credential-bindings[/...]  501, saying why
 //	WS     /sockets/events/{id}              bridged to the inner server's /sockets/events/{id}
 //	WS     /sockets/session/{id}             bridged to the inner server's v2 /sockets/session/{id} (?after_seq= passed on)
-//	POST   /api/auth/workspace-session       204, Set-Cookie oh_workspace_session_key (DELETE: expired)
+//	POST   /api/auth/workspace-session       the upstream's; without one, ohd's: 204, Set-Cookie oh_workspace_session_key (DELETE: expired)
+//	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
+//	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
+//	ANY    everything else (HTTP and WebSocket)  the upstream's (below); without one, 404 naming --upstream
 //
 // Conversation ids are accepted in every form the agent server's UUID
 // validation takes (hyphenated or not, braces, urn:uuid:, any case) and
 // used in canonical lower-case form; a malformed id is FastAPI's 422
 // {"detail":[{"type":"uuid_parsing","loc":["path","conversation_id"],...}]}.
-// Other agent-server routes (/api/settings, /api/bash, ...) are not served:
-// 404.
+// The list of global routers that take ?cid= is openhands.IsGlobalRouter.
+//
+// # The upstream
+//
+// Options.Upstream (ohd serve --upstream URL) is the operator's own agent
+// server in local mode: every route that is not a conversation's
+// (settings, profiles, skills, tools, /server_info, /api/file/home,
+// /api/auth/workspace-session, /sockets/bash-events, ...) passes to it,
+// HTTP and WebSocket, so Agent Canvas pointed at ohd works as if pointed
+// at the agent server. ohd checks the client's key first (401 as
+// everywhere), then forwards the request as sent (the client's
+// X-Session-API-Key included: the upstream is configured with the same
+// keys, and X-Expose-Secrets, which only these routes may carry), minus
+// hop-by-hop and X-Forwarded-* headers, with the client's Host; bodies
+// are bounded by MaxBody (413). The answer passes byte for byte (status,
+// headers minus hop-by-hop ones, Set-Cookie included, body), except that
+// a URL on the upstream's address becomes relative and a redirect or
+// error body is scrubbed of it. An upstream that does not answer is 502
+// (504 when it does not send headers within Timeouts.ResponseHeader),
+// naming it. A WebSocket authenticates as /sockets/events/{id} does and
+// is bridged with the key it authenticated with in the header.
+//
+// # Secret mediation
+//
+// No credential of a create body reaches the container: before the
+// create, openhands.Mediator takes each LLM key (plaintext from the SDK,
+// or a Fernet token of the upstream's key, Options.UpstreamSecretKey,
+// from Canvas) into an LLM profile "<id>.llm" and each other secret
+// (StaticSecret values, agent_context.secrets, LookupSecrets on the
+// upstream's /api/settings/secrets/<NAME>, read now with the headers
+// Canvas gave) into a secret "<id>.<NAME>" of Options.Secrets, granted to
+// that conversation only (CreateRequest.Grants). The inner server gets
+// base_url http://127.0.0.1:8751/llm/<id>.llm with a placeholder key and
+// LookupSecrets on http://127.0.0.1:8751/secrets/<id>.<NAME>: the broker
+// relay ohctl inner-exec serves inside the container (broker.Relay), so
+// every use goes through the broker (audited, revocable). The body is
+// refused with 422 naming the field when it carries what ohd cannot
+// mediate (MCP credentials, AWS keys, other providers, a token the
+// upstream's key does not open) or one of ohd's keys anywhere.
+// POST /api/conversations/{id}/secrets is mediated the same way. The
+// conversation's own profiles and secrets are removed with it; those of
+// a failed create at once.
 //
 // The API shows conversations that are running or stopped. One being
 // provisioned does not exist yet for a client (its create has not
@@ -175,7 +218,7 @@
 // the query is kept byte for byte); it sets X-Session-API-Key to the inner
 // key and keeps the client's Host, so URLs the inner server builds name
 // ohd. Requests carrying X-Expose-Secrets are refused with 422 on every
-// route. Bodies larger than MaxBody (16 MiB) are refused with 413, also
+// route but the upstream's. Bodies larger than MaxBody (16 MiB) are refused with 413, also
 // when chunked.
 //
 // On the way out, no header or redirect reveals the inner address:
@@ -227,7 +270,7 @@
 //
 // Cross-origin browser requests are not supported on the HTTP routes (no
 // CORS; a preflight has no key and answers 401): a browser front end
-// reaches ohd through its own back end. The agent server's workspace file
-// routes authenticated by cookie and its global routes (bash, files, ...)
-// are not served.
+// reaches ohd through its own back end. GET /api/conversations/{id}/
+// workspace[/{path}] also accepts the oh_workspace_session_key cookie the
+// upstream's POST /api/auth/workspace-session sets.
 package proxy

@@ -48,9 +48,19 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotImplemented, msg)
 		return
 	}
+	if fp.Tail == "secrets" && r.Method == http.MethodPost {
+		s.postSecrets(w, r, fp)
+		return
+	}
+	s.forwardTo(w, r, fp.ID, fp.innerPath(), stripAuthQuery(r.URL.RawQuery))
+}
+
+// forwardTo forwards r to conversation id's inner server at the escaped
+// path and raw query given.
+func (s *Server) forwardTo(w http.ResponseWriter, r *http.Request, id, innerPath, query string) {
 	if r.ContentLength > s.opts.MaxBody {
-		if _, ok := s.visible(fp.ID); !ok {
-			writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
+		if _, ok := s.visible(id); !ok {
+			writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
 			return
 		}
 		writeTooLarge(w, s.opts.MaxBody)
@@ -59,20 +69,20 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	// Target succeeds only for a live conversation that has started (the
 	// states the API shows); the record is read again only to word a
 	// failure.
-	t, err := s.conv.Target(r.Context(), fp.ID)
+	t, err := s.conv.Target(r.Context(), id)
 	if err != nil {
-		if _, ok := s.visible(fp.ID); !ok {
-			writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
+		if _, ok := s.visible(id); !ok {
+			writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
 			return
 		}
-		s.targetError(w, fp.ID, err)
+		s.targetError(w, id, err)
 		return
 	}
 	if t.Addr == "" {
-		writeDetail(w, http.StatusNotImplemented, "conversation "+fp.ID+" runs in ohd's local runtime: it has no agent server to forward to")
+		writeDetail(w, http.StatusNotImplemented, "conversation "+id+" runs in ohd's local runtime: it has no agent server to forward to")
 		return
 	}
-	s.conv.Touch(fp.ID)
+	s.conv.Touch(id)
 
 	body := &limitedBody{r: r.Body, n: s.opts.MaxBody}
 	if r.Body != nil && r.Body != http.NoBody {
@@ -80,11 +90,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	stripHopByHop(r.Header)
 	ft := &fwdTarget{
-		id: fp.ID, addr: t.Addr, dialAddr: t.DialAddr, key: string(t.InnerKey),
-		path: fp.innerPath(), query: stripAuthQuery(r.URL.RawQuery), body: body,
+		id: id, addr: t.Addr, dialAddr: t.DialAddr, key: string(t.InnerKey),
+		path: innerPath, query: query, body: body,
 	}
 	ctx := context.WithValue(withTarget(r.Context(), t), fwdKey{}, ft)
-	tw := &touchWriter{ResponseWriter: w, touch: func() { s.conv.Touch(fp.ID) }}
+	tw := &touchWriter{ResponseWriter: w, touch: func() { s.conv.Touch(id) }}
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Body == http.NoBody {
 		s.forwardBodiless(tw, r.WithContext(ctx), ft)
 		return

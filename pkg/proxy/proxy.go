@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -136,6 +137,20 @@ type Options struct {
 	WSOriginPatterns []string
 	// Observer, if set, receives request and WebSocket counters.
 	Observer Observer
+	// Upstream, if set, is the operator's own agent server (--upstream):
+	// every route that is not a conversation's (settings, profiles,
+	// server info, /api/file/home, /sockets/bash-events, ...) passes to
+	// it. nil: those routes answer 404 naming the flag.
+	Upstream *url.URL
+	// UpstreamSecretKey is the upstream's OH_SECRET_KEY
+	// (--upstream-secret-key-file): ohd opens the Fernet tokens Canvas
+	// copies from the upstream's settings into a create body with it.
+	// It never reaches a container.
+	UpstreamSecretKey []byte
+	// Secrets keeps what secret mediation takes out of create and
+	// secrets bodies (the daemon passes its store). nil: a body carrying
+	// a credential is refused.
+	Secrets SecretStore
 	// Metrics, if set, is served at GET /metrics behind the same key
 	// check as every other route (a Prometheus scrape config can send the
 	// X-Session-API-Key header; ohd's --metrics-listen is the key-less,
@@ -160,6 +175,8 @@ type Server struct {
 	dialer       *net.Dialer
 	client       *http.Client // metadata reads and the create forward
 	rp           *httputil.ReverseProxy
+	up           *upstream // nil without Options.Upstream
+	med          *openhands.Mediator
 
 	// WebSocket bookkeeping: closing is closed when Serve shuts down, so
 	// every bridge closes with 1001; wsWG counts running WebSocket
@@ -218,6 +235,10 @@ func New(opts Options) (*Server, error) {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	s.rp = s.newReverseProxy()
+	if opts.Upstream != nil {
+		s.up = s.newUpstream(opts.Upstream)
+	}
+	s.med = s.newMediator()
 	s.routes()
 	return s, nil
 }
@@ -340,6 +361,8 @@ const (
 	routeHealth   = "health"
 	routeNotFound = "not_found"
 	routeMetrics  = "metrics"
+	routeUpstream = "upstream"
+	routeSecrets  = "secrets"
 )
 
 func (s *Server) routes() {
@@ -376,9 +399,9 @@ func (s *Server) routes() {
 	// message).
 	m.Handle("/sockets/events/{id}", s.route(routeEvents, false, s.socket("events")))
 	m.Handle("/sockets/session/{id}", s.route(routeSession, false, s.socket("session")))
-	m.Handle("/", s.route(routeNotFound, true, func(w http.ResponseWriter, r *http.Request) {
-		writeDetail(w, http.StatusNotFound, "Not Found: ohd serves /api/conversations and /sockets/events/{id}; other agent-server routes of a conversation are under /api/conversations/{id}/")
-	}))
+	// Everything else is not a conversation's: the upstream's, or a
+	// deprecated global route with ?cid= (passUpstream authenticates).
+	m.Handle("/", s.route(routeUpstream, false, s.passUpstream))
 }
 
 func methodNotAllowed(allow string) http.HandlerFunc {
@@ -400,16 +423,37 @@ func (s *Server) route(label string, auth bool, h http.HandlerFunc) http.Handler
 				s.obs.ObserveRequest(label, rec.code(), time.Since(start))
 			}
 		}()
-		if auth && !s.keys.valid(r.Header.Get("X-Session-API-Key")) && !s.workspaceCookieAuth(r) {
+		if auth && !s.keys.valid(requestKey(r)) {
 			writeJSON(rec, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
 			return
 		}
-		if r.Header.Get("X-Expose-Secrets") != "" {
+		// Only the upstream's own routes may be asked for secrets
+		// (passUpstream refuses it on the ?cid= routes).
+		if label != routeUpstream && r.Header.Get(openhands.ExposeSecretsHeader) != "" {
 			writeDetail(rec, http.StatusUnprocessableEntity, "X-Expose-Secrets is not supported through ohd: secrets never leave a conversation's container; drop the header")
 			return
 		}
 		h(rec, r)
 	})
+}
+
+// requestKey is the session key of an HTTP request: the
+// X-Session-API-Key header, or, on the workspace routes the agent server
+// lets a browser reach by cookie (GET /api/conversations/{id}/workspace
+// [/{path}], ref §8), the cookie POST /api/auth/workspace-session set.
+func requestKey(r *http.Request) string {
+	if k := r.Header.Get("X-Session-API-Key"); k != "" || r.Method != http.MethodGet {
+		return k
+	}
+	fp, ok := parseForwardPath(r.URL.EscapedPath())
+	if !ok || !fp.HasTail || !openhands.IsWorkspaceTail(fp.Tail) {
+		return ""
+	}
+	c, err := r.Cookie(openhands.WorkspaceCookie)
+	if err != nil {
+		return ""
+	}
+	return c.Value
 }
 
 // recorder remembers the status for the Observer and keeps Flush and

@@ -180,7 +180,7 @@ func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind strin
 	c.SetReadLimit(authMessageLimit)
 
 	if ks == keyAbsent {
-		if sc := s.firstMessageAuth(r.Context(), c); sc != 0 {
+		if sc, _ := s.firstMessageAuth(r.Context(), c); sc != 0 {
 			code = sc
 			return
 		}
@@ -222,12 +222,13 @@ func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind strin
 }
 
 // firstMessageAuth waits up to Timeouts.WSAuth for the client's
-// {"type":"auth","session_api_key":"..."} frame. It returns 0 if the
-// client authenticated, else the code it closed the connection with. The
+// {"type":"auth","session_api_key":"..."} frame. It returns 0 and the key
+// if the client authenticated, else the code it closed the connection
+// with. The
 // read runs apart from the timer because coder/websocket drops a
 // connection whose read context ends, and the client must get 4001, not a
 // reset.
-func (s *Server) firstMessageAuth(ctx context.Context, c *websocket.Conn) websocket.StatusCode {
+func (s *Server) firstMessageAuth(ctx context.Context, c *websocket.Conn) (websocket.StatusCode, string) {
 	type result struct {
 		typ websocket.MessageType
 		b   []byte
@@ -245,11 +246,11 @@ func (s *Server) firstMessageAuth(ctx context.Context, c *websocket.Conn) websoc
 	case res := <-ch:
 		if res.err == nil {
 			if key, ok := parseAuthMessage(res.typ, res.b); ok && s.keys.valid(key) {
-				return 0
+				return 0, key
 			}
 		}
 		_ = c.Close(code, "Authentication failed")
-		return code
+		return code, ""
 	case <-t.C:
 	case <-ctx.Done():
 		code = websocket.StatusGoingAway
@@ -264,7 +265,7 @@ func (s *Server) firstMessageAuth(ctx context.Context, c *websocket.Conn) websoc
 	_ = c.Close(code, reason)
 	c.CloseNow()
 	<-ch
-	return code
+	return code, ""
 }
 
 // dialInner opens the WebSocket to the inner server, authenticated with
@@ -293,7 +294,8 @@ type pumpResult struct {
 	writeErr   error // writing to the destination failed
 }
 
-// bridge copies messages both ways until one side closes or fails, then
+// bridge copies messages both ways (for conversation id, or "" for the
+// upstream's sockets) until one side closes or fails, then
 // closes the other side, with the same code when it may be sent on. It
 // returns the code sent to the client. Each direction has its own
 // goroutine and buffer; a write waits at most Timeouts.WSWrite, so a
@@ -303,7 +305,7 @@ func (s *Server) bridge(ctx context.Context, id string, client, up *websocket.Co
 	var last atomic.Int64
 	touch := func() {
 		now := time.Now().UnixNano()
-		if prev := last.Load(); now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now) {
+		if prev := last.Load(); id != "" && now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now) {
 			s.conv.Touch(id)
 		}
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -277,4 +278,29 @@ func listJSON[T any](db *bolt.DB, bucket []byte) ([]T, error) {
 		})
 	})
 	return out, err // bbolt iterates in key order: sorted by name
+}
+
+// DeleteScoped removes the secrets and LLM profiles of conversation id:
+// those named "<id>.<name>", which ohd creates from what a client sent
+// for that conversation (secret mediation). It reports how many it
+// removed; none is not an error.
+func (s *Store) DeleteScoped(id string) (int, error) {
+	if !ValidID(id) {
+		return 0, fmt.Errorf("delete secrets of conversation %q: not a conversation id", id)
+	}
+	prefix := []byte(id + ".")
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketSecrets, bucketLLM} {
+			c := tx.Bucket(name).Cursor()
+			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+				if err := c.Delete(); err != nil {
+					return err
+				}
+				n++
+			}
+		}
+		return nil
+	})
+	return n, err
 }

@@ -491,6 +491,38 @@ func TestInnerSecretKeyStable(t *testing.T) {
 	}
 }
 
+func TestDeleteScoped(t *testing.T) {
+	s := openStore(t, filepath.Join(t.TempDir(), FileName), newKey(t, 1))
+	t.Cleanup(func() { s.Close() })
+	id, other := NewID(), NewID()
+	for _, n := range []string{id + ".llm", id + ".GITHUB_TOKEN", other + ".llm", "shared"} {
+		if err := s.SetSecret(n, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.PutLLMProfile(LLMProfile{Name: id + ".llm", KeySecret: id + ".llm"}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.DeleteScoped(id)
+	if err != nil || n != 3 {
+		t.Fatalf("DeleteScoped = %d, %v; want 3, nil", n, err)
+	}
+	infos, _ := s.Secrets()
+	var left []string
+	for _, i := range infos {
+		left = append(left, i.Name)
+	}
+	if d := cmp.Diff([]string{other + ".llm", "shared"}, left); d != "" {
+		t.Errorf("secrets left (-want +got):\n%s", d)
+	}
+	if _, err := s.LLMProfile(id + ".llm"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("profile after DeleteScoped: %v, want ErrNotFound", err)
+	}
+	if _, err := s.DeleteScoped("../x"); err == nil {
+		t.Error("DeleteScoped of a non-id succeeded")
+	}
+}
+
 // TestMigrateSharedLayout: a schema 1 file's conversations with a
 // worktree come out as GitLayoutShared (they were made before git views),
 // those without one untouched, and the file is at SchemaVersion.

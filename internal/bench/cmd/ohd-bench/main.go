@@ -4,7 +4,10 @@
 // `make bench` runs, from the module's checkout.
 //
 // Benchmarks (-only selects some): broker (the credential broker against a
-// plain Unix-socket HTTP server), proxy (the conversation API against the
+// plain Unix-socket HTTP server), llm (an LLM stream through the broker
+// relay a container's inner server uses and the broker's key-injecting
+// proxy, against the provider directly: time to first byte with 1 MiB
+// prompts, a 60 s stream, git credential requests during it), proxy (the conversation API against the
 // inner server reached directly), create (a conversation's create and
 // remove against git CLI and Docker Engine calls done directly; needs
 // Docker and builds the test image if it is missing), publish (how fast a
@@ -43,7 +46,7 @@ func main() {
 }
 
 // all is every benchmark, in the order they run and are shown.
-var all = []string{"broker", "proxy", "create", "publish", "go"}
+var all = []string{"broker", "llm", "proxy", "create", "publish", "go"}
 
 // config is the command line.
 type config struct {
@@ -56,6 +59,7 @@ type config struct {
 	strict       bool
 	verbose      bool
 	timeout      time.Duration
+	llmStream    time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -71,6 +75,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.strict, "strict", false, "exit 1 when a benchmark misses its target")
 	fs.BoolVar(&c.verbose, "v", false, "show the Go benchmarks' output as it comes")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.DurationVar(&c.llmStream, "llm-stream", 60*time.Second, "length of the llm benchmark's long streams")
 	if err := fs.Parse(args[1:]); err != nil {
 		return c, err
 	}
@@ -118,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// What the create benchmark needs is checked before anything runs, so
 	// a missing engine fails in seconds, not after the other benchmarks.
-	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") {
+	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") {
 		if err := prepareDocker(ctx, cfg, progress); err != nil {
 			fmt.Fprintf(stderr, "ohd-bench: create: %v\n", err)
 			return 1
@@ -146,6 +151,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				fail("broker", err)
 			}
 			rows = append(rows, bench.BrokerRows(res)...)
+			for _, r := range res {
+				lines, details = append(lines, r.Line()), append(details, r.Detail())
+			}
+		case "llm":
+			res, err := bench.LLM(ctx, bench.LLMOptions{Stream: cfg.llmStream, Image: cfg.image})
+			if err != nil {
+				fail("llm", err)
+			}
+			rows = append(rows, bench.LLMRows(res)...)
 			for _, r := range res {
 				lines, details = append(lines, r.Line()), append(details, r.Detail())
 			}

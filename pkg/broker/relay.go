@@ -1,0 +1,134 @@
+package broker
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// Relay is the conversation's broker as plain HTTP, for programs inside
+// the container that cannot speak to a Unix socket with a token: the
+// inner agent server's LLM client (a base_url) and its LookupSecrets (a
+// url). ohctl inner-exec serves it on the container's loopback
+// (RelayAddr); every request becomes a broker request on the socket, with
+// the token read from its file each time, so the broker checks, limits
+// and audits each use, and a revoked grant fails the next one.
+//
+//	ANY /llm/{profile}/{path...}   → ANY /v1/llm/{profile}/proxy/{path...} (query kept), streamed
+//	GET /secrets/{name}            → GET /v1/secrets/{name}; the raw value as text/plain
+//
+// The relay holds no credential: the caller's Authorization and x-api-key
+// (a placeholder) are dropped by the broker, which injects the real key.
+// An error of the broker keeps its status and JSON body; an LLM
+// provider's answer, errors included, passes as the provider sent it.
+type Relay struct {
+	c *Client
+}
+
+// RelayAddr is where ohctl inner-exec serves the Relay inside a
+// container: loopback only, so no other container and no host process
+// reaches it.
+const RelayAddr = "127.0.0.1:8751"
+
+// NewRelay returns a Relay forwarding to the broker through c.
+func NewRelay(c *Client) *Relay { return &Relay{c: c} }
+
+// ServeHTTP implements http.Handler.
+func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.EscapedPath()
+	switch {
+	case strings.HasPrefix(p, "/llm/"):
+		rl.llm(w, r, strings.TrimPrefix(p, "/llm/"))
+	case strings.HasPrefix(p, "/secrets/"):
+		rl.secret(w, r, strings.TrimPrefix(p, "/secrets/"))
+	default:
+		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/... and /secrets/{name}")
+	}
+}
+
+func (rl *Relay) llm(w http.ResponseWriter, r *http.Request, rest string) {
+	profile, tail, _ := strings.Cut(rest, "/")
+	if profile == "" {
+		relayError(w, http.StatusNotFound, "not_found", "no LLM profile in the path: use /llm/{profile}/...")
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	u := &url.URL{Path: "/v1/llm/" + profile + "/proxy/" + tail, RawQuery: r.URL.RawQuery}
+	if dec, err := url.PathUnescape(u.Path); err == nil {
+		u.RawPath, u.Path = u.Path, dec
+	}
+	out.URL = u
+	// The caller's credentials are the placeholder the inner server was
+	// given; the broker drops them and injects the profile's key.
+	out.Header.Del("Authorization")
+	out.Header.Del("X-Api-Key")
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	resp, err := rl.c.Do(out)
+	if err != nil {
+		relayError(w, http.StatusBadGateway, "bad_gateway", "the conversation's broker is unreachable")
+		return
+	}
+	defer resp.Body.Close()
+	h := w.Header()
+	for k, vv := range resp.Header {
+		if !isHop(k) {
+			h[k] = vv
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			_ = rc.Flush()
+		}
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				panic(http.ErrAbortHandler) // a cut stream must not look whole
+			}
+			return
+		}
+	}
+}
+
+func (rl *Relay) secret(w http.ResponseWriter, r *http.Request, escaped string) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		relayError(w, http.StatusMethodNotAllowed, "bad_request", "use GET")
+		return
+	}
+	name, err := url.PathUnescape(escaped)
+	if err != nil || name == "" || strings.Contains(name, "/") {
+		relayError(w, http.StatusNotFound, "not_found", "no such secret")
+		return
+	}
+	v, err := rl.c.Secret(r.Context(), name)
+	if err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) {
+			relayError(w, ae.Status, ae.Code, ae.Message)
+			return
+		}
+		relayError(w, http.StatusBadGateway, "bad_gateway", "the conversation's broker is unreachable")
+		return
+	}
+	defer clear(v)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(v)
+}
+
+func relayError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(appendError(nil, msg, code))
+}

@@ -1,0 +1,633 @@
+package openhands
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+)
+
+// PlaceholderKey is the api_key the inner server's LLM gets in place of
+// the real one: non-empty, because litellm refuses an Anthropic call
+// without a key (ref §4, "The placeholder api_key must be non-empty").
+// The broker drops it and injects the real key.
+const PlaceholderKey = "ohd-broker-injects-the-key"
+
+// Mediator rewrites what a client sends for a conversation so that no
+// credential reaches its container as a value (DESIGN §7, secret
+// mediation): each LLM key becomes an LLM profile and each other secret a
+// broker secret, both granted to that conversation only, and the inner
+// server is pointed at the broker relay inside its own container (Relay)
+// for both. Its zero value accepts only plaintext and no upstream
+// lookups.
+type Mediator struct {
+	// Upstream opens the Fernet tokens the operator's own agent server
+	// (the upstream) puts into the settings Canvas copies into a create
+	// body (ref §2a step 3, §1 "Fields that hold Fernet tokens"). nil: a
+	// token in a body is refused, naming --upstream-secret-key-file.
+	Upstream *Fernet
+	// Lookup reads the upstream's saved secret name with the headers of
+	// the client's LookupSecret (Canvas puts its session key there, ref
+	// §2a step 5, §3). nil: there is no upstream, and such a lookup is
+	// refused naming --upstream.
+	Lookup func(ctx context.Context, name string, headers map[string]string) ([]byte, error)
+	// Hosts are the host[:port] forms clients reach ohd by: an absolute
+	// LookupSecret URL on one of them counts as ohd's (the upstream's)
+	// own /api/settings/secrets/<NAME>.
+	Hosts []string
+	// Forbidden are values that must never reach a container whatever a
+	// body carries: ohd's session keys, the upstream's secret key. A body
+	// that still holds one after mediation is refused.
+	Forbidden [][]byte
+	// Relay is the broker relay's base URL as the inner server reaches it
+	// (inside its container), e.g. "http://127.0.0.1:8751".
+	Relay string
+}
+
+// LLM is an LLM key taken out of a body: the broker profile to create.
+type LLM struct {
+	// Name is the profile's broker name: "<conversation-id>.llm" (then
+	// ".llm-2", ...), granted to that conversation only.
+	Name  string
+	Model string
+	// BaseURL is the provider's, as the body gave it or the provider's
+	// default (ref §4).
+	BaseURL string
+	// AuthHeader is "" for "Authorization: Bearer" (OpenAI style) or
+	// "x-api-key" (Anthropic, ref §4b).
+	AuthHeader string
+	Key        []byte
+}
+
+// Secret is a secret value taken out of a body: the broker secret to
+// create, "<conversation-id>.<NAME>", granted to that conversation only.
+type Secret struct {
+	Name  string
+	Value []byte
+}
+
+// Mediated is a create body after mediation.
+type Mediated struct {
+	// Fields are the body's fields, rewritten.
+	Fields  map[string]json.RawMessage
+	LLMs    []LLM
+	Secrets []Secret
+}
+
+// Error is a body ohd will not forward: Field says where (a dotted path),
+// Msg what is wrong and what to do. It never holds a value.
+type Error struct {
+	Field, Msg string
+}
+
+func (e *Error) Error() string { return e.Field + ": " + e.Msg }
+
+// ScopedName returns the broker name of a conversation's own secret or
+// profile: "<id>.<name>".
+func ScopedName(id, name string) string { return id + "." + name }
+
+// Create mediates the fields of a StartConversationRequest for
+// conversation id: the LLM objects of agent and agent_settings (api_key,
+// plaintext from the SDK or a token from Canvas, ref §1, §2), the
+// top-level secrets and agent_context.secrets (StaticSecret values and
+// LookupSecrets on the upstream's settings, ref §3); secrets_encrypted is
+// dropped, since nothing encrypted is left. MCP credentials are refused
+// (an MCP server runs inside the container: its credential would have to
+// be there).
+func (m *Mediator) Create(ctx context.Context, id string, fields map[string]json.RawMessage) (*Mediated, error) {
+	st := &mediation{m: m, id: id, ctx: ctx, llmByKey: map[string]string{}}
+	out := make(map[string]json.RawMessage, len(fields))
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names) // the same body gives the same profiles and secrets, in order
+	for _, k := range names {
+		raw := fields[k]
+		switch k {
+		case "secrets_encrypted":
+			continue
+		case "agent", "agent_settings", "secrets":
+			v, err := decode(raw)
+			if err != nil {
+				return nil, &Error{Field: k, Msg: "not valid JSON"}
+			}
+			if k == "secrets" {
+				if err := st.secretsMap(v, k, false); err != nil {
+					return nil, err
+				}
+			} else if err := st.agent(v, k); err != nil {
+				return nil, err
+			}
+			b, err := encode(v)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = b
+		default:
+			out[k] = raw
+		}
+	}
+	for k, raw := range out {
+		if err := st.check(raw, k); err != nil {
+			return nil, err
+		}
+	}
+	return &Mediated{Fields: out, LLMs: st.llms, Secrets: st.secrets}, nil
+}
+
+// Secrets mediates the body of POST /api/conversations/{id}/secrets,
+// {"secrets": {NAME: "value" | {"value": "..."} | SecretSource}} (ref
+// §3): every value becomes a broker secret, the inner server gets
+// LookupSecrets on the relay. It returns the body to forward.
+func (m *Mediator) Secrets(ctx context.Context, id string, body []byte) ([]byte, []Secret, error) {
+	v, err := decode(body)
+	if err != nil {
+		return nil, nil, &Error{Field: "body", Msg: "not valid JSON"}
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, nil, &Error{Field: "body", Msg: `want a JSON object {"secrets": {NAME: value}}`}
+	}
+	st := &mediation{m: m, id: id, ctx: ctx, llmByKey: map[string]string{}}
+	if err := st.secretsMap(obj["secrets"], "secrets", true); err != nil {
+		return nil, nil, err
+	}
+	out, err := encode(obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := st.check(out, "body"); err != nil {
+		return nil, nil, err
+	}
+	return out, st.secrets, nil
+}
+
+type mediation struct {
+	m        *Mediator
+	id       string
+	ctx      context.Context
+	llms     []LLM
+	llmByKey map[string]string
+	secrets  []Secret
+}
+
+func decode(raw []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func encode(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// agent walks an agent (or agent_settings) value: every object with a
+// string "model" and an "api_key" is an LLM (agent.llm, a condenser's
+// llm, ...: ref §1 "LLM objects, wherever they occur").
+func (st *mediation) agent(v any, path string) error {
+	switch x := v.(type) {
+	case map[string]any:
+		if _, ok := x["model"].(string); ok {
+			if _, ok := x["api_key"]; ok {
+				if err := st.llm(x, path); err != nil {
+					return err
+				}
+			}
+		}
+		for _, k := range sortedKeys(x) {
+			p := path + "." + k
+			switch k {
+			case "mcp_config":
+				if err := mcpCredentials(x[k], p); err != nil {
+					return err
+				}
+				continue
+			case "secrets":
+				if strings.HasSuffix(path, "agent_context") {
+					if err := st.secretsMap(x[k], p, true); err != nil {
+						return err
+					}
+					continue
+				}
+			}
+			if err := st.agent(x[k], p); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := st.agent(e, fmt.Sprintf("%s.%d", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// redacted is how the agent server shows a secret it will not disclose
+// (ref §1): no value.
+const redacted = "**********"
+
+// secretValue reads a SecretStr field: plaintext, or a token under the
+// upstream's key. ok is false for no value (null, empty, redacted).
+func (st *mediation) secretValue(v any, path string) (val []byte, ok bool, err error) {
+	if v == nil {
+		return nil, false, nil
+	}
+	s, isStr := v.(string)
+	if !isStr {
+		return nil, false, &Error{Field: path, Msg: "want a string"}
+	}
+	if strings.TrimSpace(s) == "" || s == redacted {
+		return nil, false, nil
+	}
+	if !IsToken(s) {
+		return []byte(s), true, nil
+	}
+	if st.m.Upstream == nil {
+		return nil, false, &Error{Field: path, Msg: "is encrypted (a Fernet token of the upstream agent server) but ohd has no key to open it: start ohd with --upstream-secret-key-file holding the upstream's OH_SECRET_KEY"}
+	}
+	pt, err := st.m.Upstream.Decrypt(s)
+	if err != nil {
+		return nil, false, &Error{Field: path, Msg: "is a Fernet token that the upstream's key does not open: --upstream-secret-key-file must hold the OH_SECRET_KEY of the agent server given as --upstream"}
+	}
+	return pt, true, nil
+}
+
+// awsFields are the LLM's AWS credentials (ref §1, LLM_SECRET_FIELDS):
+// Bedrock is not mediated.
+var awsFields = []string{"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+
+// openAICompatible are litellm provider prefixes that take the key as
+// "Authorization: Bearer" on an OpenAI-style API; they need a base_url
+// unless listed in defaultBase.
+var openAICompatible = map[string]bool{
+	"": true, "openai": true, "litellm_proxy": true, "openhands": true, "openrouter": true,
+	"deepseek": true, "groq": true, "mistral": true, "hosted_vllm": true, "together_ai": true,
+	"xai": true, "fireworks_ai": true, "ollama_chat": true,
+}
+
+// defaultBase are the providers' default base URLs (ref §4: the OpenAI
+// client's default; litellm's Anthropic default; the OpenHands proxy).
+var defaultBase = map[string]string{
+	"":              "https://api.openai.com/v1",
+	"openai":        "https://api.openai.com/v1",
+	"anthropic":     "https://api.anthropic.com",
+	"litellm_proxy": "https://llm-proxy.app.all-hands.dev",
+	"openhands":     "https://llm-proxy.app.all-hands.dev",
+}
+
+func (st *mediation) llm(obj map[string]any, path string) error {
+	key, ok, err := st.secretValue(obj["api_key"], path+".api_key")
+	if err != nil || !ok {
+		return err
+	}
+	for _, f := range awsFields {
+		if v, _, err := st.secretValue(obj[f], path+"."+f); err != nil || v != nil {
+			return &Error{Field: path + "." + f, Msg: "AWS credentials are not mediated by ohd (only OpenAI-compatible and Anthropic providers are); use a provider ohd mediates"}
+		}
+	}
+	model := obj["model"].(string)
+	provider, _, hasPrefix := strings.Cut(model, "/")
+	if !hasPrefix {
+		provider = ""
+	}
+	base, _ := obj["base_url"].(string)
+	if obj["base_url"] != nil && base == "" {
+		if _, isStr := obj["base_url"].(string); !isStr {
+			return &Error{Field: path + ".base_url", Msg: "want a string"}
+		}
+	}
+	header := ""
+	switch {
+	case provider == "anthropic":
+		// litellm sends OAuth tokens of Anthropic as a bearer token
+		// (ref §4b).
+		if !bytes.HasPrefix(key, []byte("sk-ant-oat")) {
+			header = "x-api-key"
+		}
+	case openAICompatible[provider]:
+	default:
+		return &Error{Field: path + ".model", Msg: fmt.Sprintf("provider %q: ohd mediates the keys of OpenAI-compatible providers (openai/, litellm_proxy/, openrouter/, ...) and anthropic/ only, so it cannot keep this key out of the container", provider)}
+	}
+	if base == "" {
+		base = defaultBase[provider]
+		if base == "" {
+			return &Error{Field: path + ".base_url", Msg: fmt.Sprintf("provider %q has no default base URL ohd knows: set llm.base_url", provider)}
+		}
+	}
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+		return &Error{Field: path + ".base_url", Msg: "want an http(s) URL without credentials"}
+	}
+	dedupe := header + "\x00" + base + "\x00" + string(key)
+	name, seen := st.llmByKey[dedupe]
+	if !seen {
+		name = ScopedName(st.id, "llm")
+		if n := len(st.llms); n > 0 {
+			name = fmt.Sprintf("%s-%d", name, n+1)
+		}
+		st.llmByKey[dedupe] = name
+		st.llms = append(st.llms, LLM{Name: name, Model: model, BaseURL: base, AuthHeader: header, Key: key})
+	}
+	obj["base_url"] = st.m.Relay + "/llm/" + name
+	obj["api_key"] = PlaceholderKey
+	return nil
+}
+
+// secretsMap mediates a {NAME: source} map. plainStrings allows a bare
+// string as a value (agent_context.secrets, the secrets route); in the
+// create body's top-level secrets a source object is required (ref §3).
+func (st *mediation) secretsMap(v any, path string, plainStrings bool) error {
+	if v == nil {
+		return nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return &Error{Field: path, Msg: "want an object {NAME: secret}"}
+	}
+	for _, name := range sortedKeys(m) {
+		p := path + "." + name
+		src, err := st.secret(name, m[name], p, plainStrings)
+		if err != nil {
+			return err
+		}
+		if src != nil {
+			m[name] = src
+		}
+	}
+	return nil
+}
+
+// secret mediates one secret source and returns its replacement (nil:
+// keep it as it is).
+func (st *mediation) secret(name string, v any, path string, plainStrings bool) (any, error) {
+	var value []byte
+	var desc any
+	switch x := v.(type) {
+	case string:
+		if !plainStrings {
+			return nil, &Error{Field: path, Msg: `want a secret source {"kind": "StaticSecret", "value": ...} or {"kind": "LookupSecret", "url": ...}`}
+		}
+		val, ok, err := st.secretValue(x, path)
+		if err != nil || !ok {
+			return nil, err
+		}
+		value = val
+	case map[string]any:
+		desc = x["description"]
+		kind, _ := x["kind"].(string)
+		switch {
+		case kind == "StaticSecret" || (kind == "" && plainStrings && x["value"] != nil):
+			val, ok, err := st.secretValue(x["value"], path+".value")
+			if err != nil || !ok {
+				return nil, err
+			}
+			value = val
+		case kind == "LookupSecret":
+			val, mediate, err := st.lookup(x, path)
+			if err != nil || !mediate {
+				return nil, err
+			}
+			value = val
+		default:
+			return nil, &Error{Field: path, Msg: `unknown secret kind: want "StaticSecret" or "LookupSecret"`}
+		}
+	case nil:
+		return nil, nil
+	default:
+		return nil, &Error{Field: path, Msg: "want a string or a secret source object"}
+	}
+	if !validSecretName(name) || len(ScopedName(st.id, name)) > 128 {
+		return nil, &Error{Field: path, Msg: "a secret name is 1-91 characters of A-Z a-z 0-9 . _ - (not starting with . or -)"}
+	}
+	bn := ScopedName(st.id, name)
+	st.secrets = append(st.secrets, Secret{Name: bn, Value: value})
+	out := map[string]any{"kind": "LookupSecret", "url": st.m.Relay + "/secrets/" + bn, "headers": map[string]any{}}
+	if desc != nil {
+		out["description"] = desc
+	}
+	return out, nil
+}
+
+// settingsSecretsPath is the upstream's saved-secret route (ref §3:
+// settings_router.py L457-488).
+const settingsSecretsPath = "/api/settings/secrets/"
+
+// lookup handles a LookupSecret: one on the upstream's settings secrets
+// (Canvas's, with its session key in the headers) is read now and becomes
+// a broker secret; another URL is kept as it is when its headers carry no
+// credential, and refused otherwise (ohd will not put one into a
+// container, nor fetch arbitrary URLs from the host).
+func (st *mediation) lookup(x map[string]any, path string) ([]byte, bool, error) {
+	raw, _ := x["url"].(string)
+	headers := map[string]string{}
+	if h, ok := x["headers"].(map[string]any); ok {
+		for k, hv := range h {
+			s, isStr := hv.(string)
+			if !isStr {
+				return nil, false, &Error{Field: path + ".headers." + k, Msg: "want a string"}
+			}
+			if IsToken(s) && st.m.Upstream != nil {
+				if pt, err := st.m.Upstream.Decrypt(s); err == nil {
+					s = string(pt)
+				}
+			}
+			headers[k] = s
+		}
+	} else if x["headers"] != nil {
+		return nil, false, &Error{Field: path + ".headers", Msg: "want an object"}
+	}
+	u, err := url.Parse(raw)
+	if raw == "" || err != nil {
+		return nil, false, &Error{Field: path + ".url", Msg: "want a URL"}
+	}
+	own := u.Host == "" || hostIn(u.Host, st.m.Hosts)
+	if own && strings.HasPrefix(u.EscapedPath(), settingsSecretsPath) {
+		name, err := url.PathUnescape(strings.TrimPrefix(u.EscapedPath(), settingsSecretsPath))
+		if err != nil || name == "" || strings.Contains(name, "/") {
+			return nil, false, &Error{Field: path + ".url", Msg: "want /api/settings/secrets/<NAME>"}
+		}
+		if st.m.Lookup == nil {
+			return nil, false, &Error{Field: path + ".url", Msg: "names the agent server's saved secrets, but ohd has no upstream agent server: start ohd with --upstream"}
+		}
+		v, err := st.m.Lookup(st.ctx, name, headers)
+		if err != nil {
+			return nil, false, &Error{Field: path + ".url", Msg: "reading the saved secret " + name + " from the upstream agent server failed: " + err.Error()}
+		}
+		return v, true, nil
+	}
+	for k, hv := range headers {
+		if IsSecretKey(k) && hv != "" {
+			return nil, false, &Error{Field: path + ".headers." + k, Msg: "a LookupSecret with a credential in its headers would put that credential into the container; store the value with ohd (ohctl secret set) or send it as a StaticSecret"}
+		}
+	}
+	return nil, false, nil
+}
+
+func hostIn(h string, hosts []string) bool {
+	for _, x := range hosts {
+		if strings.EqualFold(h, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsSecretKey reports whether a header or variable name is one the agent
+// server treats as secret (ref §1: is_secret_key, utils/redact.py
+// L27-79): it contains, case-insensitively, AUTHORIZATION, COOKIE,
+// CREDENTIAL, KEY, PASSWORD, SECRET, SESSION or TOKEN.
+func IsSecretKey(k string) bool {
+	u := strings.ToUpper(k)
+	for _, s := range []string{"AUTHORIZATION", "COOKIE", "CREDENTIAL", "KEY", "PASSWORD", "SECRET", "SESSION", "TOKEN"} {
+		if strings.Contains(u, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// mcpCredentials refuses MCP server configurations that carry
+// credentials (ref §1: agent.mcp_config.<server> env and headers values,
+// auth.value/password/headers, OAuth client_secret/access_token/
+// refresh_token).
+func mcpCredentials(v any, path string) error {
+	servers, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	if inner, ok := servers["mcpServers"].(map[string]any); ok {
+		servers, path = inner, path+".mcpServers"
+	}
+	refuse := func(p string) error {
+		return &Error{Field: p, Msg: "ohd does not pass MCP credentials into a conversation's container (an MCP server runs there and would hold them); remove them from the MCP configuration"}
+	}
+	nonEmpty := func(x any) bool { s, ok := x.(string); return x != nil && (!ok || (s != "" && s != redacted)) }
+	for _, name := range sortedKeys(servers) {
+		srv, ok := servers[name].(map[string]any)
+		if !ok {
+			continue
+		}
+		p := path + "." + name
+		for _, f := range []string{"env", "headers"} {
+			if m, ok := srv[f].(map[string]any); ok {
+				for _, k := range sortedKeys(m) {
+					if nonEmpty(m[k]) {
+						return refuse(p + "." + f + "." + k)
+					}
+				}
+			}
+		}
+		if auth, ok := srv["auth"].(map[string]any); ok {
+			for _, f := range []string{"value", "password", "client_secret", "access_token", "refresh_token"} {
+				if nonEmpty(auth[f]) {
+					return refuse(p + ".auth." + f)
+				}
+			}
+			if m, ok := auth["headers"].(map[string]any); ok && len(m) > 0 {
+				return refuse(p + ".auth.headers")
+			}
+		}
+	}
+	return nil
+}
+
+// check refuses a rewritten field that still holds what must not reach a
+// container: a token the upstream's key opens, a forbidden key, or a
+// value ohd took out elsewhere.
+func (st *mediation) check(raw json.RawMessage, field string) error {
+	var vals [][]byte
+	for _, l := range st.llms {
+		vals = append(vals, l.Key)
+	}
+	for _, s := range st.secrets {
+		vals = append(vals, s.Value)
+	}
+	for _, f := range st.m.Forbidden {
+		if len(f) > 0 && bytes.Contains(raw, f) {
+			return &Error{Field: field, Msg: "holds one of ohd's keys (a session API key or the upstream's secret key); ohd never passes them to a conversation: remove it"}
+		}
+	}
+	for _, v := range vals {
+		if len(v) >= 4 && bytes.Contains(raw, v) {
+			return &Error{Field: field, Msg: "holds a secret value outside the fields ohd mediates (LLM api_key, secrets, agent_context.secrets); remove the copy"}
+		}
+	}
+	if st.m.Upstream != nil && bytes.Contains(raw, []byte(TokenPrefix)) {
+		v, err := decode(raw)
+		if err != nil {
+			return &Error{Field: field, Msg: "not valid JSON"}
+		}
+		if p := findToken(v, field, st.m.Upstream); p != "" {
+			return &Error{Field: p, Msg: "is encrypted with the upstream's key in a field ohd does not mediate; ohd will not pass it (or what it holds) into a container: remove it"}
+		}
+	}
+	return nil
+}
+
+func findToken(v any, path string, f *Fernet) string {
+	switch x := v.(type) {
+	case string:
+		if IsToken(x) {
+			if _, err := f.Decrypt(x); err == nil {
+				return path
+			}
+		}
+	case map[string]any:
+		for _, k := range sortedKeys(x) {
+			if p := findToken(x[k], path+"."+k, f); p != "" {
+				return p
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if p := findToken(e, fmt.Sprintf("%s.%d", path, i), f); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+func validSecretName(s string) bool {
+	if s == "" || len(s) > 91 || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys(m map[string]any) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// IsError reports whether err is a mediation Error.
+func IsError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}

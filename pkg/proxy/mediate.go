@@ -1,0 +1,175 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// SecretStore keeps the credentials secret mediation takes out of
+// client bodies; *store.Store implements it.
+type SecretStore interface {
+	SetSecret(name string, value []byte) error
+	DeleteSecret(name string) error
+	PutLLMProfile(p store.LLMProfile) error
+	DeleteLLMProfile(name string) error
+}
+
+// granter adds a grant to a live conversation; *conversation.Manager
+// implements it.
+type granter interface {
+	Grant(id, kind, name string) (store.Conversation, error)
+}
+
+func (s *Server) newMediator() *openhands.Mediator {
+	m := &openhands.Mediator{Relay: "http://" + broker.RelayAddr}
+	for _, k := range s.opts.Keys {
+		m.Forbidden = append(m.Forbidden, k)
+	}
+	if len(s.opts.UpstreamSecretKey) > 0 {
+		m.Upstream = openhands.NewFernet(string(s.opts.UpstreamSecretKey))
+		m.Forbidden = append(m.Forbidden, s.opts.UpstreamSecretKey)
+	}
+	if s.up != nil {
+		m.Lookup = s.readUpstreamSecret
+	}
+	return m
+}
+
+// mediator returns the Mediator for a request: ohd's own, knowing the
+// host the client reached ohd by (an absolute LookupSecret URL on it is
+// the upstream's).
+func (s *Server) mediator(r *http.Request) *openhands.Mediator {
+	m := *s.med
+	if r.Host != "" {
+		m.Hosts = []string{r.Host}
+	}
+	return &m
+}
+
+// mediateCreate takes the credentials out of a create body (see
+// openhands.Mediator.Create): cb's fields are rewritten, the LLM keys and
+// secrets stored as conversation id's own profiles and secrets, and the
+// grants to give it returned, with undo to remove them again if the
+// create fails. A body ohd will not forward is an *openhands.Error.
+func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createBody, id string) (store.Grants, func(), error) {
+	var g store.Grants
+	med, err := s.mediator(r).Create(ctx, id, cb.fields)
+	if err != nil {
+		return g, nil, err
+	}
+	if c, err := s.conv.Get(id); err == nil && c.State.Live() {
+		// A retried create of a live conversation: it is answered from
+		// what exists; the credentials it carries are not stored again
+		// (that would replace the conversation's own).
+		cb.fields = med.Fields
+		return g, nil, nil
+	}
+	if (len(med.LLMs) > 0 || len(med.Secrets) > 0) && s.opts.Secrets == nil {
+		return g, nil, &openhands.Error{Field: "body", Msg: "carries credentials, and this ohd keeps none: they cannot be mediated"}
+	}
+	var secrets, profiles []string
+	undo := func() {
+		for _, n := range profiles {
+			_ = s.opts.Secrets.DeleteLLMProfile(n)
+		}
+		for _, n := range secrets {
+			_ = s.opts.Secrets.DeleteSecret(n)
+		}
+	}
+	for _, l := range med.LLMs {
+		err := s.opts.Secrets.SetSecret(l.Name, l.Key)
+		clear(l.Key)
+		if err != nil {
+			undo()
+			return g, nil, err
+		}
+		secrets = append(secrets, l.Name)
+		if err := s.opts.Secrets.PutLLMProfile(store.LLMProfile{Name: l.Name, Model: l.Model, BaseURL: l.BaseURL, KeySecret: l.Name, AuthHeader: l.AuthHeader}); err != nil {
+			undo()
+			return g, nil, err
+		}
+		profiles = append(profiles, l.Name)
+		g.Add(store.KindLLM, l.Name)
+	}
+	for _, sec := range med.Secrets {
+		err := s.opts.Secrets.SetSecret(sec.Name, sec.Value)
+		clear(sec.Value)
+		if err != nil {
+			undo()
+			return g, nil, err
+		}
+		secrets = append(secrets, sec.Name)
+		g.Add(store.KindSecret, sec.Name)
+	}
+	cb.fields = med.Fields
+	return g, undo, nil
+}
+
+// writeMediationError answers a body ohd will not forward (422, in
+// FastAPI's validation shape, naming the field).
+func writeMediationError(w http.ResponseWriter, err error) bool {
+	var me *openhands.Error
+	if !errors.As(err, &me) {
+		return false
+	}
+	writeValidation(w, validationError{Type: "value_error", Loc: []any{"body", me.Field}, Msg: me.Msg, Input: nil})
+	return true
+}
+
+// postSecrets serves POST /api/conversations/{id}/secrets (ref §3): the
+// values go to the broker as the conversation's own secrets, granted to
+// it, and the inner server gets LookupSecrets on the relay in their
+// place.
+func (s *Server) postSecrets(w http.ResponseWriter, r *http.Request, fp forwardPath) {
+	if _, ok := s.visible(fp.ID); !ok {
+		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
+		return
+	}
+	if r.ContentLength > s.opts.MaxBody {
+		writeTooLarge(w, s.opts.MaxBody)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if err != nil {
+		writeTooLarge(w, s.opts.MaxBody)
+		return
+	}
+	out, secrets, err := s.mediator(r).Secrets(r.Context(), fp.ID, body)
+	clear(body)
+	if err != nil {
+		if !writeMediationError(w, err) {
+			writeDetail(w, http.StatusBadRequest, err.Error())
+		}
+		return
+	}
+	g, ok := s.conv.(granter)
+	if len(secrets) > 0 && (s.opts.Secrets == nil || !ok) {
+		writeDetail(w, http.StatusUnprocessableEntity, "this ohd keeps no secrets: they cannot be mediated")
+		return
+	}
+	for _, sec := range secrets {
+		err := s.opts.Secrets.SetSecret(sec.Name, sec.Value)
+		clear(sec.Value)
+		if err == nil {
+			_, err = g.Grant(fp.ID, store.KindSecret, sec.Name)
+		}
+		if err != nil {
+			s.log.Warn("conversation API: storing a mediated secret failed", "id", fp.ID, "secret", sec.Name, "err", err)
+			writeDetail(w, http.StatusInternalServerError, "storing secret "+sec.Name+" failed: "+scrubLoopback(err.Error()))
+			return
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(out))
+	r.ContentLength = int64(len(out))
+	r.Header.Set("Content-Length", strconv.Itoa(len(out)))
+	r.Header.Set("Content-Type", "application/json")
+	s.forwardTo(w, r, fp.ID, fp.innerPath(), stripAuthQuery(r.URL.RawQuery))
+}
