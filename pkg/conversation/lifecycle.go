@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -170,6 +171,17 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 		}
 		done("remove_worktree")
 		failpoint.Hit("delete/after-worktree")
+	}
+	if m.cfg.InnerRoot != "" {
+		// The inner server's state (events, its settings) ends with the
+		// conversation, as the agent server's own DELETE removes its
+		// conversation directory (ref §5, route disposition); last, since
+		// the worktree's removal may run a sandbox with the conversation's
+		// mounts. RemoveAll unlinks symlinks the agent planted; it never
+		// follows them.
+		if err := os.RemoveAll(openhands.DirsOf(m.cfg.InnerRoot, conv.ID).Root); err != nil {
+			return res, fmt.Errorf("remove inner state: %w", err)
+		}
 	}
 	m.cfg.OnStep(conv.ID, "remove_total", time.Since(t0))
 	return res, nil
