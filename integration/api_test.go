@@ -356,8 +356,9 @@ func TestAPIAuth(t *testing.T) {
 	if code := closeCode("/sockets/events/"+id, nil, ""); code != 4001 {
 		t.Errorf("WS without auth closed %d, want 4001", code)
 	}
-	if code := closeCode("/sockets/events/"+store.NewID(), good, ""); code != 1008 {
-		t.Errorf("WS to an unknown conversation closed %d, want 1008", code)
+	// The agent server's 4004 (reference §7), fatal for the SDK.
+	if code := closeCode("/sockets/events/"+store.NewID(), good, ""); code != 4004 {
+		t.Errorf("WS to an unknown conversation closed %d, want 4004", code)
 	}
 
 	// Authenticated: messages both ways, through to the inner server.

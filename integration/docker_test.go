@@ -18,6 +18,7 @@ import (
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -190,6 +191,10 @@ func TestDockerContainerSettings(t *testing.T) {
 		"/run/ohd":                          {"", false},
 		"/run/ohd/bin/ohctl":                {"", false},
 	}
+	// The inner server's state on the host, at its own paths (DESIGN §6).
+	inner := openhands.DirsOf(filepath.Join(d.dirs.State, "inner"), c.ID)
+	wantMounts[inner.Persistence] = want{inner.Persistence, true}
+	wantMounts[inner.Conversations] = want{inner.Conversations, true}
 	seen := map[string]bool{}
 	for _, m := range get(info, "Mounts").([]any) {
 		src, dst, rw := get(m, "Source").(string), get(m, "Destination").(string), get(m, "RW").(bool)
@@ -218,11 +223,13 @@ func TestDockerContainerSettings(t *testing.T) {
 	// Nothing secret anywhere in docker inspect.
 	raw := inspectRaw(t, c.ContainerID)
 	innerKey, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key"))
+	innerSecretKey, _ := os.ReadFile(filepath.Join(c.BrokerDir, "secret-key"))
 	token, _ := os.ReadFile(filepath.Join(c.BrokerDir, "token"))
 	masterKey, _ := os.ReadFile(filepath.Join(d.dirs.State, "master.key"))
 	for what, v := range map[string]string{
 		"secret value": secretValue, "inner key": strings.TrimSpace(string(innerKey)),
-		"broker token": strings.TrimSpace(string(token)), "master key": strings.TrimSpace(string(masterKey)),
+		"inner secret key": strings.TrimSpace(string(innerSecretKey)),
+		"broker token":     strings.TrimSpace(string(token)), "master key": strings.TrimSpace(string(masterKey)),
 	} {
 		if len(v) < 16 {
 			t.Fatalf("%s not found on the host (%q)", what, v)

@@ -248,10 +248,12 @@ func TestGitViewPublishConflictKept(t *testing.T) {
 	if got := strings.TrimSpace(testenv.Git(t, repo, "-c", "safe.directory=*", "rev-parse", "refs/heads/"+c.Branch)); got != userTip {
 		t.Errorf("the user's move of %s was overwritten: %s", c.Branch, got)
 	}
-	show := d.ohctl("show", c.ID)
-	if !strings.Contains(show, "publish conflict") || !strings.Contains(show, kept) {
-		t.Errorf("ohctl show does not report the conflict:\n%s", show)
-	}
+	// The record is updated right after the kept ref is written.
+	var show string
+	waitFor(t, 5*time.Second, "ohctl show to report the conflict", func() bool {
+		show = d.ohctl("show", c.ID)
+		return strings.Contains(show, "publish conflict") && strings.Contains(show, kept)
+	})
 	doctor, _ := d.ohctlErr("doctor", c.ID)
 	if !strings.Contains(doctor, "publish") || !strings.Contains(doctor, kept) {
 		t.Errorf("ohctl doctor does not report the conflict:\n%s", doctor)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -51,79 +51,6 @@ type ConversationInfo struct {
 type Workspace struct {
 	Kind       string `json:"kind"`
 	WorkingDir string `json:"working_dir"`
-}
-
-// store holds the conversations in memory, in creation order.
-type store struct {
-	mu    sync.Mutex
-	byID  map[string]*ConversationInfo
-	order []string // ids in creation order
-}
-
-func newStore() *store {
-	return &store{byID: map[string]*ConversationInfo{}}
-}
-
-// get returns a copy of the conversation id.
-func (st *store) get(id string) (ConversationInfo, bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	c, ok := st.byID[id]
-	if !ok {
-		return ConversationInfo{}, false
-	}
-	return *c, true
-}
-
-// create adds c unless its id exists; it returns the stored conversation and
-// whether it is new.
-func (st *store) create(c ConversationInfo) (ConversationInfo, bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if old, ok := st.byID[c.ID]; ok {
-		return *old, false
-	}
-	st.byID[c.ID] = &c
-	st.order = append(st.order, c.ID)
-	return c, true
-}
-
-func (st *store) delete(id string) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if _, ok := st.byID[id]; !ok {
-		return false
-	}
-	delete(st.byID, id)
-	st.order = slices.DeleteFunc(st.order, func(x string) bool { return x == id })
-	return true
-}
-
-func (st *store) setStatus(id, status string) bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	c, ok := st.byID[id]
-	if !ok {
-		return false
-	}
-	c.ExecutionStatus = status
-	c.UpdatedAt = time.Now().UTC()
-	return true
-}
-
-// list returns copies of the conversations with the given status ("" for
-// all), in creation order.
-func (st *store) list(status string) []ConversationInfo {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	var out []ConversationInfo
-	for _, id := range st.order {
-		c := st.byID[id]
-		if status == "" || c.ExecutionStatus == status {
-			out = append(out, *c)
-		}
-	}
-	return out
 }
 
 // errBadUUID is returned by parseUUID for anything that is not a UUID.
@@ -198,8 +125,10 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 type startRequest struct {
 	// StandinReject, a test knob, makes the create fail with this status
 	// (so tests can see ohd undo everything after an inner 4xx).
-	StandinReject  int     `json:"standin_reject"`
-	ConversationID *string `json:"conversation_id"`
+	StandinReject  int                        `json:"standin_reject"`
+	ConversationID *string                    `json:"conversation_id"`
+	Agent          json.RawMessage            `json:"agent"`
+	Secrets        map[string]json.RawMessage `json:"secrets"`
 	Workspace      *struct {
 		WorkingDir *string `json:"working_dir"`
 	} `json:"workspace"`
@@ -233,13 +162,18 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := time.Now().UTC()
-	c, isNew := s.convs.create(ConversationInfo{
+	c, isNew, err := s.convs.create(ConversationInfo{
 		ID:              id,
 		Workspace:       Workspace{Kind: "LocalWorkspace", WorkingDir: dir},
 		ExecutionStatus: statusIdle,
 		CreatedAt:       now,
 		UpdatedAt:       now,
-	})
+	}, req.Agent, req.Secrets)
+	if err != nil {
+		s.log.Error("persist conversation", "id", id, "err", err)
+		writeDetail(w, http.StatusInternalServerError, "cannot persist the conversation")
+		return
+	}
 	code := http.StatusOK
 	if isNew {
 		code = http.StatusCreated
@@ -371,7 +305,10 @@ func (s *Server) deleteConversation(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !s.convs.delete(id) {
+	if ok, err := s.convs.delete(id); err != nil {
+		writeDetail(w, http.StatusInternalServerError, "cannot delete the conversation's files")
+		return
+	} else if !ok {
 		// The agent server answers 400 (not 404) when nothing was deleted.
 		writeDetail(w, http.StatusBadRequest, "Bad Request")
 		return
@@ -388,7 +325,10 @@ func (s *Server) setStatus(status string) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		if !s.convs.setStatus(id, status) {
+		if ok, err := s.convs.setStatus(id, status); err != nil {
+			writeDetail(w, http.StatusInternalServerError, "cannot persist the conversation")
+			return
+		} else if !ok {
 			writeDetail(w, http.StatusNotFound, "Not Found")
 			return
 		}
@@ -419,4 +359,92 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return errors.New("invalid JSON body: more than one value")
 	}
 	return nil
+}
+
+// secretReport is the standin's GET /api/conversations/{id}/standin/secrets:
+// per secret name, whether the server can read it under its present
+// cipher and the SHA-256 of the value (never the value).
+func (s *Server) secretReport(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	rep, found := s.convs.secretReport(id)
+	if !found {
+		writeDetail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// messageEvent is the agent server's MessageEvent for a user message,
+// reduced to what the standin persists.
+type messageEvent struct {
+	Kind       string          `json:"kind"`
+	ID         string          `json:"id"`
+	Timestamp  string          `json:"timestamp"`
+	Source     string          `json:"source"`
+	LLMMessage json.RawMessage `json:"llm_message"`
+}
+
+// inboundMessage is the agent server's Message as a client sends it (POST
+// .../events, or a frame on the sockets: reference §7).
+type inboundMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// addMessage persists msg as the next event of id and returns it.
+func (s *Server) addMessage(id string, msg inboundMessage) (json.RawMessage, int, bool, error) {
+	ev := messageEvent{Kind: "MessageEvent", ID: newUUID(), Timestamp: time.Now().UTC().Format("2006-01-02T15:04:05.000000"), Source: msg.Role}
+	ev.LLMMessage, _ = json.Marshal(msg)
+	raw, _ := json.Marshal(ev)
+	seq, found, err := s.convs.appendEvent(id, raw, ev.ID)
+	return raw, seq, found, err
+}
+
+// sendMessage is POST /api/conversations/{id}/events: {"role","content",
+// "run"?} → {"success": true}.
+func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	var msg inboundMessage
+	if err := decodeJSON(w, r, &msg); err != nil || msg.Role == "" {
+		writeValidation(w, validationError{Type: "missing", Loc: []any{"body", "role"}, Msg: "Field required"})
+		return
+	}
+	_, _, found, err := s.addMessage(id, msg)
+	switch {
+	case err != nil:
+		writeDetail(w, http.StatusInternalServerError, "cannot persist the event")
+	case !found:
+		writeDetail(w, http.StatusNotFound, "Not Found")
+	default:
+		writeJSON(w, http.StatusOK, map[string]bool{"success": true})
+	}
+}
+
+// searchEvents is GET /api/conversations/{id}/events/search: every event,
+// oldest first, as {"items": [...], "next_page_id": null}.
+func (s *Server) searchEvents(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	evs, found := s.convs.eventsAndSubscribe(id, nil)
+	if !found {
+		writeDetail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if evs == nil {
+		evs = []json.RawMessage{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"items": evs, "next_page_id": nil})
 }

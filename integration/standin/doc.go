@@ -5,13 +5,35 @@
 // ohd-test-agent:dev by internal/testimage, as /usr/local/bin/standin.
 //
 // It speaks the parts of the agent server's API that ohd touches, with the
-// same shapes and status codes, keeps conversations in memory, and adds a few
-// test-only routes (echo, redirect, slow, stream, exec) that let a test see
-// exactly what reached the inner server.
+// same shapes and status codes, and adds a few test-only routes (echo,
+// redirect, slow, stream, exec, standin/secrets) that let a test see exactly
+// what reached the inner server. Where ohd depends on the real server's
+// behaviour, the standin has it too, citing shared/reference/
+// openhands-agent-server.md:
+//
+//   - arguments --host and --port after the entrypoint; the host defaults to
+//     0.0.0.0 only when a session key is configured (§6 "Arguments");
+//   - the conversations directory is OH_CONVERSATIONS_PATH, default the
+//     relative workspace/conversations (from the image's WORKDIR /,
+//     /workspace/conversations, which only uid 10001 can create); it is
+//     created at start-up, and when that fails the process logs
+//     "Application startup failed" and exits 1 before listening (§6);
+//   - every conversation persists as <dir>/<id.hex>/meta.json,
+//     base_state.json (execution_status, secret_registry) and
+//     events/event-NNNNN-<id>.json, and is loaded again at start-up (§5);
+//   - secrets (create body "secrets", POST .../secrets) are persisted as
+//     Fernet tokens under OH_SECRET_KEY, else SESSION_API_KEY, else
+//     OH_SESSION_API_KEYS_0, in plaintext with none (§1); a token that does
+//     not decrypt under the present key is unreadable, as the real server
+//     drops it;
+//   - a create with an existing conversation_id answers 200 with it (§8);
+//   - the sockets close 4004 for an unknown conversation (§7, §8).
 //
 // # Environment
 //
-//	STANDIN_ADDR            listen address (default 0.0.0.0:8000)
+//	STANDIN_ADDR            listen address; overrides --host/--port (tests)
+//	OH_CONVERSATIONS_PATH   conversations directory (default workspace/conversations)
+//	OH_SECRET_KEY           key of the persisted secrets' cipher (see above)
 //	OH_SESSION_API_KEYS_0   session API key; _1, _2, ... add more keys. With
 //	                        no key configured authentication is off, as in
 //	                        the agent server (a warning is logged).
@@ -65,6 +87,10 @@
 //	POST   /api/conversations/{id}/run        {"success":true}; sets execution_status "running"
 //	POST   /api/conversations/{id}/pause      {"success":true}; sets execution_status "paused"
 //	POST   /api/conversations/{id}/exec       see below
+//	POST   /api/conversations/{id}/secrets    {"secrets":{NAME:"v"|{"value":"v"}|StaticSecret}} → {"success":true}
+//	POST   /api/conversations/{id}/events     Message {"role","content"} → {"success":true}; persisted as a MessageEvent
+//	GET    /api/conversations/{id}/events/search  {"items":[events, oldest first],"next_page_id":null}
+//	GET    /api/conversations/{id}/standin/secrets  (standin only) {NAME:{"readable","encrypted","sha256"?}}
 //
 // ConversationInfo is {"id","workspace":{"kind":"LocalWorkspace","working_dir"},
 // "execution_status","title":null,"created_at","updated_at"} (times RFC 3339,
@@ -99,11 +125,18 @@
 // WebSocket:
 //
 //	GET /sockets/events/{id}
-//	  first message {"type":"hello","conversation_id":ID,"auth":"header"|"query"|"none"};
-//	  then echoes every text and binary message; a text message
-//	  {"type":"close","code":N,"reason"?:S} closes with that code.
+//	  first message {"type":"hello","conversation_id":ID,"auth":"header"|"query"|"none",
+//	  "kind":"ConversationStateUpdateEvent","key":"full_state","value":INFO|absent};
+//	  then every new event of the conversation; a Message frame {"role",...}
+//	  is sent to the conversation (persisted, then sent back as its event);
+//	  a text message {"type":"close","code":N,"reason"?:S} closes with that
+//	  code; anything else is echoed.
 //	  An id that is not a created conversation, OHD_CONVERSATION_ID, or any id
-//	  with STANDIN_ANY_ID=1 is closed with 1008 right after the upgrade.
+//	  with STANDIN_ANY_ID=1 is closed with 4004 right after the upgrade.
+//	GET /sockets/session/{id}?after_seq=N
+//	  {"type":"sync","from_seq"?,"through_seq"?}, the events after N (-1: all;
+//	  no after_seq: none) as {"type":"durable","seq","event"}, then live
+//	  durable frames; Message frames are sent to the conversation.
 //
 // Unknown paths answer 404 {"detail":"Not Found"} (also for a known path with
 // another method). Every request is logged to stderr as one line with

@@ -30,8 +30,17 @@ func newTestServer(t *testing.T, cfg Config) *testServer {
 	if cfg.Addr == "" {
 		cfg.Addr = "0.0.0.0:8000"
 	}
+	if cfg.ConversationsPath == "" {
+		cfg.ConversationsPath = t.TempDir()
+	}
+	if cfg.SecretKey == "" && len(cfg.Keys) > 0 {
+		cfg.SecretKey = cfg.Keys[0]
+	}
 	logs := &testenv.SyncBuffer{}
-	srv := NewServer(cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	srv, err := NewServer(cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return &testServer{Server: hs, srv: srv, log: logs}

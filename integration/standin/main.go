@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -17,6 +18,11 @@ import (
 // exitCrash is the status the process exits with when STANDIN_EXIT_AFTER
 // fires, so a test can tell the simulated crash from any other failure.
 const exitCrash = 3
+
+// exitStartup is the status of a failed start-up (the conversations
+// directory cannot be created): uvicorn exits non-zero when the lifespan
+// fails (reference §6).
+const exitStartup = 1
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -30,17 +36,24 @@ func main() {
 // (status 1).
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	if len(args) > 1 {
-		fmt.Fprintf(stderr, "usage: %s (configured by environment; see the package documentation)\n", args[0])
-		return 2
-	}
 	cfg, err := configFromEnv(getenv)
 	if err != nil {
 		log.Error("standin: bad configuration", "err", err)
 		return 2
 	}
+	if err := cfg.parseArgs(args[1:], getenv("STANDIN_ADDR") != ""); err != nil {
+		fmt.Fprintf(stderr, "usage: %s [--host HOST] [--port PORT] (the rest by environment; see the package documentation): %v\n", args[0], err)
+		return 2
+	}
 	if len(cfg.Keys) == 0 {
 		log.Warn("standin: no session API key configured (OH_SESSION_API_KEYS_0); authentication is off")
+	}
+	// The lifespan runs before uvicorn binds (reference §6): a server that
+	// cannot create its conversations directory never listens.
+	srv, err := NewServer(cfg, log)
+	if err != nil {
+		log.Error("standin: Application startup failed. Exiting.", "err", err)
+		return exitStartup
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -49,7 +62,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log.Info("standin: listening", "addr", ln.Addr().String(), "conversation_id", cfg.ConversationID)
 
-	srv := NewServer(cfg, log)
 	serveCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -93,6 +105,50 @@ type Config struct {
 	ExitAfter time.Duration
 	// AnyID makes the WebSocket route accept any conversation id.
 	AnyID bool
+	// ConversationsPath is OH_CONVERSATIONS_PATH; default the agent
+	// server's relative workspace/conversations (reference §6 "Default
+	// paths"), i.e. /workspace/conversations from the image's WORKDIR /.
+	ConversationsPath string
+	// SecretKey keys the cipher of persisted secrets: OH_SECRET_KEY, else
+	// SESSION_API_KEY, else OH_SESSION_API_KEYS_0 (reference §1, "Where S
+	// comes from"); "" persists secrets in plaintext.
+	SecretKey string
+}
+
+// parseArgs reads the agent server's --host and --port (reference §6
+// "Arguments", __main__.py L215-296): the host defaults to 0.0.0.0 when a
+// session key is configured, else 127.0.0.1; the port to 8000. With
+// keepAddr (STANDIN_ADDR set, for tests) arguments still parse but the
+// address stays.
+func (c *Config) parseArgs(args []string, keepAddr bool) error {
+	host, port := "127.0.0.1", "8000"
+	if len(c.Keys) > 0 {
+		host = "0.0.0.0"
+	}
+	for len(args) > 0 {
+		name, val, hasVal := strings.Cut(args[0], "=")
+		if name != "--host" && name != "--port" {
+			return fmt.Errorf("unknown argument %q", args[0])
+		}
+		if !hasVal {
+			if len(args) < 2 {
+				return fmt.Errorf("%s needs a value", name)
+			}
+			val, args = args[1], args[1:]
+		}
+		args = args[1:]
+		if name == "--host" {
+			host = val
+		} else if n, err := strconv.Atoi(val); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("--port %q: want a port number", val)
+		} else {
+			port = val
+		}
+	}
+	if !keepAddr {
+		c.Addr = net.JoinHostPort(host, port)
+	}
+	return nil
 }
 
 // errConfig marks a configuration error.
@@ -101,8 +157,12 @@ var errConfig = errors.New("bad configuration")
 // configFromEnv reads the configuration through getenv.
 func configFromEnv(getenv func(string) string) (Config, error) {
 	cfg := Config{
-		Addr:    "0.0.0.0:8000",
-		Runtime: "local",
+		Addr:              "0.0.0.0:8000",
+		Runtime:           "local",
+		ConversationsPath: "workspace/conversations",
+	}
+	if v := getenv("OH_CONVERSATIONS_PATH"); v != "" {
+		cfg.ConversationsPath = v
 	}
 	if v := getenv("STANDIN_ADDR"); v != "" {
 		cfg.Addr = v
@@ -116,6 +176,13 @@ func configFromEnv(getenv func(string) string) (Config, error) {
 			break
 		}
 		cfg.Keys = append(cfg.Keys, k)
+	}
+	cfg.SecretKey = getenv("OH_SECRET_KEY")
+	if cfg.SecretKey == "" {
+		cfg.SecretKey = getenv("SESSION_API_KEY")
+	}
+	if cfg.SecretKey == "" {
+		cfg.SecretKey = getenv("OH_SESSION_API_KEYS_0")
 	}
 	if v := getenv("OHD_CONVERSATION_ID"); v != "" {
 		id, err := parseUUID(v)

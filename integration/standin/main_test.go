@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -30,7 +32,7 @@ func TestConfigFromEnv(t *testing.T) {
 		want    Config
 		wantErr bool
 	}{
-		{"defaults", nil, Config{Addr: "0.0.0.0:8000", Runtime: "local"}, false},
+		{"defaults", nil, Config{Addr: "0.0.0.0:8000", Runtime: "local", ConversationsPath: "workspace/conversations"}, false},
 		{"everything", map[string]string{
 			"STANDIN_ADDR":            "127.0.0.1:9",
 			"OH_SESSION_API_KEYS_0":   "k0",
@@ -41,8 +43,9 @@ func TestConfigFromEnv(t *testing.T) {
 			"STANDIN_HEALTH_DELAY":    "2s",
 			"STANDIN_EXIT_AFTER":      "1s",
 			"STANDIN_ANY_ID":          "1",
+			"OH_CONVERSATIONS_PATH":   "/c",
 		}, Config{
-			Addr: "127.0.0.1:9", Keys: []string{"k0", "k1"},
+			Addr: "127.0.0.1:9", Keys: []string{"k0", "k1"}, ConversationsPath: "/c", SecretKey: "k0",
 			ConversationID: "6f9619ff-8b86-d011-b42d-00c04fc964ff", Runtime: "docker",
 			HealthDelay: 2 * time.Second, ExitAfter: time.Second, AnyID: true,
 		}, false},
@@ -73,8 +76,9 @@ func TestConfigFromEnv(t *testing.T) {
 func TestRunExitAfter(t *testing.T) {
 	var stderr testenv.SyncBuffer
 	code := run(context.Background(), []string{"standin"}, env(map[string]string{
-		"STANDIN_ADDR":       "127.0.0.1:0",
-		"STANDIN_EXIT_AFTER": "50ms",
+		"STANDIN_ADDR":          "127.0.0.1:0",
+		"STANDIN_EXIT_AFTER":    "50ms",
+		"OH_CONVERSATIONS_PATH": t.TempDir(),
 	}), &stderr)
 	if code != exitCrash {
 		t.Errorf("run with STANDIN_EXIT_AFTER = %d, want %d", code, exitCrash)
@@ -99,7 +103,7 @@ func TestRunBadConfig(t *testing.T) {
 func TestBinarySIGTERM(t *testing.T) {
 	bin := testenv.GoBuild(t, "./integration/standin", "CGO_ENABLED=0")
 	cmd := exec.Command(bin)
-	cmd.Env = []string{"STANDIN_ADDR=127.0.0.1:0", "OH_SESSION_API_KEYS_0=" + testKey}
+	cmd.Env = []string{"STANDIN_ADDR=127.0.0.1:0", "OH_SESSION_API_KEYS_0=" + testKey, "OH_CONVERSATIONS_PATH=" + t.TempDir()}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -152,5 +156,47 @@ func TestBinarySIGTERM(t *testing.T) {
 	}
 	if strings.Contains(logs, testKey) {
 		t.Errorf("the log contains the session key:\n%s", logs)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		args    []string
+		keys    []string
+		want    string
+		wantErr bool
+	}{
+		{nil, nil, "127.0.0.1:8000", false},         // no key: loopback (__main__.py)
+		{nil, []string{"k"}, "0.0.0.0:8000", false}, // a key: all interfaces
+		{[]string{"--host", "0.0.0.0", "--port", "8000"}, nil, "0.0.0.0:8000", false},
+		{[]string{"--port=9001"}, []string{"k"}, "0.0.0.0:9001", false},
+		{[]string{"--port", "x"}, nil, "", true},
+		{[]string{"--host"}, nil, "", true},
+		{[]string{"serve"}, nil, "", true},
+	}
+	for _, tt := range tests {
+		c := Config{Keys: tt.keys}
+		err := c.parseArgs(tt.args, false)
+		if (err != nil) != tt.wantErr || (!tt.wantErr && c.Addr != tt.want) {
+			t.Errorf("parseArgs(%q) = %q, %v; want %q (error %v)", tt.args, c.Addr, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+// TestRunExitsWithoutConversationsDir is the agent server's start-up
+// failure (reference §6): a conversations directory it cannot create
+// fails the lifespan, and the process exits before listening.
+func TestRunExitsWithoutConversationsDir(t *testing.T) {
+	blocker := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr testenv.SyncBuffer
+	code := run(context.Background(), []string{"standin"}, env(map[string]string{
+		"STANDIN_ADDR":          "127.0.0.1:0",
+		"OH_CONVERSATIONS_PATH": filepath.Join(blocker, "conversations"),
+	}), &stderr)
+	if code != exitStartup || !strings.Contains(stderr.String(), "Application startup failed") || strings.Contains(stderr.String(), "listening") {
+		t.Errorf("run with an uncreatable conversations dir = %d, stderr:\n%s\nwant %d, a startup failure and no listener", code, stderr.String(), exitStartup)
 	}
 }

@@ -135,6 +135,11 @@ func (s *Server) postSecrets(w http.ResponseWriter, r *http.Request) {
 		mediated.secrets[id][k] = v
 	}
 	mediated.Unlock()
+	// Persisted with the conversation, secret fields sealed (persist.go).
+	if _, err := s.convs.setSecrets(id, req.Secrets); err != nil {
+		writeDetail(w, http.StatusInternalServerError, "cannot persist the secrets: "+err.Error())
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]bool{"success": true})
 }
 

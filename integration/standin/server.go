@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ohd-dev/ohd/pkg/openhands"
 )
 
 // version is reported by /server_info.
@@ -34,20 +37,33 @@ type Server struct {
 	track tracker
 }
 
-// NewServer returns a server for cfg that logs to log.
-func NewServer(cfg Config, log *slog.Logger) *Server {
+// NewServer returns a server for cfg that logs to log. It fails when the
+// conversations directory cannot be created or loaded, as the agent
+// server's lifespan does (reference §6 "Startup sequence").
+func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
+	var cipher *openhands.Fernet
+	if cfg.SecretKey != "" {
+		cipher = openhands.NewFernet(cfg.SecretKey)
+	} else {
+		// store.py L369-380: no cipher, secrets persisted in plaintext.
+		log.Warn("standin: no OH_SECRET_KEY and no session key: persisted secrets are not encrypted")
+	}
+	convs, err := openStore(cfg.ConversationsPath, cipher)
+	if err != nil {
+		return nil, fmt.Errorf("conversations directory %s: %w", cfg.ConversationsPath, err)
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
 		started: time.Now(),
-		convs:   newStore(),
+		convs:   convs,
 		mux:     http.NewServeMux(),
 	}
 	for _, k := range cfg.Keys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 	}
 	s.routes()
-	return s
+	return s, nil
 }
 
 // routes registers every route; see the package documentation.
@@ -67,6 +83,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/conversations/{id}/run", s.setStatus(statusRunning))
 	m.HandleFunc("POST /api/conversations/{id}/pause", s.setStatus(statusPaused))
 	m.HandleFunc("POST /api/conversations/{id}/exec", s.exec)
+	m.HandleFunc("POST /api/conversations/{id}/events", s.sendMessage)
+	m.HandleFunc("GET /api/conversations/{id}/events/search", s.searchEvents)
+	m.HandleFunc("GET /api/conversations/{id}/standin/secrets", s.secretReport)
 
 	for _, prefix := range []string{"", "/api/conversations/{id}"} {
 		m.HandleFunc(prefix+"/echo/", s.echo)
@@ -78,6 +97,7 @@ func (s *Server) routes() {
 	}
 
 	m.HandleFunc("GET /sockets/events/{id}", s.events)
+	m.HandleFunc("GET /sockets/session/{id}", s.session)
 	s.mediationRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")

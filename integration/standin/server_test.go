@@ -245,7 +245,10 @@ func TestServeStopsPromptly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(Config{Keys: []string{testKey}, AnyID: true}, slog.New(slog.DiscardHandler))
+	srv, err := NewServer(Config{Keys: []string{testKey}, AnyID: true, ConversationsPath: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // dialWS opens a WebSocket to url, with key in the header unless "".
@@ -62,7 +63,8 @@ func TestWebSocketEcho(t *testing.T) {
 	wsURL := "ws" + strings.TrimPrefix(ts.URL, "http") + "/sockets/events/"
 
 	c := dialWS(t, wsURL+conv.ID, testKey)
-	if diff := cmp.Diff(helloMessage{Type: "hello", ConversationID: conv.ID, Auth: "header"}, readHello(t, c)); diff != "" {
+	want := helloMessage{Type: "hello", ConversationID: conv.ID, Auth: "header", Kind: "ConversationStateUpdateEvent", Key: "full_state", Value: &conv}
+	if diff := cmp.Diff(want, readHello(t, c), cmpopts.IgnoreFields(helloMessage{}, "ID")); diff != "" {
 		t.Errorf("hello (-want +got):\n%s", diff)
 	}
 	ctx := context.Background()
@@ -107,8 +109,8 @@ func TestWebSocketAdmission(t *testing.T) {
 		{"created conversation", conv.ID, testKey, 0, 0, "header"},
 		{"OHD_CONVERSATION_ID before creation", envID, testKey, 0, 0, "header"},
 		{"key in query", conv.ID + "?session_api_key=" + testKey, "", 0, 0, "query"},
-		{"unknown id", newUUID(), testKey, 0, websocket.StatusPolicyViolation, ""},
-		{"malformed id", "xyz", testKey, 0, websocket.StatusPolicyViolation, ""},
+		{"unknown id", newUUID(), testKey, 0, statusNotFound, ""},
+		{"malformed id", "xyz", testKey, 0, statusNotFound, ""},
 		{"no key", conv.ID, "", 401, 0, ""},
 		{"wrong key", conv.ID, "wrong", 401, 0, ""},
 		{"wrong key in query", conv.ID + "?session_api_key=wrong", "", 401, 0, ""},

@@ -31,6 +31,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/conversation"
 	"github.com/ohd-dev/ohd/pkg/masterkey"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -528,7 +529,8 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 	if o.mgr, err = conversation.New(conversation.Config{
 		Store: o.st, Worktrees: wt, Broker: o.br,
 		Runtime: rt, RuntimeDir: run, Image: opts.Image, ReadyTimeout: opts.ReadyTimeout,
-		Helper: helper, OnStep: func(id, step string, d time.Duration) {
+		InnerRoot: filepath.Join(state, "inner"),
+		Helper:    helper, OnStep: func(id, step string, d time.Duration) {
 			rec.Step(id, step, d)
 			if opts.OnStep != nil {
 				opts.OnStep(id, step, d)
@@ -730,6 +732,9 @@ func newBaselineSide(ctx context.Context, dir, repo, start, helper string, opts 
 		[2]string{"credential.useHttpPath", "true"})
 	b.env = []string{
 		"OH_CONVERSATION_RUNTIME=local",
+		// The stand-in, like the agent server, needs a conversations
+		// directory its uid can create.
+		"OH_CONVERSATIONS_PATH=/tmp/conversations",
 		"OHD_BROKER_SOCKET=" + conversation.ContainerBrokerDir + "/broker.sock",
 		"OHD_BROKER_TOKEN_FILE=" + conversation.ContainerBrokerDir + "/token",
 		"GIT_CONFIG_COUNT=" + strconv.Itoa(len(git2)),
@@ -815,8 +820,8 @@ func (b *baselineSide) startContainer(ctx context.Context, c *baseConv, mounts [
 		Image: b.image,
 		User:  fmt.Sprintf("%d:%d", b.uid, b.gid),
 		Env:   append(slices.Clone(b.env), "OHD_CONVERSATION_ID="+c.id),
-		Entrypoint: []string{conversation.ContainerHelper, "inner-exec", "--key-file",
-			conversation.ContainerBrokerDir + "/" + conversation.InnerKeyFile, "--"},
+		Entrypoint: []string{conversation.ContainerHelper, "inner-exec", "--env-file",
+			openhands.SessionKeyEnv + "=" + conversation.ContainerBrokerDir + "/" + conversation.InnerKeyFile, "--"},
 		Cmd: b.cmd,
 		Labels: map[string]string{
 			runtime.LabelServer: b.serverID, runtime.LabelConversation: c.id,

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -383,11 +385,19 @@ func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, err
 		"OH_SESSION_API_KEYS_0=" + key,
 		"OHD_CONVERSATION_ID=" + proxyBenchID,
 	}
+	// The stand-in, like the agent server, creates its conversations
+	// directory at start-up; a temporary one, removed when it ends.
+	convDir, err := os.MkdirTemp("", "ohd-bench-standin-")
+	if err != nil {
+		return nil, fmt.Errorf("bench proxy: %w", err)
+	}
+	cmd.Env = append(cmd.Env, "OH_CONVERSATIONS_PATH="+convDir)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, fmt.Errorf("bench proxy: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
+		_ = os.RemoveAll(convDir)
 		return nil, fmt.Errorf("bench proxy: start stand-in: %w", err)
 	}
 	st := &proxyStandin{cmd: cmd, done: make(chan struct{})}
@@ -409,6 +419,7 @@ func proxyStartStandin(ctx context.Context, bin, key string) (*proxyStandin, err
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 		_ = cmd.Wait()
+		_ = os.RemoveAll(convDir)
 		close(st.done)
 	}()
 	select {
@@ -465,3 +476,7 @@ func (c *proxyBenchConversations) Remove(context.Context, string, conversation.R
 }
 
 func (c *proxyBenchConversations) Touch(string) {}
+
+func (c *proxyBenchConversations) InnerInfo(string) (json.RawMessage, error) {
+	return nil, openhands.ErrNoState
+}

@@ -180,7 +180,12 @@ func writeTar(w io.Writer, entries []*entry) error {
 			ModTime: tarTime,
 			Uname:   "root",
 			Gname:   "root",
+			Uid:     e.UID,
+			Gid:     e.UID,
 			Format:  tar.FormatPAX,
+		}
+		if e.UID != 0 {
+			hdr.Uname, hdr.Gname = "", ""
 		}
 		if e.Mode&fs.ModeSticky != 0 {
 			hdr.Mode |= 0o1000 // c_ISVTX

@@ -62,7 +62,7 @@ func inputsDigest(ctx context.Context, root string, lay *layout) (string, error)
 	}
 
 	for _, e := range lay.sorted() {
-		fmt.Fprintf(h, "entry %q %d %o %q\n", e.Path, e.Kind, e.Mode, e.Link)
+		fmt.Fprintf(h, "entry %q %d %o %q %d\n", e.Path, e.Kind, e.Mode, e.Link, e.UID)
 		switch {
 		case e.Src != "":
 			if err := hashFile(h, "/", e.Src); err != nil {

@@ -27,8 +27,9 @@ const (
 )
 
 // entry is one file system object of the image's root filesystem, owned by
-// root.
+// root unless UID is set.
 type entry struct {
+	UID  int         // owner (and group), 0 for root
 	Path string      // absolute and clean
 	Kind kind        // what it is
 	Mode fs.FileMode // permission bits, plus fs.ModeSticky for /tmp
@@ -178,10 +179,12 @@ func (l *layout) hostTree(root string) error {
 const (
 	etcPasswd = `root:x:0:0:root:/root:/bin/sh
 user:x:1000:1000:ohd test user:/tmp:/bin/sh
+openhands:x:10001:10001:openhands:/home/openhands:/bin/sh
 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
 `
 	etcGroup = `root:x:0:
 user:x:1000:
+openhands:x:10001:
 nogroup:x:65534:
 `
 	etcNsswitch = `passwd: files
@@ -209,6 +212,14 @@ func hostLayout(ctx context.Context) (*layout, error) {
 		{"/tmp", 0o777 | fs.ModeSticky}, {"/usr", 0o755}, {"/usr/local", 0o755}, {"/usr/local/bin", 0o755},
 	} {
 		if err := l.add(&entry{Path: d.path, Kind: kindDir, Mode: d.mode}); err != nil {
+			return nil, err
+		}
+	}
+	// The agent server's image: /workspace (and /workspace/project) belong
+	// to its own user, uid 10001, and it starts in / (ref §6, Dockerfile
+	// L150-151, L218-219): its relative default paths land there.
+	for _, d := range []string{"/workspace", "/workspace/project", "/home/openhands"} {
+		if err := l.add(&entry{Path: d, Kind: kindDir, Mode: 0o755, UID: ImageUID}); err != nil {
 			return nil, err
 		}
 	}

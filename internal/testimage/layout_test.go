@@ -206,8 +206,17 @@ func TestHostLayout(t *testing.T) {
 		if name == "tmp" && hdr.Mode != 0o1777 {
 			t.Errorf("tar /tmp mode = %o, want 1777", hdr.Mode)
 		}
-		if hdr.Uid != 0 || hdr.Gid != 0 || !hdr.ModTime.Equal(tarTime) {
-			t.Errorf("tar entry %s: uid %d gid %d mtime %s, want root and %s", name, hdr.Uid, hdr.Gid, hdr.ModTime, tarTime)
+		// The agent server's image gives /workspace to its own user
+		// (reference §6); everything else is root's.
+		wantUID := 0
+		if name == "workspace" || name == "workspace/project" || name == "home/openhands" {
+			wantUID = ImageUID
+			if hdr.Mode != 0o755 {
+				t.Errorf("tar entry %s mode = %o, want 755", name, hdr.Mode)
+			}
+		}
+		if hdr.Uid != wantUID || hdr.Gid != wantUID || !hdr.ModTime.Equal(tarTime) {
+			t.Errorf("tar entry %s: uid %d gid %d mtime %s, want %d and %s", name, hdr.Uid, hdr.Gid, hdr.ModTime, wantUID, tarTime)
 		}
 	}
 	if len(seen)-1 != len(lay.entries)-1 { // minus "" and minus "/"

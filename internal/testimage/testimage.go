@@ -23,6 +23,13 @@
 // The image has no package manager and no libc-based tools beyond git and
 // sh; its ENV sets HOME=/tmp so git works as any uid with a read-only root
 // filesystem and a tmpfs /tmp.
+//
+// Like the real agent server's image (shared reference §6), it has a user
+// openhands (uid 10001, ImageUID) owning /workspace and /workspace/project
+// (0755), and WORKDIR /: the stand-in's relative default conversations
+// directory, workspace/conversations, is creatable only by that uid, so a
+// container run as another uid without OH_CONVERSATIONS_PATH exits at
+// start-up, as the real server does.
 package testimage
 
 import (
@@ -53,6 +60,10 @@ func refFromEnv() string {
 	}
 	return "ohd-test-agent:dev"
 }
+
+// ImageUID is the uid of the image's own user (openhands), which owns
+// /workspace, as in the agent server's image (reference §6).
+const ImageUID = 10001
 
 // LabelInputs is the image label holding the digest of the build inputs.
 const LabelInputs = "dev.ohd.test-image.inputs"

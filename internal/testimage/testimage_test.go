@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,7 +81,8 @@ func TestImageServesStandin(t *testing.T) {
 	const key = "image-test-key"
 	const id = "6f9619ff-8b86-d011-b42d-00c04fc964ff"
 	args := append([]string{"run", "-d", "-p", "127.0.0.1::8000",
-		"-e", "OH_SESSION_API_KEYS_0=" + key, "-e", "OHD_CONVERSATION_ID=" + id}, hardened...)
+		"-e", "OH_SESSION_API_KEYS_0=" + key, "-e", "OHD_CONVERSATION_ID=" + id,
+		"-e", "OH_CONVERSATIONS_PATH=/tmp/conversations"}, hardened...)
 	cid := docker(t, append(args, ref)...)
 	t.Cleanup(func() { _, _ = dockerOutput("rm", "-f", cid) })
 
@@ -176,5 +179,33 @@ func TestEnsureRebuildsStaleImage(t *testing.T) {
 	want := docker(t, "image", "inspect", "-f", `{{index .Config.Labels "`+LabelInputs+`"}}`, Ref)
 	if got := docker(t, "image", "inspect", "-f", `{{index .Config.Labels "`+LabelInputs+`"}}`, ref); got != want {
 		t.Errorf("label after ensure of a stale image = %q, want the current digest %q", got, want)
+	}
+}
+
+// TestStandinRefusesOhdsOldEnvironment runs the image as ohd ran the
+// agent server before it knew the real contract (the repository owner's
+// uid, no HOME, no OH_CONVERSATIONS_PATH or OH_PERSISTENCE_DIR): like the
+// real server (reference §6), the stand-in cannot create its relative
+// default workspace/conversations under WORKDIR / and exits. As the
+// image's own uid 10001 it starts, so the refusal is the directory's
+// ownership, not a broken image.
+func TestStandinRefusesOhdsOldEnvironment(t *testing.T) {
+	ref := Ensure(t)
+	old := []string{"-e", "OH_CONVERSATION_RUNTIME=local", "-e", "OH_SESSION_API_KEYS_0=k",
+		"-e", "OHD_CONVERSATION_ID=6f9619ff-8b86-d011-b42d-00c04fc964ff", "-e", "GIT_CONFIG_COUNT=0"}
+	args := append(append([]string{"run", "--name", "ohd-old-env-" + strconv.Itoa(os.Getpid())}, hardened...), old...)
+	_, err := dockerOutput(append(args, ref)...)
+	t.Cleanup(func() { _, _ = dockerOutput("rm", "-f", "ohd-old-env-"+strconv.Itoa(os.Getpid())) })
+	if err == nil || !strings.Contains(err.Error(), "Application startup failed") || !strings.Contains(err.Error(), "workspace/conversations") {
+		t.Fatalf("the stand-in under ohd's old environment: %v\nwant it to exit at start-up on workspace/conversations", err)
+	}
+	if code, _ := dockerOutput("inspect", "-f", "{{.State.ExitCode}}", "ohd-old-env-"+strconv.Itoa(os.Getpid())); code != "1" {
+		t.Errorf("exit code = %s, want 1", code)
+	}
+	// STANDIN_EXIT_AFTER ends it with status 3 once it has served a while.
+	own := append([]string{"run", "--rm", "--user", strconv.Itoa(ImageUID), "-e", "STANDIN_EXIT_AFTER=500ms"}, old...)
+	_, err = dockerOutput(append(own, ref)...)
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "listening") {
+		t.Errorf("the stand-in as uid %d: %v\nwant it to listen, then exit 3 at STANDIN_EXIT_AFTER", ImageUID, err)
 	}
 }

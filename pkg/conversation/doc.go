@@ -50,6 +50,22 @@
 // never deleted by reconcile: they may hold work (ohctl prune and doctor
 // report them).
 //
+// # The inner server's state
+//
+// With a container runtime every conversation has host directories for
+// its inner server (Config.InnerRoot, openhands.DirsOf: persistence and
+// conversations, owned by the conversation's uid, 0700), bind-mounted at
+// their own paths; the container's environment and arguments come from
+// pkg/openhands (openhands.Env, openhands.Args), never from here. The
+// inner server's cipher key (OH_SECRET_KEY) is made once per conversation,
+// sealed in the store (Store.InnerSecretKey) and written, with the inner
+// session key, as a 0400 file into the broker directory, which the
+// entrypoint wrapper ohctl inner-exec reads; neither is in docker
+// inspect. A container that stops, crashes or is removed is started again
+// on the next request with the same state. InnerInfo reads that state for
+// the conversation API while no container runs. Remove deletes it with
+// the conversation.
+//
 // # Running, idle and stopped
 //
 // A conversation is running when its container is up and ready, stopped

@@ -72,7 +72,9 @@ func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn f
 	}
 	var mounts []runtime.Mount
 	for _, mt := range spec.Mounts {
-		if mt.Target != ContainerBrokerDir {
+		// Git needs neither the broker nor the inner server's state (which
+		// a failed create may not have made yet).
+		if mt.Target != ContainerBrokerDir && !m.isInnerMount(mt.Target) {
 			mounts = append(mounts, mt)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -135,6 +136,13 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 		m.cfg.OnStep(conv.ID, name, time.Since(step))
 		step = time.Now()
 	}
+	// No publish runs during the teardown, and the teardown starts from
+	// what the last one recorded (one in flight may have just finished).
+	unlockPub := m.publishLock(conv.ID)
+	defer unlockPub()
+	if cur, err := m.st.Conversation(conv.ID); err == nil {
+		conv.Published = cur.Published
+	}
 	// A running conversation's work is saved through its own container
 	// before it stops (no sandbox container to start); anything else is
 	// saved through a sandbox container after.
@@ -180,6 +188,17 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 		}
 		done("remove_worktree")
 		failpoint.Hit("delete/after-worktree")
+	}
+	if m.cfg.InnerRoot != "" {
+		// The inner server's state (events, its settings) ends with the
+		// conversation, as the agent server's own DELETE removes its
+		// conversation directory (ref §5, route disposition); last, since
+		// the worktree's removal may run a sandbox with the conversation's
+		// mounts. RemoveAll unlinks symlinks the agent planted; it never
+		// follows them.
+		if err := os.RemoveAll(openhands.DirsOf(m.cfg.InnerRoot, conv.ID).Root); err != nil {
+			return res, fmt.Errorf("remove inner state: %w", err)
+		}
 	}
 	m.cfg.OnStep(conv.ID, "remove_total", time.Since(t0))
 	return res, nil

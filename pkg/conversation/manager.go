@@ -20,6 +20,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/metrics"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -35,6 +36,10 @@ const (
 	// InnerKeyFile is the name of the inner session key file in the
 	// broker directory (0400, owned by the conversation's uid).
 	InnerKeyFile = "session-api-key"
+	// InnerSecretKeyFile is the name of the inner server's cipher key
+	// file in the broker directory (0400, owned by the conversation's
+	// uid); its value is stable for the conversation's life.
+	InnerSecretKeyFile = "secret-key"
 )
 
 // Errors callers test with errors.Is.
@@ -135,6 +140,13 @@ type Config struct {
 	// RuntimeDir is ohd's runtime directory (required): broker sockets
 	// live in <RuntimeDir>/conversations/<id>/.
 	RuntimeDir string
+	// InnerRoot holds the inner servers' state on the host, one
+	// <InnerRoot>/<id>/ per conversation (openhands.DirsOf); required for
+	// the docker runtime (the daemon uses <state-dir>/inner).
+	InnerRoot string
+	// InnerEnv are the operator's extra NAME=VALUE variables for inner
+	// servers, checked by openhands.CheckExtraEnv.
+	InnerEnv []string
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -185,6 +197,14 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Runtime.Kind() == "docker" && cfg.Helper == "" {
 		return nil, errors.New("conversation manager: the docker runtime needs a static ohctl to mount into containers (Helper)")
+	}
+	if cfg.Runtime.Kind() != "local" && cfg.InnerRoot == "" {
+		return nil, errors.New("conversation manager: a container runtime needs a directory for the inner servers' state (InnerRoot)")
+	}
+	for _, kv := range cfg.InnerEnv {
+		if err := openhands.CheckExtraEnv(kv); err != nil {
+			return nil, fmt.Errorf("conversation manager: %w", err)
+		}
 	}
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
@@ -648,6 +668,9 @@ func (m *Manager) openBroker(ctx context.Context, conv store.Conversation) ([]by
 		if err := writeOwnedFile(filepath.Join(ep.Dir, InnerKeyFile), key, 0o400, conv.UID, conv.GID); err != nil {
 			return nil, err
 		}
+		if err := m.writeInnerState(conv, ep.Dir); err != nil {
+			return nil, err
+		}
 		if err := ensureMountpoint(filepath.Join(ep.Dir, "bin", "ohctl"), conv.UID, conv.GID); err != nil {
 			return nil, err
 		}
@@ -773,18 +796,31 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 		}
 		helper = p
 	}
+	inner := openhands.DirsOf(m.cfg.InnerRoot, conv.ID)
 	mounts = append(mounts,
 		runtime.Mount{Source: m.brokerDir(conv.ID), Target: ContainerBrokerDir, ReadOnly: true},
 		runtime.Mount{Source: helper, Target: ContainerHelper, ReadOnly: true},
+		runtime.Mount{Source: inner.Persistence, Target: inner.Persistence},
+		runtime.Mount{Source: inner.Conversations, Target: inner.Conversations},
 	)
 	img, err := m.image(ctx, conv.ImageID)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
-	cmd := append(append([]string{}, img.Entrypoint...), img.Cmd...)
+	// The agent server's arguments follow the image's entrypoint (ref §5);
+	// an image with only a command (no entrypoint) gets them after it.
+	cmd := append([]string{}, img.Entrypoint...)
+	if len(cmd) == 0 {
+		cmd = append(cmd, img.Cmd...)
+	}
 	if len(cmd) == 0 {
 		return runtime.Spec{}, fmt.Errorf("image %s has neither entrypoint nor command: nothing to run", conv.Image)
 	}
+	port := m.cfg.InnerPort
+	if port == 0 {
+		port = 8000
+	}
+	cmd = append(cmd, openhands.Args(port)...)
 	return runtime.Spec{
 		ConversationID: conv.ID,
 		ServerID:       m.st.ServerID(),
@@ -793,7 +829,9 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 		GID:            conv.GID,
 		Mounts:         mounts,
 		Env:            m.env(conv),
-		Entrypoint:     []string{ContainerHelper, "inner-exec", "--key-file", ContainerBrokerDir + "/" + InnerKeyFile, "--"},
+		Entrypoint: []string{ContainerHelper, "inner-exec",
+			"--env-file", openhands.SessionKeyEnv + "=" + ContainerBrokerDir + "/" + InnerKeyFile,
+			"--env-file", openhands.SecretKeyEnv + "=" + ContainerBrokerDir + "/" + InnerSecretKeyFile, "--"},
 		Cmd:            cmd,
 		InnerPort:      m.cfg.InnerPort,
 		Resources:      m.cfg.Resources,
@@ -807,25 +845,23 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 // secret value. The inner session key reaches the inner server through
 // the key file and the entrypoint wrapper, not through docker inspect.
 func (m *Manager) env(conv store.Conversation) []string {
-	env := []string{
-		"OH_CONVERSATION_RUNTIME=local",
-		"OHD_CONVERSATION_ID=" + conv.ID,
-		"OHD_BROKER_SOCKET=" + ContainerBrokerDir + "/broker.sock",
-		"OHD_BROKER_TOKEN_FILE=" + ContainerBrokerDir + "/token",
-	}
+	env := append(openhands.Env(openhands.DirsOf(m.cfg.InnerRoot, conv.ID)),
+		"OHD_CONVERSATION_ID="+conv.ID,
+		"OHD_BROKER_SOCKET="+ContainerBrokerDir+"/broker.sock",
+		"OHD_BROKER_TOKEN_FILE="+ContainerBrokerDir+"/token",
+	)
 	// The helper is an absolute path: git runs it with get/store/erase
 	// appended. The empty credential.helper first resets the list, so a
 	// helper the image or the agent configured (store, cache) never sees
 	// the broker's answer, cannot keep it at rest in the container, and
 	// cannot answer after a revoke
 	// (TestGitCredentialsNeverRestInTheContainer). useHttpPath lets
-	// path-prefix grants match. GIT_TERMINAL_PROMPT=0: a refused
-	// credential fails at once instead of waiting at a prompt.
+	// path-prefix grants match. (GIT_TERMINAL_PROMPT=0, so a refused
+	// credential fails at once, comes with openhands.Env.)
 	git := append(worktree.ContainerGitConfig(),
 		[2]string{"credential.helper", ""},
 		[2]string{"credential.helper", ContainerHelper + " git-credential"},
 		[2]string{"credential.useHttpPath", "true"})
-	env = append(env, "GIT_TERMINAL_PROMPT=0")
 	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
@@ -835,7 +871,7 @@ func (m *Manager) env(conv store.Conversation) []string {
 			env = append(env, name+"="+v)
 		}
 	}
-	return env
+	return append(env, m.cfg.InnerEnv...)
 }
 
 func lookupEnv(getenv func(string) string, name string) (string, bool) {
@@ -861,4 +897,50 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// writeInnerState makes the conversation's inner state directories on the
+// host (openhands.DirsOf: persistence and conversations, owned by the
+// conversation's uid, 0700, kept across containers) and writes the inner
+// server's stable cipher key into the broker directory (0400).
+func (m *Manager) writeInnerState(conv store.Conversation, brokerDir string) error {
+	key, err := m.st.InnerSecretKey(conv.ID, newInnerKey)
+	if err != nil {
+		return err
+	}
+	if err := writeOwnedFile(filepath.Join(brokerDir, InnerSecretKeyFile), key, 0o400, conv.UID, conv.GID); err != nil {
+		return err
+	}
+	d := openhands.DirsOf(m.cfg.InnerRoot, conv.ID)
+	if err := os.MkdirAll(m.cfg.InnerRoot, 0o711); err != nil {
+		return fmt.Errorf("inner state: %w", err)
+	}
+	for _, dir := range []string{d.Root, d.Persistence, d.Conversations} {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("inner state: %w", err)
+		}
+		if os.Geteuid() == 0 {
+			if err := os.Lchown(dir, conv.UID, conv.GID); err != nil {
+				return fmt.Errorf("inner state: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// InnerInfo is the ConversationInfo the conversation's inner server
+// persisted on the host (openhands.ReadInfo), for answers while no
+// container runs. It returns openhands.ErrNoState when there is none.
+func (m *Manager) InnerInfo(id string) (json.RawMessage, error) {
+	if m.cfg.InnerRoot == "" || !store.ValidID(id) {
+		return nil, openhands.ErrNoState
+	}
+	d := openhands.DirsOf(m.cfg.InnerRoot, id)
+	return openhands.ReadInfo(m.cfg.InnerRoot, id, filepath.Base(d.Conversations), filepath.Base(d.StateDir(id)))
+}
+
+// isInnerMount reports whether a container path is one of the inner
+// server's state directories.
+func (m *Manager) isInnerMount(target string) bool {
+	return m.cfg.InnerRoot != "" && strings.HasPrefix(target, m.cfg.InnerRoot+"/")
 }

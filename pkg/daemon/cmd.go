@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 )
@@ -84,7 +85,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			str("control-socket", "ohctl's socket (default <runtime-dir>/ohd.sock)"),
 			str("listen", "conversation API address (default 127.0.0.1:8000; off disables it)"),
 			str("runtime", "docker, local, or auto: docker when the engine answers (default auto)"),
-			str("image", "conversation container image (default ohd-agent:latest; pin a version)"),
+			str("image", "conversation container image (default "+openhands.DefaultImage+"; pin a version)"),
 			str("worktree-root", "where worktrees are created (default <state-dir>/worktrees)"),
 			str("log-format", "text or json (default text)"),
 			str("log-level", "debug, info, warn or error (default info)"),
@@ -94,6 +95,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			str("network", "Docker network of the containers (default ohd: created by ohd, containers cannot reach each other; bridge: the engine's default)"),
 			&cli.DurationFlag{Name: "idle-timeout", Usage: "stop containers idle this long (0: never)", Sources: env("idle-timeout")},
 			&cli.StringSliceFlag{Name: "forward-env", Usage: "host environment variable to pass to containers (repeatable; never secrets)", Sources: env("forward-env")},
+			&cli.StringSliceFlag{Name: "inner-env", Usage: "NAME=VALUE for the inner agent servers (repeatable; no secrets: names that look like one are refused)", Sources: env("inner-env")},
 			&cli.BoolFlag{Name: "read-only-rootfs", Usage: "run containers with a read-only root and a tmpfs /tmp", Sources: env("read-only-rootfs")},
 			&cli.StringFlag{Name: "memory", Value: "4g", Usage: "container memory limit: bytes, or with a unit (512m, 4g)", Sources: env("memory")},
 			&cli.Float64Flag{Name: "cpus", Value: 2, Usage: "container CPU limit", Sources: env("cpus")},
@@ -132,6 +134,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				SessionAPIKeys: cmd.StringSlice("session-api-key"), SessionAPIKeyFile: cmd.String("session-api-key-file"),
 				Helper: cmd.String("ohctl-binary"), Network: cmd.String("network"),
 				IdleTimeout: cmd.Duration("idle-timeout"), ForwardEnv: cmd.StringSlice("forward-env"),
+				InnerEnv:       cmd.StringSlice("inner-env"),
 				ReadOnlyRootfs: cmd.Bool("read-only-rootfs"), MemoryBytes: memory,
 				NanoCPUs: int64(cmd.Float64("cpus") * 1e9), PidsLimit: cmd.Int64("pids"),
 				ReadyTimeout: cmd.Duration("ready-timeout"), HealthPath: cmd.String("health-path"),

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"net"
 	"net/url"
 	"os"
@@ -37,7 +38,7 @@ type Config struct {
 	// engine answers at start-up, else local with a warning.
 	Runtime string
 	// Image is the conversation container image reference. Default
-	// "ohd-agent:latest"; pin a version tag or digest in production.
+	// openhands.DefaultImage, the real agent server pinned to a version.
 	Image string
 	// WorktreeRoot is where worktrees are created:
 	// <WorktreeRoot>/<conversation-id>/<repo-basename>.
@@ -63,6 +64,10 @@ type Config struct {
 	// ForwardEnv names host environment variables forwarded to containers.
 	// They must not hold secrets (docker inspect shows them).
 	ForwardEnv []string
+	// InnerEnv are extra NAME=VALUE variables for the inner servers
+	// (--inner-env); names that look like secrets or that ohd sets are
+	// refused (openhands.CheckExtraEnv).
+	InnerEnv []string
 	// ReadOnlyRootfs runs containers with a read-only root filesystem and
 	// a tmpfs /tmp.
 	ReadOnlyRootfs bool
@@ -132,7 +137,7 @@ func (c *Config) Defaults() error {
 		c.Runtime = "auto"
 	}
 	if c.Image == "" {
-		c.Image = "ohd-agent:latest"
+		c.Image = openhands.DefaultImage
 	}
 	if c.WorktreeRoot == "" {
 		c.WorktreeRoot = filepath.Join(c.StateDir, "worktrees")
@@ -181,6 +186,11 @@ func (c *Config) Validate() error {
 		host, _, err := net.SplitHostPort(c.MetricsListen)
 		if err != nil || !isLoopback(host) {
 			return fmt.Errorf("--metrics-listen %q: must be a loopback host:port", c.MetricsListen)
+		}
+	}
+	for _, kv := range c.InnerEnv {
+		if err := openhands.CheckExtraEnv(kv); err != nil {
+			return fmt.Errorf("--inner-env: %w", err)
 		}
 	}
 	if c.Upstream != "" {

@@ -170,12 +170,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		Image: cfg.Image, HealthPath: cfg.HealthPath, ReadyTimeout: cfg.ReadyTimeout,
 		Resources:      runtime.Resources{MemoryBytes: cfg.MemoryBytes, NanoCPUs: cfg.NanoCPUs, PidsLimit: cfg.PidsLimit},
 		ReadOnlyRootfs: cfg.ReadOnlyRootfs, ForwardEnv: cfg.ForwardEnv, Getenv: cfg.Getenv,
+		InnerRoot: filepath.Join(cfg.StateDir, "inner"), InnerEnv: cfg.InnerEnv,
 		Helper: cfg.Helper, HelperDir: filepath.Join(cfg.StateDir, "bin"), IdleTimeout: cfg.IdleTimeout, Logger: log,
 		Metrics: d.metrics, OnStep: d.observeStep, Protected: d.protectedPaths(),
 	})
 	if err != nil {
 		return nil, err
 	}
+	d.checkImage(ctx)
 	if err := d.mgr.Reconcile(ctx); err != nil {
 		// Keep serving: one broken conversation must not take every other
 		// one down. The log and `ohctl doctor` say what is wrong.
@@ -595,3 +597,21 @@ func (d *Daemon) Manager() *conversation.Manager { return d.mgr }
 
 // Config returns the effective configuration.
 func (d *Daemon) Config() Config { return d.cfg }
+
+// checkImage warns at start-up when the configured image is not in the
+// engine: the first create would pull it (or fail where no registry
+// answers), and the operator should know now, not then.
+func (d *Daemon) checkImage(ctx context.Context) {
+	dk, ok := d.rt.(*runtime.Docker)
+	if !ok {
+		return
+	}
+	has, err := dk.HasImage(ctx, d.cfg.Image)
+	switch {
+	case err != nil:
+		d.log.Warn("cannot check the conversation image", "image", d.cfg.Image, "err", err)
+	case !has:
+		d.log.Warn("the conversation image is not in the Docker engine: the first create pulls it, and fails where no registry answers; "+
+			"load it first (docker load -i image.tar) or pass --image with an image the engine has", "image", d.cfg.Image)
+	}
+}

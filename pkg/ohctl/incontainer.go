@@ -41,44 +41,83 @@ func (s *state) gitCredentialCmd() *cli.Command {
 }
 
 // innerExecCmd is the entrypoint wrapper of conversation containers: it
-// reads the inner session key from a file in the read-only broker
-// directory and runs the image's own entrypoint with the key in
-// OH_SESSION_API_KEYS_0. The key thus never appears in the container's
-// configuration (docker inspect), only in the agent server's own process.
-// It stays the inner server's parent and serves the broker relay beside
-// it (superviseInner).
+// reads each --env-file NAME=FILE (files in the read-only broker
+// directory, 0400: the inner session key, the inner server's cipher key)
+// and runs the image's own entrypoint with NAME set to the file's content.
+// The values thus never appear in the container's configuration (docker
+// inspect), only in the agent server's own process. It stays the inner
+// server's parent and serves the broker relay beside it (superviseInner).
 func (s *state) innerExecCmd() *cli.Command {
 	return &cli.Command{
 		Name:            "inner-exec",
 		Hidden:          true,
-		Usage:           "run the inner agent server with its session key (container entrypoint)",
-		ArgsUsage:       "--key-file FILE -- CMD...",
+		Usage:           "run the inner agent server with its keys (container entrypoint)",
+		ArgsUsage:       "--env-file NAME=FILE... -- CMD...",
 		SkipFlagParsing: true,
 		Action: func(ctx context.Context, cmd *cli.Command) error {
-			a := cmd.Args().Slice()
-			if len(a) < 4 || a[0] != "--key-file" || a[2] != "--" {
-				return usagef("inner-exec: usage: ohctl inner-exec --key-file FILE -- CMD...")
-			}
-			key, err := os.ReadFile(a[1])
+			files, argv, err := parseInnerExec(cmd.Args().Slice())
 			if err != nil {
-				return fmt.Errorf("inner-exec: read session key: %w", err)
+				return err
 			}
-			argv := a[3:]
+			set := map[string]string{}
+			for name, file := range files {
+				v, err := os.ReadFile(file)
+				if err != nil {
+					return fmt.Errorf("inner-exec: read %s for %s: %w", file, name, err)
+				}
+				set[name] = strings.TrimSpace(string(v))
+			}
 			path, err := exec.LookPath(argv[0])
 			if err != nil {
 				return fmt.Errorf("inner-exec: %w", err)
 			}
 			env := []string{}
 			for _, kv := range os.Environ() {
-				if !strings.HasPrefix(kv, "OH_SESSION_API_KEYS_0=") {
+				if name, _, _ := strings.Cut(kv, "="); !hasKey(set, name) {
 					env = append(env, kv)
 				}
 			}
-			env = append(env, "OH_SESSION_API_KEYS_0="+strings.TrimSpace(string(key)))
+			for name, v := range set {
+				env = append(env, name+"="+v)
+			}
 			return superviseInner(ctx, path, argv, env, s.env.Getenv, s.env.Stderr)
 		},
 	}
 }
+
+// parseInnerExec splits inner-exec's arguments into the --env-file
+// variables (name to file) and the command after "--".
+func parseInnerExec(a []string) (map[string]string, []string, error) {
+	const usage = "inner-exec: usage: ohctl inner-exec --env-file NAME=FILE... -- CMD..."
+	files := map[string]string{}
+	for len(a) > 0 && a[0] != "--" {
+		if a[0] != "--env-file" || len(a) < 2 {
+			return nil, nil, usagef("%s", usage)
+		}
+		name, file, ok := strings.Cut(a[1], "=")
+		if !ok || !envName(name) || file == "" {
+			return nil, nil, usagef("inner-exec: --env-file %q: want NAME=FILE", a[1])
+		}
+		files[name] = file
+		a = a[2:]
+	}
+	if len(a) < 2 || len(files) == 0 {
+		return nil, nil, usagef("%s", usage)
+	}
+	return files, a[1:], nil
+}
+
+func envName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 // viewCmd runs the sandbox side of ohd's git view (pkg/worktree.RunView)
 // inside a conversation's container: ohd calls it there to read what the

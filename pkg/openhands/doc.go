@@ -10,6 +10,35 @@
 // key the first half, AES-128 key the second), Encrypt and Decrypt speak
 // its tokens, and IsToken recognises one by the server's own prefix.
 //
+// The inner contract (ref §5-6): what the agent server's image needs to
+// run as a uid that is not its own, with its state on the host. DirsOf is
+// a conversation's host layout under ohd's <state-dir>/inner:
+//
+//	<state-dir>/inner/<id>/                   0700, the conversation's uid (the repository owner)
+//	<state-dir>/inner/<id>/persistence/       HOME and OH_PERSISTENCE_DIR: settings, secrets, profiles
+//	<state-dir>/inner/<id>/conversations/     OH_CONVERSATIONS_PATH
+//	    <id.hex>/meta.json, base_state.json, events/event-NNNNN-<event-id>.json
+//
+// each directory bind-mounted read-write at its own path. Env is the
+// environment (HOME, OH_PERSISTENCE_DIR, OH_CONVERSATIONS_PATH,
+// OH_CONVERSATION_RUNTIME=local, GIT_TERMINAL_PROMPT=0: paths, no
+// values), Args the arguments after the image's entrypoint (--host
+// 0.0.0.0 --port 8000). The two keys, SessionKeyEnv (per start) and
+// SecretKeyEnv (the cipher key of the server's persisted secrets, stable
+// for the conversation's life), reach the server's process only, through
+// 0400 files that ohctl inner-exec --env-file reads. CheckExtraEnv vets an
+// operator's --inner-env (IsSecretKey is the server's is_secret_key).
+// DefaultImage is the pinned release ohd runs by default.
+//
+// ReadInfo renders a conversation's ConversationInfo from those files
+// while no container runs (ref §5 "Metadata reads"), secrets redacted,
+// never following a symlink the agent planted.
+//
+// The create body (ref §2, §8): WorktreeGuidance is the server's own
+// worktree text, AppendSystemMessageSuffix adds it to the agent's
+// system_message_suffix as the server does. The workspace cookie (ref §8):
+// WorkspaceCookie, IsWorkspaceTail, WorkspaceSessionCookie and
+// SecureContext.
 // Mediator (mediate.go) takes the credentials out of what a client sends
 // for a conversation (DESIGN §7, secret mediation): Create rewrites a
 // StartConversationRequest (the LLM objects of agent and agent_settings,

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,6 +70,9 @@ func TestCreateRewritesAndForwards(t *testing.T) {
 	// The LLM key went to the broker: the inner server gets the relay
 	// and a placeholder (secret mediation, TestMediate* for the rest).
 	want["agent"] = map[string]any{"kind": "Agent", "llm": map[string]any{"model": "m", "api_key": openhands.PlaceholderKey, "base_url": "http://" + broker.RelayAddr + "/llm/" + id + ".llm"}}
+	want["agent"].(map[string]any)["agent_context"] = map[string]any{
+		"system_message_suffix": openhands.WorktreeGuidance(repo, wantWD, wantWD, "openhands/"+id),
+	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("forwarded body (-want +got):\n%s", d)
 	}
@@ -133,7 +137,8 @@ func TestCreateErrors(t *testing.T) {
 		{"bad conversation_id", `{` + ws(fake.root) + `,"conversation_id":"nope"}`, 422, "uuid_parsing"},
 		{"relative working_dir", `{` + ws("repo") + `}`, 400, `"step":"validate"`},
 		{"working_dir missing on host", `{` + ws(filepath.Join(fake.root, "nowhere")) + `}`, 400, `"step":"validate"`},
-		{"existing id", `{` + ws(fake.root) + `,"conversation_id":"` + existing + `"}`, 409, "already exists"},
+		// A retried create: 200 with the existing conversation (reference §8).
+		{"existing id", `{` + ws(fake.root) + `,"conversation_id":"` + existing + `"}`, 200, `"id":"` + existing + `"`},
 		{"parent", `{` + ws(fake.root) + `,"parent_conversation_id":"` + existing + `"}`, 501, "child conversations are not supported"},
 	}
 	for _, tc := range tests {
@@ -475,6 +480,145 @@ func TestKeySet(t *testing.T) {
 	for _, keys := range [][][]byte{nil, {[]byte("")}, {[]byte("ok"), []byte(" ")}} {
 		if _, err := newKeySet(keys); err == nil {
 			t.Errorf("newKeySet(%q) = nil error, want one", keys)
+		}
+	}
+}
+
+// TestMetadataFromHostStateWhileStopped checks a stopped conversation is
+// answered from its inner server's files on the host, with their status
+// (reference §5 "Metadata reads"), by GET, ?ids=, count and search.
+func TestMetadataFromHostStateWhileStopped(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	fake.mu.Lock()
+	fake.convs[id].rec.State = store.StateStopped
+	fake.innerInfo = map[string]json.RawMessage{id: json.RawMessage(`{"id":"` + id + `","execution_status":"paused","title":"from disk"}`)}
+	fake.mu.Unlock()
+
+	resp, b := p.do(t, "GET", "/api/conversations/"+id, outerKeys[0], nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"title":"from disk"`) || resp.Header.Get("X-Ohd-Source") != "host" {
+		t.Errorf("GET = %d %s (source %q), want the host state", resp.StatusCode, b, resp.Header.Get("X-Ohd-Source"))
+	}
+	for _, tc := range []struct{ path, want string }{
+		{"/api/conversations?ids=" + id, `"title":"from disk"`},
+		{"/api/conversations/count?status=paused", "1"},
+		{"/api/conversations/count?status=idle", "0"},
+		{"/api/conversations/search?status=paused", `"title":"from disk"`},
+	} {
+		if resp, b := p.do(t, "GET", tc.path, outerKeys[0], nil); resp.StatusCode != 200 || !strings.Contains(string(b), tc.want) {
+			t.Errorf("GET %s = %d %s, want %s", tc.path, resp.StatusCode, b, tc.want)
+		}
+	}
+	if got := fake.called("target"); len(got) != 0 {
+		t.Errorf("metadata reads of a stopped conversation started it: %v", got)
+	}
+}
+
+// TestCreateAddsWorktreeGuidance checks the agent gets the agent server's
+// own worktree guidance (conversation_service.py L88-L120) with ohd's
+// worktree and branch, after the suffix the client set, and that
+// include_skills reaches the inner server on create and GET.
+func TestCreateAddsWorktreeGuidance(t *testing.T) {
+	fake := newFake(t)
+	fake.tap = true
+	p := startProxy(t, fake, nil)
+	repo := filepath.Join(fake.root, "guided")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := store.NewID()
+	body := `{"workspace":{"working_dir":"` + repo + `"},"worktree":true,"conversation_id":"` + id + `",` +
+		`"agent":{"kind":"Agent","agent_context":{"system_message_suffix":"Be brief."}}}`
+	resp, rb := p.do(t, "POST", "/api/conversations?include_skills=true", outerKeys[0], strings.NewReader(body))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST = %d %s", resp.StatusCode, rb)
+	}
+	req := fake.tapOf(id).requests()[0]
+	got := decode[struct {
+		Agent struct {
+			AgentContext struct {
+				Suffix string `json:"system_message_suffix"`
+			} `json:"agent_context"`
+		} `json:"agent"`
+	}](t, req.body)
+	wt := filepath.Join(fake.root, "worktrees", id, "guided")
+	want := "Be brief.\n\n" + openhands.WorktreeGuidance(repo, wt, wt, "openhands/"+id)
+	if got.Agent.AgentContext.Suffix != want {
+		t.Errorf("forwarded system_message_suffix = %q, want %q", got.Agent.AgentContext.Suffix, want)
+	}
+	if !strings.Contains(req.uri, "include_skills=true") {
+		t.Errorf("forwarded create %s: include_skills not passed on", req.uri)
+	}
+	tapAddr := fake.tapOf(id).addr
+	fake.mu.Lock()
+	fake.convs[id].addr = tapAddr // later requests through the tap too
+	fake.mu.Unlock()
+	p.do(t, "GET", "/api/conversations/"+id+"?include_skills=true", outerKeys[0], nil)
+	reqs := fake.tapOf(id).requests()
+	if last := reqs[len(reqs)-1]; last.method != "GET" || !strings.Contains(last.uri, "include_skills=true") {
+		t.Errorf("GET reached the inner server as %s %s, want include_skills=true passed on", last.method, last.uri)
+	}
+}
+
+// TestWorkspaceCookie checks POST /api/auth/workspace-session sets the
+// agent server's oh_workspace_session_key cookie (reference §8), which
+// then opens GET of a conversation's workspace routes, and nothing else,
+// and never reaches the inner server.
+func TestWorkspaceCookie(t *testing.T) {
+	fake := newFake(t)
+	fake.tap = true
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+
+	if resp, _ := p.do(t, "POST", "/api/auth/workspace-session", "", nil); resp.StatusCode != 401 {
+		t.Errorf("POST workspace-session without a key = %d, want 401", resp.StatusCode)
+	}
+	resp, _ := p.do(t, "POST", "/api/auth/workspace-session", outerKeys[1], nil, "Host", "localhost:3000")
+	cookies := resp.Cookies()
+	if resp.StatusCode != 204 || len(cookies) != 1 {
+		t.Fatalf("POST workspace-session = %d, cookies %v; want 204 and one cookie", resp.StatusCode, cookies)
+	}
+	c := cookies[0]
+	if c.Name != "oh_workspace_session_key" || c.Value != outerKeys[1] || !c.HttpOnly || c.Path != "/api/conversations" ||
+		c.MaxAge != 315360000 || c.SameSite != http.SameSiteNoneMode || !c.Secure || !c.Partitioned {
+		t.Errorf("cookie = %+v (%s), want the agent server's attributes, Secure and Partitioned for localhost", c, resp.Header.Get("Set-Cookie"))
+	}
+	resp, _ = p.do(t, "POST", "/api/auth/workspace-session", outerKeys[1], nil, "Host", "ohd.example:8000")
+	if sc := resp.Header.Get("Set-Cookie"); strings.Contains(sc, "Secure") {
+		t.Errorf("Set-Cookie for a plain-http host = %s, want no Secure", sc)
+	}
+	resp, _ = p.do(t, "DELETE", "/api/auth/workspace-session", outerKeys[1], nil)
+	if sc := resp.Header.Get("Set-Cookie"); resp.StatusCode != 204 || !strings.Contains(sc, "oh_workspace_session_key=;") || !strings.Contains(sc, "Max-Age=0") {
+		t.Errorf("DELETE workspace-session = %d %s, want 204 and an expired cookie", resp.StatusCode, sc)
+	}
+
+	cookie := "oh_workspace_session_key=" + outerKeys[1]
+	for _, tc := range []struct {
+		method, path, cookie string
+		want401              bool
+	}{
+		{"GET", "/api/conversations/" + id + "/workspace", cookie, false},
+		{"GET", "/api/conversations/" + id + "/workspace/index.html", cookie, false},
+		{"GET", "/api/conversations/" + id + "/workspace/index.html", "oh_workspace_session_key=" + wrongKey, true},
+		{"GET", "/api/conversations/" + id + "/workspace/index.html", "", true},
+		{"POST", "/api/conversations/" + id + "/workspace/index.html", cookie, true},
+		{"GET", "/api/conversations/" + id + "/echo/x", cookie, true},
+		{"GET", "/api/conversations/" + id, cookie, true},
+		{"GET", "/api/conversations/search", cookie, true},
+	} {
+		var hdr []string
+		if tc.cookie != "" {
+			hdr = []string{"Cookie", tc.cookie}
+		}
+		resp, b := p.do(t, tc.method, tc.path, "", nil, hdr...)
+		if (resp.StatusCode == 401) != tc.want401 {
+			t.Errorf("%s %s with cookie %q = %d %s, want 401: %v", tc.method, tc.path, tc.cookie, resp.StatusCode, b, tc.want401)
+		}
+	}
+	for _, r := range fake.tapOf(id).requests() {
+		if r.header.Get("Cookie") != "" || strings.Contains(fmt.Sprint(r.header), outerKeys[1]) {
+			t.Errorf("the inner server saw %s %s with %v: the cookie or outer key crossed", r.method, r.path, r.header)
 		}
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -90,10 +92,18 @@ func isNull(v json.RawMessage) bool {
 // the worktree when there is one, which has the same path in the
 // container), conversation_id (the conversation's id) and worktree
 // (removed: the inner server must not create a worktree of its own).
-func (cb *createBody) rewrite(id, workingDir string) ([]byte, error) {
+//
+// With a worktree, the agent server's own worktree guidance is added to
+// the agent's system message (openhands.WorktreeGuidance), as the server
+// does when it makes the worktree itself.
+func (cb *createBody) rewrite(c store.Conversation) ([]byte, error) {
+	id, workingDir := c.ID, c.WorkingDir
 	out := make(map[string]json.RawMessage, len(cb.fields)+1)
 	for k, v := range cb.fields {
 		out[k] = v
+	}
+	if c.Worktree != "" {
+		openhands.AppendSystemMessageSuffix(out, openhands.WorktreeGuidance(c.Workspace, c.Worktree, c.WorkingDir, c.Branch))
 	}
 	ws := make(map[string]json.RawMessage, len(cb.workspace))
 	for k, v := range cb.workspace {
@@ -217,6 +227,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	id := cb.ID
 	if id == "" {
 		id = store.NewID()
+	} else if c, ok := s.visible(id); ok {
+		// A retried create: the agent server answers 200 with the existing
+		// conversation and ignores the rest of the body (reference §8,
+		// conversation_service.py L1308-1437).
+		it := &item{conv: c}
+		s.fill(r.Context(), []*item{it})
+		b, source := it.json()
+		w.Header().Set("X-Ohd-Conversation-Id", c.ID)
+		w.Header().Set("X-Ohd-Source", source)
+		writeRaw(w, http.StatusOK, b)
+		return
 	}
 	// Secret mediation (DESIGN §7): no credential of the body reaches
 	// the container; undo removes what it stored if the create fails.
@@ -243,11 +264,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			if t.Addr == "" {
 				return nil // local runtime: no inner server
 			}
-			fwd, err := cb.rewrite(c.ID, c.WorkingDir)
+			fwd, err := cb.rewrite(c)
 			if err != nil {
 				return fmt.Errorf("encode the create body: %w", err)
 			}
-			a, err := s.postCreate(ctx, c.ID, t, fwd)
+			a, err := s.postCreate(ctx, c.ID, t, fwd, includeSkills(r))
 			if err != nil {
 				return err
 			}
@@ -286,6 +307,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(answer.body)
 }
 
+// includeSkills is the query passing the client's include_skills on to
+// the inner server (the agent server trims skills unless it is true:
+// reference §5, "Metadata reads"): "?include_skills=<v>" or "".
+func includeSkills(r *http.Request) string {
+	v, ok := r.URL.Query()["include_skills"]
+	if !ok || len(v) == 0 {
+		return ""
+	}
+	return "?" + url.Values{"include_skills": v[:1]}.Encode()
+}
+
 func printableASCII(r rune) rune {
 	if r < 0x20 || r > 0x7e {
 		return '?'
@@ -294,8 +326,8 @@ func printableASCII(r rune) rune {
 }
 
 // postCreate forwards the create body to the inner server.
-func (s *Server) postCreate(ctx context.Context, id string, t conversation.Target, body []byte) (*innerAnswer, error) {
-	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodPost, "http://"+t.Addr+"/api/conversations", bytes.NewReader(body))
+func (s *Server) postCreate(ctx context.Context, id string, t conversation.Target, body []byte, query string) (*innerAnswer, error) {
+	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodPost, "http://"+t.Addr+"/api/conversations"+query, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errInnerUnreachable, err)
 	}

@@ -31,19 +31,28 @@
 // before anything else happens (unknown routes answer 401 too, so a client
 // without a key learns nothing about which routes or conversations exist).
 //
-// WebSockets (/sockets/events/{id}) authenticate as the agent server's do:
-// the X-Session-API-Key header, or the session_api_key query parameter
-// (deprecated in the agent server but kept there because browsers cannot
-// set headers on a WebSocket; ohd accepts it on this route only and never
-// forwards it), checked before the upgrade; or, when neither is sent, a
-// first message {"type":"auth","session_api_key":"..."} within
-// Timeouts.WSAuth (10 s). A wrong key (header, query or message), a wrong
-// or missing first message, or the timeout close the connection with 4001
-// "Authentication failed"; the upgrade completes first so that browsers see
-// the code. Authentication comes before the conversation is looked up;
-// then an unknown conversation (or a malformed id) closes with 1008, and a
-// conversation whose inner server cannot be started or reached, or whose
-// connection breaks, with 1011.
+// WebSockets (/sockets/events/{id}, /sockets/session/{id}) authenticate as
+// the agent server's do (reference §7): the X-Session-API-Key header, or
+// the session_api_key query parameter (deprecated in the agent server but
+// kept there because browsers cannot set headers on a WebSocket; ohd
+// accepts it on these routes only and never forwards it), checked before
+// the upgrade: a wrong one is refused with 403 before it. When neither is
+// sent, a first message {"type":"auth","session_api_key":"..."} within
+// Timeouts.WSAuth (10 s); a wrong key, a wrong or missing first message,
+// or the timeout close the connection with 4001 "Authentication failed".
+// Later auth control frames ({"type":"auth"[,"session_api_key"]}) are
+// dropped, never forwarded (the agent server ignores them; forwarding
+// would hand the outer key to the container). Authentication comes before
+// the conversation is looked up; then an unknown conversation (or a
+// malformed id) closes with 4004 "Conversation not found" (the SDK treats
+// it as fatal), and a conversation whose inner server cannot be started or
+// reached, or whose connection breaks, with 1011 (the SDK retries).
+//
+// The workspace routes (GET /api/conversations/{id}/workspace[/{path}])
+// also accept the oh_workspace_session_key cookie, which POST
+// /api/auth/workspace-session sets to the request's header key (DELETE
+// expires it), as the agent server does (reference §8); ohd answers that
+// route itself (workspace_session.go). The cookie is never forwarded.
 //
 // # Routes
 //
@@ -56,6 +65,8 @@
 //	ANY    /api/conversations/{id}[/{tail}]  forwarded to the inner server (GET and DELETE of /{id} excepted)
 //	ANY    /api/conversations/{id}/fork|children|credential-bindings[/...]  501, saying why
 //	WS     /sockets/events/{id}              bridged to the inner server's /sockets/events/{id}
+//	WS     /sockets/session/{id}             bridged to the inner server's v2 /sockets/session/{id} (?after_seq= passed on)
+//	POST   /api/auth/workspace-session       the upstream's; without one, ohd's: 204, Set-Cookie oh_workspace_session_key (DELETE: expired)
 //	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
 //	ANY    everything else (HTTP and WebSocket)  the upstream's (below); without one, 404 naming --upstream
@@ -115,11 +126,16 @@
 //
 // GET of one conversation, ?ids=, count and search answer from ohd's
 // records, and ask the inner server of each running conversation for its
-// ConversationInfo (a few at a time, each within Timeouts.Metadata). They
-// never start a stopped conversation, and do not count as activity for
-// the idle timer: a client polling metadata must not keep idle containers
-// alive, nor wake them. When ohd answers from its record (stopped, or the
-// inner server did not answer), the info is rendered in the agent server's
+// ConversationInfo (a few at a time, each within Timeouts.Metadata;
+// include_skills passed on). For a conversation that is stopped (or whose
+// inner server does not answer) they read the inner server's own files on
+// the host instead (Conversations.InnerInfo: meta.json and
+// base_state.json, secrets redacted, the real execution_status), as the
+// agent server's docker runtime does (reference §5 "Metadata reads").
+// They never start a stopped conversation, and do not count as activity
+// for the idle timer: a client polling metadata must not keep idle
+// containers alive, nor wake them. Only when there are no such files
+// either does ohd render the info from its record, in the agent server's
 // shape with what ohd knows, plus ohd's own view:
 //
 //	{"id", "workspace": {"kind": "LocalWorkspace", "working_dir"},
@@ -128,7 +144,7 @@
 //
 // The agent's configuration, stats and title live only in the inner
 // server, so they are missing there. The response header X-Ohd-Source says
-// which ("inner" or "ohd"). The execution_status of a conversation ohd
+// which ("inner", "host" or "ohd"). The execution_status of a conversation ohd
 // does not ask is "idle": a stopped conversation runs no agent step, and
 // its next request starts it again. Count and search filter on the
 // execution status the inner servers report, that one for the others.
@@ -145,7 +161,10 @@
 // to the inner server, rewritten: workspace.working_dir becomes the
 // conversation's working directory (the worktree, which has the same path
 // inside the container), worktree is removed (the inner server must not
-// create a worktree of its own) and conversation_id is set. A non-2xx
+// create a worktree of its own), conversation_id is set, and with a
+// worktree the agent server's own worktree guidance (openhands.WorktreeGuidance)
+// is appended to the agent's agent_context.system_message_suffix.
+// include_skills in the query is passed on. A non-2xx
 // answer from the inner server fails the create, so everything is undone.
 // On success the client gets the inner server's answer (201), with the
 // headers X-Ohd-Conversation-Id, X-Ohd-Worktree and X-Ohd-Branch (when a
@@ -164,7 +183,8 @@
 //	422  FastAPI's validation list: not one JSON object; workspace.working_dir missing or not a
 //	     string; worktree not a boolean; conversation_id not a UUID
 //	400  {"detail", "step": "validate"}: working_dir not absolute, not a directory, ...
-//	409  {"detail", "step": "validate"}: the conversation id exists
+//	200  (not an error) the conversation id exists: its info, the rest of the body ignored, as the agent server answers a retried create
+//	409  {"detail", "step": "validate"}: the conversation id is still being created
 //	501  parent_conversation_id set (child conversations are not supported)
 //	4xx/5xx  the inner server refused the create: its status and body (scrubbed of loopback
 //	     addresses), plus "step": "forward" and "conversation_id" when the body is a JSON object

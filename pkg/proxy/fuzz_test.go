@@ -41,7 +41,7 @@ func FuzzCreateBody(f *testing.F) {
 		if cb.ID != "" && !store.ValidID(cb.ID) {
 			t.Fatalf("parsed conversation_id %q is not canonical", cb.ID)
 		}
-		out, err := cb.rewrite(id, wd)
+		out, err := cb.rewrite(store.Conversation{ID: id, WorkingDir: wd})
 		if err != nil {
 			t.Fatalf("rewrite(%q): %v", body, err)
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -86,6 +87,7 @@ func startStandin(t testing.TB, env ...string) *standin {
 		"PATH=/usr/bin:/bin",
 		"STANDIN_ADDR=127.0.0.1:0",
 		"OH_SESSION_API_KEYS_0=" + string(st.key),
+		"OH_CONVERSATIONS_PATH=" + testenv.TempDir(t),
 	}, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -153,8 +155,10 @@ type fakeConversations struct {
 
 	mu    sync.Mutex
 	convs map[string]*fakeConv
-	calls []string
-	reqs  []conversation.CreateRequest
+	// innerInfo is what InnerInfo answers per id.
+	innerInfo map[string]json.RawMessage
+	calls     []string
+	reqs      []conversation.CreateRequest
 	// knobs
 	badWorkingDir bool // hand the inner server a working dir that does not exist
 	innerDown     bool // kill the stand-in before the forward step
@@ -360,6 +364,17 @@ func (f *fakeConversations) Remove(ctx context.Context, id string, opts conversa
 
 func (f *fakeConversations) Touch(id string) { f.record("touch %s", id) }
 
+// InnerInfo answers what a test put in innerInfo, as if the inner server
+// had persisted it on the host.
+func (f *fakeConversations) InnerInfo(id string) (json.RawMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if raw, ok := f.innerInfo[id]; ok {
+		return raw, nil
+	}
+	return nil, openhands.ErrNoState
+}
+
 // stopConv stops a conversation's inner server as an idle stop would.
 func (f *fakeConversations) stopConv(id string) {
 	f.mu.Lock()
@@ -415,6 +430,7 @@ type tapped struct {
 	method, path string
 	header       http.Header
 	body         []byte
+	uri          string // the request URI, query included
 }
 
 func newTap(t testing.TB, target string) *tapServer {
@@ -423,7 +439,7 @@ func newTap(t testing.TB, target string) *tapServer {
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		tp.mu.Lock()
-		tp.reqs = append(tp.reqs, tapped{r.Method, r.URL.Path, r.Header.Clone(), b})
+		tp.reqs = append(tp.reqs, tapped{r.Method, r.URL.Path, r.Header.Clone(), b, r.RequestURI})
 		tp.mu.Unlock()
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		r.ContentLength = int64(len(b))

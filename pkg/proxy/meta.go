@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -105,13 +106,15 @@ func scrubNotes(notes []string) []string {
 type item struct {
 	conv   store.Conversation
 	inner  json.RawMessage
+	source string // "inner" (its server answered) or "host" (its files)
+	query  string // passed on to the inner server (include_skills)
 	status string
 	filled bool
 }
 
 func (it *item) json() ([]byte, string) {
 	if it.inner != nil {
-		return it.inner, "inner"
+		return it.inner, it.source
 	}
 	b, _ := json.Marshal(render(it.conv))
 	return b, "ohd"
@@ -132,6 +135,7 @@ func (s *Server) fill(ctx context.Context, items []*item) {
 		}
 		it.filled, it.status = true, fallbackStatus
 		if it.conv.State != store.StateRunning {
+			s.hostInfo(it)
 			continue
 		}
 		wg.Add(1)
@@ -139,17 +143,34 @@ func (s *Server) fill(ctx context.Context, items []*item) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if raw, status, ok := s.innerInfo(ctx, it.conv.ID); ok {
-				it.inner, it.status = raw, status
+			if raw, status, ok := s.innerInfo(ctx, it.conv.ID, it.query); ok {
+				it.inner, it.status, it.source = raw, status, "inner"
+			} else {
+				s.hostInfo(it)
 			}
 		}()
 	}
 	wg.Wait()
 }
 
+// hostInfo fills it from the inner server's state on the host, as the
+// agent server's docker runtime answers while no container runs
+// (reference §5 "Metadata reads"): meta.json and base_state.json, with
+// the real execution_status.
+func (s *Server) hostInfo(it *item) {
+	raw, err := s.conv.InnerInfo(it.conv.ID)
+	if err != nil {
+		return
+	}
+	it.inner, it.source = raw, "host"
+	if st := openhands.Status(raw); st != "" {
+		it.status = st
+	}
+}
+
 // innerInfo asks a running conversation's inner server for its
 // ConversationInfo.
-func (s *Server) innerInfo(ctx context.Context, id string) (json.RawMessage, string, bool) {
+func (s *Server) innerInfo(ctx context.Context, id, query string) (json.RawMessage, string, bool) {
 	ctx, cancel := context.WithTimeout(ctx, s.t.Metadata)
 	defer cancel()
 	if c, err := s.conv.Get(id); err != nil || c.State != store.StateRunning {
@@ -159,7 +180,7 @@ func (s *Server) innerInfo(ctx context.Context, id string) (json.RawMessage, str
 	if err != nil || t.Addr == "" {
 		return nil, "", false
 	}
-	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodGet, "http://"+t.Addr+conversationsPrefix+id, nil)
+	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodGet, "http://"+t.Addr+conversationsPrefix+id+query, nil)
 	if err != nil {
 		return nil, "", false
 	}
@@ -222,7 +243,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
 		return
 	}
-	it := &item{conv: c}
+	it := &item{conv: c, query: includeSkills(r)}
 	s.fill(r.Context(), []*item{it})
 	b, source := it.json()
 	w.Header().Set("X-Ohd-Source", source)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,10 @@ type Conversations interface {
 	Remove(ctx context.Context, id string, opts conversation.RemoveOptions) (store.Conversation, error)
 	// Touch records activity for the idle timer.
 	Touch(id string)
+	// InnerInfo is the ConversationInfo the inner server persisted on the
+	// host, for answers while it does not run; openhands.ErrNoState if
+	// there is none.
+	InnerInfo(id string) (json.RawMessage, error)
 }
 
 // Observer receives counters the daemon can export as metrics. Its
@@ -351,6 +356,8 @@ const (
 	routeDelete   = "delete"
 	routeForward  = "forward"
 	routeEvents   = "events"
+	routeSession  = "session"
+	routeAuth     = "auth"
 	routeHealth   = "health"
 	routeNotFound = "not_found"
 	routeMetrics  = "metrics"
@@ -380,6 +387,8 @@ func (s *Server) routes() {
 	m.Handle("GET /api/conversations/search", s.route(routeSearch, true, s.search))
 	m.Handle("GET /api/conversations/{id}", s.route(routeGet, true, s.get))
 	m.Handle("DELETE /api/conversations/{id}", s.route(routeDelete, true, s.remove))
+	m.Handle("POST /api/auth/workspace-session", s.route(routeAuth, true, s.workspaceSession))
+	m.Handle("DELETE /api/auth/workspace-session", s.route(routeAuth, true, s.workspaceSession))
 	m.Handle("/api/conversations/{id}", s.route(routeForward, true, s.forward))
 	s.forwardRoute = s.route(routeForward, true, s.forward)
 	m.Handle("/api/conversations/{id}/{tail...}", s.forwardRoute)
@@ -388,7 +397,8 @@ func (s *Server) routes() {
 	}
 	// The WebSocket route authenticates itself (header, query or first
 	// message).
-	m.Handle("/sockets/events/{id}", s.route(routeEvents, false, s.events))
+	m.Handle("/sockets/events/{id}", s.route(routeEvents, false, s.socket("events")))
+	m.Handle("/sockets/session/{id}", s.route(routeSession, false, s.socket("session")))
 	// Everything else is not a conversation's: the upstream's, or a
 	// deprecated global route with ?cid= (passUpstream authenticates).
 	m.Handle("/", s.route(routeUpstream, false, s.passUpstream))

@@ -22,8 +22,9 @@ const (
 	// CloseAuthFailed: no valid key by header, query or first message.
 	CloseAuthFailed websocket.StatusCode = 4001
 	// CloseUnknownConversation: no such conversation (also a malformed
-	// id).
-	CloseUnknownConversation = websocket.StatusPolicyViolation // 1008
+	// id): the agent server's 4004, which the SDK treats as fatal
+	// (reference §7, §8); 1008 would make it retry forever.
+	CloseUnknownConversation websocket.StatusCode = 4004
 	// CloseUpstreamFailed: the inner server could not be started,
 	// reached, or its connection failed.
 	CloseUpstreamFailed = websocket.StatusInternalError // 1011
@@ -55,6 +56,29 @@ func parseAuthMessage(typ websocket.MessageType, b []byte) (string, bool) {
 		return "", false
 	}
 	return key, true
+}
+
+// isAuthControl reports whether a client frame is an authentication
+// control message: a JSON object whose only keys are "type" (= "auth")
+// and optionally "session_api_key" (sockets.py L497-503).
+func isAuthControl(typ websocket.MessageType, b []byte) bool {
+	if typ != websocket.MessageText || len(b) > authMessageLimit {
+		return false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	var kind string
+	if json.Unmarshal(m["type"], &kind) != nil || kind != "auth" {
+		return false
+	}
+	for k := range m {
+		if k != "type" && k != "session_api_key" {
+			return false
+		}
+	}
+	return true
 }
 
 // keyState is how a WebSocket upgrade request carries a key.
@@ -99,17 +123,30 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
-// events serves WS /sockets/events/{id}: it authenticates the client,
-// connects to the conversation's inner server with the inner key and
-// bridges the two.
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+// socket returns the handler of WS /sockets/<kind>/{id} ("events", the
+// legacy socket, or "session", the v2 one with ?after_seq=): it
+// authenticates the client, connects to the same socket of the
+// conversation's inner server with the inner key (the query passed on
+// minus its credentials) and bridges the two.
+func (s *Server) socket(kind string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { s.bridgeSocket(w, r, kind) }
+}
+
+func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind string) {
 	ks := s.wsKey(r)
 	if !isUpgrade(r) {
 		if ks != keyValid {
 			writeJSON(w, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
 			return
 		}
-		writeDetail(w, http.StatusBadRequest, "/sockets/events/{id} is a WebSocket: connect with a WebSocket client")
+		writeDetail(w, http.StatusBadRequest, "/sockets/"+kind+"/{id} is a WebSocket: connect with a WebSocket client")
+		return
+	}
+	if ks == keyInvalid {
+		// The agent server closes before accepting, which Starlette turns
+		// into 403 on the handshake (reference §7): refused before the
+		// upgrade.
+		writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
 		return
 	}
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
@@ -142,11 +179,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	c.SetReadLimit(authMessageLimit)
 
-	switch ks {
-	case keyInvalid:
-		closeWith(CloseAuthFailed, "Authentication failed")
-		return
-	case keyAbsent:
+	if ks == keyAbsent {
 		if sc, _ := s.firstMessageAuth(r.Context(), c); sc != 0 {
 			code = sc
 			return
@@ -154,17 +187,17 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	id, ok := parseID(r.PathValue("id"))
 	if !ok {
-		closeWith(CloseUnknownConversation, "conversation not found")
+		closeWith(CloseUnknownConversation, "Conversation not found")
 		return
 	}
 	if _, ok := s.visible(id); !ok {
-		closeWith(CloseUnknownConversation, "conversation not found")
+		closeWith(CloseUnknownConversation, "Conversation not found")
 		return
 	}
 	t, err := s.conv.Target(r.Context(), id)
 	if err != nil {
 		if errors.Is(err, conversation.ErrNotFound) {
-			closeWith(CloseUnknownConversation, "conversation not found")
+			closeWith(CloseUnknownConversation, "Conversation not found")
 			return
 		}
 		s.log.Warn("conversation API: websocket: conversation could not be started", "id", id, "err", err)
@@ -176,7 +209,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.conv.Touch(id)
-	up, err := s.dialInner(r.Context(), id, t, r.URL.RawQuery)
+	up, err := s.dialInner(r.Context(), "/sockets/"+kind+"/"+id, t, r.URL.RawQuery)
 	if err != nil {
 		s.log.Warn("conversation API: websocket: inner server refused or unreachable", "id", id, "err", err)
 		closeWith(CloseUpstreamFailed, "conversation server unavailable")
@@ -237,8 +270,8 @@ func (s *Server) firstMessageAuth(ctx context.Context, c *websocket.Conn) (webso
 
 // dialInner opens the WebSocket to the inner server, authenticated with
 // the inner key, with the client's query minus its credentials.
-func (s *Server) dialInner(ctx context.Context, id string, t conversation.Target, rawQuery string) (*websocket.Conn, error) {
-	u := url.URL{Scheme: "ws", Host: t.Addr, Path: "/sockets/events/" + id, RawQuery: stripAuthQuery(rawQuery)}
+func (s *Server) dialInner(ctx context.Context, path string, t conversation.Target, rawQuery string) (*websocket.Conn, error) {
+	u := url.URL{Scheme: "ws", Host: t.Addr, Path: path, RawQuery: stripAuthQuery(rawQuery)}
 	ctx, cancel := context.WithTimeout(withTarget(ctx, t), s.t.Dial+10*time.Second)
 	defer cancel()
 	h := http.Header{}
@@ -387,6 +420,13 @@ func (s *Server) pump(src, dst *websocket.Conn, fromClient bool, touch func()) p
 			return pumpResult{fromClient: fromClient, readErr: err}
 		}
 		touch()
+		if fromClient && isAuthControl(typ, buf.Bytes()) {
+			// A client authenticated already (or by header) may send its
+			// auth frame again; the agent server ignores it (reference §7,
+			// _is_auth_control_message), and it must not carry the outer
+			// key into the container.
+			continue
+		}
 		watchdog.Reset(s.t.WSWrite)
 		err = dst.Write(context.Background(), typ, buf.Bytes())
 		if !watchdog.Stop() && err == nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,9 +22,15 @@ import (
 // dialWS connects to the proxy's event socket of id.
 func (p *testProxy) dialWS(t testing.TB, id, query string, hdr http.Header) *websocket.Conn {
 	t.Helper()
+	return p.dialSocket(t, "events", id, query, hdr)
+}
+
+// dialSocket dials /sockets/<kind>/<id>.
+func (p *testProxy) dialSocket(t testing.TB, kind, id, query string, hdr http.Header) *websocket.Conn {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	u := "ws://" + p.host + "/sockets/events/" + id
+	u := "ws://" + p.host + "/sockets/" + kind + "/" + id
 	if query != "" {
 		u += "?" + query
 	}
@@ -102,7 +109,7 @@ func TestWSEcho(t *testing.T) {
 		typ websocket.MessageType
 		b   []byte
 	}{
-		{websocket.MessageText, []byte(`{"role":"user","content":[{"type":"text","text":"hi"}]}`)},
+		{websocket.MessageText, []byte(`{"kind":"not a Message: echoed by the stand-in"}`)},
 		{websocket.MessageBinary, []byte{0, 1, 2, 255}},
 		{websocket.MessageText, bytes.Repeat([]byte("x"), 1<<20)},
 	}
@@ -143,8 +150,6 @@ func TestWSAuthFailures(t *testing.T) {
 		first string // first message, if any
 	}{
 		{name: "no auth until the timeout"},
-		{name: "wrong header key", hdr: keyHeader(wrongKey)},
-		{name: "wrong query key", query: "session_api_key=" + wrongKey},
 		{name: "wrong first message key", first: `{"type":"auth","session_api_key":"` + wrongKey + `"}`},
 		{name: "first message not auth", first: `{"type":"message","session_api_key":"` + outerKeys[0] + `"}`},
 		{name: "first message not json", first: `hello`},
@@ -159,9 +164,82 @@ func TestWSAuthFailures(t *testing.T) {
 			expectClose(t, c, CloseAuthFailed)
 		})
 	}
+	// A bad key by header or query is refused before the upgrade, with
+	// the 403 the agent server's handshake gives (reference §7).
+	for _, tc := range []struct {
+		name, query string
+		hdr         http.Header
+	}{
+		{"wrong header key", "", keyHeader(wrongKey)},
+		{"wrong query key", "session_api_key=" + wrongKey, nil},
+		{"wrong header key, good query key", "session_api_key=" + outerKeys[0], keyHeader(wrongKey)},
+	} {
+		for _, kind := range []string{"events", "session"} {
+			u := "ws://" + p.host + "/sockets/" + kind + "/" + id
+			if tc.query != "" {
+				u += "?" + tc.query
+			}
+			c, resp, err := websocket.Dial(context.Background(), u, &websocket.DialOptions{HTTPHeader: tc.hdr})
+			if err == nil {
+				c.CloseNow()
+				t.Errorf("%s on %s: upgraded, want 403 before the upgrade", tc.name, kind)
+			} else if resp == nil || resp.StatusCode != http.StatusForbidden {
+				t.Errorf("%s on %s: %v, want 403", tc.name, kind, err)
+			}
+		}
+	}
 	if got := fake.called("target"); len(got) != 0 {
 		t.Errorf("unauthenticated WebSockets reached Target: %v", got)
 	}
+}
+
+// TestWSRedundantAuthFramesDropped checks an auth frame after
+// authentication never reaches the inner server: the agent server ignores
+// such frames (reference §7), and forwarding one would hand the outer key
+// to the container.
+func TestWSRedundantAuthFramesDropped(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	inner := newWSInner(t)
+	id := fake.addCustom(inner.addr, inner.key)
+	for name, hdr := range map[string]http.Header{"header": keyHeader(outerKeys[0]), "first message": nil} {
+		c := p.dialWS(t, id, "", hdr)
+		if hdr == nil {
+			write(t, c, websocket.MessageText, []byte(`{"type":"auth","session_api_key":"`+outerKeys[0]+`"}`))
+		}
+		write(t, c, websocket.MessageText, []byte(`{"type":"auth","session_api_key":"`+outerKeys[1]+`"}`))
+		write(t, c, websocket.MessageText, []byte(`{"type":"auth"}`))
+		write(t, c, websocket.MessageText, []byte(`{"type":"auth","session_api_key":"x","extra":1}`)) // not a control frame
+		_, b, err := read(t, c)
+		if err != nil || string(b) != `{"type":"auth","session_api_key":"x","extra":1}` {
+			t.Errorf("%s: first echo = %q, %v; want only the frame that is not an auth control message", name, b, err)
+		}
+		c.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// TestWSSessionSocketBridged checks the v2 socket reaches the inner
+// server's /sockets/session/{id} with after_seq, and an unknown
+// conversation closes 4004 there too.
+func TestWSSessionSocketBridged(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := p.create(t, nil)
+	resp, b := p.do(t, "POST", "/api/conversations/"+id+"/events", outerKeys[0], strings.NewReader(`{"role":"user","content":[{"type":"text","text":"first"}]}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST events = %d %s", resp.StatusCode, b)
+	}
+	c := p.dialSocket(t, "session", id, "after_seq=-1&session_api_key="+outerKeys[0], nil)
+	_, sync, err := read(t, c)
+	if err != nil || !strings.Contains(string(sync), `"type":"sync"`) || !strings.Contains(string(sync), `"from_seq":-1`) {
+		t.Fatalf("first frame = %s, %v; want the inner server's sync from -1", sync, err)
+	}
+	_, ev, err := read(t, c)
+	if err != nil || !strings.Contains(string(ev), `"type":"durable"`) || !strings.Contains(string(ev), `"seq":0`) || !strings.Contains(string(ev), "first") {
+		t.Fatalf("replay = %s, %v; want durable seq 0 with the message", ev, err)
+	}
+	u := p.dialSocket(t, "session", store.NewID(), "", keyHeader(outerKeys[0]))
+	expectClose(t, u, CloseUnknownConversation)
 }
 
 func TestWSQueryAuthIsStripped(t *testing.T) {

@@ -29,6 +29,7 @@ type engine interface {
 	Ping(ctx context.Context, opts client.PingOptions) (client.PingResult, error)
 	Info(ctx context.Context, opts client.InfoOptions) (client.SystemInfoResult, error)
 	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (client.ImageInspectResult, error)
+	ImagePull(ctx context.Context, ref string, opts client.ImagePullOptions) (client.ImagePullResponse, error)
 	ContainerCreate(ctx context.Context, opts client.ContainerCreateOptions) (client.ContainerCreateResult, error)
 	ContainerStart(ctx context.Context, id string, opts client.ContainerStartOptions) (client.ContainerStartResult, error)
 	ContainerStop(ctx context.Context, id string, opts client.ContainerStopOptions) (client.ContainerStopResult, error)
@@ -491,8 +492,9 @@ func (d *Docker) createError(image string, err error) error {
 }
 
 func imageHint(ref string) string {
-	return fmt.Sprintf("image %q is not in the Docker engine, and ohd does not pull images: "+
-		"build it (docker build -t %s .) or load it (docker load -i image.tar), then retry", ref, ref)
+	return fmt.Sprintf("image %q is not in the Docker engine: load it (docker load -i image.tar, "+
+		"saved with docker save %s where a registry answers), build it (docker build -t %s .), "+
+		"or pass --image with an image the engine has, then retry", ref, ref, ref)
 }
 
 // failStart collects the log tail of the failed container, then removes

@@ -45,7 +45,7 @@ func TestStartSettings(t *testing.T) {
 		{Source: ro, Target: ro, ReadOnly: true},
 		{Source: runDir, Target: "/run/ohd", ReadOnly: true},
 	}
-	s.Env = []string{"OH_CONVERSATION_RUNTIME=local", "OHD_CONVERSATION_ID=" + s.ConversationID, "GIT_CONFIG_COUNT=0"}
+	s.Env = append(s.Env, "OH_CONVERSATION_RUNTIME=local", "OHD_CONVERSATION_ID="+s.ConversationID, "GIT_CONFIG_COUNT=0")
 	s.WorkingDir = rw
 	s.ReadOnlyRootfs = true
 	s.TmpSize = 16 << 20
@@ -381,14 +381,14 @@ func TestStartFailures(t *testing.T) {
 	}{{
 		name: "exits before ready",
 		edit: func(s *Spec) {
-			s.Env = []string{"STANDIN_HEALTH_DELAY=1h", "STANDIN_EXIT_AFTER=300ms"}
+			s.Env = append(s.Env, "STANDIN_HEALTH_DELAY=1h", "STANDIN_EXIT_AFTER=300ms")
 		},
 		wantErr: ErrExited, wantStep: StepReady, wantLog: "simulated crash",
 		wantMsg: []string{"ready", "code 3", "simulated crash"},
 	}, {
 		name: "not ready in time",
 		edit: func(s *Spec) {
-			s.Env = []string{"STANDIN_HEALTH_DELAY=1h"}
+			s.Env = append(s.Env, "STANDIN_HEALTH_DELAY=1h")
 			s.ReadyTimeout = 1500 * time.Millisecond
 		},
 		wantErr: ErrNotReady, wantStep: StepReady, wantLog: "path=/health status=503",
@@ -397,7 +397,7 @@ func TestStartFailures(t *testing.T) {
 		name:    "missing image",
 		edit:    func(s *Spec) { s.Image = "ohd-test-no-such-image:1" },
 		wantErr: ErrNotFound, wantStep: StepCreate,
-		wantMsg: []string{"ohd-test-no-such-image:1", "does not pull", "docker build", "docker load"},
+		wantMsg: []string{"ohd-test-no-such-image:1", "docker build", "docker load", "--image"},
 	}, {
 		name:     "missing mount source",
 		edit:     func(s *Spec) { s.Mounts = []Mount{{Source: "/nonexistent/ohd-test", Target: "/nonexistent/ohd-test"}} },
@@ -405,7 +405,7 @@ func TestStartFailures(t *testing.T) {
 		wantMsg:  []string{"/nonexistent/ohd-test"},
 	}, {
 		name:    "caller gives up",
-		edit:    func(s *Spec) { s.Env = []string{"STANDIN_HEALTH_DELAY=1h"} },
+		edit:    func(s *Spec) { s.Env = append(s.Env, "STANDIN_HEALTH_DELAY=1h") },
 		cancel:  true,
 		wantErr: context.Canceled,
 		// wantStep "": the cancel may land in start or ready.
@@ -667,9 +667,19 @@ func TestResolveImage(t *testing.T) {
 	if byShort, err := d.ResolveImage(ctx, short); err != nil || byShort.ID != img.ID || byShort.Floating {
 		t.Errorf("ResolveImage(%q) = %+v, %v; want the same ID, not floating", short, byShort, err)
 	}
+	// A missing image is pulled; with no registry reachable (as in CI
+	// here) the pull fails and the error names the image and how to load
+	// it.
 	_, err = d.ResolveImage(ctx, "ohd-test-no-such-image")
-	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "docker build") || !strings.Contains(err.Error(), "docker load") {
-		t.Errorf("ResolveImage(missing) = %v, want ErrNotFound with a build/load hint", err)
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "pulling it failed") || !strings.Contains(err.Error(), "docker load") ||
+		!strings.Contains(err.Error(), `"ohd-test-no-such-image"`) || !strings.Contains(err.Error(), "--image") {
+		t.Errorf("ResolveImage(missing) = %v, want ErrNotFound after a failed pull, with a load hint", err)
+	}
+	if ok, err := d.HasImage(ctx, "ohd-test-no-such-image"); ok || err != nil {
+		t.Errorf("HasImage(missing) = %v, %v, want false", ok, err)
+	}
+	if ok, err := d.HasImage(ctx, ref); !ok || err != nil {
+		t.Errorf("HasImage(%s) = %v, %v, want true", ref, ok, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -94,9 +95,15 @@ func removeServer(t testing.TB, server string) {
 	}
 }
 
+// standinEnv lets the test image's stand-in run as an unprivileged uid
+// with no session key: like the real agent server it would otherwise
+// bind 127.0.0.1 and fail to create /workspace/conversations.
+var standinEnv = []string{"STANDIN_ADDR=0.0.0.0:8000", "OH_CONVERSATIONS_PATH=/tmp/conversations"}
+
 // baseSpec is a small, quick container of server running the test image.
 func baseSpec(t testing.TB, server string) Spec {
 	return Spec{
+		Env:            slices.Clone(standinEnv),
 		ConversationID: newUUID(t),
 		ServerID:       server,
 		Image:          testimage.Ensure(t),

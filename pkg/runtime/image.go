@@ -2,14 +2,20 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/moby/moby/client"
 
 	cerrdefs "github.com/containerd/errdefs"
 )
 
-// ResolveImage finds ref in the engine and returns its image ID. ohd never
-// pulls: a missing image gives ErrNotFound with a hint to build or load it.
+// ResolveImage finds ref in the engine and returns its image ID. A missing
+// image named by a reference (not an ID) is pulled, with its progress in
+// the log; when that fails too (no registry answers) the error is
+// ErrNotFound, naming the image and how to load it.
 // Floating is set for a reference that can move (a "latest" tag, or no tag
 // and no digest); pinning the ID at conversation creation keeps a later
 // re-tag from changing a running conversation's image.
@@ -18,6 +24,12 @@ func (d *Docker) ResolveImage(ctx context.Context, ref string) (Image, error) {
 		return Image{}, fmt.Errorf("resolve image: %w: empty reference", ErrInvalidSpec)
 	}
 	res, err := d.api.ImageInspect(ctx, ref)
+	if err != nil && cerrdefs.IsNotFound(err) && !strings.HasPrefix(ref, "sha256:") {
+		if perr := d.pull(ctx, ref); perr != nil {
+			return Image{}, fmt.Errorf("resolve image %s: %w: pulling it failed (%v); %s", ref, ErrNotFound, perr, imageHint(ref))
+		}
+		res, err = d.api.ImageInspect(ctx, ref)
+	}
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return Image{}, fmt.Errorf("resolve image %s: %w: %s", ref, ErrNotFound, imageHint(ref))
@@ -55,4 +67,62 @@ func Floating(ref string) bool {
 	}
 	_, tag, ok := strings.Cut(name, ":")
 	return !ok || tag == "" || tag == "latest"
+}
+
+// HasImage reports whether the engine has ref, without pulling it.
+func (d *Docker) HasImage(ctx context.Context, ref string) (bool, error) {
+	_, err := d.api.ImageInspect(ctx, ref)
+	if err == nil {
+		return true, nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return false, d.wrap("inspect image", ref, err)
+}
+
+// pullProgressEvery spaces the progress lines of one layer.
+const pullProgressEvery = 5 * time.Second
+
+// pull pulls ref, logging each layer's status as it changes (and its
+// progress every few seconds), and returns the pull's own error.
+func (d *Docker) pull(ctx context.Context, ref string) error {
+	d.log.Info("pulling image: it is not in the engine", "image", ref)
+	resp, err := d.api.ImagePull(ctx, ref, client.ImagePullOptions{})
+	if err != nil {
+		return err
+	}
+	defer resp.Close()
+	type layer struct {
+		status string
+		at     time.Time
+	}
+	layers := map[string]*layer{}
+	for msg, err := range resp.JSONMessages(ctx) {
+		if err != nil {
+			return err
+		}
+		if msg.Error != nil {
+			return errors.New(msg.Error.Message)
+		}
+		l := layers[msg.ID]
+		if l == nil {
+			l = &layer{}
+			layers[msg.ID] = l
+		}
+		if msg.Status == l.status && time.Since(l.at) < pullProgressEvery {
+			continue
+		}
+		l.status, l.at = msg.Status, time.Now()
+		attrs := []any{"image", ref, "status", msg.Status}
+		if msg.ID != "" {
+			attrs = append(attrs, "layer", msg.ID)
+		}
+		if p := msg.Progress; p != nil && p.Total > 0 {
+			attrs = append(attrs, "done_bytes", p.Current, "total_bytes", p.Total)
+		}
+		d.log.Info("pulling image", attrs...)
+	}
+	d.log.Info("pulled image", "image", ref)
+	return nil
 }

@@ -52,7 +52,7 @@ func TestOpenNetns(t *testing.T) {
 	ctx := context.Background()
 	start := func(key string) Instance {
 		s := baseSpec(t, server)
-		s.Env = []string{"OH_SESSION_API_KEYS_0=" + key}
+		s.Env = append(s.Env, "OH_SESSION_API_KEYS_0="+key)
 		return mustStart(t, d, s)
 	}
 	a, b := start("key-a"), start("key-b")

@@ -403,6 +403,9 @@ func (s *Store) DeleteConversation(id string) error {
 		if err := tx.Bucket(bucketConversations).Delete([]byte(id)); err != nil {
 			return err
 		}
+		if err := tx.Bucket(bucketSecretKeys).Delete([]byte(id)); err != nil {
+			return err
+		}
 		return tx.Bucket(bucketConvKeys).Delete([]byte(id))
 	})
 	if err != nil {
@@ -470,4 +473,29 @@ func (s *Store) InnerKey(id string) ([]byte, error) {
 	s.innerKeys[id] = k
 	s.mu.Unlock()
 	return slices.Clone(k), nil
+}
+
+// InnerSecretKey returns the conversation's inner secret key (the inner
+// server's cipher key, OH_SECRET_KEY), creating it with newKey on first
+// use. Unlike the inner session key it never changes: the inner server's
+// persisted secrets are encrypted with it.
+func (s *Store) InnerSecretKey(id string, newKey func() []byte) ([]byte, error) {
+	ad := "conversation_secret_keys|" + id
+	var key []byte
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSecretKeys)
+		if v := b.Get([]byte(id)); v != nil {
+			k, err := s.key.Open(ad, v)
+			key = k
+			return err
+		}
+		key = newKey()
+		return b.Put([]byte(id), s.key.Seal(ad, key))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inner secret key of %s: %w", id, err)
+	}
+	return key, nil
 }

@@ -12,6 +12,8 @@
 //	    <id>                JSON Conversation (no secret values)
 //	conversation_keys/
 //	    <id>                inner session key, sealed ("conversation_keys|<id>")
+//	conversation_secret_keys/
+//	    <id>                the inner server's cipher key (OH_SECRET_KEY), sealed ("conversation_secret_keys|<id>"); never rotated
 //	secrets/
 //	    <name>              JSON secretRecord: value sealed ("secrets|<name>"), timestamps
 //	git_credentials/

@@ -43,6 +43,7 @@ var (
 	bucketMeta          = []byte("meta")
 	bucketConversations = []byte("conversations")
 	bucketConvKeys      = []byte("conversation_keys")
+	bucketSecretKeys    = []byte("conversation_secret_keys")
 	bucketSecrets       = []byte("secrets")
 	bucketGitCreds      = []byte("git_credentials")
 	bucketLLM           = []byte("llm_profiles")
@@ -149,7 +150,7 @@ func (s *Store) init(path string) error {
 		return err
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketConversations, bucketConvKeys, bucketSecrets, bucketGitCreds, bucketLLM, bucketOAuth, bucketAudit} {
+		for _, b := range [][]byte{bucketMeta, bucketConversations, bucketConvKeys, bucketSecretKeys, bucketSecrets, bucketGitCreds, bucketLLM, bucketOAuth, bucketAudit} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

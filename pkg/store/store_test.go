@@ -458,6 +458,39 @@ func TestAuditAsync(t *testing.T) {
 	}
 }
 
+// TestInnerSecretKeyStable checks the inner secret key is made once, kept
+// across a reopen, sealed in the file, and deleted with the record.
+func TestInnerSecretKeyStable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	key := newKey(t, 1)
+	s := openStore(t, path, key)
+	id := NewID()
+	must(t, s.CreateConversation(Conversation{ID: id}))
+	made := 0
+	gen := func() []byte { made++; return []byte("inner-secret-key-value-" + strconv.Itoa(made)) }
+	k1, err := s.InnerSecretKey(id, gen)
+	must(t, err)
+	must(t, s.Close())
+	raw, err := os.ReadFile(path)
+	must(t, err)
+	if bytes.Contains(raw, k1) {
+		t.Fatalf("the inner secret key is in %s in clear", path)
+	}
+	s = openStore(t, path, key)
+	defer s.Close()
+	k2, err := s.InnerSecretKey(id, gen)
+	must(t, err)
+	if string(k2) != string(k1) || made != 1 {
+		t.Errorf("InnerSecretKey after reopen = %q (made %d), want %q made once", k2, made, k1)
+	}
+	must(t, s.DeleteConversation(id))
+	k3, err := s.InnerSecretKey(id, gen)
+	must(t, err)
+	if string(k3) == string(k1) {
+		t.Errorf("InnerSecretKey after delete = the old key, want a new one")
+	}
+}
+
 func TestDeleteScoped(t *testing.T) {
 	s := openStore(t, filepath.Join(t.TempDir(), FileName), newKey(t, 1))
 	t.Cleanup(func() { s.Close() })

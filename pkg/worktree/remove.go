@@ -316,6 +316,9 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		return err
 	}
 	var tx strings.Builder
+	if tip != "" && tip == cur {
+		res.Published = cur // published already
+	}
 	if tip != "" && tip != cur {
 		if cur == opts.Published || opts.Published == "" {
 			fmt.Fprintf(&tx, "update %s %s %s\n", own, tip, cur)

@@ -366,3 +366,19 @@ func TestSnapshotOrphanHead(t *testing.T) {
 		t.Errorf("snapshot only.txt = %q", got)
 	}
 }
+
+// TestSnapshotEmptyNestedRepo: a nested repository without a commit
+// (`git init sub`) cannot be a gitlink; the rest of the work is saved.
+func TestSnapshotEmptyNestedRepo(t *testing.T) {
+	m, repo, wt := newRepoWorktree(t)
+	gitIn(t, wt.Path, "init", "-q", "sub")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "sub", "inner.txt"), "inner\n")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "wip\n")
+	_, commit, err := m.Snapshot(testCtx(t), wt)
+	if err != nil || commit == "" {
+		t.Fatalf("Snapshot(empty nested repo) = %q, %v", commit, err)
+	}
+	if got := gitIn(t, repo.TopLevel, "show", commit+":wip.txt"); got != "wip" {
+		t.Errorf("snapshot wip.txt = %q", got)
+	}
+}

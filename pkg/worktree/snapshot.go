@@ -117,7 +117,17 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 		indexTree = ""
 	}
 	if _, err := m.git(ctx, t, o, "add", "--all"); err != nil {
-		return "", fmt.Errorf("add the working tree to a temporary index: %w", err)
+		// A nested repository without a commit (`git init sub`, as project
+		// generators do) cannot become a gitlink, and git then adds
+		// nothing at all. Its files are not the outer repository's to save
+		// (of any nested repository only a gitlink would be): add the rest.
+		var ge *GitError
+		if !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "does not have a commit checked out") {
+			return "", fmt.Errorf("add the working tree to a temporary index: %w", err)
+		}
+		if _, err := m.git(ctx, t, o, "add", "--all", "--ignore-errors"); err != nil && (!errors.As(err, &ge) || ge.ExitCode != 1) {
+			return "", fmt.Errorf("add the working tree to a temporary index: %w", err)
+		}
 	}
 	out, err := m.git(ctx, t, o, "write-tree")
 	if err != nil {
