@@ -109,9 +109,21 @@ func crashRuns() int {
 }
 
 // gitProcessesUnder lists the git processes whose command line names a
-// path under one of dirs: the children of a killed ohd must not outlive
-// it.
+// path under one of dirs and that are still there a moment after ohd
+// died: the children of a killed ohd must not outlive it (the kernel's
+// parent-death signal reaches them as ohd dies; they may take a few
+// milliseconds to go).
 func gitProcessesUnder(dirs ...string) []string {
+	var found []string
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if found = gitProcessesNow(dirs); len(found) == 0 || time.Now().After(deadline) {
+			return found
+		}
+	}
+}
+
+// gitProcessesNow is one look at /proc for gitProcessesUnder.
+func gitProcessesNow(dirs []string) []string {
 	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {

@@ -481,6 +481,8 @@ func systemctlIn(name string, args ...string) (string, error) {
 type systemdBox struct {
 	t                                    *testing.T
 	name, units, shared, runDir, logFile string
+	// state is the state directory, at the same path in the box.
+	state string
 	unitText                             string // ohd.service as installed
 	d                                    *daemon
 }
@@ -518,6 +520,7 @@ func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
 	box := &systemdBox{t: t, name: "ohd-systemd-test-" + suffix, shared: testenv.TempDir(t), units: t.TempDir(),
 		runDir: "/run/ohd-sdtest-" + suffix}
 	state := testenv.TempDir(t)
+	box.state = state
 	if err := os.Mkdir(box.runDir, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -555,6 +558,10 @@ func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
 		"Environment=OHD_RUNTIME_DIR=" + box.runDir + " OHD_CONTROL_SOCKET=" + control,
 		env,
 		"Environment=OHD_WORKTREE_ROOT=" + filepath.Join(box.shared, "worktrees"),
+		// ohd hands dockerd paths under its state directory (the inner
+		// servers' state, its copies of ohctl): the state directory is at
+		// the same path in the box as on the host.
+		"Environment=OHD_STATE_DIR=" + box.state,
 		"Environment=OHD_MEMORY=268435456 OHD_READY_TIMEOUT=60s",
 		"StandardOutput=append:" + box.logFile,
 		"StandardError=append:" + box.logFile,
@@ -597,7 +604,7 @@ func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
 		"-v", dockerSock + ":/run/docker.sock",
 		"-v", b.dir + ":" + b.dir + ":ro",
 		"-v", box.shared + ":" + box.shared, "-v", box.runDir + ":" + box.runDir,
-		"-v", state + ":/var/lib/ohd",
+		"-v", state + ":/var/lib/ohd", "-v", state + ":" + state,
 	}
 	if opts.Credstore != "" {
 		args = append(args, "-v", opts.Credstore+":/run/credstore:ro")
