@@ -482,9 +482,9 @@ type systemdBox struct {
 	t                                    *testing.T
 	name, units, shared, runDir, logFile string
 	// state is the state directory, at the same path in the box.
-	state string
-	unitText                             string // ohd.service as installed
-	d                                    *daemon
+	state    string
+	unitText string // ohd.service as installed
+	d        *daemon
 }
 
 // bootSystemd starts systemd in a container made of the host's /usr and
