@@ -4,7 +4,8 @@
 // the list of skipped tests with their reasons (a test skips when this
 // machine lacks what it needs; see internal/testenv). It exits 1 if any
 // test or package failed, and passes non-JSON lines (build errors)
-// through.
+// through. Its last line counts the tests (subtests included):
+// "tests: N passed, N failed, N skipped".
 //
 //	go test -race -json ./... | go run ./internal/testsummary
 package main
@@ -35,6 +36,7 @@ func run(in io.Reader, out io.Writer) int {
 	outputs := map[key][]string{}
 	var skipped []string
 	failed := false
+	var passes, fails int
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -58,6 +60,9 @@ func run(in io.Reader, out io.Writer) int {
 			}
 			delete(outputs, k)
 		case "pass":
+			if e.Test != "" {
+				passes++
+			}
 			if e.Test == "" {
 				fmt.Fprintf(out, "ok   %s %.1fs\n", e.Package, e.Elapsed)
 			}
@@ -65,6 +70,7 @@ func run(in io.Reader, out io.Writer) int {
 		case "fail":
 			failed = true
 			if e.Test != "" {
+				fails++
 				fmt.Fprintf(out, "--- FAIL: %s %s (%.1fs)\n%s", e.Package, e.Test, e.Elapsed, strings.Join(outputs[k], ""))
 			} else {
 				fmt.Fprintf(out, "FAIL %s %.1fs\n%s", e.Package, e.Elapsed, strings.Join(outputs[k], ""))
@@ -80,6 +86,9 @@ func run(in io.Reader, out io.Writer) int {
 	}
 	if failed {
 		fmt.Fprintln(out, "FAIL")
+	}
+	fmt.Fprintf(out, "tests: %d passed, %d failed, %d skipped\n", passes, fails, len(skipped))
+	if failed {
 		return 1
 	}
 	return 0

@@ -29,6 +29,7 @@ func TestSummary(t *testing.T) {
 		"FAIL p/b 0.3s\n",
 		"# p/c\n",
 		"skipped (1), each with its reason:\n  p/a TestDocker: skipped: no Docker engine answers\n",
+		"\ntests: 1 passed, 1 failed, 1 skipped\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
