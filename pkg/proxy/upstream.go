@@ -152,40 +152,24 @@ func (s *Server) upstreamWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ks := s.wsKey(r)
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		InsecureSkipVerify: len(s.opts.WSOriginPatterns) == 0,
-		OriginPatterns:     s.opts.WSOriginPatterns,
-		CompressionMode:    websocket.CompressionDisabled,
-	})
-	if err != nil {
+	if ks == keyInvalid {
+		// As on a conversation's socket (reference §7): refused before
+		// the upgrade.
+		writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
 		return
 	}
-	if !s.wsStart() {
-		c.Close(websocket.StatusGoingAway, "ohd is shutting down")
+	c, done := s.acceptWS(w, r)
+	if c == nil {
 		return
-	}
-	defer s.wsWG.Done()
-	start := time.Now()
-	if s.obs != nil {
-		s.obs.WebSocketOpened()
 	}
 	code := websocket.StatusAbnormalClosure
-	defer func() {
-		c.CloseNow()
-		if s.obs != nil {
-			s.obs.WebSocketClosed(int(code), time.Since(start))
-		}
-	}()
+	defer func() { done(code) }()
 	c.SetReadLimit(authMessageLimit)
 	key := r.Header.Get("X-Session-API-Key")
 	if key == "" {
 		key = r.URL.Query().Get("session_api_key")
 	}
 	switch ks {
-	case keyInvalid:
-		code = CloseAuthFailed
-		_ = c.Close(code, "Authentication failed")
-		return
 	case keyAbsent:
 		sc, k := s.firstMessageAuth(r.Context(), c)
 		if sc != 0 {

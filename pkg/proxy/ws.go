@@ -149,30 +149,12 @@ func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind strin
 		writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
 		return
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		InsecureSkipVerify: len(s.opts.WSOriginPatterns) == 0,
-		OriginPatterns:     s.opts.WSOriginPatterns,
-		CompressionMode:    websocket.CompressionDisabled,
-	})
-	if err != nil {
-		return // Accept has answered
-	}
-	if !s.wsStart() {
-		c.Close(websocket.StatusGoingAway, "ohd is shutting down")
+	c, done := s.acceptWS(w, r)
+	if c == nil {
 		return
 	}
-	defer s.wsWG.Done()
-	start := time.Now()
-	if s.obs != nil {
-		s.obs.WebSocketOpened()
-	}
 	code := websocket.StatusAbnormalClosure
-	defer func() {
-		c.CloseNow()
-		if s.obs != nil {
-			s.obs.WebSocketClosed(int(code), time.Since(start))
-		}
-	}()
+	defer func() { done(code) }()
 	closeWith := func(sc websocket.StatusCode, reason string) {
 		code = sc
 		_ = c.Close(sc, reason)
@@ -466,5 +448,35 @@ func (s *Server) keepalive(c *websocket.Conn, stop <-chan struct{}) {
 			}
 			return
 		}
+	}
+}
+
+// acceptWS upgrades r and counts the socket in the server's WebSocket
+// bookkeeping (the shutdown wait, the observer). It returns nil when the
+// upgrade failed (Accept has answered) or ohd is shutting down; otherwise
+// the caller defers done with the close code.
+func (s *Server) acceptWS(w http.ResponseWriter, r *http.Request) (*websocket.Conn, func(websocket.StatusCode)) {
+	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		InsecureSkipVerify: len(s.opts.WSOriginPatterns) == 0,
+		OriginPatterns:     s.opts.WSOriginPatterns,
+		CompressionMode:    websocket.CompressionDisabled,
+	})
+	if err != nil {
+		return nil, nil
+	}
+	if !s.wsStart() {
+		c.Close(websocket.StatusGoingAway, "ohd is shutting down")
+		return nil, nil
+	}
+	start := time.Now()
+	if s.obs != nil {
+		s.obs.WebSocketOpened()
+	}
+	return c, func(code websocket.StatusCode) {
+		c.CloseNow()
+		if s.obs != nil {
+			s.obs.WebSocketClosed(int(code), time.Since(start))
+		}
+		s.wsWG.Done()
 	}
 }
