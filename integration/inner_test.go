@@ -203,7 +203,7 @@ func TestDockerInnerEnvRefused(t *testing.T) {
 func TestDockerDefaultImageMissing(t *testing.T) {
 	testenv.RequireDocker(t)
 	if out, err := exec.Command("docker", "image", "inspect", openhands.DefaultImage).CombinedOutput(); err == nil {
-		t.Skipf("the engine has %s; this test needs it absent (%s)", openhands.DefaultImage, strings.TrimSpace(string(out)))
+		testenv.Missing(t, "the engine has %s; this test needs it absent (%s)", openhands.DefaultImage, strings.TrimSpace(string(out)))
 	}
 	d := startDaemon(t, daemonOptions{Runtime: "docker"})
 	warned := false

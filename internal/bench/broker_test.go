@@ -9,7 +9,7 @@ import (
 
 func TestBrokerBench(t *testing.T) {
 	if testing.Short() {
-		t.Skip("benchmark run")
+		t.Skip("skipped under -short: it runs the benchmark for a moment")
 	}
 	res, err := Broker(context.Background(), BrokerOptions{Duration: 300 * time.Millisecond, Rounds: 1, Clients: 4})
 	if err != nil {

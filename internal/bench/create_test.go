@@ -17,7 +17,7 @@ import (
 
 func TestCreateBench(t *testing.T) {
 	if testing.Short() {
-		t.Skip("benchmark run")
+		t.Skip("skipped under -short: it runs the benchmark for a moment")
 	}
 	testenv.RequireDocker(t)
 	img := testimage.Ensure(t)

@@ -12,7 +12,7 @@ import (
 
 func TestProxyBench(t *testing.T) {
 	if testing.Short() {
-		t.Skip("benchmark run")
+		t.Skip("skipped under -short: it runs the benchmark for a moment")
 	}
 	res, err := Proxy(context.Background(), ProxyOptions{Duration: 400 * time.Millisecond, Rounds: 2, Clients: 4})
 	if err != nil {
@@ -27,7 +27,7 @@ func TestProxyBench(t *testing.T) {
 // as root.
 func TestProxyBenchContainer(t *testing.T) {
 	if testing.Short() {
-		t.Skip("benchmark run")
+		t.Skip("skipped under -short: it runs the benchmark for a moment")
 	}
 	res, err := Proxy(context.Background(), ProxyOptions{Duration: 400 * time.Millisecond, Rounds: 2, Clients: 4, Image: testimage.Ensure(t)})
 	if err != nil {

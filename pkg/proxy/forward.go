@@ -466,21 +466,11 @@ func scrubErrorBody(resp *http.Response, addrs ...string) {
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	ft, _ := r.Context().Value(fwdKey{}).(*fwdTarget)
 	id := ""
+	var body *limitedBody
 	if ft != nil {
-		id = ft.id
-		if ft.body.exceeded.Load() {
-			writeTooLarge(w, s.opts.MaxBody)
-			return
-		}
+		id, body = ft.id, ft.body
 	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		writeTooLarge(w, s.opts.MaxBody)
-		return
-	}
-	if r.Context().Err() != nil {
-		// The client went away; nobody reads this answer.
-		w.WriteHeader(http.StatusBadGateway)
+	if s.answeredForClient(w, r, body, err) {
 		return
 	}
 	s.log.Warn("conversation API: forwarding failed", "id", id, "method", r.Method, "path", r.URL.Path, "err", err)
@@ -490,6 +480,23 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	writeDetail(w, http.StatusBadGateway, "conversation "+id+": its agent server is unreachable (it may be starting or may have stopped): retry, or see `ohctl show "+id+"`")
+}
+
+// answeredForClient answers a failed forward that was the client's doing:
+// 413 for a body over the limit, and nothing useful (502) for a client
+// that went away. It reports whether it answered.
+func (s *Server) answeredForClient(w http.ResponseWriter, r *http.Request, body *limitedBody, err error) bool {
+	var mbe *http.MaxBytesError
+	switch {
+	case body != nil && body.exceeded.Load(), errors.As(err, &mbe):
+		writeTooLarge(w, s.opts.MaxBody)
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		w.WriteHeader(http.StatusBadGateway)
+	default:
+		return false
+	}
+	return true
 }
 
 // limitedBody is a request body that fails once more than n bytes were

@@ -118,17 +118,8 @@ func (s *Server) passUpstream(w http.ResponseWriter, r *http.Request) {
 // body over the limit, 504 when it did not answer in time, else 502, each
 // naming the upstream.
 func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	if b, ok := r.Context().Value(upstreamKey{}).(*limitedBody); ok && b.exceeded.Load() {
-		writeTooLarge(w, s.opts.MaxBody)
-		return
-	}
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		writeTooLarge(w, s.opts.MaxBody)
-		return
-	}
-	if r.Context().Err() != nil {
-		w.WriteHeader(http.StatusBadGateway)
+	b, _ := r.Context().Value(upstreamKey{}).(*limitedBody)
+	if s.answeredForClient(w, r, b, err) {
 		return
 	}
 	s.log.Warn("conversation API: the upstream agent server failed", "method", r.Method, "path", r.URL.Path, "err", err)

@@ -57,7 +57,7 @@ func TestRunUsage(t *testing.T) {
 // result.
 func TestRunBroker(t *testing.T) {
 	if testing.Short() {
-		t.Skip("benchmark run")
+		t.Skip("skipped under -short: it runs the benchmark for a moment")
 	}
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"ohd-bench", "-only", "broker", "-duration", "200ms"}, &stdout, &stderr); code != 0 {
