@@ -98,13 +98,30 @@ func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn f
 }
 
 // publisher is RunPublisher's state: which conversations are being
-// published now, and the last view commit that failed per conversation
-// (not tried again until the view moves on).
+// published now, and the last view commit that failed per conversation:
+// one git's validation refused is not tried again until the view moves
+// on; one that failed otherwise (the container's exec, a timeout) is
+// retried after publishRetry, not at every tick.
 type publisher struct {
 	mu       sync.Mutex
 	inflight map[string]bool
-	failed   map[string]string
+	failed   map[string]failedPublish
 	wg       sync.WaitGroup
+}
+
+// failedPublish is a view commit whose publish failed.
+type failedPublish struct {
+	tip   string
+	until time.Time // zero: refused, never retried for this tip
+}
+
+// publishRetry is how long a publish that failed for a reason other
+// than validation waits before the same commit is tried again.
+const publishRetry = 5 * time.Second
+
+// holds reports whether f keeps tip from being published now.
+func (f failedPublish) holds(tip string, now time.Time) bool {
+	return f.tip == tip && (f.until.IsZero() || now.Before(f.until))
 }
 
 // RunPublisher keeps every running conversation's host branch
@@ -131,7 +148,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 				continue
 			}
 			m.pub.mu.Lock()
-			busy := m.pub.inflight[c.ID] || m.pub.failed[c.ID] == tip
+			busy := m.pub.inflight[c.ID] || m.pub.failed[c.ID].holds(tip, time.Now())
 			if !busy {
 				m.pub.inflight[c.ID] = true
 			}
@@ -174,10 +191,14 @@ func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversati
 	res, err := m.wt.Publish(ctx, worktreeOf(c), containerSandbox{rt: m.rt, id: c.ContainerID}, tip, c.Published)
 	m.cfg.OnStep(id, "publish", time.Since(t0))
 	if err != nil {
+		f := failedPublish{tip: tip}
+		if !errors.Is(err, worktree.ErrRefused) {
+			f.until = time.Now().Add(publishRetry)
+		}
+		m.pub.mu.Lock()
+		m.pub.failed[id] = f
+		m.pub.mu.Unlock()
 		if errors.Is(err, worktree.ErrRefused) {
-			m.pub.mu.Lock()
-			m.pub.failed[id] = tip
-			m.pub.mu.Unlock()
 			_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
 				r.PublishError = err.Error()
 				return nil

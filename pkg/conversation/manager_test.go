@@ -532,3 +532,26 @@ func TestFailedUndoIsRetriedUntilDone(t *testing.T) {
 		t.Errorf("a create with the same id after the undo finished: %v", err)
 	}
 }
+
+func TestFailedPublishHolds(t *testing.T) {
+	now := time.Now()
+	refused := failedPublish{tip: "a"}
+	retry := failedPublish{tip: "a", until: now.Add(publishRetry)}
+	for _, tc := range []struct {
+		name string
+		f    failedPublish
+		tip  string
+		at   time.Time
+		want bool
+	}{
+		{"refused, same tip", refused, "a", now.Add(time.Hour), true},
+		{"refused, the view moved on", refused, "b", now, false},
+		{"failed, before the retry", retry, "a", now, true},
+		{"failed, after the retry", retry, "a", now.Add(publishRetry + time.Second), false},
+		{"none", failedPublish{}, "a", now, false},
+	} {
+		if got := tc.f.holds(tc.tip, tc.at); got != tc.want {
+			t.Errorf("%s: holds = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
