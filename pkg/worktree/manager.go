@@ -34,6 +34,11 @@ type Options struct {
 	// Logger receives debug records of git invocations and info records of
 	// adds and removes. Default: discard.
 	Logger *slog.Logger
+	// MaxPackBytes bounds one import from a git view (git's
+	// --max-input-size): a conversation that commits more than this in one
+	// publish is refused (ErrRefused) rather than allowed to fill the
+	// host's disk. Default: 8 GiB.
+	MaxPackBytes int64
 	// OnStep, if set, is called at named points inside an operation:
 	// "view" once Add has seeded the git view, "snapshot" once the
 	// snapshot commit exists (and, with a view, its objects are imported)
@@ -54,6 +59,7 @@ type Manager struct {
 	log     *slog.Logger
 	onStep  func(string)
 	euid    int
+	maxPack int64
 	locks   repoLocks
 	// packed caches, per view, what ViewBranch last read of its
 	// packed-refs (a packedFile).
@@ -66,7 +72,10 @@ const DefaultTimeout = 60 * time.Second
 // New validates opts, creates Root (0711) and LockDir (0700) if missing,
 // finds git and checks its version.
 func New(opts Options) (*Manager, error) {
-	m := &Manager{timeout: opts.Timeout, log: opts.Logger, onStep: opts.OnStep, euid: os.Geteuid()}
+	m := &Manager{timeout: opts.Timeout, log: opts.Logger, onStep: opts.OnStep, euid: os.Geteuid(), maxPack: opts.MaxPackBytes}
+	if m.maxPack <= 0 {
+		m.maxPack = DefaultMaxPackBytes
+	}
 	if m.onStep == nil {
 		m.onStep = func(string) {}
 	}

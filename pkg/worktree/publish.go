@@ -23,10 +23,8 @@ func KeptPrefix(id string) string { return "refs/ohd/kept/" + id + "/" }
 // refs/ohd/kept/<id>/heads/foo for refs/heads/foo.
 func KeptRef(id, ref string) string { return KeptPrefix(id) + strings.TrimPrefix(ref, "refs/") }
 
-// MaxPackBytes bounds one import from a view (git's --max-input-size): a
-// conversation that commits more than this in one publish is refused
-// rather than allowed to fill the host's disk.
-const MaxPackBytes = 8 << 30
+// DefaultMaxPackBytes is Options.MaxPackBytes when it is 0.
+const DefaultMaxPackBytes = 8 << 30
 
 // maxKept bounds the refs one removal keeps: an agent that makes a million
 // tags must not make a million refs in the user's repository.
@@ -219,7 +217,7 @@ func (m *Manager) unpack(ctx context.Context, ct gitTarget, r io.Reader) (func()
 		return noop, fmt.Errorf("%w: pack version %d", ErrRefused, version)
 	}
 	header := fmt.Sprintf("--pack_header=%d,%d", version, count)
-	limit := fmt.Sprintf("--max-input-size=%d", MaxPackBytes)
+	limit := fmt.Sprintf("--max-input-size=%d", m.maxPack)
 	if count < 100 {
 		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", limit, header); err != nil {
 			return noop, fmt.Errorf("%w: git unpack-objects: %v", ErrRefused, err)

@@ -2,6 +2,7 @@ package worktree
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -417,4 +418,37 @@ func TestPublishLargePack(t *testing.T) {
 		t.Errorf("packs after a 150-object publish: %v, want one (index-pack)", packs)
 	}
 	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
+}
+
+// TestPublishRefusesAnOversizedPack: a conversation cannot fill the host's
+// disk through one publish: an import over Options.MaxPackBytes is refused
+// and nothing moves.
+func TestPublishRefusesAnOversizedPack(t *testing.T) {
+	dir := testenv.TempDir(t)
+	m, err := New(Options{Root: filepath.Join(dir, "worktrees"), LockDir: filepath.Join(dir, "locks"), MaxPackBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, host)
+	wt := addView(t, m, repo, newID(t), "")
+	big := make([]byte, 64<<10)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wt.Path, "big.bin"), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inView(t, wt, "add", "big.bin")
+	inView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "big")
+	tip, _ := m.ViewBranch(wt)
+	if _, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit); !errors.Is(err, ErrRefused) {
+		t.Fatalf("Publish of a pack over the limit = %v, want ErrRefused", err)
+	}
+	if got := hostGit(t, host, "rev-parse", "refs/heads/"+wt.Branch); got != wt.StartCommit {
+		t.Errorf("host branch moved to %s", got)
+	}
+	if _, err := testenv.GitOutput(host, "-c", "safe.directory=*", "cat-file", "-e", tip); err == nil {
+		t.Errorf("the oversized commit %s was imported", tip)
+	}
 }
