@@ -377,7 +377,7 @@ func TestCrashRandomKills(t *testing.T) {
 		d.ohctlJSON(&all, "ls", "--all")
 		for _, c := range all {
 			check("kill "+strconv.Itoa(k), c.State != store.StateProvisioning, "record %s stuck in provisioning", c.ID)
-			check("kill "+strconv.Itoa(k), c.Removal == nil || c.Removal.Done, "removal of %s not finished", c.ID)
+			check("kill "+strconv.Itoa(k), c.Removal == nil || c.Removal.Done, "removal of %s not finished; ohd said:\n%s", c.ID, linesAbout(d.logs.String(), c.ID, 12))
 			if c.State == store.StateFailed && !everRunning[c.ID] {
 				_, err := testenv.GitOutput(c.Repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", "refs/ohd/snapshots/"+c.ID)
 				check("kill "+strconv.Itoa(k), err != nil, "undone create %s has a snapshot", c.ID)
@@ -409,4 +409,19 @@ func TestCrashRandomKills(t *testing.T) {
 	}
 	checkInvariants(t, d, repos...)
 	t.Logf("%d kills × invariants: %d checks, %d violations", kills, checked, violations)
+}
+
+// linesAbout returns the last n warning or error lines of a daemon's log
+// that mention id.
+func linesAbout(log, id string, n int) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, id) && (strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`)) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return strings.Join(out, "\n")
 }

@@ -45,12 +45,14 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 	if err := m.checkWorktree(wt); err != nil {
 		return nil, fmt.Errorf("worktree mount plan: %w", err)
 	}
-	// With a view, <Path>/.git is the agent's to rewrite and nothing on the
-	// host follows it (the sandbox names the view's admin dir itself): a
-	// redirected one must not stop its work being saved in a sandbox, nor
-	// its container starting. The registration is the host's, and checked.
-	dotGitOK := wt.View != "" || dotGitPointsAt(wt.Path, wt.AdminDir)
-	if !dotGitOK || !adminPointsAt(wt.AdminDir, wt.Path) {
+	// With a view the container sees neither pointer of the host's:
+	// <Path>/.git is the agent's to rewrite (nothing on the host follows
+	// it; the sandbox names the view's admin dir itself), and the host's
+	// registration is not mounted. Neither may stop the work being saved
+	// in a sandbox, nor the container starting: a removal interrupted
+	// after it deleted the registration must still finish. `ohctl doctor`
+	// checks the host's side.
+	if wt.View == "" && (!dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path)) {
 		return nil, fmt.Errorf("worktree mount plan %s: %w: its .git file and %s/gitdir do not point at each other: check `ohctl doctor`, or remove and recreate the conversation", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	var mounts []Mount

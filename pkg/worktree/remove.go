@@ -138,11 +138,14 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	}
 	if !opts.Discard && !opts.Undo {
 		switch {
-		case dirExists && registered && wt.View != "" && opts.Saved != nil:
+		case dirExists && wt.View != "" && opts.Saved != nil:
 			s := opts.Saved
 			res.SnapshotRef, res.SnapshotCommit, res.Kept, res.KeptDropped = s.SnapshotRef, s.SnapshotCommit, s.Kept, s.KeptDropped
 			res.Conflict, res.Published, res.IgnoredFiles, res.IgnoredBytes = s.Conflict, s.Published, s.IgnoredFiles, s.IgnoredBytes
-		case dirExists && registered && wt.View != "":
+		case dirExists && wt.View != "":
+			// Registered or not: the view holds the work (a removal
+			// interrupted after it deleted the host's registration saved it
+			// already; saving again changes nothing).
 			if err := m.saveView(ctx, wt, opts, &res); err != nil {
 				return fail(fmt.Errorf("%w: nothing was removed: fix the cause and remove again (--discard drops the conversation's uncommitted work and its unpublished commits)", err))
 			}
