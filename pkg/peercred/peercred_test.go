@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"testing"
 
@@ -85,9 +84,6 @@ func TestGetNotUnix(t *testing.T) {
 	defer c.Close()
 	if _, err := Get(c); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("Get(tcp) error = %v, want ErrUnsupported", err)
-	}
-	if _, err := Watch(c); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("Watch(tcp) error = %v, want ErrUnsupported", err)
 	}
 	ctx := ConnContext(context.Background(), c)
 	if _, ok := FromContext(ctx); ok {
@@ -207,41 +203,5 @@ func TestGetOtherUser(t *testing.T) {
 	want := Cred{PID: cmd.Process.Pid, UID: testenv.UnprivilegedUID, GID: testenv.UnprivilegedGID}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Get() mismatch (-want +got):\n%s", diff)
-	}
-}
-
-func TestWatch(t *testing.T) {
-	modes := []struct {
-		name   string
-		pidfd  bool
-		onlyOS string
-	}{
-		{name: "default", pidfd: true},
-		{name: "fallback-pidfd-open", pidfd: false, onlyOS: "linux"},
-	}
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			if m.onlyOS != "" && runtime.GOOS != m.onlyOS {
-				t.Skipf("only on %s", m.onlyOS)
-			}
-			setPeerPIDFD(t, m.pidfd)
-			ln, path := listen(t, t.TempDir())
-			sc, cmd, stop := startClient(t, ln, path, false)
-			w, err := Watch(sc)
-			if err != nil {
-				t.Fatalf("Watch() error = %v", err)
-			}
-			defer w.Close()
-			if got := w.Cred().PID; got != cmd.Process.Pid {
-				t.Errorf("Watch().Cred().PID = %d, want %d", got, cmd.Process.Pid)
-			}
-			if err := w.IsAlive(); err != nil {
-				t.Errorf("IsAlive() with the client running = %v, want nil", err)
-			}
-			stop()
-			if err := w.IsAlive(); !errors.Is(err, ErrProcessGone) {
-				t.Errorf("IsAlive() after the client exited = %v, want ErrProcessGone", err)
-			}
-		})
 	}
 }

@@ -1,9 +1,0 @@
-package peercred
-
-import "testing"
-
-func setPeerPIDFD(t *testing.T, on bool) {
-	old := usePeerPIDFD
-	usePeerPIDFD = on
-	t.Cleanup(func() { usePeerPIDFD = old })
-}

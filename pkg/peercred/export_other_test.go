@@ -1,7 +1,0 @@
-//go:build !linux
-
-package peercred
-
-import "testing"
-
-func setPeerPIDFD(*testing.T, bool) {}
