@@ -37,9 +37,6 @@ func NewClient(path string) *Client {
 	return &Client{socket: path, hc: &http.Client{Transport: tr}}
 }
 
-// Socket is the path the client connects to.
-func (c *Client) Socket() string { return c.socket }
-
 // do sends a request and decodes a JSON answer into out (if non-nil).
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	resp, err := c.send(ctx, method, path, in)

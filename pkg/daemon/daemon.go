@@ -592,12 +592,6 @@ func (d *Daemon) close() {
 	}
 }
 
-// Manager returns the conversation manager (tests).
-func (d *Daemon) Manager() *conversation.Manager { return d.mgr }
-
-// Config returns the effective configuration.
-func (d *Daemon) Config() Config { return d.cfg }
-
 // checkImage warns at start-up when the configured image is not in the
 // engine: the first create would pull it (or fail where no registry
 // answers), and the operator should know now, not then.

@@ -243,11 +243,6 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Handler returns the conversation API's handler. WebSockets it serves are
-// closed by Serve's shutdown only; a caller mounting Handler elsewhere ends
-// them by closing its own server's connections.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
-
 // serveHTTP routes a request. A request for a conversation's forwarded
 // route (/api/conversations/{id}/{tail...}, the hot path) goes straight
 // to it when the mux would send it there anyway (a clean path, not

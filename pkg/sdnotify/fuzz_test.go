@@ -28,18 +28,6 @@ func FuzzParseListenEnv(f *testing.F) {
 	})
 }
 
-func FuzzParseWatchdog(f *testing.F) {
-	f.Add("30000000", "")
-	f.Add("1", "42")
-	f.Add("0", "x")
-	f.Fuzz(func(t *testing.T, usec, pid string) {
-		got, err := parseWatchdog(usec, pid, 42)
-		if got < 0 || (err != nil && got != 0) {
-			t.Fatalf("parseWatchdog(%q, %q) = %v, %v", usec, pid, got, err)
-		}
-	})
-}
-
 func FuzzStatus(f *testing.F) {
 	f.Add("reconciling\nREADY=1")
 	f.Fuzz(func(t *testing.T, msg string) {

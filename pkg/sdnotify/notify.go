@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
-	"time"
 )
 
 // ErrUnsupportedSocket is returned by Notify when $NOTIFY_SOCKET is neither
@@ -16,7 +14,7 @@ import (
 var ErrUnsupportedSocket = errors.New("unsupported NOTIFY_SOCKET address")
 
 // ErrBadEnvironment is returned when a variable systemd sets ($LISTEN_PID,
-// $LISTEN_FDS, $LISTEN_FDNAMES, $WATCHDOG_USEC, $WATCHDOG_PID) does not parse.
+// $LISTEN_FDS, $LISTEN_FDNAMES) does not parse.
 var ErrBadEnvironment = errors.New("malformed systemd environment variable")
 
 // Notify sends state (newline-separated VAR=value assignments, e.g.
@@ -73,33 +71,4 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
-}
-
-// WatchdogInterval returns how often the service manager expects
-// "WATCHDOG=1" ($WATCHDOG_USEC, set by WatchdogSec=), or 0 when no watchdog
-// is enabled for this process ($WATCHDOG_USEC unset, or $WATCHDOG_PID naming
-// another process). Send keep-alives at about half the interval.
-func WatchdogInterval() (time.Duration, error) {
-	return parseWatchdog(os.Getenv("WATCHDOG_USEC"), os.Getenv("WATCHDOG_PID"), os.Getpid())
-}
-
-func parseWatchdog(usec, pid string, self int) (time.Duration, error) {
-	if usec == "" {
-		return 0, nil
-	}
-	if pid != "" {
-		p, err := strconv.Atoi(pid)
-		if err != nil || p <= 0 {
-			return 0, fmt.Errorf("WATCHDOG_PID=%q: %w", pid, ErrBadEnvironment)
-		}
-		if p != self {
-			return 0, nil
-		}
-	}
-	us, err := strconv.ParseUint(usec, 10, 64)
-	// 0 is invalid; the upper bound keeps the Duration from overflowing.
-	if err != nil || us == 0 || us > uint64(1<<63-1)/uint64(time.Microsecond) {
-		return 0, fmt.Errorf("WATCHDOG_USEC=%q: %w", usec, ErrBadEnvironment)
-	}
-	return time.Duration(us) * time.Microsecond, nil
 }

@@ -2,7 +2,6 @@ package sdnotify
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -108,42 +107,5 @@ func TestNotifyErrors(t *testing.T) {
 		if sent || !errors.Is(err, tt.want) {
 			t.Errorf("Ready() with NOTIFY_SOCKET=%q = %v, %v; want false, %v", tt.addr, sent, err, tt.want)
 		}
-	}
-}
-
-func TestWatchdogInterval(t *testing.T) {
-	self := os.Getpid()
-	tests := []struct {
-		usec, pid string
-		want      time.Duration
-		err       bool
-	}{
-		{"", "", 0, false},
-		{"", "12", 0, false},
-		{"30000000", "", 30 * time.Second, false},
-		{"30000000", strconv.Itoa(self), 30 * time.Second, false},
-		{"30000000", strconv.Itoa(self + 1), 0, false}, // meant for another process
-		{"1", "", time.Microsecond, false},
-		{"0", "", 0, true},
-		{"-5", "", 0, true},
-		{"3s", "", 0, true},
-		{"18446744073709551615", "", 0, true}, // would overflow a Duration
-		{"30000000", "x", 0, true},
-		{"30000000", "0", 0, true},
-	}
-	for _, tt := range tests {
-		got, err := parseWatchdog(tt.usec, tt.pid, self)
-		if got != tt.want || (err != nil) != tt.err {
-			t.Errorf("parseWatchdog(%q, %q) = %v, %v; want %v, error %v", tt.usec, tt.pid, got, err, tt.want, tt.err)
-		}
-		if err != nil && !errors.Is(err, ErrBadEnvironment) {
-			t.Errorf("parseWatchdog(%q, %q) error %v is not ErrBadEnvironment", tt.usec, tt.pid, err)
-		}
-	}
-
-	t.Setenv("WATCHDOG_USEC", "4000000")
-	t.Setenv("WATCHDOG_PID", fmt.Sprint(self))
-	if got, err := WatchdogInterval(); got != 4*time.Second || err != nil {
-		t.Errorf("WatchdogInterval() = %v, %v; want 4s, nil", got, err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -148,13 +147,6 @@ func refExists(t testing.TB, dir, ref string) bool {
 	t.Helper()
 	_, err := testenv.GitOutput(dir, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", ref)
 	return err == nil
-}
-
-func lines(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
 }
 
 // commitFile writes file in dir, commits it and returns the commit id.

@@ -220,3 +220,38 @@ func FuzzParseGitdirFile(f *testing.F) {
 		}
 	})
 }
+
+// formatWorktreeList is the inverse of ParseWorktreeList.
+func formatWorktreeList(regs []Registration) []byte {
+	var b bytes.Buffer
+	attr := func(s string) { b.WriteString(s); b.WriteByte(0) }
+	with := func(k, v string) string {
+		if v == "" {
+			return k
+		}
+		return k + " " + v
+	}
+	for _, r := range regs {
+		attr("worktree " + r.Path)
+		if r.Bare {
+			attr("bare")
+		}
+		if r.Head != "" {
+			attr("HEAD " + r.Head)
+		}
+		if r.Branch != "" {
+			attr("branch " + r.Branch)
+		}
+		if r.Detached {
+			attr("detached")
+		}
+		if r.Locked {
+			attr(with("locked", r.LockReason))
+		}
+		if r.Prunable {
+			attr(with("prunable", r.PrunableReason))
+		}
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
