@@ -1,6 +1,3 @@
-// Package bench holds ohd's benchmarks that compare a component with a
-// same-run baseline; the ohd-bench command runs them and prints one line
-// per result.
 package bench
 
 import (

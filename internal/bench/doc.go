@@ -1,0 +1,10 @@
+// Package bench holds ohd's benchmarks that compare a component with a
+// same-run baseline; the ohd-bench command runs them and prints one line
+// per result.
+//
+// Start at table.go (every benchmark's target and the table ohd-bench
+// prints); each benchmark has its own file: broker.go, llm.go, proxy.go
+// (with wrk.go, its lean client), create.go and publish.go (which start a
+// real ohd, daemon.go), gobench.go (the Go benchmarks under pkg/).
+// sample.go holds the latency samples they share.
+package bench
