@@ -249,7 +249,8 @@ func TestGitViewAttackDotGitRedirectedStopped(t *testing.T) {
 
 // TestGitViewAttackEmptyNestedRepo: a nested repository without a commit
 // (`git init sub`, as project generators do) must not stop the removal
-// from saving the rest of the work.
+// from saving the rest of the work, and its files are saved too (as files:
+// its .git, whose config the agent wrote, is never read as content).
 func TestGitViewAttackEmptyNestedRepo(t *testing.T) {
 	a := newAttack(t)
 	a.must("git init -q sub && echo inner > sub/inner.txt && echo wip > wip.txt")
@@ -257,8 +258,13 @@ func TestGitViewAttackEmptyNestedRepo(t *testing.T) {
 	if rm.Removal == nil || rm.Removal.SnapshotRef == "" {
 		t.Fatalf("no snapshot: %+v", rm.Removal)
 	}
-	if got := testenv.Git(t, a.repo, "-c", "safe.directory=*", "show", rm.Removal.SnapshotCommit+":wip.txt"); got != "wip" {
-		t.Errorf("the snapshot has wip.txt = %q", got)
+	for path, want := range map[string]string{"wip.txt": "wip", "sub/inner.txt": "inner"} {
+		if got := testenv.Git(t, a.repo, "-c", "safe.directory=*", "show", rm.Removal.SnapshotCommit+":"+path); got != want {
+			t.Errorf("the snapshot has %s = %q, want %q", path, got, want)
+		}
+	}
+	if got := testenv.Git(t, a.repo, "-c", "safe.directory=*", "ls-tree", "-r", "--name-only", rm.Removal.SnapshotCommit, "sub"); strings.Contains(got, ".git/") {
+		t.Errorf("the snapshot holds the nested .git: %s", got)
 	}
 	a.checkHost("after removing the attacker")
 	a.removeVictim()

@@ -98,6 +98,7 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 		c.Removal.SnapshotRef, c.Removal.SnapshotCommit = res.SnapshotRef, res.SnapshotCommit
 		c.Removal.BranchKept, c.Removal.Message = res.BranchKept, res.Message
 		c.Removal.Kept, c.Removal.IgnoredFiles, c.Removal.IgnoredBytes = res.Kept, res.IgnoredFiles, res.IgnoredBytes
+		c.Removal.NestedRepos = res.NestedRepos
 		if res.Published != "" {
 			c.Published = res.Published
 		}

@@ -171,6 +171,9 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 		for _, k := range r.Kept {
 			t.row("kept", k)
 		}
+		for _, n := range r.NestedRepos {
+			t.row("kept", n+"/: a nested repository's files, in the snapshot (not its history)")
+		}
 		if r.IgnoredFiles > 0 {
 			t.row("not kept", fmt.Sprintf("%d ignored files (%d bytes)", r.IgnoredFiles, r.IgnoredBytes))
 		}
@@ -216,6 +219,9 @@ func printRemoval(w io.Writer, c store.Conversation) {
 	}
 	for _, k := range r.Kept {
 		fmt.Fprintf(w, "kept from the conversation's git view: %s\n", k)
+	}
+	for _, n := range r.NestedRepos {
+		fmt.Fprintf(w, "nested repository %s/ saved in the snapshot as files (its own history is not kept)\n", n)
 	}
 	if r.IgnoredFiles > 0 {
 		fmt.Fprintf(w, "not kept: %d ignored files (%d bytes)\n", r.IgnoredFiles, r.IgnoredBytes)

@@ -117,9 +117,12 @@ type Removal struct {
 	Kept []string `json:"kept,omitempty"`
 	// IgnoredFiles and IgnoredBytes count the ignored files of the
 	// worktree, which were not kept.
-	IgnoredFiles int    `json:"ignored_files,omitempty"`
-	IgnoredBytes int64  `json:"ignored_bytes,omitempty"`
-	Message      string `json:"message,omitempty"`
+	IgnoredFiles int   `json:"ignored_files,omitempty"`
+	IgnoredBytes int64 `json:"ignored_bytes,omitempty"`
+	// NestedRepos are the worktree's nested repositories the snapshot
+	// holds as files (their own history was not kept).
+	NestedRepos []string `json:"nested_repos,omitempty"`
+	Message     string   `json:"message,omitempty"`
 }
 
 // Conversation is everything ohd knows about one conversation. It never

@@ -71,6 +71,9 @@ type RemoveResult struct {
 	// which are not kept (0 with Discard or Undo, which count nothing).
 	IgnoredFiles int
 	IgnoredBytes int64
+	// NestedRepos are the nested repositories of the worktree saved in
+	// the snapshot as their files, without their own history.
+	NestedRepos []string
 	// Message is one sentence for the user, e.g. "worktree /w removed;
 	// branch openhands/<id> kept: 2 commits beyond start; uncommitted work
 	// saved in refs/ohd/snapshots/<id>".
@@ -258,6 +261,9 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		return fmt.Errorf("%w: the sandbox's snapshot %q is not a commit id", ErrRefused, truncate(col.Snapshot, 80))
 	}
 	res.IgnoredFiles, res.IgnoredBytes = col.IgnoredFiles, col.IgnoredBytes
+	if col.Snapshot != "" {
+		res.NestedRepos = col.NestedRepos
+	}
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	own := "refs/heads/" + wt.Branch
 	tip := col.Refs[own]
@@ -665,6 +671,9 @@ func removeMessage(wt Worktree, opts RemoveOptions, res RemoveResult, checkedOut
 	}
 	if res.Conflict != "" {
 		b.WriteString("; " + res.Conflict)
+	}
+	if len(res.NestedRepos) > 0 {
+		fmt.Fprintf(&b, "; nested repositories saved in the snapshot as files, without their own history: %s", strings.Join(res.NestedRepos, ", "))
 	}
 	switch res.IgnoredFiles {
 	case 0:

@@ -42,6 +42,10 @@ type Collected struct {
 	// worktree, which are not kept.
 	IgnoredFiles int   `json:"ignored_files"`
 	IgnoredBytes int64 `json:"ignored_bytes"`
+	// NestedRepos are the untracked nested repositories whose files the
+	// snapshot holds (paths relative to the worktree); their own history
+	// is not kept.
+	NestedRepos []string `json:"nested_repos,omitempty"`
 }
 
 // RunView is `ohctl view` inside the sandbox. Its subcommands:
@@ -146,11 +150,11 @@ func readRevs(r io.Reader) (string, error) {
 // files.
 func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 	var c Collected
-	snap, err := m.snapshotCommit(ctx, wt)
+	snap, nested, err := m.snapshotCommit(ctx, wt, true)
 	if err != nil {
 		return c, err
 	}
-	c.Snapshot = snap
+	c.Snapshot, c.NestedRepos = snap, nested
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=%(objectname) %(refname)")
 	if err != nil {

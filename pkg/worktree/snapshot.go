@@ -37,7 +37,7 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 	if !ownsAdmin(wt) {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w: %s is not this worktree's registration: nothing can be snapshotted", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
-	commit, err = m.snapshotCommit(ctx, wt)
+	commit, _, err = m.snapshotCommit(ctx, wt, false)
 	if err != nil || commit == "" {
 		if err != nil {
 			err = fmt.Errorf("worktree snapshot %s: %w", wt.Path, err)
@@ -61,8 +61,11 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 }
 
 // snapshotCommit builds the snapshot commit (objects only, no ref) and
-// returns its id, or "" when there is nothing uncommitted.
-func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, error) {
+// returns its id, or "" when there is nothing uncommitted. With nested
+// (inside the sandbox only: it reads the nested repositories' files), an
+// untracked nested repository is saved as its files rather than as the
+// gitlink git would make of it; nested lists those saved so.
+func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, withNested bool) (commit string, nested []string, err error) {
 	t := worktreeTarget(wt)
 	// One filter enumeration serves every command below: the agent is
 	// stopped, nothing changes the configuration meanwhile.
@@ -72,14 +75,14 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 	// keeps status from refreshing (writing) the worktree's index.
 	clean, err := m.git(ctx, t, runOpts{filters: memo}, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames")
 	if err != nil {
-		return "", fmt.Errorf("status of the worktree: %w", err)
+		return "", nil, fmt.Errorf("status of the worktree: %w", err)
 	}
 	if clean == "" {
-		return "", nil
+		return "", nil, nil
 	}
 	head, hasHead, err := m.revParse(ctx, t, "HEAD^{commit}")
 	if err != nil {
-		return "", fmt.Errorf("read HEAD: %w", err)
+		return "", nil, fmt.Errorf("read HEAD: %w", err)
 	}
 	var headTree string
 	if hasHead {
@@ -88,20 +91,20 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 		headTree, err = m.emptyTree(ctx, t)
 	}
 	if err != nil {
-		return "", fmt.Errorf("read HEAD's tree: %w", err)
+		return "", nil, fmt.Errorf("read HEAD's tree: %w", err)
 	}
 
 	tmp, err := os.MkdirTemp("", "ohd-snapshot-")
 	if err != nil {
-		return "", fmt.Errorf("temporary index: %w", err)
+		return "", nil, fmt.Errorf("temporary index: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	if err := m.chown(tmp, wt.UID, wt.GID); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	index := filepath.Join(tmp, "index")
 	if err := m.copyIndex(filepath.Join(wt.AdminDir, "index"), index, wt.UID, wt.GID); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	o := runOpts{env: []string{"GIT_INDEX_FILE=" + index}, filters: memo}
 
@@ -112,30 +115,26 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 	if err != nil {
 		var ge *GitError
 		if !errors.As(err, &ge) || ge.ExitCode < 0 {
-			return "", fmt.Errorf("write the index tree: %w", err)
+			return "", nil, fmt.Errorf("write the index tree: %w", err)
 		}
 		indexTree = ""
 	}
-	if _, err := m.git(ctx, t, o, "add", "--all"); err != nil {
-		// A nested repository without a commit (`git init sub`, as project
-		// generators do) cannot become a gitlink, and git then adds
-		// nothing at all. Its files are not the outer repository's to save
-		// (of any nested repository only a gitlink would be): add the rest.
-		var ge *GitError
-		if !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "does not have a commit checked out") {
-			return "", fmt.Errorf("add the working tree to a temporary index: %w", err)
-		}
-		if _, err := m.git(ctx, t, o, "add", "--all", "--ignore-errors"); err != nil && (!errors.As(err, &ge) || ge.ExitCode != 1) {
-			return "", fmt.Errorf("add the working tree to a temporary index: %w", err)
+	if err := m.addAll(ctx, t, o); err != nil {
+		return "", nil, err
+	}
+	if withNested {
+		budget := maxNested
+		if nested, err = m.addNestedRepos(ctx, wt, t, o, memo, tmp, untrackedDirs(clean), 0, &budget); err != nil {
+			return "", nil, err
 		}
 	}
 	out, err := m.git(ctx, t, o, "write-tree")
 	if err != nil {
-		return "", fmt.Errorf("write the working tree: %w", err)
+		return "", nil, fmt.Errorf("write the working tree: %w", err)
 	}
 	workTree := strings.TrimSpace(out)
 	if workTree == headTree && (indexTree == "" || indexTree == headTree) {
-		return "", nil
+		return "", nil, nil
 	}
 
 	var parents []string
@@ -148,7 +147,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 		args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, indexTree)
 		out, err := m.git(ctx, t, runOpts{}, args...)
 		if err != nil {
-			return "", fmt.Errorf("commit the index state: %w", err)
+			return "", nil, fmt.Errorf("commit the index state: %w", err)
 		}
 		parents = append(parents, "-p", strings.TrimSpace(out))
 	}
@@ -159,13 +158,13 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree) (string, erro
 	args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, workTree)
 	out, err = m.git(ctx, t, runOpts{}, args...)
 	if err != nil {
-		return "", fmt.Errorf("commit the snapshot: %w", err)
+		return "", nil, fmt.Errorf("commit the snapshot: %w", err)
 	}
-	commit := strings.TrimSpace(out)
+	commit = strings.TrimSpace(out)
 	if !isHexID(commit) {
-		return "", fmt.Errorf("git commit-tree: unexpected output %q", truncate(out, 100))
+		return "", nil, fmt.Errorf("git commit-tree: unexpected output %q", truncate(out, 100))
 	}
-	return commit, nil
+	return commit, nested, nil
 }
 
 // emptyTree returns the id of the empty tree in this repository's hash

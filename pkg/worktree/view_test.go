@@ -452,3 +452,74 @@ func TestPublishRefusesAnOversizedPack(t *testing.T) {
 		t.Errorf("the oversized commit %s was imported", tip)
 	}
 }
+
+// TestRemoveWithViewSavesNestedRepos: a nested repository the agent made
+// (a clone with local work, `git init` by a project generator, one inside
+// another) is saved as its files, its own ignore rules applied and its .git
+// left out; a submodule the agent staged stays a gitlink, as git has it.
+func TestRemoveWithViewSavesNestedRepos(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	at := func(rel string) string { return filepath.Join(wt.Path, rel) }
+	git := func(d string, args ...string) {
+		testenv.Git(t, d, append([]string{"-c", "user.name=a", "-c", "user.email=a@x"}, args...)...)
+	}
+	// A clone-like repository with a commit, then local work in it.
+	git(wt.Path, "init", "-q", "lib")
+	testenv.WriteFile(t, at("lib/a.txt"), "committed\n")
+	testenv.WriteFile(t, at("lib/.gitignore"), "build/\n")
+	git(at("lib"), "add", ".")
+	git(at("lib"), "commit", "-qm", "lib")
+	testenv.WriteFile(t, at("lib/a.txt"), "changed in lib\n")
+	testenv.WriteFile(t, at("lib/new.txt"), "new in lib\n")
+	testenv.WriteFile(t, at("lib/build/out.o"), "ignored by lib\n")
+	// One inside it, without a commit.
+	git(at("lib"), "init", "-q", "deep")
+	testenv.WriteFile(t, at("lib/deep/d.txt"), "deep\n")
+	// A generator's fresh repository.
+	git(wt.Path, "init", "-q", "app")
+	testenv.WriteFile(t, at("app/main.go"), "package main\n")
+	// A submodule the agent staged: a gitlink in its index.
+	git(wt.Path, "init", "-q", "sm")
+	git(at("sm"), "commit", "-q", "--allow-empty", "-m", "sm")
+	inView(t, wt, "add", "sm")
+	smHead := strings.TrimSpace(testenv.Git(t, at("sm"), "rev-parse", "HEAD"))
+
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if res.SnapshotRef == "" {
+		t.Fatalf("Remove = %+v, want a snapshot", res)
+	}
+	want := map[string]string{
+		"lib/a.txt":      "changed in lib",
+		"lib/new.txt":    "new in lib",
+		"lib/.gitignore": "build/",
+		"lib/deep/d.txt": "deep",
+		"app/main.go":    "package main",
+	}
+	for path, content := range want {
+		if got := hostGit(t, dir, "show", res.SnapshotRef+":"+path); got != content {
+			t.Errorf("snapshot %s = %q, want %q", path, got, content)
+		}
+	}
+	files := hostGit(t, dir, "ls-tree", "-r", "--name-only", res.SnapshotRef)
+	for _, f := range strings.Split(files, "\n") {
+		if strings.Contains("/"+f, "/.git/") || strings.HasPrefix(f, "lib/build/") {
+			t.Errorf("snapshot holds %s", f)
+		}
+	}
+	if got := hostGit(t, dir, "ls-tree", res.SnapshotRef, "sm"); !strings.HasPrefix(got, "160000 commit "+smHead) {
+		t.Errorf("staged submodule in the snapshot = %q, want a gitlink to %s", got, smHead)
+	}
+	if got, want := strings.Join(res.NestedRepos, " "), "app lib lib/deep"; got != want {
+		t.Errorf("NestedRepos = %q, want %q", got, want)
+	}
+	if !strings.Contains(removeMessage(wt, RemoveOptions{}, res, ""), "app, lib, lib/deep") {
+		t.Errorf("the removal message does not name the nested repositories: %s", removeMessage(wt, RemoveOptions{}, res, ""))
+	}
+	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
+}

@@ -1,0 +1,162 @@
+package worktree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A nested repository is a directory of the worktree with a .git of its
+// own (a clone the agent made, or `git init sub` by a project generator).
+// git itself saves one only as a gitlink to its commit (none without a
+// commit), so its files and uncommitted work would be lost with the
+// worktree. Inside the sandbox the snapshot saves an untracked nested
+// repository as its files instead: built in an index of its own with the
+// nested directory as the work tree (its own .gitignore applies, and its
+// .git is never read as content), read into the snapshot's index under its
+// path in place of the gitlink. Its own history (commits, branches, stash
+// of its .git) is not kept. A nested repository already in the
+// conversation's index or HEAD (a submodule) stays a gitlink, as git has it.
+
+// maxNestedDepth bounds how deep nested repositories inside nested
+// repositories are saved as files, and maxNested how many are (each costs
+// a few git runs in the sandbox); the others stay as git has them.
+const (
+	maxNestedDepth = 4
+	maxNested      = 100
+)
+
+// addAll is `git add --all` into o's index. A nested repository without a
+// commit (`git init sub`) cannot become a gitlink, and git then adds
+// nothing at all: the rest is added then (the nested one is for
+// addNestedRepos).
+func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) error {
+	_, err := m.git(ctx, t, o, "add", "--all")
+	if err == nil {
+		return nil
+	}
+	var ge *GitError
+	if !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "does not have a commit checked out") {
+		return fmt.Errorf("add the working tree to a temporary index: %w", err)
+	}
+	if _, err := m.git(ctx, t, o, "add", "--all", "--ignore-errors"); err != nil && (!errors.As(err, &ge) || ge.ExitCode != 1) {
+		return fmt.Errorf("add the working tree to a temporary index: %w", err)
+	}
+	return nil
+}
+
+// untrackedDirs returns the directories of a `status --porcelain=v1 -z
+// --untracked-files=all` output: with every untracked file listed one by
+// one, git lists a directory ("?? dir/") only when it is a repository of
+// its own, which it does not look into.
+func untrackedDirs(status string) []string {
+	var dirs []string
+	for _, e := range strings.Split(status, "\x00") {
+		if p, ok := strings.CutPrefix(e, "?? "); ok && strings.HasSuffix(p, "/") {
+			dirs = append(dirs, strings.TrimSuffix(p, "/"))
+		}
+	}
+	return dirs
+}
+
+// isNestedRepo reports whether dir is a real directory (not a symlink)
+// holding a .git of its own.
+func isNestedRepo(dir string) bool {
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() {
+		return false
+	}
+	_, err = os.Lstat(filepath.Join(dir, ".git"))
+	return err == nil
+}
+
+// addNestedRepos replaces, in o's index, each candidate (a path relative
+// to t's work tree) that is a nested repository by the tree of its files.
+// It returns the paths saved so, relative to the conversation's worktree.
+func (m *Manager) addNestedRepos(ctx context.Context, wt Worktree, t gitTarget, o runOpts, memo *filterMemo, tmp string, candidates []string, depth int, budget *int) ([]string, error) {
+	if depth >= maxNestedDepth {
+		return nil, nil
+	}
+	var saved []string
+	for _, rel := range candidates {
+		dir := filepath.Join(t.workTree, rel)
+		if *budget <= 0 || !isNestedRepo(dir) {
+			continue
+		}
+		*budget--
+		tree, inner, err := m.nestedTree(ctx, wt, dir, memo, tmp, depth+1, budget)
+		if err != nil {
+			return nil, fmt.Errorf("save nested repository %s: %w", rel, err)
+		}
+		// add --all staged it as a gitlink (or, without a commit, not
+		// at all): its files go in its place.
+		if _, err := m.git(ctx, t, o, "update-index", "--force-remove", "--", rel); err != nil {
+			return nil, fmt.Errorf("save nested repository %s: %w", rel, err)
+		}
+		if _, err := m.git(ctx, t, o, "read-tree", "--prefix="+rel+"/", tree); err != nil {
+			return nil, fmt.Errorf("save nested repository %s: %w", rel, err)
+		}
+		full, err := filepath.Rel(wt.Path, dir)
+		if err != nil {
+			return nil, err
+		}
+		saved = append(saved, filepath.ToSlash(full))
+		saved = append(saved, inner...)
+	}
+	return saved, nil
+}
+
+// nestedTree writes the tree of nested repository dir's files (objects
+// into the conversation's view) and returns it, with the nested
+// repositories inside it that were saved as files too.
+func (m *Manager) nestedTree(ctx context.Context, wt Worktree, dir string, memo *filterMemo, tmp string, depth int, budget *int) (string, []string, error) {
+	idxDir, err := os.MkdirTemp(tmp, "nested-")
+	if err != nil {
+		return "", nil, fmt.Errorf("temporary index: %w", err)
+	}
+	if err := m.chown(idxDir, wt.UID, wt.GID); err != nil {
+		return "", nil, err
+	}
+	nt := gitTarget{dir: dir, gitDir: wt.AdminDir, workTree: dir, uid: wt.UID, gid: wt.GID}
+	no := runOpts{env: []string{"GIT_INDEX_FILE=" + filepath.Join(idxDir, "index")}, filters: memo}
+	if err := m.addAll(ctx, nt, no); err != nil {
+		return "", nil, err
+	}
+	// Nested repositories inside: those with a commit are gitlinks in the
+	// new index, those without are still untracked.
+	var cands []string
+	staged, err := m.git(ctx, nt, no, "ls-files", "-z", "--stage")
+	if err != nil {
+		return "", nil, err
+	}
+	for _, e := range strings.Split(staged, "\x00") {
+		if meta, path, ok := strings.Cut(e, "\t"); ok && strings.HasPrefix(meta, "160000 ") {
+			cands = append(cands, path)
+		}
+	}
+	others, err := m.git(ctx, nt, no, "ls-files", "-z", "--others", "--exclude-standard", "--directory")
+	if err != nil {
+		return "", nil, err
+	}
+	for _, e := range strings.Split(others, "\x00") {
+		if p, ok := strings.CutSuffix(e, "/"); ok && p != "" {
+			cands = append(cands, p)
+		}
+	}
+	inner, err := m.addNestedRepos(ctx, wt, nt, no, memo, tmp, cands, depth, budget)
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := m.git(ctx, nt, no, "write-tree")
+	if err != nil {
+		return "", nil, err
+	}
+	tree := strings.TrimSpace(out)
+	if !isHexID(tree) {
+		return "", nil, fmt.Errorf("git write-tree: unexpected output %q", truncate(out, 100))
+	}
+	return tree, inner, nil
+}
