@@ -69,13 +69,16 @@
 //	POST   /api/auth/workspace-session       the upstream's; without one, ohd's: 204, Set-Cookie oh_workspace_session_key (DELETE: expired)
 //	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
+//	WS     /sockets/bash-events?cid=ID       the global bash socket, bridged to conversation ID's inner server's (cid dropped):
+//	                                         a bad key 403 before the upgrade, a malformed cid 422, an unknown conversation 4004
 //	ANY    everything else (HTTP and WebSocket)  the upstream's (below); without one, 404 naming --upstream
 //
 // Conversation ids are accepted in every form the agent server's UUID
 // validation takes (hyphenated or not, braces, urn:uuid:, any case) and
 // used in canonical lower-case form; a malformed id is FastAPI's 422
 // {"detail":[{"type":"uuid_parsing","loc":["path","conversation_id"],...}]}.
-// The list of global routers that take ?cid= is openhands.IsGlobalRouter.
+// The global routers and sockets that take ?cid= are
+// openhands.IsGlobalRouter and openhands.IsGlobalSocket.
 //
 // # The upstream
 //
