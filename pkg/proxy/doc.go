@@ -113,13 +113,19 @@
 // base_url http://127.0.0.1:8751/llm/<id>.llm with a placeholder key and
 // LookupSecrets on http://127.0.0.1:8751/secrets/<id>.<NAME>: the broker
 // relay ohctl inner-exec serves inside the container (broker.Relay), so
-// every use goes through the broker (audited, revocable). The body is
-// refused with 422 naming the field when it carries what ohd cannot
-// mediate (MCP credentials, AWS keys, other providers, a token the
-// upstream's key does not open) or one of ohd's keys anywhere.
+// every use goes through the broker (audited, revocable). A remote MCP
+// server's credential headers (mcp_config headers and auth) become a
+// broker MCP server "<id>.mcp.<server>" (URL and headers on the host, each
+// header's value a secret "<id>.mcp.<server>.h<n>" that only the MCP
+// proxy reads), granted as kind mcp; the inner server gets url
+// http://127.0.0.1:8751/mcp/<id>.mcp.<server> and no credential. The body
+// is refused with 422 naming the field when it carries what ohd cannot
+// mediate (a stdio MCP server's secret environment, OAuth or SSE MCP
+// servers, AWS keys, other providers, a token the upstream's key does not
+// open) or one of ohd's keys anywhere.
 // POST /api/conversations/{id}/secrets is mediated the same way. The
-// conversation's own profiles and secrets are removed with it; those of
-// a failed create at once.
+// conversation's own profiles, secrets and MCP servers are removed with
+// it; those of a failed create at once.
 //
 // The API shows conversations that are running or stopped. One being
 // provisioned does not exist yet for a client (its create has not
