@@ -416,7 +416,7 @@ func (st *settings) get(w http.ResponseWriter, r *http.Request) {
 		agent["mcp_config"] = cfg
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"agent_settings": agent,
+		"agent_settings":          agent,
 		"conversation_settings":   map[string]any{"max_iterations": 500, "confirmation_mode": false},
 		"llm_api_key_is_set":      f.LLM.APIKey != "",
 		"active_profile":          nil,
