@@ -102,7 +102,7 @@
 //	GET  /v1/llm/{profile}               {"name","model","base_url","api_key"} only if the profile allows disclosure
 //	ANY  /v1/llm/{profile}/proxy/{path}  forwarded to the profile's base URL + path, the key injected
 //	GET  /v1/oauth/{server}/token        {"access_token","expires_at","token_type"} (expires_at omitted if unknown)
-//	ANY  /v1/mcp/{server}/proxy[/{path}] forwarded to the MCP server's URL (+ "/" + path), its headers injected
+//	ANY  /v1/mcp/{server}/proxy          forwarded to exactly the MCP server's URL (query joined), its headers injected
 //
 // Git credentials. The request body is parsed strictly
 // ([ParseGitCredential]): NUL or CR anywhere, a line without "=", a bad
@@ -134,8 +134,9 @@
 // credential headers, both on the host ([MCPServer]); the container names
 // the server only. The MCP proxy forwards like the LLM proxy (the same
 // dropped headers, unencoded answers, no redirects, streamed answers for
-// the standing SSE stream) to exactly the server's URL when no path
-// follows "proxy" (MCP endpoints tell "/mcp" and "/mcp/" apart), and
+// the standing SSE stream) to exactly the server's URL, query joined (the
+// transport has one endpoint, so a path after "proxy" is refused with
+// bad_path and the credential reaches nothing else of that host), and
 // replaces any header of the caller's of the same names by the server's.
 // The credential of each header (what follows an auth scheme such as
 // "Bearer ", else the whole value) is masked in the answer. Keys that

@@ -41,7 +41,7 @@ var (
 		routeLLM:      "GET /v1/llm/{profile}",
 		routeLLMProxy: "ANY /v1/llm/{profile}/proxy/{path...}",
 		routeOAuth:    "GET /v1/oauth/{server}/token",
-		routeMCPProxy: "ANY /v1/mcp/{server}/proxy/{path...}",
+		routeMCPProxy: "ANY /v1/mcp/{server}/proxy",
 	}
 	routeKinds = [...]string{
 		routeSecret:   KindSecret,

@@ -7,12 +7,13 @@ import (
 	"strings"
 )
 
-// mcpProxy serves ANY /v1/mcp/{server}/proxy[/{path...}]: a remote MCP
-// server's streamable HTTP transport, forwarded to the server's URL (the
-// path after proxy appended, none: the URL itself) with its credential
-// headers injected, as the LLM proxy injects a key. The server's URL and
-// headers stay on the host; the container names the server only. Answers
-// stream (SSE), with every header value masked.
+// mcpProxy serves ANY /v1/mcp/{server}/proxy: a remote MCP server's
+// streamable HTTP transport, forwarded to exactly the server's URL (the
+// transport has one endpoint, so the credential reaches nothing else of
+// that host; a path after proxy is refused) with its credential headers
+// injected, as the LLM proxy injects a key. The server's URL and headers
+// stay on the host; the container names the server only. Answers stream
+// (SSE), with every header's credential masked.
 func (c *conversation) mcpProxy(w http.ResponseWriter, r *http.Request, rec *AuditRecord, conv *Conversation, name string) {
 	if !granted(conv.Grants.MCP, name) {
 		c.refuse(w, rec, notGranted(KindMCP))
@@ -27,17 +28,12 @@ func (c *conversation) mcpProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 		c.refuse(w, rec, refUpgrade)
 		return
 	}
-	rest, ok := mcpRest(r.URL.EscapedPath())
-	if !ok {
+	if rest, ok := mcpRest(r.URL.EscapedPath()); !ok || rest != "" {
 		c.refuse(w, rec, refBadPath)
 		return
 	}
-	target, err := mcpTarget(m.URL, rest, r.URL.RawQuery)
+	target, err := mcpTarget(m.URL, r.URL.RawQuery)
 	if err != nil {
-		if errors.Is(err, errBadProxyPath) {
-			c.refuse(w, rec, refBadPath)
-			return
-		}
 		c.b.log.Error("broker: mcp server has an invalid URL; fix it on the host", "server", name)
 		c.refuse(w, rec, refInternal)
 		return
@@ -100,13 +96,10 @@ func mcpRest(escaped string) (string, bool) {
 	return strings.CutPrefix(tail, "proxy/")
 }
 
-// mcpTarget is proxyTarget for an MCP server: with no rest, the server's
-// URL exactly as configured (an MCP endpoint may or may not end in "/",
-// and servers tell the two apart), queries joined.
-func mcpTarget(base, rest, rawQuery string) (string, error) {
-	if rest != "" {
-		return proxyTarget(base, rest, rawQuery)
-	}
+// mcpTarget is the server's URL exactly as configured (an MCP endpoint
+// may or may not end in "/", and servers tell the two apart), with the
+// caller's query joined to its own.
+func mcpTarget(base, rawQuery string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
 		return "", errors.New("invalid base URL")

@@ -17,7 +17,7 @@ import (
 // and audits each use, and a revoked grant fails the next one.
 //
 //	ANY /llm/{profile}/{path...}   → ANY /v1/llm/{profile}/proxy/{path...} (query kept), streamed
-//	ANY /mcp/{server}[/{path...}]  → ANY /v1/mcp/{server}/proxy[/{path...}] (query kept), streamed
+//	ANY /mcp/{server}              → ANY /v1/mcp/{server}/proxy (query kept), streamed; a longer path is refused
 //	GET /secrets/{name}            → GET /v1/secrets/{name}; the raw value as text/plain
 //
 // The relay holds no credential: the caller's Authorization and x-api-key
@@ -48,7 +48,7 @@ func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(p, "/secrets/"):
 		rl.secret(w, r, strings.TrimPrefix(p, "/secrets/"))
 	default:
-		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/..., /mcp/{server}[/...] and /secrets/{name}")
+		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/..., /mcp/{server} and /secrets/{name}")
 	}
 }
 
