@@ -137,6 +137,13 @@
 //	  {"type":"sync","from_seq"?,"through_seq"?}, the events after N (-1: all;
 //	  no after_seq: none) as {"type":"durable","seq","event"}, then live
 //	  durable frames; Message frames are sent to the conversation.
+//	GET /sockets/bash-events?resend_mode=all
+//	  the agent server's one global bash socket (reference §7, bash.go):
+//	  ExecuteBashRequest {"command","cwd"?,"timeout"?} frames run /bin/sh -c
+//	  in the background; every subscriber gets {"kind":"BashCommand",...}
+//	  then {"kind":"BashOutput","command_id","order","exit_code","stdout",
+//	  "stderr",...}; a bad frame gets {"kind":"BashError","code","detail"};
+//	  resend_mode=all replays the earlier events first.
 //
 // Unknown paths answer 404 {"detail":"Not Found"} (also for a known path with
 // another method). Every request is logged to stderr as one line with

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -105,11 +106,21 @@ func (req *execRequest) argv() ([]string, error) {
 // reports its output and exit status in the shell's conventions: 127 not
 // found, 126 not executable, 124 timed out, 128+N killed by signal N.
 func runCommand(ctx context.Context, argv []string, cwd string, env map[string]string, stdin string, timeout time.Duration) execResponse {
+	return runCommandEnv(ctx, argv, cwd, env, nil, stdin, timeout)
+}
+
+// runCommandEnv is runCommand with the variables named by drop taken out
+// of the server's environment first.
+func runCommandEnv(ctx context.Context, argv []string, cwd string, env map[string]string, drop []string, stdin string, timeout time.Duration) execResponse {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = cwd
-	cmd.Env = os.Environ()
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, name) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

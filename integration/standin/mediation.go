@@ -20,8 +20,8 @@ import (
 //
 // As the operator's own agent server in local mode (the upstream, run on
 // the host), with STANDIN_SETTINGS_FILE naming a JSON file
-// {"llm": {"model","api_key","base_url"}, "secrets": {NAME: {"value","description"}}}
-// and OH_SECRET_KEY its cipher key (ref §1):
+// {"llm": {"model","api_key","base_url"}, "secrets": {NAME: {"value","description"}},
+// "mcp_config"?: {NAME: server}} and OH_SECRET_KEY its cipher key (ref §1):
 //
 //	GET    /api/settings                  {agent_settings, conversation_settings, llm_api_key_is_set, ...};
 //	                                      X-Expose-Secrets: encrypted|true → secret fields as Fernet tokens (503
@@ -49,6 +49,10 @@ import (
 //	GET  /api/conversations/{id}/standin/secret/{name}   resolves a secret as the SDK does on use (ref §3):
 //	                                                     StaticSecret → its value; LookupSecret → GET url with its
 //	                                                     headers, 30 s, non-2xx fails (here: 502 with the status)
+//	POST /api/conversations/{id}/standin/mcp/{server}    connects to a remote MCP server of the body's mcp_config
+//	                                                     as the SDK's MCP client does (mcp.go): initialize and
+//	                                                     tools/list → {"server_info","tools"}; 502 {"detail",
+//	                                                     "status","body"} with the first failed answer
 
 // mediated is what the stand-in kept of each conversation's create body
 // and secrets. One stand-in serves one process.
@@ -94,6 +98,7 @@ func (s *Server) mediationRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /api/conversations/{id}/standin/create_body", s.createBody)
 	m.HandleFunc("POST /api/conversations/{id}/standin/llm", s.llmCall)
 	m.HandleFunc("GET /api/conversations/{id}/standin/secret/{name}", s.resolveSecret)
+	m.HandleFunc("POST /api/conversations/{id}/standin/mcp/{server}", s.mcpCall)
 	if path := os.Getenv("STANDIN_SETTINGS_FILE"); path != "" {
 		st := &settings{path: path, secretKey: os.Getenv("OH_SECRET_KEY")}
 		m.HandleFunc("GET /api/settings", st.get)
@@ -351,6 +356,9 @@ type settingsFile struct {
 		Value       string `json:"value"`
 		Description string `json:"description"`
 	} `json:"secrets"`
+	// MCPConfig is agent_settings.mcp_config, {NAME: server}, its secret
+	// fields in plaintext (they are exposed as the LLM key is).
+	MCPConfig map[string]map[string]any `json:"mcp_config"`
 }
 
 func (st *settings) load(w http.ResponseWriter) (settingsFile, bool) {
@@ -371,32 +379,44 @@ func (st *settings) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	key := "**********"
+	// expose is how a secret field is shown (ref §1 "Serialize").
+	var expose func(string) (string, error)
 	switch mode := strings.ToLower(r.Header.Get("X-Expose-Secrets")); mode {
 	case "":
+		expose = func(string) (string, error) { return "**********", nil }
 	case "plaintext":
-		key = f.LLM.APIKey
+		expose = func(v string) (string, error) { return v, nil }
 	case "encrypted", "true":
 		if st.secretKey == "" {
 			writeDetail(w, http.StatusServiceUnavailable, "Encryption not available: OH_SECRET_KEY is not configured")
 			return
 		}
-		tok, err := openhands.NewFernet(st.secretKey).Encrypt([]byte(f.LLM.APIKey))
-		if err != nil {
-			writeDetail(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-		key = tok
+		f := openhands.NewFernet(st.secretKey)
+		expose = func(v string) (string, error) { return f.Encrypt([]byte(v)) }
 	default:
 		writeDetail(w, http.StatusBadRequest, "Invalid X-Expose-Secrets header value: use encrypted or plaintext")
 		return
 	}
+	key, err := expose(f.LLM.APIKey)
+	if err != nil {
+		writeDetail(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	agent := map[string]any{
+		"llm":           map[string]any{"model": f.LLM.Model, "api_key": key, "base_url": f.LLM.BaseURL, "stream": true},
+		"agent_context": map[string]any{"load_public_skills": true, "load_user_skills": true, "load_project_skills": true},
+		"tools":         []any{map[string]any{"name": "terminal"}, map[string]any{"name": "file_editor"}, map[string]any{"name": "task_tracker"}},
+	}
+	if len(f.MCPConfig) > 0 {
+		cfg, err := exposeMCP(f.MCPConfig, expose)
+		if err != nil {
+			writeDetail(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		agent["mcp_config"] = cfg
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"agent_settings": map[string]any{
-			"llm":           map[string]any{"model": f.LLM.Model, "api_key": key, "base_url": f.LLM.BaseURL, "stream": true},
-			"agent_context": map[string]any{"load_public_skills": true, "load_user_skills": true, "load_project_skills": true},
-			"tools":         []any{map[string]any{"name": "terminal"}, map[string]any{"name": "file_editor"}, map[string]any{"name": "task_tracker"}},
-		},
+		"agent_settings":          agent,
 		"conversation_settings":   map[string]any{"max_iterations": 500, "confirmation_mode": false},
 		"llm_api_key_is_set":      f.LLM.APIKey != "",
 		"active_profile":          nil,

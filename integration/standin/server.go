@@ -35,6 +35,11 @@ type Server struct {
 	// track counts running handlers, so Serve returns only after every
 	// handler (WebSocket sessions included) has finished.
 	track tracker
+	// bg is cancelled when Serve shuts down: it ends what outlives a
+	// request (bash-events commands).
+	bg       context.Context
+	cancelBg context.CancelFunc
+	bash     bashEvents
 }
 
 // NewServer returns a server for cfg that logs to log. It fails when the
@@ -59,6 +64,7 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		convs:   convs,
 		mux:     http.NewServeMux(),
 	}
+	s.bg, s.cancelBg = context.WithCancel(context.Background())
 	for _, k := range cfg.Keys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 	}
@@ -98,6 +104,7 @@ func (s *Server) routes() {
 
 	m.HandleFunc("GET /sockets/events/{id}", s.events)
 	m.HandleFunc("GET /sockets/session/{id}", s.session)
+	m.HandleFunc("GET /sockets/bash-events", s.bashSocket)
 	s.mediationRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
@@ -194,6 +201,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		err = <-errc
 	}
 	cancelBase()
+	s.cancelBg()
 	_ = hs.Close()
 	s.track.closeAndWait()
 	if errors.Is(err, http.ErrServerClosed) {

@@ -94,7 +94,7 @@ func BenchmarkBaseline(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := []byte(`{"id":"0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b","epoch":1,"uid":0,"gid":0,"grants":{"secrets":["a","s"],"git":["github.com/acme"],"llm":["default"],"oauth":[]}}` + "\n")
+	body := []byte(`{"id":"0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b","epoch":1,"uid":0,"gid":0,"grants":{"secrets":["a","s"],"git":["github.com/acme"],"llm":["default"],"oauth":[],"mcp":[]}}` + "\n")
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(body)

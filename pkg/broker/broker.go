@@ -57,13 +57,15 @@ type Limits struct {
 	// default 8; negative means no limit. Requests over a budget are
 	// refused at once with 429.
 	MaxInFlight int
-	// GitInFlight, SecretInFlight, LLMInFlight and OAuthInFlight are the
-	// separate budgets of requests in progress per conversation for each
-	// kind, so that open LLM streams or callers waiting on a hung OAuth
-	// token endpoint never starve git (TestOneBudgetCannotStarveAnother).
-	// Defaults: git 8, secret 8, LLM 32 (streams stay open for minutes),
-	// OAuth 8; negative means no limit.
-	GitInFlight, SecretInFlight, LLMInFlight, OAuthInFlight int
+	// GitInFlight, SecretInFlight, LLMInFlight, OAuthInFlight and
+	// MCPInFlight are the separate budgets of requests in progress per
+	// conversation for each kind, so that open LLM or MCP streams or
+	// callers waiting on a hung OAuth token endpoint never starve git
+	// (TestOneBudgetCannotStarveAnother). Defaults: git 8, secret 8, LLM
+	// 32 (streams stay open for minutes), OAuth 8, MCP 16 (a streamable
+	// HTTP client keeps a GET stream open per server); negative means no
+	// limit.
+	GitInFlight, SecretInFlight, LLMInFlight, OAuthInFlight, MCPInFlight int
 	// MaxConns caps the connections one conversation may hold open to its
 	// socket (idle keep-alive ones included); default 64; negative means
 	// no limit. A connection over it gets 429 rate_limited and is closed.
@@ -88,6 +90,7 @@ const (
 	defaultSecretInFlight    = 8
 	defaultLLMInFlight       = 32
 	defaultOAuthInFlight     = 8
+	defaultMCPInFlight       = 16
 	defaultMaxConns          = 64
 	defaultRate              = 50
 	defaultBurst             = 100
@@ -109,7 +112,8 @@ func (l Limits) withDefaults() Limits {
 	}{
 		{&l.MaxInFlight, defaultMaxInFlight}, {&l.GitInFlight, defaultGitInFlight},
 		{&l.SecretInFlight, defaultSecretInFlight}, {&l.LLMInFlight, defaultLLMInFlight},
-		{&l.OAuthInFlight, defaultOAuthInFlight}, {&l.MaxConns, defaultMaxConns},
+		{&l.OAuthInFlight, defaultOAuthInFlight}, {&l.MCPInFlight, defaultMCPInFlight},
+		{&l.MaxConns, defaultMaxConns},
 	} {
 		if *f.v == 0 {
 			*f.v = f.def
@@ -138,6 +142,7 @@ type Grants struct {
 	Git     []string `json:"git"`
 	LLM     []string `json:"llm"`
 	OAuth   []string `json:"oauth"`
+	MCP     []string `json:"mcp"`
 }
 
 // Conversation is what the broker needs to know about a conversation.
@@ -173,6 +178,22 @@ type LLMProfile struct {
 	AuthHeader string
 }
 
+// MCPServer is a remote MCP server (streamable HTTP) and the credential
+// headers the broker injects into every request proxied to it.
+type MCPServer struct {
+	Name string
+	// URL is the server's endpoint: a proxied request with no path after
+	// .../proxy goes to it exactly, one with a path to URL + "/" + path.
+	URL     string
+	Headers []Header
+}
+
+// Header is one header to inject: Name, and its value.
+type Header struct {
+	Name  string
+	Value []byte
+}
+
 // OAuthServer is an OAuth 2 authorization server and the tokens ohd holds
 // for it.
 type OAuthServer struct {
@@ -188,7 +209,7 @@ type AuditRecord struct {
 	Time         time.Time // when the request arrived
 	Conversation string    // the socket's conversation
 	Route        string    // the route pattern, e.g. "GET /v1/secrets/{name}"; "" for no route
-	Kind         string    // "secret", "git", "llm", "oauth", or ""
+	Kind         string    // "secret", "git", "llm", "oauth", "mcp", or ""
 	Name         string    // the name asked for (a git host[/path]), or ""
 	PeerPID      int       // from SO_PEERCRED, at connect time; -1 if unknown
 	PeerUID      int       // from SO_PEERCRED; -1 if unknown
@@ -216,6 +237,9 @@ type Backend interface {
 	GitCredential(ctx context.Context, host string) (GitCredential, error)
 	// LLMProfile returns a profile, or ErrNotFound.
 	LLMProfile(ctx context.Context, name string) (LLMProfile, error)
+	// MCPServer returns an MCP server with its header values, or
+	// ErrNotFound.
+	MCPServer(ctx context.Context, name string) (MCPServer, error)
 	// OAuthServer returns a server and its current tokens, or ErrNotFound.
 	// After SaveOAuthTokens returns, OAuthServer must return the saved
 	// tokens.

@@ -1,7 +1,7 @@
 // Package broker is ohd's credential broker: one Unix socket per
 // conversation, through which the conversation's container gets the
-// secrets, git credentials, LLM access and OAuth tokens it was granted, and
-// nothing else. Values never travel in environment variables, log lines,
+// secrets, git credentials, LLM access, MCP servers and OAuth tokens it
+// was granted, and nothing else. Values never travel in environment variables, log lines,
 // audit records or error messages.
 //
 // # Basics
@@ -94,7 +94,7 @@
 //
 // # Routes
 //
-//	GET  /v1/whoami                      {"id","epoch","uid","gid","grants":{"secrets":[],"git":[],"llm":[],"oauth":[]}}
+//	GET  /v1/whoami                      {"id","epoch","uid","gid","grants":{"secrets":[],"git":[],"llm":[],"oauth":[],"mcp":[]}}
 //	GET  /v1/secrets                     {"names":[...]}  the granted names
 //	GET  /v1/secrets/{name}              {"name","value"}; a value that is not UTF-8 comes as base64 with "encoding":"base64"
 //	POST /v1/git-credential?action=get   git's credential protocol in and out: "username=...\npassword=...\n"
@@ -102,6 +102,7 @@
 //	GET  /v1/llm/{profile}               {"name","model","base_url","api_key"} only if the profile allows disclosure
 //	ANY  /v1/llm/{profile}/proxy/{path}  forwarded to the profile's base URL + path, the key injected
 //	GET  /v1/oauth/{server}/token        {"access_token","expires_at","token_type"} (expires_at omitted if unknown)
+//	ANY  /v1/mcp/{server}/proxy          forwarded to exactly the MCP server's URL (query joined), its headers injected
 //
 // Git credentials. The request body is parsed strictly
 // ([ParseGitCredential]): NUL or CR anywhere, a line without "=", a bad
@@ -129,6 +130,19 @@
 // reads the broker holds back only a tail that could be the start of the
 // key. Errors and logs never contain the key.
 //
+// MCP servers. A remote MCP server (streamable HTTP) is a URL and
+// credential headers, both on the host ([MCPServer]); the container names
+// the server only. The MCP proxy forwards like the LLM proxy (the same
+// dropped headers, unencoded answers, no redirects, streamed answers for
+// the standing SSE stream) to exactly the server's URL, query joined (the
+// transport has one endpoint, so a path after "proxy" is refused with
+// bad_path and the credential reaches nothing else of that host), and
+// replaces any header of the caller's of the same names by the server's.
+// The credential of each header (what follows an auth scheme such as
+// "Bearer ", else the whole value) is masked in the answer. Keys that
+// overlap each other may be masked in part only where a read boundary
+// falls inside one.
+//
 // OAuth. An access token good for at least another minute is handed out
 // as stored. Otherwise the broker refreshes it at the server's token URL
 // (grant_type=refresh_token, client_id and client_secret in the form
@@ -140,10 +154,10 @@
 // # Limits
 //
 // Per conversation (see [Limits]; every field configurable): request
-// bodies 64 KiB (32 MiB towards an LLM provider); requests in flight in
-// separate budgets per kind (git 8, secret 8, LLM 32, OAuth 8, routes of
-// no kind 8), so open LLM streams or callers waiting on a hung OAuth
-// token endpoint never starve git; 64 open connections (the next is
+// bodies 64 KiB (32 MiB towards an LLM provider or MCP server); requests in flight in
+// separate budgets per kind (git 8, secret 8, LLM 32, OAuth 8, MCP 16,
+// routes of no kind 8), so open LLM or MCP streams or callers waiting on a
+// hung OAuth token endpoint never starve git; 64 open connections (the next is
 // answered 429 and closed, audit reason "connections"); a token bucket of
 // 50 requests per second with a burst of 100, and a 5s header read
 // timeout after which a client trickling its headers is cut off. Each

@@ -26,6 +26,7 @@ const (
 	routeLLM
 	routeLLMProxy
 	routeOAuth
+	routeMCPProxy
 )
 
 // Per route: the pattern audit records carry, the grant kind, and the
@@ -40,6 +41,7 @@ var (
 		routeLLM:      "GET /v1/llm/{profile}",
 		routeLLMProxy: "ANY /v1/llm/{profile}/proxy/{path...}",
 		routeOAuth:    "GET /v1/oauth/{server}/token",
+		routeMCPProxy: "ANY /v1/mcp/{server}/proxy",
 	}
 	routeKinds = [...]string{
 		routeSecret:   KindSecret,
@@ -47,14 +49,16 @@ var (
 		routeLLM:      KindLLM,
 		routeLLMProxy: KindLLM,
 		routeOAuth:    KindOAuth,
+		routeMCPProxy: KindMCP,
 	}
 	routeMethods = [...]string{
-		routeWhoami:  http.MethodGet,
-		routeSecrets: http.MethodGet,
-		routeSecret:  http.MethodGet,
-		routeGit:     http.MethodPost,
-		routeLLM:     http.MethodGet,
-		routeOAuth:   http.MethodGet,
+		routeWhoami:   http.MethodGet,
+		routeSecrets:  http.MethodGet,
+		routeSecret:   http.MethodGet,
+		routeGit:      http.MethodPost,
+		routeLLM:      http.MethodGet,
+		routeOAuth:    http.MethodGet,
+		routeLLMProxy: "", routeMCPProxy: "", // any method
 	}
 )
 
@@ -64,6 +68,7 @@ const (
 	KindGit    = "git"
 	KindLLM    = "llm"
 	KindOAuth  = "oauth"
+	KindMCP    = "mcp"
 )
 
 // classify maps a (decoded) path to its route and the name in it, without
@@ -96,6 +101,13 @@ func classify(path string) (routeID, string) {
 			return routeLLM, name
 		case tail == "proxy" || strings.HasPrefix(tail, "proxy/"):
 			return routeLLMProxy, name
+		}
+		return routeNone, ""
+	}
+	if q, ok := strings.CutPrefix(p, "mcp/"); ok {
+		name, tail, _ := strings.Cut(q, "/")
+		if name != "" && (tail == "proxy" || strings.HasPrefix(tail, "proxy/")) {
+			return routeMCPProxy, name
 		}
 		return routeNone, ""
 	}
@@ -192,6 +204,8 @@ func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.llmProxy(w, r, &rec, &conv, name)
 	case routeOAuth:
 		c.oauthToken(w, r, &rec, &conv, name)
+	case routeMCPProxy:
+		c.mcpProxy(w, r, &rec, &conv, name)
 	}
 }
 

@@ -25,6 +25,9 @@ func (s *staticBackend) GitCredential(context.Context, string) (GitCredential, e
 func (s *staticBackend) LLMProfile(context.Context, string) (LLMProfile, error) {
 	return LLMProfile{}, ErrNotFound
 }
+func (s *staticBackend) MCPServer(context.Context, string) (MCPServer, error) {
+	return MCPServer{}, ErrNotFound
+}
 func (s *staticBackend) OAuthServer(context.Context, string) (OAuthServer, error) {
 	return OAuthServer{}, ErrNotFound
 }

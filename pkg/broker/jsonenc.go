@@ -96,6 +96,8 @@ func appendWhoami(dst []byte, id string, conv *Conversation) []byte {
 	dst = appendJSONList(dst, conv.Grants.LLM)
 	dst = append(dst, `,"oauth":`...)
 	dst = appendJSONList(dst, conv.Grants.OAuth)
+	dst = append(dst, `,"mcp":`...)
+	dst = appendJSONList(dst, conv.Grants.MCP)
 	return append(dst, "}}\n"...)
 }
 

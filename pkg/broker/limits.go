@@ -38,6 +38,7 @@ const (
 	budgetSecret
 	budgetLLM
 	budgetOAuth
+	budgetMCP
 	numBudgets
 )
 
@@ -48,6 +49,7 @@ var routeBudgets = [...]int{
 	routeLLM:      budgetLLM,
 	routeLLMProxy: budgetLLM,
 	routeOAuth:    budgetOAuth,
+	routeMCPProxy: budgetMCP,
 }
 
 func clamp32(n int) int32 { return int32(min(n, math.MaxInt32)) }
@@ -56,7 +58,7 @@ func (l *limiter) init(lim Limits) {
 	l.maxInFlight = [numBudgets]int32{
 		budgetOther: clamp32(lim.MaxInFlight), budgetGit: clamp32(lim.GitInFlight),
 		budgetSecret: clamp32(lim.SecretInFlight), budgetLLM: clamp32(lim.LLMInFlight),
-		budgetOAuth: clamp32(lim.OAuthInFlight),
+		budgetOAuth: clamp32(lim.OAuthInFlight), budgetMCP: clamp32(lim.MCPInFlight),
 	}
 	l.maxConns = clamp32(lim.MaxConns)
 	l.rate = lim.Rate

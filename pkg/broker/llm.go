@@ -57,6 +57,37 @@ func (c *conversation) llmProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 		c.refuse(w, rec, refInternal)
 		return
 	}
+	c.forward(w, r, rec, forwarded{
+		target: target, what: "llm provider", name: name, drop: p.AuthHeader, masked: [][]byte{p.APIKey},
+		inject: func(h http.Header) {
+			if len(p.APIKey) > 0 {
+				if p.AuthHeader == "" {
+					h.Set("Authorization", "Bearer "+string(p.APIKey))
+				} else {
+					h.Set(p.AuthHeader, string(p.APIKey))
+				}
+			}
+		},
+	})
+}
+
+// forwarded is a proxied request: where it goes, the credentials to
+// inject, and the values to mask in the answer.
+type forwarded struct {
+	target string // the URL
+	what   string // "llm provider", "mcp server": for the log
+	name   string // the profile or server
+	// drop is a header of the caller's dropped besides credentialHeaders
+	// (the one the credential goes in), or "".
+	drop   string
+	inject func(http.Header)
+	masked [][]byte
+}
+
+// forward sends r to f.target with f's credentials and streams the answer
+// back, flushing after every read, with every occurrence of f.masked
+// masked in headers, body and trailers. It audits the request.
+func (c *conversation) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecord, f forwarded) {
 	max := c.b.limits.MaxProxyBody
 	if r.ContentLength > max {
 		c.refuse(w, rec, refTooLarge)
@@ -66,22 +97,16 @@ func (c *conversation) llmProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		body = http.MaxBytesReader(w, r.Body, max)
 	}
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, f.target, body)
 	if err != nil {
 		c.refuse(w, rec, refBadPath)
 		return
 	}
 	out.ContentLength = r.ContentLength
-	copyHeaders(out.Header, r.Header, p.AuthHeader)
+	copyHeaders(out.Header, r.Header, f.drop)
 	// The key must be found to be masked: no compressed answers.
 	out.Header.Set("Accept-Encoding", "identity")
-	if len(p.APIKey) > 0 {
-		if p.AuthHeader == "" {
-			out.Header.Set("Authorization", "Bearer "+string(p.APIKey))
-		} else {
-			out.Header.Set(p.AuthHeader, string(p.APIKey))
-		}
-	}
+	f.inject(out.Header)
 	resp, err := c.b.hc.Do(out)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -89,11 +114,11 @@ func (c *conversation) llmProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 		case errors.As(err, &mbe):
 			c.refuse(w, rec, refTooLarge)
 		case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-			f := *refUpstream
-			f.reason = "client_gone"
-			c.refuse(w, rec, &f)
+			ref := *refUpstream
+			ref.reason = "client_gone"
+			c.refuse(w, rec, &ref)
 		default:
-			c.b.log.Warn("broker: llm provider request failed", "conversation", c.id, "profile", name, "err", redactString(err.Error(), p.APIKey))
+			c.b.log.Warn("broker: "+f.what+" request failed", "conversation", c.id, "name", f.name, "err", redactStrings(err.Error(), f.masked))
 			c.refuse(w, rec, refUpstream)
 		}
 		return
@@ -109,18 +134,18 @@ func (c *conversation) llmProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 			continue
 		}
 		for _, v := range vv {
-			h.Add(redactString(k, p.APIKey), redactString(v, p.APIKey))
+			h.Add(redactStrings(k, f.masked), redactStrings(v, f.masked))
 		}
 	}
 	for k := range resp.Trailer {
-		h.Add("Trailer", redactString(k, p.APIKey))
+		h.Add("Trailer", redactStrings(k, f.masked))
 	}
 	h.Set("Cache-Control", "no-store")
 	rec.Allowed, rec.Status = true, resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
 
 	rc := http.NewResponseController(w)
-	red := newRedactor(p.APIKey)
+	red := newRedactor(f.masked...)
 	for {
 		n, rerr := resp.Body.Read(red.space())
 		if n > 0 {
@@ -150,7 +175,7 @@ func (c *conversation) llmProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 	}
 	for k, vv := range resp.Trailer {
 		for _, v := range vv {
-			h.Add(redactString(k, p.APIKey), redactString(v, p.APIKey))
+			h.Add(redactStrings(k, f.masked), redactStrings(v, f.masked))
 		}
 	}
 	c.b.opts.Backend.Audit(*rec)

@@ -5,25 +5,35 @@ import (
 	"strings"
 )
 
-// redactor masks every occurrence of a key in a stream without delaying
-// the stream more than it must: after masking the occurrences in what it
-// has, it holds back only the longest tail that could be the start of the
-// key (usually nothing), so a streamed response (SSE, chunked) still
+// redactor masks every occurrence of its keys in a stream without
+// delaying the stream more than it must: after masking the occurrences in
+// what it has, it holds back only the longest tail that could be the start
+// of a key (usually nothing), so a streamed response (SSE, chunked) still
 // flows chunk by chunk. Occurrences become '*' of the same length, which
 // keeps Content-Length right.
 //
 // Use: read into space(), pass the count to advance, send what it
 // returns; at the end of the stream send flush().
 type redactor struct {
-	key        []byte
+	keys       [][]byte // none empty
 	buf        []byte
 	start, end int // held bytes are buf[start:end]
 }
 
 const redactBufSize = 32 << 10
 
-func newRedactor(key []byte) *redactor {
-	return &redactor{key: key, buf: make([]byte, len(key)+redactBufSize)}
+// newRedactor returns a redactor of keys; empty keys are ignored.
+func newRedactor(keys ...[]byte) *redactor {
+	r := &redactor{}
+	longest := 0
+	for _, k := range keys {
+		if len(k) > 0 {
+			r.keys = append(r.keys, k)
+			longest = max(longest, len(k))
+		}
+	}
+	r.buf = make([]byte, longest+redactBufSize)
+	return r
 }
 
 // space moves held bytes to the front and returns where the next read
@@ -41,16 +51,18 @@ func (r *redactor) space() []byte {
 func (r *redactor) advance(n int) []byte {
 	data := r.buf[:r.end+n]
 	keep := 0
-	if len(r.key) > 0 {
-		maskAll(data, r.key)
-		keep = partialSuffix(data, r.key)
+	for _, k := range r.keys {
+		maskAll(data, k)
+	}
+	for _, k := range r.keys {
+		keep = max(keep, partialSuffix(data, k))
 	}
 	r.start, r.end = len(data)-keep, len(data)
 	return data[:len(data)-keep]
 }
 
-// flush returns what is held at the end of the stream: a start of the key
-// that never completed, so not the key.
+// flush returns what is held at the end of the stream: a start of a key
+// that never completed, so not a key.
 func (r *redactor) flush() []byte {
 	out := r.buf[r.start:r.end]
 	r.start, r.end = 0, 0
@@ -90,4 +102,12 @@ func redactString(s string, key []byte) string {
 		return s
 	}
 	return strings.ReplaceAll(s, string(key), strings.Repeat("*", len(key)))
+}
+
+// redactStrings masks every key in s.
+func redactStrings(s string, keys [][]byte) string {
+	for _, k := range keys {
+		s = redactString(s, k)
+	}
+	return s
 }

@@ -86,3 +86,31 @@ func TestRedactString(t *testing.T) {
 		t.Errorf("redactString with no key = %q", got)
 	}
 }
+
+// TestRedactorKeys: with several keys, each is masked wherever the
+// stream is split.
+func TestRedactorKeys(t *testing.T) {
+	keys := [][]byte{[]byte("lin_tok3n"), []byte("acme-0rg"), nil}
+	text := "a lin_tok3n b acme-0rg lin_tok3nacme-0rg c lin_ acme-"
+	want := []byte(text)
+	for _, k := range keys[:2] {
+		maskAll(want, k)
+	}
+	for i := 0; i <= len(text); i++ {
+		for j := i; j <= len(text); j += 7 {
+			r := newRedactor(keys...)
+			var out bytes.Buffer
+			for _, chunk := range []string{text[:i], text[i:j], text[j:]} {
+				for len(chunk) > 0 {
+					n := copy(r.space(), chunk)
+					chunk = chunk[n:]
+					out.Write(r.advance(n))
+				}
+			}
+			out.Write(r.flush())
+			if out.String() != string(want) {
+				t.Fatalf("redact split at %d,%d = %q, want %q", i, j, out.String(), want)
+			}
+		}
+	}
+}

@@ -10,17 +10,19 @@ import (
 
 // Relay is the conversation's broker as plain HTTP, for programs inside
 // the container that cannot speak to a Unix socket with a token: the
-// inner agent server's LLM client (a base_url) and its LookupSecrets (a
-// url). ohctl inner-exec serves it on the container's loopback
+// inner agent server's LLM client (a base_url), its LookupSecrets (a url)
+// and its MCP clients (a remote server's url). ohctl inner-exec serves it on the container's loopback
 // (RelayAddr); every request becomes a broker request on the socket, with
 // the token read from its file each time, so the broker checks, limits
 // and audits each use, and a revoked grant fails the next one.
 //
 //	ANY /llm/{profile}/{path...}   → ANY /v1/llm/{profile}/proxy/{path...} (query kept), streamed
+//	ANY /mcp/{server}              → ANY /v1/mcp/{server}/proxy (query kept), streamed; a longer path is refused
 //	GET /secrets/{name}            → GET /v1/secrets/{name}; the raw value as text/plain
 //
 // The relay holds no credential: the caller's Authorization and x-api-key
-// (a placeholder) are dropped by the broker, which injects the real key.
+// (a placeholder) are dropped by the broker, which injects the real key
+// (or an MCP server's headers).
 // An error of the broker keeps its status and JSON body; an LLM
 // provider's answer, errors included, passes as the provider sent it.
 type Relay struct {
@@ -41,10 +43,12 @@ func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasPrefix(p, "/llm/"):
 		rl.llm(w, r, strings.TrimPrefix(p, "/llm/"))
+	case strings.HasPrefix(p, "/mcp/"):
+		rl.mcp(w, r, strings.TrimPrefix(p, "/mcp/"))
 	case strings.HasPrefix(p, "/secrets/"):
 		rl.secret(w, r, strings.TrimPrefix(p, "/secrets/"))
 	default:
-		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/... and /secrets/{name}")
+		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/..., /mcp/{server} and /secrets/{name}")
 	}
 }
 
@@ -54,9 +58,27 @@ func (rl *Relay) llm(w http.ResponseWriter, r *http.Request, rest string) {
 		relayError(w, http.StatusNotFound, "not_found", "no LLM profile in the path: use /llm/{profile}/...")
 		return
 	}
+	rl.proxy(w, r, "/v1/llm/"+profile+"/proxy/"+tail)
+}
+
+func (rl *Relay) mcp(w http.ResponseWriter, r *http.Request, rest string) {
+	server, tail, hasTail := strings.Cut(rest, "/")
+	if server == "" {
+		relayError(w, http.StatusNotFound, "not_found", "no MCP server in the path: use /mcp/{server}")
+		return
+	}
+	p := "/v1/mcp/" + server + "/proxy"
+	if hasTail {
+		p += "/" + tail
+	}
+	rl.proxy(w, r, p)
+}
+
+// proxy forwards r to the broker's escaped path p and streams the answer.
+func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
-	u := &url.URL{Path: "/v1/llm/" + profile + "/proxy/" + tail, RawQuery: r.URL.RawQuery}
+	u := &url.URL{Path: p, RawQuery: r.URL.RawQuery}
 	if dec, err := url.PathUnescape(u.Path); err == nil {
 		u.RawPath, u.Path = u.Path, dec
 	}

@@ -76,6 +76,23 @@ func (b Backend) LLMProfile(_ context.Context, name string) (broker.LLMProfile, 
 	}, nil
 }
 
+// MCPServer returns an MCP server with its header values.
+func (b Backend) MCPServer(_ context.Context, name string) (broker.MCPServer, error) {
+	m, err := b.Store.MCPServer(name)
+	if err != nil {
+		return broker.MCPServer{}, notFound(err)
+	}
+	out := broker.MCPServer{Name: m.Name, URL: m.URL}
+	for _, h := range m.Headers {
+		v, err := b.Store.Secret(h.Secret)
+		if err != nil {
+			return broker.MCPServer{}, notFound(err)
+		}
+		out.Headers = append(out.Headers, broker.Header{Name: h.Name, Value: v})
+	}
+	return out, nil
+}
+
 // OAuthServer returns a server's configuration and tokens.
 func (b Backend) OAuthServer(_ context.Context, name string) (broker.OAuthServer, error) {
 	o, err := b.Store.OAuthServer(name)

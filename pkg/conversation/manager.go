@@ -361,11 +361,11 @@ func ValidateGrants(g store.Grants) error {
 	return nil
 }
 
-// ValidateGrant checks one grant: kind is secret, git, llm or oauth; a git
-// name is "host[:port][/path/prefix]", the others are store names.
+// ValidateGrant checks one grant: kind is secret, git, llm, oauth or mcp;
+// a git name is "host[:port][/path/prefix]", the others are store names.
 func ValidateGrant(kind, name string) error {
 	switch kind {
-	case store.KindSecret, store.KindLLM, store.KindOAuth:
+	case store.KindSecret, store.KindLLM, store.KindOAuth, store.KindMCP:
 		if !store.ValidName(name) {
 			return fmt.Errorf("%w: %s name %q: use 1-128 characters of A-Z a-z 0-9 . _ - (not starting with . or -)", ErrInvalid, kind, name)
 		}
@@ -751,7 +751,7 @@ func ownerOf(path string) (int, int, error) {
 func brokerConversation(c store.Conversation) broker.Conversation {
 	return broker.Conversation{
 		ID: c.ID, UID: c.UID, GID: c.GID, Epoch: c.BrokerEpoch,
-		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth},
+		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth, MCP: c.Grants.MCP},
 	}
 }
 

@@ -376,8 +376,8 @@ func (s *state) done(v any, format string, args ...any) error {
 
 func (s *state) grantCmd() *cli.Command {
 	return &cli.Command{
-		Name: "grant", Usage: "let a conversation use a secret, git host, LLM profile or OAuth server", ArgsUsage: "ID KIND NAME",
-		Description: "KIND is secret, git, llm or oauth. A git NAME is host[/path/prefix].",
+		Name: "grant", Usage: "let a conversation use a secret, git host, LLM profile, OAuth server or MCP server", ArgsUsage: "ID KIND NAME",
+		Description: "KIND is secret, git, llm, oauth or mcp. A git NAME is host[/path/prefix]. MCP servers are made by the conversation API from a create body's mcp_config.",
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a, err := args(cmd, "ID", "KIND", "NAME")
 			if err != nil {

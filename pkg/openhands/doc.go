@@ -47,7 +47,11 @@
 // POST /api/conversations/{id}/secrets. Each returns the body to forward
 // and the LLM profiles and secrets for the broker; the inner server gets
 // base_url and LookupSecret URLs on the broker relay inside its own
-// container, and PlaceholderKey as its api_key. What ohd cannot mediate
-// (MCP credentials, AWS keys, other providers, LookupSecrets that carry a
+// container, and PlaceholderKey as its api_key. A remote MCP server's
+// credentials (headers and auth of mcp_config, mcp.go) become an MCP
+// server of the broker, and the inner server gets the relay's
+// /mcp/<name> as the server's url, with no credential. What ohd cannot
+// mediate (a stdio MCP server's secret environment, OAuth and SSE MCP
+// servers, AWS keys, other providers, LookupSecrets that carry a
 // credential to another URL) is refused with an Error naming the field.
 package openhands

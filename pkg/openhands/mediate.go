@@ -76,6 +76,7 @@ type Mediated struct {
 	Fields  map[string]json.RawMessage
 	LLMs    []LLM
 	Secrets []Secret
+	MCPs    []MCP
 }
 
 // Error is a body ohd will not forward: Field says where (a dotted path),
@@ -94,18 +95,20 @@ func ScopedName(id, name string) string { return id + "." + name }
 // conversation id: the LLM objects of agent and agent_settings (api_key,
 // plaintext from the SDK or a token from Canvas, ref §1, §2), the
 // top-level secrets and agent_context.secrets (StaticSecret values and
-// LookupSecrets on the upstream's settings, ref §3); secrets_encrypted is
-// dropped, since nothing encrypted is left. MCP credentials are refused
-// (an MCP server runs inside the container: its credential would have to
-// be there).
+// LookupSecrets on the upstream's settings, ref §3), and the credentials
+// of remote MCP servers in mcp_config (mcp.go); secrets_encrypted is
+// dropped, since nothing encrypted is left. A stdio MCP server's secret
+// environment and OAuth MCP servers are refused: they run inside the
+// container, so their credentials would have to be there.
 func (m *Mediator) Create(ctx context.Context, id string, fields map[string]json.RawMessage) (*Mediated, error) {
-	st := &mediation{m: m, id: id, ctx: ctx, llmByKey: map[string]string{}}
+	st := &mediation{m: m, id: id, ctx: ctx, llmByKey: map[string]string{}, secretByName: map[string][]byte{}}
 	out := make(map[string]json.RawMessage, len(fields))
 	names := make([]string, 0, len(fields))
 	for k := range fields {
 		names = append(names, k)
 	}
 	sort.Strings(names) // the same body gives the same profiles and secrets, in order
+	decoded := map[string]any{}
 	for _, k := range names {
 		raw := fields[k]
 		switch k {
@@ -123,21 +126,28 @@ func (m *Mediator) Create(ctx context.Context, id string, fields map[string]json
 			} else if err := st.agent(v, k); err != nil {
 				return nil, err
 			}
-			b, err := encode(v)
-			if err != nil {
-				return nil, err
-			}
-			out[k] = b
+			decoded[k] = v
 		default:
 			out[k] = raw
 		}
+	}
+	// MCP headers may refer to the body's secrets: all are known now.
+	if err := st.resolveMCP(); err != nil {
+		return nil, err
+	}
+	for k, v := range decoded {
+		b, err := encode(v)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = b
 	}
 	for k, raw := range out {
 		if err := st.check(raw, k); err != nil {
 			return nil, err
 		}
 	}
-	return &Mediated{Fields: out, LLMs: st.llms, Secrets: st.secrets}, nil
+	return &Mediated{Fields: out, LLMs: st.llms, Secrets: st.secrets, MCPs: st.mcpOut}, nil
 }
 
 // Secrets mediates the body of POST /api/conversations/{id}/secrets,
@@ -174,6 +184,14 @@ type mediation struct {
 	llms     []LLM
 	llmByKey map[string]string
 	secrets  []Secret
+	// secretByName holds the values of the body's secrets by the name
+	// the body gave them, for ${NAME} in MCP headers.
+	secretByName map[string][]byte
+	mcps         []pendingMCP
+	mcpOut       []MCP
+	// taken are other values taken out of the body (MCP credentials),
+	// which must not be left elsewhere in it.
+	taken [][]byte
 }
 
 func decode(raw []byte) (any, error) {
@@ -213,7 +231,7 @@ func (st *mediation) agent(v any, path string) error {
 			p := path + "." + k
 			switch k {
 			case "mcp_config":
-				if err := mcpCredentials(x[k], p); err != nil {
+				if err := st.mcpConfig(x[k], p); err != nil {
 					return err
 				}
 				continue
@@ -417,6 +435,9 @@ func (st *mediation) secret(name string, v any, path string, plainStrings bool) 
 	}
 	bn := ScopedName(st.id, name)
 	st.secrets = append(st.secrets, Secret{Name: bn, Value: value})
+	if st.secretByName != nil {
+		st.secretByName[name] = value
+	}
 	out := map[string]any{"kind": "LookupSecret", "url": st.m.Relay + "/secrets/" + bn, "headers": map[string]any{}}
 	if desc != nil {
 		out["description"] = desc
@@ -502,51 +523,6 @@ func IsSecretKey(k string) bool {
 	return false
 }
 
-// mcpCredentials refuses MCP server configurations that carry
-// credentials (ref §1: agent.mcp_config.<server> env and headers values,
-// auth.value/password/headers, OAuth client_secret/access_token/
-// refresh_token).
-func mcpCredentials(v any, path string) error {
-	servers, ok := v.(map[string]any)
-	if !ok {
-		return nil
-	}
-	if inner, ok := servers["mcpServers"].(map[string]any); ok {
-		servers, path = inner, path+".mcpServers"
-	}
-	refuse := func(p string) error {
-		return &Error{Field: p, Msg: "ohd does not pass MCP credentials into a conversation's container (an MCP server runs there and would hold them); remove them from the MCP configuration"}
-	}
-	nonEmpty := func(x any) bool { s, ok := x.(string); return x != nil && (!ok || (s != "" && s != redacted)) }
-	for _, name := range sortedKeys(servers) {
-		srv, ok := servers[name].(map[string]any)
-		if !ok {
-			continue
-		}
-		p := path + "." + name
-		for _, f := range []string{"env", "headers"} {
-			if m, ok := srv[f].(map[string]any); ok {
-				for _, k := range sortedKeys(m) {
-					if nonEmpty(m[k]) {
-						return refuse(p + "." + f + "." + k)
-					}
-				}
-			}
-		}
-		if auth, ok := srv["auth"].(map[string]any); ok {
-			for _, f := range []string{"value", "password", "client_secret", "access_token", "refresh_token"} {
-				if nonEmpty(auth[f]) {
-					return refuse(p + ".auth." + f)
-				}
-			}
-			if m, ok := auth["headers"].(map[string]any); ok && len(m) > 0 {
-				return refuse(p + ".auth.headers")
-			}
-		}
-	}
-	return nil
-}
-
 // check refuses a rewritten field that still holds what must not reach a
 // container: a token the upstream's key opens, a forbidden key, or a
 // value ohd took out elsewhere.
@@ -558,6 +534,7 @@ func (st *mediation) check(raw json.RawMessage, field string) error {
 	for _, s := range st.secrets {
 		vals = append(vals, s.Value)
 	}
+	vals = append(vals, st.taken...)
 	for _, f := range st.m.Forbidden {
 		if len(f) > 0 && bytes.Contains(raw, f) {
 			return &Error{Field: field, Msg: "holds one of ohd's keys (a session API key or the upstream's secret key); ohd never passes them to a conversation: remove it"}
@@ -565,7 +542,7 @@ func (st *mediation) check(raw json.RawMessage, field string) error {
 	}
 	for _, v := range vals {
 		if len(v) >= 4 && bytes.Contains(raw, v) {
-			return &Error{Field: field, Msg: "holds a secret value outside the fields ohd mediates (LLM api_key, secrets, agent_context.secrets); remove the copy"}
+			return &Error{Field: field, Msg: "holds a secret value outside the fields ohd mediates (LLM api_key, secrets, agent_context.secrets, MCP credentials); remove the copy"}
 		}
 	}
 	if st.m.Upstream != nil && bytes.Contains(raw, []byte(TokenPrefix)) {

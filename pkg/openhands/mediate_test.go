@@ -182,7 +182,7 @@ func TestMediateRefuses(t *testing.T) {
 		{"token of another key", `{"agent":{"llm":{"model":"gpt-4o","api_key":"` + other + `"}}}`, "agent.llm.api_key", nil},
 		{"unmediated provider", `{"agent":{"llm":{"model":"vertex_ai/gemini","api_key":"` + llmKey + `"}}}`, "agent.llm.model", nil},
 		{"aws", `{"agent":{"llm":{"model":"bedrock/x","api_key":"k","aws_secret_access_key":"awsvalue"}}}`, "agent.llm.aws_secret_access_key", nil},
-		{"mcp env", `{"agent_settings":{"mcp_config":{"gh":{"command":"x","env":{"GH":"` + tok + `"}}}}}`, "agent_settings.mcp_config.gh.env.GH", nil},
+		{"mcp secret env", `{"agent_settings":{"mcp_config":{"gh":{"command":"x","env":{"GH_TOKEN":"` + tok + `"}}}}}`, "agent_settings.mcp_config.gh.env.GH_TOKEN", nil},
 		{"outer key anywhere", `{"tags":{"k":"` + outerKey + `"}}`, "tags", nil},
 		{"upstream token elsewhere", `{"hook_config":{"x":["` + tok + `"]}}`, "hook_config.x.0", nil},
 		{"lookup without upstream", `{"secrets":{"X":{"kind":"LookupSecret","url":"/api/settings/secrets/X"}}}`, "secrets.X.url", &openhands.Mediator{}},
@@ -214,6 +214,7 @@ func TestMediateRefuses(t *testing.T) {
 func FuzzMediate(f *testing.F) {
 	f.Add([]byte(`{"secrets":{"A":"plain-a","B":{"value":"value-b"}}}`))
 	f.Add([]byte(`{"agent":{"llm":{"model":"anthropic/x","api_key":"sk-1"}},"secrets":{"S":{"kind":"StaticSecret","value":"v1"}}}`))
+	f.Add([]byte(`{"agent":{"mcp_config":{"mcpServers":{"a":{"url":"https://m/mcp","headers":{"Authorization":"Bearer ${S}"},"auth":{"strategy":"header","headers":{"X":"y"}}}}}},"secrets":{"S":{"kind":"StaticSecret","value":"v1"}}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		m := &openhands.Mediator{Relay: "http://127.0.0.1:8751", Upstream: openhands.NewFernet("k")}
 		if out, secrets, err := m.Secrets(context.Background(), convID, body); err == nil {

@@ -27,6 +27,26 @@ func IsGlobalRouter(path string) bool {
 	return false
 }
 
+// globalSockets are the agent server's WebSockets that are not a
+// conversation's: its one bash socket, /sockets/bash-events (sockets.py
+// L386-479, ref §7), which carries the events of the bash router
+// (/api/bash). The docker runtime's ?cid= routing names only HTTP routers
+// (reference 002); ohd sends this socket with ?cid= to the same
+// conversation as /api/bash?cid=, since the commands it runs and reports
+// are that conversation's, in its container.
+var globalSockets = []string{"/sockets/bash-events"}
+
+// IsGlobalSocket reports whether path (unescaped) is one of the agent
+// server's global WebSockets that ?cid= sends to a conversation.
+func IsGlobalSocket(path string) bool {
+	for _, p := range globalSockets {
+		if path == p {
+			return true
+		}
+	}
+	return false
+}
+
 // ExposeSecretsHeader is the header that asks the agent server for its
 // settings with secrets (ref §2a step 3: "encrypted", "plaintext" or the
 // legacy "true"). Only the upstream's own routes may receive it.

@@ -69,13 +69,16 @@
 //	POST   /api/auth/workspace-session       the upstream's; without one, ohd's: 204, Set-Cookie oh_workspace_session_key (DELETE: expired)
 //	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
+//	WS     /sockets/bash-events?cid=ID       the global bash socket, bridged to conversation ID's inner server's (cid dropped):
+//	                                         a bad key 403 before the upgrade, a malformed cid 422, an unknown conversation 4004
 //	ANY    everything else (HTTP and WebSocket)  the upstream's (below); without one, 404 naming --upstream
 //
 // Conversation ids are accepted in every form the agent server's UUID
 // validation takes (hyphenated or not, braces, urn:uuid:, any case) and
 // used in canonical lower-case form; a malformed id is FastAPI's 422
 // {"detail":[{"type":"uuid_parsing","loc":["path","conversation_id"],...}]}.
-// The list of global routers that take ?cid= is openhands.IsGlobalRouter.
+// The global routers and sockets that take ?cid= are
+// openhands.IsGlobalRouter and openhands.IsGlobalSocket.
 //
 // # The upstream
 //
@@ -110,13 +113,19 @@
 // base_url http://127.0.0.1:8751/llm/<id>.llm with a placeholder key and
 // LookupSecrets on http://127.0.0.1:8751/secrets/<id>.<NAME>: the broker
 // relay ohctl inner-exec serves inside the container (broker.Relay), so
-// every use goes through the broker (audited, revocable). The body is
-// refused with 422 naming the field when it carries what ohd cannot
-// mediate (MCP credentials, AWS keys, other providers, a token the
-// upstream's key does not open) or one of ohd's keys anywhere.
+// every use goes through the broker (audited, revocable). A remote MCP
+// server's credential headers (mcp_config headers and auth) become a
+// broker MCP server "<id>.mcp.<server>" (URL and headers on the host, each
+// header's value a secret "<id>.mcp.<server>.h<n>" that only the MCP
+// proxy reads), granted as kind mcp; the inner server gets url
+// http://127.0.0.1:8751/mcp/<id>.mcp.<server> and no credential. The body
+// is refused with 422 naming the field when it carries what ohd cannot
+// mediate (a stdio MCP server's secret environment, OAuth or SSE MCP
+// servers, AWS keys, other providers, a token the upstream's key does not
+// open) or one of ohd's keys anywhere.
 // POST /api/conversations/{id}/secrets is mediated the same way. The
-// conversation's own profiles and secrets are removed with it; those of
-// a failed create at once.
+// conversation's own profiles, secrets and MCP servers are removed with
+// it; those of a failed create at once.
 //
 // The API shows conversations that are running or stopped. One being
 // provisioned does not exist yet for a client (its create has not

@@ -20,6 +20,8 @@ type SecretStore interface {
 	DeleteSecret(name string) error
 	PutLLMProfile(p store.LLMProfile) error
 	DeleteLLMProfile(name string) error
+	PutMCPServer(m store.MCPServer) error
+	DeleteMCPServer(name string) error
 }
 
 // granter adds a grant to a live conversation; *conversation.Manager
@@ -55,9 +57,9 @@ func (s *Server) mediator(r *http.Request) *openhands.Mediator {
 }
 
 // mediateCreate takes the credentials out of a create body (see
-// openhands.Mediator.Create): cb's fields are rewritten, the LLM keys and
-// secrets stored as conversation id's own profiles and secrets, and the
-// grants to give it returned, with undo to remove them again if the
+// openhands.Mediator.Create): cb's fields are rewritten, the LLM keys,
+// secrets and MCP servers stored as conversation id's own profiles,
+// secrets and MCP servers, and the grants to give it returned, with undo to remove them again if the
 // create fails. A body ohd will not forward is an *openhands.Error.
 func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createBody, id string) (store.Grants, func(), error) {
 	var g store.Grants
@@ -72,11 +74,14 @@ func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createB
 		cb.fields = med.Fields
 		return g, nil, nil
 	}
-	if (len(med.LLMs) > 0 || len(med.Secrets) > 0) && s.opts.Secrets == nil {
+	if (len(med.LLMs) > 0 || len(med.Secrets) > 0 || len(med.MCPs) > 0) && s.opts.Secrets == nil {
 		return g, nil, &openhands.Error{Field: "body", Msg: "carries credentials, and this ohd keeps none: they cannot be mediated"}
 	}
-	var secrets, profiles []string
+	var secrets, profiles, mcps []string
 	undo := func() {
+		for _, n := range mcps {
+			_ = s.opts.Secrets.DeleteMCPServer(n)
+		}
 		for _, n := range profiles {
 			_ = s.opts.Secrets.DeleteLLMProfile(n)
 		}
@@ -108,6 +113,28 @@ func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createB
 		}
 		secrets = append(secrets, sec.Name)
 		g.Add(store.KindSecret, sec.Name)
+	}
+	// An MCP server's header values are secrets that only its proxy
+	// reads: granted as the server, never as secrets the container could
+	// read.
+	for _, m := range med.MCPs {
+		rec := store.MCPServer{Name: m.Name, URL: m.URL}
+		for _, h := range m.Headers {
+			err := s.opts.Secrets.SetSecret(h.Secret, h.Value)
+			clear(h.Value)
+			if err != nil {
+				undo()
+				return g, nil, err
+			}
+			secrets = append(secrets, h.Secret)
+			rec.Headers = append(rec.Headers, store.MCPHeader{Name: h.Name, Secret: h.Secret})
+		}
+		if err := s.opts.Secrets.PutMCPServer(rec); err != nil {
+			undo()
+			return g, nil, err
+		}
+		mcps = append(mcps, m.Name)
+		g.Add(store.KindMCP, m.Name)
 	}
 	cb.fields = med.Fields
 	return g, undo, nil

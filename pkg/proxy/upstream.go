@@ -74,11 +74,15 @@ func (s *Server) newUpstream(u *url.URL) *upstream {
 }
 
 // passUpstream serves every route that is not a conversation's: with
-// ?cid= on one of the agent server's global routers, the named
+// ?cid= on one of the agent server's global routers or sockets, the named
 // conversation's inner server; else the upstream; without an upstream,
 // 404 naming the flag.
 func (s *Server) passUpstream(w http.ResponseWriter, r *http.Request) {
 	if isUpgrade(r) {
+		if r.URL.Query().Get(openhands.CIDParam) != "" && openhands.IsGlobalSocket(r.URL.Path) {
+			s.cidSocket(w, r)
+			return
+		}
 		s.upstreamWS(w, r)
 		return
 	}

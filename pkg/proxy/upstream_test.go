@@ -25,10 +25,25 @@ type memSecrets struct {
 	mu       sync.Mutex
 	secrets  map[string]string
 	profiles map[string]store.LLMProfile
+	mcps     map[string]store.MCPServer
 }
 
 func newMemSecrets() *memSecrets {
-	return &memSecrets{secrets: map[string]string{}, profiles: map[string]store.LLMProfile{}}
+	return &memSecrets{secrets: map[string]string{}, profiles: map[string]store.LLMProfile{}, mcps: map[string]store.MCPServer{}}
+}
+
+func (m *memSecrets) PutMCPServer(s store.MCPServer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mcps[s.Name] = s
+	return nil
+}
+
+func (m *memSecrets) DeleteMCPServer(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.mcps, name)
+	return nil
 }
 
 func (m *memSecrets) SetSecret(name string, v []byte) error {
@@ -340,6 +355,47 @@ func TestCreateMediatesCanvasLookupAndPostSecrets(t *testing.T) {
 	}
 }
 
+// TestCreateMediatesMCPCredentials: a remote MCP server's Authorization
+// header (a token of the upstream's key, as Canvas sends it) becomes the
+// conversation's broker MCP server, granted as such (its header's secret
+// is not granted as a secret); the inner server gets the relay's URL.
+func TestCreateMediatesMCPCredentials(t *testing.T) {
+	fake := newFake(t)
+	fake.tap = true
+	mem := newMemSecrets()
+	upKey := []byte("upstream-secret-key-for-mcp")
+	tok, err := openhands.NewFernet(string(upKey)).Encrypt([]byte("Bearer lin-mcp-token-value"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, fake, func(o *Options) { o.Secrets, o.UpstreamSecretKey = mem, upKey })
+	id := p.create(t, map[string]any{
+		"secrets_encrypted": true,
+		"agent_settings": map[string]any{"mcp_config": map[string]any{"linear": map[string]any{
+			"url": "https://mcp.linear.app/mcp", "transport": "http", "headers": map[string]any{"Authorization": tok},
+		}}},
+	})
+	name := id + ".mcp.linear"
+	mem.mu.Lock()
+	rec := mem.mcps[name]
+	mem.mu.Unlock()
+	want := store.MCPServer{Name: name, URL: "https://mcp.linear.app/mcp", Headers: []store.MCPHeader{{Name: "Authorization", Secret: name + ".h1"}}}
+	if d := cmp.Diff(want, rec); d != "" {
+		t.Errorf("broker MCP server (-want +got):\n%s", d)
+	}
+	if v := mem.secret(name + ".h1"); v != "Bearer lin-mcp-token-value" {
+		t.Errorf("header secret = %q, want the decrypted header", v)
+	}
+	if d := cmp.Diff(store.Grants{MCP: []string{name}}, fake.createRequests()[0].Grants); d != "" {
+		t.Errorf("grants (-want +got):\n%s", d)
+	}
+	fwd := string(fake.tapOf(id).requests()[0].body)
+	if strings.Contains(fwd, "lin-mcp-token-value") || strings.Contains(fwd, tok) || strings.Contains(fwd, "mcp.linear.app") ||
+		!strings.Contains(fwd, `"url":"http://`+broker.RelayAddr+`/mcp/`+name+`"`) {
+		t.Errorf("forwarded create = %s, want the relay's URL and no credential", fwd)
+	}
+}
+
 // TestWorkspaceCookieOpensWorkspaceRoutesOnly: the cookie the upstream's
 // POST /api/auth/workspace-session sets authenticates GET
 // /api/conversations/{id}/workspace[/...] and nothing else (ref §8).
@@ -386,16 +442,17 @@ func TestFailedCreateRemovesMediatedCredentials(t *testing.T) {
 	p := startProxy(t, fake, func(o *Options) { o.Secrets = mem })
 	body := `{"workspace":{"kind":"LocalWorkspace","working_dir":"` + fake.root + `"},` +
 		`"agent":{"llm":{"model":"gpt-4o","api_key":"sk-mediated-then-undone"}},` +
-		`"secrets":{"S":{"kind":"StaticSecret","value":"static-then-undone"}}}`
+		`"secrets":{"S":{"kind":"StaticSecret","value":"static-then-undone"}},` +
+		`"agent_settings":{"mcp_config":{"m":{"url":"https://m.example/mcp","headers":{"Authorization":"Bearer mcp-then-undone"}}}}}`
 	resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(body), "Content-Type", "application/json")
 	if resp.StatusCode < 400 {
 		t.Fatalf("create with a bad working dir = %d %s, want a failure", resp.StatusCode, b)
 	}
 	mem.mu.Lock()
-	left, profiles := len(mem.secrets), len(mem.profiles)
+	left, profiles, mcps := len(mem.secrets), len(mem.profiles), len(mem.mcps)
 	mem.mu.Unlock()
-	if left != 0 || profiles != 0 {
-		t.Errorf("after the failed create the store holds %d secrets and %d profiles, want none", left, profiles)
+	if left != 0 || profiles != 0 || mcps != 0 {
+		t.Errorf("after the failed create the store holds %d secrets, %d profiles and %d MCP servers, want none", left, profiles, mcps)
 	}
 
 	fake.badWorkingDir = false

@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 )
 
 // WebSocket close codes ohd sends.
@@ -155,10 +156,6 @@ func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind strin
 	}
 	code := websocket.StatusAbnormalClosure
 	defer func() { done(code) }()
-	closeWith := func(sc websocket.StatusCode, reason string) {
-		code = sc
-		_ = c.Close(sc, reason)
-	}
 	c.SetReadLimit(authMessageLimit)
 
 	if ks == keyAbsent {
@@ -169,38 +166,84 @@ func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind strin
 	}
 	id, ok := parseID(r.PathValue("id"))
 	if !ok {
-		closeWith(CloseUnknownConversation, "Conversation not found")
+		code = CloseUnknownConversation
+		_ = c.Close(code, "Conversation not found")
 		return
 	}
-	if _, ok := s.visible(id); !ok {
-		closeWith(CloseUnknownConversation, "Conversation not found")
+	code = s.bridgeConversation(r.Context(), c, id, "/sockets/"+kind+"/"+id, r.URL.RawQuery)
+}
+
+// cidSocket serves a WebSocket on one of the agent server's global
+// sockets (/sockets/bash-events) that names a conversation with ?cid=:
+// authenticated as a conversation's socket (a bad key refused before the
+// upgrade, else the first message), then bridged to the same socket of
+// that conversation's inner server, the query passed on without cid and
+// the client's credentials. A malformed cid is refused before the upgrade
+// with the validation error of the HTTP routes; an unknown conversation
+// closes 4004, as on /sockets/events/{id}.
+func (s *Server) cidSocket(w http.ResponseWriter, r *http.Request) {
+	ks := s.wsKey(r)
+	if ks == keyInvalid {
+		writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
 		return
 	}
-	t, err := s.conv.Target(r.Context(), id)
-	if err != nil {
-		if errors.Is(err, conversation.ErrNotFound) {
-			closeWith(CloseUnknownConversation, "Conversation not found")
+	cid := r.URL.Query().Get(openhands.CIDParam)
+	id, ok := parseID(cid)
+	if !ok {
+		writeValidation(w, uuidError(cid, "query", openhands.CIDParam))
+		return
+	}
+	c, done := s.acceptWS(w, r)
+	if c == nil {
+		return
+	}
+	code := websocket.StatusAbnormalClosure
+	defer func() { done(code) }()
+	c.SetReadLimit(authMessageLimit)
+	if ks == keyAbsent {
+		if sc, _ := s.firstMessageAuth(r.Context(), c); sc != 0 {
+			code = sc
 			return
 		}
+	}
+	code = s.bridgeConversation(r.Context(), c, id, r.URL.EscapedPath(), dropQueryParam(r.URL.RawQuery, openhands.CIDParam))
+}
+
+// bridgeConversation connects the accepted and authenticated client socket
+// c to innerPath on conversation id's inner server (starting it if it is
+// stopped), with the inner key and rawQuery minus its credentials, and
+// bridges the two. It returns the close code sent to the client: 4004 for
+// a conversation that does not exist, 1011 when its server cannot be
+// started or reached.
+func (s *Server) bridgeConversation(ctx context.Context, c *websocket.Conn, id, innerPath, rawQuery string) websocket.StatusCode {
+	closeWith := func(sc websocket.StatusCode, reason string) websocket.StatusCode {
+		_ = c.Close(sc, reason)
+		return sc
+	}
+	if _, ok := s.visible(id); !ok {
+		return closeWith(CloseUnknownConversation, "Conversation not found")
+	}
+	t, err := s.conv.Target(ctx, id)
+	if err != nil {
+		if errors.Is(err, conversation.ErrNotFound) {
+			return closeWith(CloseUnknownConversation, "Conversation not found")
+		}
 		s.log.Warn("conversation API: websocket: conversation could not be started", "id", id, "err", err)
-		closeWith(CloseUpstreamFailed, "conversation server unavailable")
-		return
+		return closeWith(CloseUpstreamFailed, "conversation server unavailable")
 	}
 	if t.Addr == "" {
-		closeWith(CloseUpstreamFailed, "conversation has no agent server (local runtime)")
-		return
+		return closeWith(CloseUpstreamFailed, "conversation has no agent server (local runtime)")
 	}
 	s.conv.Touch(id)
-	up, err := s.dialInner(r.Context(), "/sockets/"+kind+"/"+id, t, r.URL.RawQuery)
+	up, err := s.dialInner(ctx, innerPath, t, rawQuery)
 	if err != nil {
-		s.log.Warn("conversation API: websocket: inner server refused or unreachable", "id", id, "err", err)
-		closeWith(CloseUpstreamFailed, "conversation server unavailable")
-		return
+		s.log.Warn("conversation API: websocket: inner server refused or unreachable", "id", id, "path", innerPath, "err", err)
+		return closeWith(CloseUpstreamFailed, "conversation server unavailable")
 	}
 	defer up.CloseNow()
 	c.SetReadLimit(s.opts.MaxWSMessage)
 	up.SetReadLimit(s.opts.MaxWSMessage)
-	code = s.bridge(r.Context(), id, c, up)
+	return s.bridge(ctx, id, c, up)
 }
 
 // firstMessageAuth waits up to Timeouts.WSAuth for the client's

@@ -39,10 +39,11 @@ const (
 	KindGit    = "git"
 	KindLLM    = "llm"
 	KindOAuth  = "oauth"
+	KindMCP    = "mcp"
 )
 
 // Kinds lists the grant kinds in display order.
-var Kinds = []string{KindSecret, KindGit, KindLLM, KindOAuth}
+var Kinds = []string{KindSecret, KindGit, KindLLM, KindOAuth, KindMCP}
 
 // Grants are the names a conversation may use through its broker, per kind.
 // Git entries are "host" or "host/path/prefix".
@@ -51,6 +52,7 @@ type Grants struct {
 	Git     []string `json:"git,omitempty"`
 	LLM     []string `json:"llm,omitempty"`
 	OAuth   []string `json:"oauth,omitempty"`
+	MCP     []string `json:"mcp,omitempty"`
 }
 
 // List returns the slice for kind, or nil for an unknown kind.
@@ -64,6 +66,8 @@ func (g *Grants) List(kind string) *[]string {
 		return &g.LLM
 	case KindOAuth:
 		return &g.OAuth
+	case KindMCP:
+		return &g.MCP
 	}
 	return nil
 }
@@ -99,6 +103,7 @@ func (g Grants) clone() Grants {
 		Git:     slices.Clone(g.Git),
 		LLM:     slices.Clone(g.LLM),
 		OAuth:   slices.Clone(g.OAuth),
+		MCP:     slices.Clone(g.MCP),
 	}
 }
 

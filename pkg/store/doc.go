@@ -20,6 +20,8 @@
 //	    <host>              JSON GitCredential: username and the name of the secret holding the password
 //	llm_profiles/
 //	    <name>              JSON LLMProfile: model, base URL, the name of the secret holding the API key
+//	mcp_servers/
+//	    <name>              JSON MCPServer: the server's URL, and per credential header the name of the secret holding its value
 //	oauth_servers/
 //	    <name>              JSON oauthRecord: token URL, client id, tokens sealed ("oauth_servers|<name>|access", "...|refresh")
 //	audit/

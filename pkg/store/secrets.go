@@ -131,6 +131,23 @@ type LLMProfile struct {
 	AllowDisclosure bool   `json:"allow_disclosure,omitempty"`
 }
 
+// MCPServer is a remote MCP server (streamable HTTP) that the broker
+// reaches for a conversation with credential headers injected: URL is the
+// server's own endpoint, which stays on the host, and each header's value
+// is the secret it names.
+type MCPServer struct {
+	Name    string      `json:"name"`
+	URL     string      `json:"url"`
+	Headers []MCPHeader `json:"headers"`
+}
+
+// MCPHeader is a header the broker sets on every request to an MCP
+// server: Name as sent, the value the secret named Secret.
+type MCPHeader struct {
+	Name   string `json:"name"`
+	Secret string `json:"secret"`
+}
+
 // OAuthServer is an OAuth token endpoint whose tokens the broker refreshes
 // on the host. Tokens are sealed at rest; ClientSecret names a secret.
 type OAuthServer struct {
@@ -191,6 +208,32 @@ func (s *Store) LLMProfiles() ([]LLMProfile, error) { return listJSON[LLMProfile
 // DeleteLLMProfile removes the profile name.
 func (s *Store) DeleteLLMProfile(name string) error {
 	return deleteKey(s.db, bucketLLM, "llm profile", name)
+}
+
+// PutMCPServer creates or replaces the MCP server m.Name.
+func (s *Store) PutMCPServer(m MCPServer) error {
+	if !ValidName(m.Name) {
+		return fmt.Errorf("put mcp server %q: invalid name: use 1-128 characters of A-Z a-z 0-9 . _ -", m.Name)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error { return putJSON(tx.Bucket(bucketMCP), m.Name, &m) })
+}
+
+// MCPServer returns the MCP server name.
+func (s *Store) MCPServer(name string) (MCPServer, error) {
+	var m MCPServer
+	err := s.db.View(func(tx *bolt.Tx) error { return getJSON(tx.Bucket(bucketMCP), name, &m) })
+	if err != nil {
+		return m, fmt.Errorf("mcp server %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// MCPServers lists the MCP servers.
+func (s *Store) MCPServers() ([]MCPServer, error) { return listJSON[MCPServer](s.db, bucketMCP) }
+
+// DeleteMCPServer removes the MCP server name (not its header secrets).
+func (s *Store) DeleteMCPServer(name string) error {
+	return deleteKey(s.db, bucketMCP, "mcp server", name)
 }
 
 // PutOAuthServer creates or replaces the server o.Name's configuration,
@@ -280,7 +323,8 @@ func listJSON[T any](db *bolt.DB, bucket []byte) ([]T, error) {
 	return out, err // bbolt iterates in key order: sorted by name
 }
 
-// DeleteScoped removes the secrets and LLM profiles of conversation id:
+// DeleteScoped removes the secrets, LLM profiles and MCP servers of
+// conversation id:
 // those named "<id>.<name>", which ohd creates from what a client sent
 // for that conversation (secret mediation). It reports how many it
 // removed; none is not an error.
@@ -291,7 +335,7 @@ func (s *Store) DeleteScoped(id string) (int, error) {
 	prefix := []byte(id + ".")
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketSecrets, bucketLLM} {
+		for _, name := range [][]byte{bucketSecrets, bucketLLM, bucketMCP} {
 			c := tx.Bucket(name).Cursor()
 			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 				if err := c.Delete(); err != nil {

@@ -48,6 +48,7 @@ var (
 	bucketGitCreds      = []byte("git_credentials")
 	bucketLLM           = []byte("llm_profiles")
 	bucketOAuth         = []byte("oauth_servers")
+	bucketMCP           = []byte("mcp_servers")
 	bucketAudit         = []byte("audit")
 
 	keySchema   = []byte("schema_version")
@@ -150,7 +151,7 @@ func (s *Store) init(path string) error {
 		return err
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketConversations, bucketConvKeys, bucketSecretKeys, bucketSecrets, bucketGitCreds, bucketLLM, bucketOAuth, bucketAudit} {
+		for _, b := range [][]byte{bucketMeta, bucketConversations, bucketConvKeys, bucketSecretKeys, bucketSecrets, bucketGitCreds, bucketLLM, bucketOAuth, bucketMCP, bucketAudit} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -503,9 +503,22 @@ func TestDeleteScoped(t *testing.T) {
 	if err := s.PutLLMProfile(LLMProfile{Name: id + ".llm", KeySecret: id + ".llm"}); err != nil {
 		t.Fatal(err)
 	}
+	mcp := MCPServer{Name: id + ".mcp-linear", URL: "https://mcp.example/mcp", Headers: []MCPHeader{{Name: "Authorization", Secret: id + ".mcp-linear.1"}}}
+	if err := s.PutMCPServer(mcp); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.MCPServer(mcp.Name); err != nil || !cmp.Equal(got, mcp) {
+		t.Fatalf("MCPServer = %+v, %v; want %+v", got, err, mcp)
+	}
+	if err := s.PutMCPServer(MCPServer{Name: "../x"}); err == nil {
+		t.Error("PutMCPServer with a bad name succeeded")
+	}
 	n, err := s.DeleteScoped(id)
-	if err != nil || n != 3 {
-		t.Fatalf("DeleteScoped = %d, %v; want 3, nil", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("DeleteScoped = %d, %v; want 4, nil", n, err)
+	}
+	if _, err := s.MCPServer(mcp.Name); !errors.Is(err, ErrNotFound) {
+		t.Errorf("MCP server after DeleteScoped: %v, want ErrNotFound", err)
 	}
 	infos, _ := s.Secrets()
 	var left []string

@@ -20,6 +20,7 @@ type Backend struct {
 	secrets map[string][]byte
 	git     map[string]broker.GitCredential
 	llm     map[string]broker.LLMProfile
+	mcp     map[string]broker.MCPServer
 	oauth   map[string]broker.OAuthServer
 	saves   int
 
@@ -37,6 +38,7 @@ func New() *Backend {
 		secrets: make(map[string][]byte),
 		git:     make(map[string]broker.GitCredential),
 		llm:     make(map[string]broker.LLMProfile),
+		mcp:     make(map[string]broker.MCPServer),
 		oauth:   make(map[string]broker.OAuthServer),
 		notify:  make(chan struct{}),
 	}
@@ -83,6 +85,13 @@ func (b *Backend) SetLLMProfile(p broker.LLMProfile) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.llm[p.Name] = p
+}
+
+// SetMCPServer stores an MCP server.
+func (b *Backend) SetMCPServer(m broker.MCPServer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mcp[m.Name] = m
 }
 
 // SetOAuthServer stores a server.
@@ -143,6 +152,22 @@ func (b *Backend) LLMProfile(_ context.Context, name string) (broker.LLMProfile,
 	}
 	p.APIKey = slices.Clone(p.APIKey)
 	return p, nil
+}
+
+// MCPServer implements broker.Backend.
+func (b *Backend) MCPServer(_ context.Context, name string) (broker.MCPServer, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	m, ok := b.mcp[name]
+	if !ok {
+		return broker.MCPServer{}, broker.ErrNotFound
+	}
+	hs := make([]broker.Header, len(m.Headers))
+	for i, h := range m.Headers {
+		hs[i] = broker.Header{Name: h.Name, Value: slices.Clone(h.Value)}
+	}
+	m.Headers = hs
+	return m, nil
 }
 
 // OAuthServer implements broker.Backend.
