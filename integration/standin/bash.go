@@ -136,12 +136,11 @@ func (s *Server) bashSocket(w http.ResponseWriter, r *http.Request) {
 	if resend == "" && q.Get("resend_all") == "true" {
 		resend = "all"
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
-	if err != nil {
+	c, _, ok := s.acceptSocket(w, r)
+	if !ok {
 		return
 	}
 	defer c.CloseNow()
-	c.SetReadLimit(maxWSMessage)
 	ctx := r.Context()
 	live := make(chan []byte, 256)
 	past, ok := s.bash.subscribe(live)

@@ -56,9 +56,11 @@
 // (compared in constant time over SHA-256 digests, so neither content nor
 // length leaks) except the agent server's unauthenticated "server details"
 // routes: /alive, /health, /ready and /server_info. A failure answers 401
-// {"detail":"Unauthorized"}. The WebSocket route also accepts the key in the
-// query parameter session_api_key; a bad key is refused with 401 before the
-// upgrade.
+// {"detail":"Unauthorized"}. The sockets authenticate as the agent
+// server's do (reference §7; sockauth.go): a key in the query parameter
+// session_api_key (which takes precedence) or the header, a bad one
+// refused with 403 before the upgrade; with neither, the first frame must
+// be {"type":"auth","session_api_key":KEY} within 10 s, else 4001.
 //
 // # Routes
 //
@@ -125,7 +127,7 @@
 // WebSocket:
 //
 //	GET /sockets/events/{id}
-//	  first message {"type":"hello","conversation_id":ID,"auth":"header"|"query"|"none",
+//	  first message {"type":"hello","conversation_id":ID,"auth":"header"|"query"|"frame"|"none",
 //	  "kind":"ConversationStateUpdateEvent","key":"full_state","value":INFO|absent};
 //	  then every new event of the conversation; a Message frame {"role",...}
 //	  is sent to the conversation (persisted, then sent back as its event);

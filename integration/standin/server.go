@@ -134,11 +134,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Path only: the query may carry session_api_key.
 		s.log.Info("request", "method", r.Method, "path", r.URL.Path, "status", rec.code(), "dur", time.Since(start).Round(time.Microsecond))
 	}()
-	if !unauthenticated[r.URL.Path] {
-		// Browsers cannot set headers on a WebSocket, so the agent server
-		// takes the key from the query there (and only there).
-		wsRoute := strings.HasPrefix(r.URL.Path, "/sockets/")
-		if _, ok := s.authenticate(r, wsRoute); !ok {
+	// Sockets authenticate in their handlers (acceptSocket: the key may
+	// come in the first frame, after the accept).
+	if !unauthenticated[r.URL.Path] && !strings.HasPrefix(r.URL.Path, "/sockets/") {
+		if !s.authenticate(r) {
 			writeDetail(rec, http.StatusUnauthorized, "Unauthorized")
 			return
 		}
@@ -146,22 +145,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(rec, r)
 }
 
-// authenticate reports how r carries a valid key ("header", "query", or
-// "none" when no key is configured) and whether it does. The query
-// parameter counts only when allowQuery is set (WebSockets).
-func (s *Server) authenticate(r *http.Request, allowQuery bool) (string, bool) {
+// authenticate reports whether r carries a valid key in its
+// X-Session-API-Key header, or no key is configured (dependencies.py
+// L24-36: the HTTP routes take the header only).
+func (s *Server) authenticate(r *http.Request) bool {
 	if len(s.keys) == 0 {
-		return "none", true
+		return true
 	}
-	if v := r.Header.Get("X-Session-API-Key"); v != "" && s.validKey(v) {
-		return "header", true
-	}
-	if allowQuery {
-		if v := r.URL.Query().Get("session_api_key"); v != "" && s.validKey(v) {
-			return "query", true
-		}
-	}
-	return "", false
+	v := r.Header.Get("X-Session-API-Key")
+	return v != "" && s.validKey(v)
 }
 
 // validKey compares the digest of v with every configured key's digest in

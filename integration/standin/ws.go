@@ -40,22 +40,11 @@ type controlMessage struct {
 
 // events is the WebSocket echo server on /sockets/events/{id}.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	// ServeHTTP has checked the key already; ask again to learn where it was.
-	how, ok := s.authenticate(r, true)
+	c, how, ok := s.acceptSocket(w, r)
 	if !ok {
-		writeDetail(w, http.StatusUnauthorized, "Unauthorized")
 		return
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-		// The agent server does not check Origin either: authentication
-		// is the session key, and a proxy may forward any Origin.
-		InsecureSkipVerify: true,
-	})
-	if err != nil {
-		return // Accept has answered the client
-	}
 	defer c.CloseNow()
-	c.SetReadLimit(maxWSMessage)
 	ctx := r.Context()
 
 	raw := r.PathValue("id")
@@ -149,12 +138,11 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 		}
 		after, hasAfter = n, true
 	}
-	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
-	if err != nil {
+	c, _, ok := s.acceptSocket(w, r)
+	if !ok {
 		return
 	}
 	defer c.CloseNow()
-	c.SetReadLimit(maxWSMessage)
 	ctx := r.Context()
 	id, err := parseUUID(r.PathValue("id"))
 	if err != nil {

@@ -102,18 +102,28 @@ func TestWebSocketAdmission(t *testing.T) {
 
 	tests := []struct {
 		name, path, key string
+		frame           string               // sent first, after the upgrade
 		wantHTTP        int                  // a refused upgrade
 		wantClose       websocket.StatusCode // closed right after the upgrade
 		wantAuth        string
 	}{
-		{"created conversation", conv.ID, testKey, 0, 0, "header"},
-		{"OHD_CONVERSATION_ID before creation", envID, testKey, 0, 0, "header"},
-		{"key in query", conv.ID + "?session_api_key=" + testKey, "", 0, 0, "query"},
-		{"unknown id", newUUID(), testKey, 0, statusNotFound, ""},
-		{"malformed id", "xyz", testKey, 0, statusNotFound, ""},
-		{"no key", conv.ID, "", 401, 0, ""},
-		{"wrong key", conv.ID, "wrong", 401, 0, ""},
-		{"wrong key in query", conv.ID + "?session_api_key=wrong", "", 401, 0, ""},
+		{"created conversation", conv.ID, testKey, "", 0, 0, "header"},
+		{"OHD_CONVERSATION_ID before creation", envID, testKey, "", 0, 0, "header"},
+		{"key in query", conv.ID + "?session_api_key=" + testKey, "", "", 0, 0, "query"},
+		{"unknown id", newUUID(), testKey, "", 0, statusNotFound, ""},
+		{"malformed id", "xyz", testKey, "", 0, statusNotFound, ""},
+		// Reference §7: a bad key in the request is closed 4001 before
+		// the accept, which the handshake answers as 403; the query's key
+		// takes precedence over the header's.
+		{"wrong key", conv.ID, "wrong", "", 403, 0, ""},
+		{"wrong key in query", conv.ID + "?session_api_key=wrong", "", "", 403, 0, ""},
+		{"wrong key in query, good header", conv.ID + "?session_api_key=wrong", testKey, "", 403, 0, ""},
+		// No key in the request: accepted, then the first frame must
+		// authenticate.
+		{"no key, auth frame", conv.ID, "", `{"type":"auth","session_api_key":"` + testKey + `"}`, 0, 0, "frame"},
+		{"no key, bad auth frame", conv.ID, "", `{"type":"auth","session_api_key":"wrong"}`, 0, statusAuthFailed, ""},
+		{"no key, not an auth frame", conv.ID, "", `{"type":"message"}`, 0, statusAuthFailed, ""},
+		{"no key, auth frame for an unknown id", newUUID(), "", `{"type":"auth","session_api_key":"` + testKey + `"}`, 0, statusNotFound, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,6 +142,11 @@ func TestWebSocketAdmission(t *testing.T) {
 				t.Fatalf("dial %s: %v", tt.path, err)
 			}
 			defer c.CloseNow()
+			if tt.frame != "" {
+				if err := c.Write(t.Context(), websocket.MessageText, []byte(tt.frame)); err != nil {
+					t.Fatalf("send the first frame on %s: %v", tt.path, err)
+				}
+			}
 			if tt.wantClose != 0 {
 				if _, _, err := readMsg(t, c); websocket.CloseStatus(err) != tt.wantClose {
 					t.Fatalf("first Read on %s = %v, want close %d", tt.path, err, tt.wantClose)
