@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -603,8 +602,3 @@ func sortedKeys(m map[string]any) []string {
 	return ks
 }
 
-// IsError reports whether err is a mediation Error.
-func IsError(err error) bool {
-	var e *Error
-	return errors.As(err, &e)
-}
