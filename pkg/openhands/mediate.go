@@ -601,4 +601,3 @@ func sortedKeys(m map[string]any) []string {
 	sort.Strings(ks)
 	return ks
 }
-
