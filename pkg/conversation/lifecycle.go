@@ -752,6 +752,9 @@ const DefaultUndoRetry = 30 * time.Second
 // RunUndoRetries retries, until ctx ends, the undo of every failed create
 // whose undo did not finish (UndoPending), so what such a create left
 // (a container, a socket, a worktree) is removed as soon as it can be.
+// It also finishes a provisioning record that no create is working on
+// (its failure could not be recorded, or its create never returned):
+// undone and failed as a restart's reconcile would, without the restart.
 func (m *Manager) RunUndoRetries(ctx context.Context) {
 	interval := m.cfg.UndoRetryInterval
 	if interval <= 0 {
@@ -759,13 +762,33 @@ func (m *Manager) RunUndoRetries(ctx context.Context) {
 	}
 	every(ctx, interval, func() {
 		for _, c := range m.st.Conversations() {
-			if c.State == store.StateFailed && c.UndoPending {
+			switch {
+			case c.State == store.StateFailed && c.UndoPending:
 				if err := m.retryUndo(ctx, c); err != nil {
 					m.log.Warn("undo of a failed create still incomplete", "id", c.ID, "err", err)
 				}
+			case c.State == store.StateProvisioning:
+				m.finishAbandoned(c.ID)
 			}
 		}
 	})
+}
+
+// finishAbandoned undoes the create of provisioning record id if no
+// create (which holds the conversation's lock throughout) is working on
+// it, and records it failed.
+func (m *Manager) finishAbandoned(id string) {
+	unlock, ok := m.tryLock(id)
+	if !ok {
+		return // a create (or another operation) is under way
+	}
+	defer unlock()
+	c, err := m.st.Conversation(id)
+	if err != nil || c.State != store.StateProvisioning {
+		return
+	}
+	m.log.Warn("finishing a create that ended without its record", "id", id)
+	_, _ = m.fail(c, &StepError{ID: id, Step: "interrupted", Err: errors.New("the create ended without recording its outcome")})
 }
 
 // retryUndo runs the undo of failed create c again and clears
