@@ -77,6 +77,15 @@ func removable(conv store.Conversation, opts RemoveOptions) error {
 		return fmt.Errorf("%w: conversation %s: its repository's git directory %s is not there (%v): the work is saved into that repository, so move the repository back to %s and run the removal again (or copy what you need from %s and remove with --discard); nothing was removed",
 			ErrConflict, conv.ID, conv.CommonDir, errors.Unwrap(err), conv.Workspace, conv.Worktree)
 	}
+	// The work is saved through the conversation's git view, or (without
+	// one) through the host's registration of its worktree.
+	if gone := viewGone(conv); gone != "" {
+		return fmt.Errorf("%w: conversation %s: %s, so its work cannot be saved: %s; nothing was removed", ErrConflict, conv.ID, gone, discardAction(conv))
+	}
+	if conv.GitView == "" && registrationGone(conv) {
+		return fmt.Errorf("%w: conversation %s: the host repository's registration %s of its worktree is gone, so its uncommitted work cannot be snapshotted: %s; nothing was removed",
+			ErrConflict, conv.ID, filepath.Join(conv.CommonDir, "worktrees", conv.AdminID), discardAction(conv))
+	}
 	return nil
 }
 
