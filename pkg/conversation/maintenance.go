@@ -388,7 +388,7 @@ func (m *Manager) checkRepository(ctx context.Context, common string, uid, gid i
 			}
 			if s.Locked {
 				ck.Repair = ""
-				ck.Detail += fmt.Sprintf("; it is locked (%q): if nothing uses it, git worktree unlock it, then run doctor --repair", s.LockReason)
+				ck.Detail += fmt.Sprintf("; it is locked (%q): if nothing uses it, run `git -C %s worktree unlock %s`, then doctor --repair", s.LockReason, common, s.Path)
 			}
 			if repair && !s.Locked {
 				if err := m.wt.RemoveStale(ctx, common, s); err != nil {

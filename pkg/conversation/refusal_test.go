@@ -158,6 +158,48 @@ func TestDoctorHintsMatchTheState(t *testing.T) {
 	}
 }
 
+// TestDoctorRepoLockedRegistrationHint: a dead registration that is
+// locked is not removed by --repair; the hint names the exact command
+// that unlocks it, and after running it --repair removes it.
+func TestDoctorRepoLockedRegistrationHint(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	dead := filepath.Join(testenv.TempDir(t), "gone")
+	testenv.Git(t, repo, "worktree", "add", "-q", "--lock", "--reason", "held by another tool", "-b", "other", dead)
+	must(t, os.RemoveAll(dead))
+	common := filepath.Join(repo, ".git")
+	if r, err := filepath.EvalSymlinks(common); err == nil {
+		common = r
+	}
+	for _, repair := range []bool{false, true} {
+		rep, err := e.m.DoctorRepo(ctx, repo, repair)
+		must(t, err)
+		if len(rep.Checks) != 1 || rep.Checks[0].Repair != "" || rep.Checks[0].Repaired {
+			t.Fatalf("DoctorRepo(repair=%v) = %+v, want one stale registration and no repair offered", repair, rep.Checks)
+		}
+		ck := rep.Checks[0]
+		if want := "`git -C " + common + " worktree unlock "; !strings.Contains(ck.Detail, want) || !strings.Contains(ck.Detail, "gone`") {
+			t.Fatalf("detail %q lacks the unlock command (%s... %s)", ck.Detail, want, dead)
+		}
+		if repair {
+			// The command the hint names, as given.
+			cmd := ck.Detail[strings.Index(ck.Detail, "`git -C ")+len("`git -C "):]
+			cmd = cmd[:strings.Index(cmd, "`")]
+			f := strings.Fields(cmd)
+			testenv.Git(t, f[0], f[1:]...)
+		}
+	}
+	rep, err := e.m.DoctorRepo(ctx, repo, true)
+	must(t, err)
+	if len(rep.Checks) != 1 || !rep.Checks[0].Repaired {
+		t.Fatalf("DoctorRepo(repair) after the unlock = %+v, want the registration removed", rep.Checks)
+	}
+	if _, err := testenv.GitOutput(repo, "rev-parse", "--verify", "refs/heads/other"); err != nil {
+		t.Errorf("the branch of the removed registration is gone: %v", err)
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
