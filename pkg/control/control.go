@@ -13,7 +13,7 @@
 //	DELETE /v1/conversations/{id}/grants/{kind}/{name}
 //	POST   /v1/conversations/{id}/token/rotate       → store.Conversation
 //	GET    /v1/conversations/{id}/logs[?follow=true] → the container's output (text stream)
-//	POST   /v1/conversations/{id}/exec               ExecRequest → ExecFrame lines (NDJSON stream)
+//	POST   /v1/conversations/{id}/exec               ExecRequest [+ stdin, or ExecInput lines with tty] → ExecFrame lines (NDJSON stream)
 //	POST   /v1/prune                                 PruneRequest → PruneReport
 //	GET    /v1/doctor[?id=ID|?repo=PATH]             → DoctorReport (POST with repair=true repairs)
 //	GET    /v1/secrets                               → []store.SecretInfo
