@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
@@ -88,4 +89,143 @@ func TestDoctorFindsAndRepairsContainerMadeWorktrees(t *testing.T) {
 		t.Errorf("doctor on a healthy system:\n%s", out)
 	}
 	d.ohctl("rm", c.ID)
+}
+
+// TestDoctorHintsWithAGitView: a containerized conversation has two admin
+// dirs, the host's registration (<repo>/.git/worktrees/<admin>) and the
+// container's, in its git view (<root>/<id>/.ohd/git/worktrees/<admin>).
+// For each way one of its paths breaks, doctor names the right path and
+// offers only what --repair does, and the way out it names works.
+func TestDoctorHintsWithAGitView(t *testing.T) {
+	d := dockerDaemon(t)
+	hostAdmin := func(c store.Conversation) string { return filepath.Join(c.CommonDir, "worktrees", c.AdminID) }
+	viewAdmin := func(c store.Conversation) string { return filepath.Join(c.GitView, "worktrees", c.AdminID) }
+	type state struct {
+		name string
+		// commit makes a commit in the container and waits for it to be
+		// published, so the branch has work to keep.
+		commit bool
+		brk    func(c store.Conversation)
+		check  string                              // the check that fails
+		want   func(c store.Conversation) []string // in its detail
+		repair func(c store.Conversation) string   // the repair offered; nil: none
+		// rm is the way out when --repair has none: "rm" or "discard".
+		rm string
+	}
+	states := []state{
+		{name: "folder gone", commit: true, brk: func(c store.Conversation) { _ = os.RemoveAll(c.Worktree) }, check: "worktree-host",
+			want: func(c store.Conversation) []string {
+				return []string{"the worktree folder " + c.Worktree + " is gone", "`ohctl rm " + c.ID + "`"}
+			}, rm: "rm"},
+		{name: ".git file wrong", brk: func(c store.Conversation) {
+			_ = os.WriteFile(filepath.Join(c.Worktree, ".git"), []byte("gitdir: /nowhere\n"), 0o644)
+		}, check: "worktree-host",
+			want: func(c store.Conversation) []string { return []string{"registration " + hostAdmin(c) + " do not point"} },
+			repair: func(c store.Conversation) string {
+				return "rewrite " + filepath.Join(c.Worktree, ".git") + " to name " + hostAdmin(c) + " and " + filepath.Join(hostAdmin(c), "gitdir")
+			}},
+		{name: "host registration gone", brk: func(c store.Conversation) { _ = os.RemoveAll(hostAdmin(c)) }, check: "worktree-host",
+			want: func(c store.Conversation) []string {
+				return []string{"registration " + hostAdmin(c) + " is gone", "--repair cannot re-create", "not affected (its admin dir is the view's, " + viewAdmin(c) + ")", "`ohctl rm " + c.ID + "`"}
+			}, rm: "rm"},
+		{name: "unlocked", brk: func(c store.Conversation) { _ = os.Remove(filepath.Join(hostAdmin(c), "locked")) }, check: "worktree-host",
+			want:   func(c store.Conversation) []string { return []string{"not locked"} },
+			repair: func(c store.Conversation) string { return "lock the registration " + hostAdmin(c) }},
+		{name: "view gone", commit: true, brk: func(c store.Conversation) { _ = os.RemoveAll(c.GitView) }, check: "worktree-container",
+			want: func(c store.Conversation) []string {
+				return []string{"git view " + c.GitView + " (its git dir in the container, mounted at " + c.CommonDir + ") is gone", "branch <name> " + c.Branch, "`ohctl rm --discard " + c.ID + "`"}
+			}, rm: "discard"},
+		{name: "view admin dir gone", brk: func(c store.Conversation) { _ = os.RemoveAll(viewAdmin(c)) }, check: "worktree-container",
+			want: func(c store.Conversation) []string {
+				return []string{"admin dir " + viewAdmin(c) + " (at " + hostAdmin(c) + " in the container", "`ohctl rm --discard " + c.ID + "`"}
+			}, rm: "discard"},
+	}
+	for _, st := range states {
+		t.Run(st.name, func(t *testing.T) {
+			repo := testenv.NewRepo(t, testenv.RepoOptions{})
+			var c store.Conversation
+			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+			if c.GitView == "" {
+				t.Fatalf("conversation %s has no git view", c.ID)
+			}
+			if st.commit {
+				if code, out := d.execIn(c.ID, "git", "-C", c.Worktree, "-c", "user.name=a", "-c", "user.email=a@example.com", "commit", "--allow-empty", "-qm", "agent work"); code != 0 {
+					t.Fatalf("commit in the container: %d %s", code, out)
+				}
+				waitFor(t, time.Minute, "the commit to be published", func() bool {
+					return testenv.Git(t, repo, "rev-parse", c.Branch) != testenv.Git(t, repo, "rev-parse", "HEAD")
+				})
+			}
+			if code, out := d.execIn(c.ID, "sh", "-c", "echo draft > "+filepath.Join(c.Worktree, "notes.txt")); code != 0 {
+				t.Fatalf("write in the container: %d %s", code, out)
+			}
+			st.brk(c)
+			var rep control.DoctorReport
+			out, _ := d.ohctlErr("--json", "doctor", c.ID)
+			if err := jsonUnmarshal(out, &rep); err != nil {
+				t.Fatalf("doctor --json: %v: %s", err, out)
+			}
+			var ck *control.DoctorCheck
+			for i := range rep.Checks {
+				if rep.Checks[i].Check == st.check {
+					ck = &rep.Checks[i]
+				} else if rep.Checks[i].Repair != "" {
+					t.Errorf("check %s offers a repair for a problem it does not have: %+v", rep.Checks[i].Check, rep.Checks[i])
+				}
+			}
+			if ck == nil || ck.Status == "ok" {
+				t.Fatalf("doctor shows no problem in %s: %+v", st.check, rep.Checks)
+			}
+			t.Logf("%s: %s (--repair would: %s)", ck.Status, ck.Detail, ck.Repair)
+			for _, w := range st.want(c) {
+				if !strings.Contains(ck.Detail, w) {
+					t.Errorf("%s detail %q lacks %q", st.check, ck.Detail, w)
+				}
+			}
+			if st.repair == nil {
+				if ck.Repair != "" {
+					t.Errorf("repair offered %q; --repair cannot do anything here", ck.Repair)
+				}
+			} else {
+				if !strings.HasPrefix(ck.Repair, st.repair(c)) {
+					t.Errorf("repair offered %q, want %q...", ck.Repair, st.repair(c))
+				}
+				d.ohctl("doctor", "--repair", c.ID)
+				if out, err := d.ohctlErr("doctor", c.ID); err != nil || strings.Contains(out, "FAIL") || strings.Contains(out, "WARN") {
+					t.Errorf("doctor after --repair: %v\n%s", err, out)
+				}
+				d.ohctl("rm", "--discard", c.ID)
+				return
+			}
+			switch st.rm {
+			case "rm":
+				out := d.ohctl("rm", c.ID)
+				if st.commit {
+					if _, err := testenv.GitOutput(repo, "rev-parse", "--verify", c.Branch); err != nil {
+						t.Errorf("ohctl rm, as the hint says, did not keep the branch with its commit: %v\n%s", err, out)
+					}
+				} else if refs := testenv.Git(t, repo, "for-each-ref", "refs/ohd/snapshots/"); !strings.Contains(refs, c.ID) {
+					t.Errorf("ohctl rm, as the hint says, kept no snapshot of notes.txt: %q\n%s", refs, out)
+				}
+			case "discard":
+				// A plain rm cannot save the work: refused, nothing torn down.
+				if out, err := d.ohctlErr("rm", c.ID); err == nil || !strings.Contains(err.Error(), "nothing was removed") {
+					t.Errorf("ohctl rm with the view gone = %q, %v; want a refusal", out, err)
+				}
+				if code, out := d.execIn(c.ID, "sh", "-c", ":"); code != 0 {
+					t.Errorf("after the refused rm, exec in the container: %d %s", code, out)
+				}
+				testenv.Git(t, repo, "branch", "kept-by-hand", c.Branch)
+				d.ohctl("rm", "--discard", c.ID)
+				if _, err := testenv.GitOutput(repo, "rev-parse", "--verify", "kept-by-hand"); err != nil {
+					t.Errorf("the branch kept by hand is gone: %v", err)
+				}
+			}
+			var after store.Conversation
+			d.ohctlJSON(&after, "show", c.ID)
+			if after.State != store.StateDeleted {
+				t.Errorf("after the way out the hint names: %s", after.State)
+			}
+		})
+	}
 }

@@ -125,7 +125,15 @@ func pathID(w http.ResponseWriter, r *http.Request) (string, bool) {
 type startRequest struct {
 	// StandinReject, a test knob, makes the create fail with this status
 	// (so tests can see ohd undo everything after an inner 4xx).
-	StandinReject  int                        `json:"standin_reject"`
+	StandinReject int `json:"standin_reject"`
+	// StandinHold, a test knob, holds the create this long (a Go
+	// duration) before answering, or until the caller gives up, so tests
+	// can disconnect or time out in the middle of a forwarded create.
+	StandinHold string `json:"standin_hold"`
+	// StandinCrash, a test knob, makes the server process exit (status
+	// 3, as STANDIN_EXIT_AFTER does) on receiving the create, so tests
+	// can see ohd undo a create whose inner server died under it.
+	StandinCrash   bool                       `json:"standin_crash"`
 	ConversationID *string                    `json:"conversation_id"`
 	Agent          json.RawMessage            `json:"agent"`
 	Secrets        map[string]json.RawMessage `json:"secrets"`
@@ -143,6 +151,24 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 	if req.Workspace == nil || req.Workspace.WorkingDir == nil || *req.Workspace.WorkingDir == "" {
 		writeValidation(w, validationError{Type: "missing", Loc: []any{"body", "workspace", "working_dir"}, Msg: "Field required", Input: nil})
 		return
+	}
+	if req.StandinCrash {
+		s.log.Error("standin: simulated crash on create (standin_crash)")
+		os.Exit(exitCrash)
+	}
+	if req.StandinHold != "" {
+		d, err := time.ParseDuration(req.StandinHold)
+		if err != nil {
+			writeDetail(w, http.StatusBadRequest, "standin_hold: "+err.Error())
+			return
+		}
+		s.log.Info("standin: holding the create (standin_hold)", "for", d)
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+			s.log.Info("standin: the caller of the held create went away")
+			return
+		}
 	}
 	if req.StandinReject >= 400 && req.StandinReject < 600 {
 		writeDetail(w, req.StandinReject, "rejected on request (standin_reject)")

@@ -1,7 +1,8 @@
 // Package testimage provides the container image ohd's Docker tests run:
 // ohd-test-agent:dev, holding the standin agent server (integration/standin)
 // as its command, a static ohctl, and this host's git with the shared
-// libraries it needs, plus a minimal /bin/sh.
+// libraries it needs, plus a minimal /bin/sh (and the host's stty and tty,
+// to look at a terminal from inside).
 //
 // The image is built without any registry: Build assembles a root
 // filesystem as a tar stream (Go binaries built with CGO_ENABLED=0, host
@@ -20,8 +21,8 @@
 //
 // Caveats: the host must be Linux and the engine must run the host's
 // architecture, because the host's git binaries are copied into the image.
-// The image has no package manager and no libc-based tools beyond git and
-// sh; its ENV sets HOME=/tmp so git works as any uid with a read-only root
+// The image has no package manager and no libc-based tools beyond git, sh,
+// stty and tty; its ENV sets HOME=/tmp so git works as any uid with a read-only root
 // filesystem and a tmpfs /tmp.
 //
 // Like the real agent server's image (shared reference §6), it has a user

@@ -197,10 +197,15 @@ hosts: files dns
 // distributions; the first that exists is copied.
 var templateDirs = []string{"/usr/share/git-core/templates"}
 
+// terminalTools are host programs copied into the image when the host has
+// them (coreutils' stty and tty).
+var terminalTools = []string{"stty", "tty"}
+
 // hostLayout assembles the image's root filesystem apart from the Go
 // binaries: a skeleton, passwd and group, the host's git (binary, helper
-// programs that are git itself or shell scripts, templates), /bin/sh, and
-// every shared library those need, each at its host path.
+// programs that are git itself or shell scripts, templates), /bin/sh,
+// stty and tty, and every shared library those need, each at its host
+// path.
 func hostLayout(ctx context.Context) (*layout, error) {
 	l := newLayout()
 	for _, d := range []struct {
@@ -257,7 +262,23 @@ func hostLayout(ctx context.Context) (*layout, error) {
 	if err := l.host("/bin/sh"); err != nil {
 		return nil, fmt.Errorf("testimage: the image needs a /bin/sh for git's helpers: %w", err)
 	}
-	for _, prog := range []string{git, "/bin/sh"} {
+	progs := []string{git, "/bin/sh"}
+	// stty and tty let tests see, from inside, the terminal ohctl exec -t
+	// gives a command; the image does without them where the host has none.
+	for _, name := range terminalTools {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		if p, err = filepath.Abs(p); err != nil {
+			return nil, fmt.Errorf("testimage: %w", err)
+		}
+		if err := l.host(p); err != nil {
+			return nil, err
+		}
+		progs = append(progs, p)
+	}
+	for _, prog := range progs {
 		libs, err := sharedLibraries(ctx, prog)
 		if err != nil {
 			return nil, err

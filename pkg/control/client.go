@@ -191,7 +191,87 @@ func (c *Client) Exec(ctx context.Context, id string, r ExecRequest, stdin io.Re
 		return -1, err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(resp.Body)
+	return readExecFrames(resp.Body, stdout, stderr)
+}
+
+// ExecTTY runs r.Cmd on a pseudo-terminal in a conversation's container
+// (ohctl exec -t): what is read from stdin is typed at it, each size from
+// sizes becomes its window size, and its output goes to stdout. It returns
+// the command's exit code.
+//
+// A Read of stdin that blocks when the command exits is not waited for
+// (a terminal's never ends): ExecTTY returns, and that Read's bytes go
+// nowhere. Callers that go on reading stdin pass a reader they can stop.
+func (c *Client) ExecTTY(ctx context.Context, id string, r ExecRequest, stdin io.Reader, sizes <-chan TermSize, stdout io.Writer) (int, error) {
+	r.Stdin, r.TTY = true, true
+	head, err := json.Marshal(r)
+	if err != nil {
+		return -1, err
+	}
+	// Each ExecInput line is one Write to the pipe, so lines from the two
+	// writers below never interleave.
+	pr, pw := io.Pipe()
+	send := func(m ExecInput) error {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		_, err = pw.Write(append(b, '\n'))
+		return err
+	}
+	go func() {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := stdin.Read(buf)
+			if n > 0 {
+				if send(ExecInput{Data: buf[:n]}) != nil {
+					return
+				}
+			}
+			if err != nil {
+				// The terminal is gone: end the input, as a hang-up would.
+				_ = pw.Close()
+				return
+			}
+		}
+	}()
+	done := make(chan struct{})
+	resized := make(chan struct{})
+	go func() {
+		defer close(resized)
+		for {
+			select {
+			case <-done:
+				return
+			case sz, ok := <-sizes:
+				if !ok {
+					return
+				}
+				if send(ExecInput{Size: &sz}) != nil {
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		// Ends the request body, so the daemon's read of it ends, and
+		// unblocks a send that the transport no longer reads.
+		_ = pw.Close()
+		<-resized
+	}()
+	resp, err := c.send(ctx, "POST", "/v1/conversations/"+esc(id)+"/exec", io.MultiReader(bytes.NewReader(append(head, '\n')), pr))
+	if err != nil {
+		return -1, err
+	}
+	defer resp.Body.Close()
+	return readExecFrames(resp.Body, stdout, io.Discard)
+}
+
+// readExecFrames copies an exec answer's output to stdout and stderr and
+// returns the exit code it ends with.
+func readExecFrames(body io.Reader, stdout, stderr io.Writer) (int, error) {
+	dec := json.NewDecoder(body)
 	for {
 		var f ExecFrame
 		if err := dec.Decode(&f); err != nil {

@@ -13,7 +13,7 @@
 //	DELETE /v1/conversations/{id}/grants/{kind}/{name}
 //	POST   /v1/conversations/{id}/token/rotate       → store.Conversation
 //	GET    /v1/conversations/{id}/logs[?follow=true] → the container's output (text stream)
-//	POST   /v1/conversations/{id}/exec               ExecRequest → ExecFrame lines (NDJSON stream)
+//	POST   /v1/conversations/{id}/exec               ExecRequest [+ stdin, or ExecInput lines with tty] → ExecFrame lines (NDJSON stream)
 //	POST   /v1/prune                                 PruneRequest → PruneReport
 //	GET    /v1/doctor[?id=ID|?repo=PATH]             → DoctorReport (POST with repair=true repairs)
 //	GET    /v1/secrets                               → []store.SecretInfo
@@ -83,8 +83,28 @@ type ExecRequest struct {
 	// conversation's working directory.
 	WorkDir string `json:"workdir,omitempty"`
 	// Stdin says the command's standard input follows this JSON value in
-	// the request body (one newline after it, then raw bytes to EOF).
+	// the request body (one newline after it, then raw bytes to EOF; with
+	// TTY, ExecInput lines to EOF).
 	Stdin bool `json:"stdin,omitempty"`
+	// TTY runs the command on a pseudo-terminal (ohctl exec -t): the
+	// command sees a terminal, its output comes as one "stdout" stream,
+	// and the input carries window sizes along with the keystrokes.
+	TTY bool `json:"tty,omitempty"`
+	// Size is the terminal's window size at the start, with TTY.
+	Size *TermSize `json:"size,omitempty"`
+}
+
+// ExecInput is one line of an exec's input with TTY: bytes typed, or the
+// terminal's new window size.
+type ExecInput struct {
+	Data []byte    `json:"data,omitempty"`
+	Size *TermSize `json:"size,omitempty"`
+}
+
+// TermSize is a terminal's window size in character cells.
+type TermSize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // ExecFrame is one line of an exec answer: output, or the exit code last.

@@ -14,7 +14,12 @@
 //
 // Each completed step is recorded. If a step fails, every completed step is
 // undone in reverse order, the record ends in state failed with the step
-// named, and the error (a *StepError) says which step failed and why.
+// named, and the error (a *StepError) says which step failed and why. A
+// step that panics is undone the same way (step "internal") before the
+// panic goes on. An undo that could not finish (UndoPending), and a
+// provisioning record whose create ended without recording its outcome,
+// are finished by RunUndoRetries while ohd runs, not only at the next
+// start (TestAPICreateFailuresFinishTheRecord drives the API's failures).
 //
 // # The git view and publishing
 //

@@ -77,6 +77,15 @@ func removable(conv store.Conversation, opts RemoveOptions) error {
 		return fmt.Errorf("%w: conversation %s: its repository's git directory %s is not there (%v): the work is saved into that repository, so move the repository back to %s and run the removal again (or copy what you need from %s and remove with --discard); nothing was removed",
 			ErrConflict, conv.ID, conv.CommonDir, errors.Unwrap(err), conv.Workspace, conv.Worktree)
 	}
+	// The work is saved through the conversation's git view, or (without
+	// one) through the host's registration of its worktree.
+	if gone := viewGone(conv); gone != "" {
+		return fmt.Errorf("%w: conversation %s: %s, so its work cannot be saved: %s; nothing was removed", ErrConflict, conv.ID, gone, discardAction(conv))
+	}
+	if conv.GitView == "" && registrationGone(conv) {
+		return fmt.Errorf("%w: conversation %s: the host repository's registration %s of its worktree is gone, so its uncommitted work cannot be snapshotted: %s; nothing was removed",
+			ErrConflict, conv.ID, filepath.Join(conv.CommonDir, "worktrees", conv.AdminID), discardAction(conv))
+	}
 	return nil
 }
 
@@ -753,6 +762,9 @@ const DefaultUndoRetry = 30 * time.Second
 // RunUndoRetries retries, until ctx ends, the undo of every failed create
 // whose undo did not finish (UndoPending), so what such a create left
 // (a container, a socket, a worktree) is removed as soon as it can be.
+// It also finishes a provisioning record that no create is working on
+// (its failure could not be recorded, or its create never returned):
+// undone and failed as a restart's reconcile would, without the restart.
 func (m *Manager) RunUndoRetries(ctx context.Context) {
 	interval := m.cfg.UndoRetryInterval
 	if interval <= 0 {
@@ -760,13 +772,33 @@ func (m *Manager) RunUndoRetries(ctx context.Context) {
 	}
 	every(ctx, interval, func() {
 		for _, c := range m.st.Conversations() {
-			if c.State == store.StateFailed && c.UndoPending {
+			switch {
+			case c.State == store.StateFailed && c.UndoPending:
 				if err := m.retryUndo(ctx, c); err != nil {
 					m.log.Warn("undo of a failed create still incomplete", "id", c.ID, "err", err)
 				}
+			case c.State == store.StateProvisioning:
+				m.finishAbandoned(c.ID)
 			}
 		}
 	})
+}
+
+// finishAbandoned undoes the create of provisioning record id if no
+// create (which holds the conversation's lock throughout) is working on
+// it, and records it failed.
+func (m *Manager) finishAbandoned(id string) {
+	unlock, ok := m.tryLock(id)
+	if !ok {
+		return // a create (or another operation) is under way
+	}
+	defer unlock()
+	c, err := m.st.Conversation(id)
+	if err != nil || c.State != store.StateProvisioning {
+		return
+	}
+	m.log.Warn("finishing a create that ended without its record", "id", id)
+	_, _ = m.fail(c, &StepError{ID: id, Step: "interrupted", Err: errors.New("the create ended without recording its outcome")})
 }
 
 // retryUndo runs the undo of failed create c again and clears

@@ -171,40 +171,68 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 
 // checkWorktreeHost checks how the host repository sees a conversation's
 // worktree and, with repair, points the two pointers at each other again.
+// Each hint matches the state it describes: what is gone is named with its
+// path, and only what --repair can do is offered as a repair (it re-points
+// and locks a registration; it re-creates nothing). With a git view the
+// host's registration, <CommonDir>/worktrees/<AdminID>, is not the
+// container's admin dir (that one is in the view, checked by
+// worktree-container).
 func (m *Manager) checkWorktreeHost(ctx context.Context, c store.Conversation, repair bool) control.DoctorCheck {
 	wt := worktreeOf(c)
 	ck := control.DoctorCheck{Conversation: c.ID, Check: "worktree-host"}
+	// Nothing can be re-pointed at a repository or a folder that is gone.
+	switch {
+	case c.CommonDir != "" && !dirExists(c.CommonDir):
+		ck.Status = "fail"
+		ck.Detail = "the repository's git dir " + c.CommonDir + " is gone (moved?): move the repository back to " + c.Workspace + ", then run doctor again"
+		return ck
+	case !dirExists(c.Worktree):
+		ck.Status = "fail"
+		ck.Detail = "the worktree folder " + c.Worktree + " is gone: nothing on the host can bring its files back; `ohctl rm " + c.ID + "` ends the conversation and keeps branch " + c.Branch + " if it has commits"
+		return ck
+	}
+	var h worktree.Health
+	var herr error
 	problem := func() (string, string) {
-		h, err := m.wt.Health(ctx, wt)
+		h, herr = m.wt.Health(ctx, wt)
 		switch {
-		case err != nil:
-			return "fail", err.Error()
+		case herr != nil:
+			return "fail", herr.Error()
+		case !h.AdminExists:
+			return "fail", "the host repository's registration " + wt.AdminDir + " is gone (deleted by hand?)"
 		case !h.Registered:
 			return "fail", "the host repository has no valid registration for " + c.Worktree
 		case h.Prunable:
 			return "fail", "the host repository reports the worktree prunable: " + h.PrunableReason
 		case !h.GitdirResolves:
-			return "fail", "the worktree's .git file and its registration do not point at each other"
+			return "fail", "the worktree's .git file and the host's registration " + wt.AdminDir + " do not point at each other"
 		case !h.Locked:
 			return "warn", "the worktree is not locked: a git worktree prune could remove it"
 		}
 		return "ok", "registered, locked, not prunable; gitdir resolves on the host"
 	}
 	ck.Status, ck.Detail = problem()
-	if ck.Status == "ok" {
-		return ck
-	}
-	// A hint that matches the state: nothing can be re-pointed at a
-	// folder or a repository that is not there.
 	switch {
-	case c.CommonDir != "" && !dirExists(c.CommonDir):
-		ck.Detail += "; the repository's git dir " + c.CommonDir + " is gone (moved?): move the repository back to " + c.Workspace + ", then run doctor again"
+	case ck.Status == "ok", herr != nil:
 		return ck
-	case !dirExists(c.Worktree):
-		ck.Detail += "; the worktree folder " + c.Worktree + " is gone: the host cannot repair it; its committed work is on branch " + c.Branch + ", and `ohctl rm --discard " + c.ID + "` ends the conversation"
+	case !h.AdminExists:
+		ck.Detail += ": --repair cannot re-create a registration; "
+		if c.GitView != "" {
+			// The container's admin dir is the view's: its git works on,
+			// and the removal saves the work through it.
+			ck.Detail += "git in the container is not affected (its admin dir is the view's, " + filepath.Join(c.GitView, "worktrees", c.AdminID) + "), and `ohctl rm " + c.ID + "` ends the conversation with its work saved (uncommitted files as a snapshot, the branch kept if it has commits)"
+		} else {
+			ck.Detail += "without it (git in the container uses it too) the worktree's uncommitted work cannot be snapshotted: " + discardAction(c)
+		}
 		return ck
+	case h.Registered && !h.Prunable && h.GitdirResolves:
+		ck.Repair = "lock the registration " + wt.AdminDir + " (write its locked file)"
+	default:
+		ck.Repair = "rewrite " + filepath.Join(c.Worktree, ".git") + " to name " + wt.AdminDir + " and " + filepath.Join(wt.AdminDir, "gitdir") + " to name " + filepath.Join(c.Worktree, ".git")
+		if !h.Locked {
+			ck.Repair += ", and lock the registration"
+		}
 	}
-	ck.Repair = "rewrite the worktree's .git file and " + filepath.Join(wt.AdminDir, "gitdir") + " to point at each other, and lock it"
 	if repair {
 		if err := m.wt.Repair(ctx, wt); err != nil {
 			ck.Detail += "; repair failed: " + err.Error()
@@ -360,7 +388,7 @@ func (m *Manager) checkRepository(ctx context.Context, common string, uid, gid i
 			}
 			if s.Locked {
 				ck.Repair = ""
-				ck.Detail += fmt.Sprintf("; it is locked (%q): if nothing uses it, git worktree unlock it, then run doctor --repair", s.LockReason)
+				ck.Detail += fmt.Sprintf("; it is locked (%q): if nothing uses it, run `git -C %s worktree unlock %s`, then doctor --repair", s.LockReason, common, s.Path)
 			}
 			if repair && !s.Locked {
 				if err := m.wt.RemoveStale(ctx, common, s); err != nil {
@@ -404,7 +432,7 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 			case err != nil:
 				check("worktree-container", "fail", err.Error())
 			case code != 0 || !strings.HasPrefix(stdout.String(), want):
-				check("worktree-container", "fail", fmt.Sprintf("git status in the container exited %d: %s", code, strings.TrimSpace(stderr.String()+stdout.String())))
+				check("worktree-container", "fail", fmt.Sprintf("git status in the container exited %d: %s", code, strings.TrimSpace(stderr.String()+stdout.String()))+containerGitHint(c))
 			default:
 				check("worktree-container", "ok", "git status in the container: "+strings.SplitN(stdout.String(), "\n", 2)[0])
 			}
@@ -430,4 +458,56 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 		check("broker", "ok", "answers on "+filepath.Join(dir, "broker.sock"))
 	}
 	return out
+}
+
+// containerGitHint says, for a conversation whose git fails in its
+// container, which of the paths that git needs is gone on the host and
+// what to do; "" when all are there (the failure is then in their
+// contents, or the worktree-host check names what is gone).
+func containerGitHint(c store.Conversation) string {
+	if c.CommonDir != "" && !dirExists(c.CommonDir) {
+		return ""
+	}
+	gone := viewGone(c)
+	if gone == "" {
+		return ""
+	}
+	return "; " + gone + ": nothing on the host can rebuild what the agent kept there, and the work can no longer be saved through it: " + discardAction(c)
+}
+
+// viewGone describes what of conv's git view is missing on the host, ""
+// if nothing is (or it has none, or its worktree folder is gone: then
+// nothing is saved through the view anyway). Only lstat runs: the view is
+// the agent's to write, so nothing in it is followed or read.
+func viewGone(c store.Conversation) string {
+	if c.GitView == "" || c.AdminID == "" || !dirExists(c.Worktree) {
+		return ""
+	}
+	admin := filepath.Join(c.GitView, "worktrees", c.AdminID)
+	switch {
+	case !dirExists(c.GitView):
+		return "the conversation's git view " + c.GitView + " (its git dir in the container, mounted at " + c.CommonDir + ") is gone"
+	case !dirExists(admin):
+		return "the container's admin dir " + admin + " (at " + filepath.Join(c.CommonDir, "worktrees", c.AdminID) + " in the container; on the host that path is the host's own registration, a different directory) is gone"
+	}
+	return ""
+}
+
+// discardAction is the way out for a conversation whose uncommitted work
+// cannot be saved any more: what is committed stays on a branch of the
+// user's naming, the rest is theirs to copy, and --discard ends it.
+func discardAction(c store.Conversation) string {
+	return "keep the commits of branch " + c.Branch + " with `git -C " + c.Repo + " branch <name> " + c.Branch + "`, " +
+		"copy what else you need from " + c.Worktree + ", then end the conversation with `ohctl rm --discard " + c.ID + "`"
+}
+
+// registrationGone reports whether conv's worktree has lost the host's
+// registration (<CommonDir>/worktrees/<AdminID> without its HEAD) while
+// its folder is still there.
+func registrationGone(c store.Conversation) bool {
+	if c.AdminID == "" || c.CommonDir == "" || !dirExists(c.CommonDir) || !dirExists(c.Worktree) {
+		return false
+	}
+	st, err := os.Lstat(filepath.Join(c.CommonDir, "worktrees", c.AdminID, "HEAD"))
+	return err != nil || !st.Mode().IsRegular()
 }

@@ -251,6 +251,21 @@ func (m *Manager) lockIn(locks map[string]*sync.Mutex, id string) func() {
 	return l.Unlock
 }
 
+// tryLock takes the mutex of id if no one holds it.
+func (m *Manager) tryLock(id string) (func(), bool) {
+	m.mu.Lock()
+	l, ok := m.locks[id]
+	if !ok {
+		l = &sync.Mutex{}
+		m.locks[id] = l
+	}
+	m.mu.Unlock()
+	if !l.TryLock() {
+		return nil, false
+	}
+	return l.Unlock, true
+}
+
 // every calls fn every interval until ctx ends.
 func every(ctx context.Context, interval time.Duration, fn func()) {
 	t := time.NewTicker(interval)
@@ -511,6 +526,16 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		return store.Conversation{}, fmt.Errorf("create conversation %s: %w", id, err)
 	}
 	failpoint.Hit("create/after-record")
+	// A step that panics (a bug) still has its create undone and its
+	// record finished, before the panic goes on to the caller.
+	defer func() {
+		if r := recover(); r != nil {
+			m.log.Error("conversation create panicked; undoing", "id", id, "panic", r)
+			m.cfg.Metrics.CreateResult(false, "internal")
+			_, _ = m.fail(conv, &StepError{ID: id, Step: "internal", Err: fmt.Errorf("ohd failed internally: %v", r)})
+			panic(r)
+		}
+	}()
 	conv, err = m.provision(ctx, conv, repo, req)
 	if err != nil {
 		m.cfg.Metrics.CreateResult(false, failedStep(err))
@@ -636,7 +661,7 @@ func (m *Manager) fail(conv store.Conversation, cause error) (store.Conversation
 		m.log.Error("undo of a failed create incomplete; ohd retries it", "id", conv.ID, "err", uerr)
 		cause = fmt.Errorf("%w; undo incomplete, ohd retries it: %v", cause, uerr)
 	}
-	_, _ = m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
+	if _, err := m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
 		c.State = store.StateFailed
 		c.Error = cause.Error()
 		c.FailedStep = step
@@ -645,7 +670,11 @@ func (m *Manager) fail(conv store.Conversation, cause error) (store.Conversation
 			c.ContainerID, c.HostPort = "", 0
 		}
 		return nil
-	})
+	}); err != nil {
+		// The record stays provisioning; RunUndoRetries finishes it once
+		// the store takes writes again, without a restart.
+		m.log.Error("recording a failed create failed; ohd retries it", "id", conv.ID, "err", err)
+	}
 	return store.Conversation{}, cause
 }
 

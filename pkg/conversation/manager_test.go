@@ -555,3 +555,98 @@ func TestFailedPublishHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestCreatePanicFinishesTheRecord: a step that panics (a bug) still has
+// the create undone and its record failed before the panic goes on.
+func TestCreatePanicFinishesTheRecord(t *testing.T) {
+	e := newEnv(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	id := store.NewID()
+	func() {
+		defer func() {
+			if r := recover(); r != "forward bug" {
+				t.Errorf("Create's panic = %v, want the step's own", r)
+			}
+		}()
+		_, _ = e.m.Create(context.Background(), CreateRequest{ID: id, Workspace: repo, Worktree: true, Forward: func(context.Context, store.Conversation, Target) error {
+			panic("forward bug")
+		}})
+	}()
+	c, err := e.st.Conversation(id)
+	if err != nil || c.State != store.StateFailed || c.FailedStep != "internal" || c.UndoPending {
+		t.Fatalf("record after a panicking create = %s step %q undo pending %v (%v); want failed at step internal, undone", c.State, c.FailedStep, c.UndoPending, err)
+	}
+	if out := testenv.Git(t, repo, "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
+		t.Errorf("a worktree is still registered:\n%s", out)
+	}
+	if exists(filepath.Join(e.runDir, "conversations", id)) || exists(filepath.Join(e.wtRoot, id)) {
+		t.Error("the socket dir or worktree folder is left")
+	}
+}
+
+// TestAbandonedProvisioningRecordIsFinished: a provisioning record that no
+// create works on any more (its failure could not be written) is undone
+// and failed by RunUndoRetries, without a restart; one whose create is
+// still under way is left alone.
+func TestAbandonedProvisioningRecordIsFinished(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.m.cfg.UndoRetryInterval = 10 * time.Millisecond
+	rctx, cancel := context.WithCancel(ctx)
+	retried := make(chan struct{})
+	defer func() { cancel(); <-retried }()
+
+	// A create in flight, held in its forward step.
+	inFlight := store.NewID()
+	forwarding, release := make(chan struct{}), make(chan struct{})
+	created := make(chan error, 1)
+	go func() {
+		_, err := e.m.Create(ctx, CreateRequest{ID: inFlight, Workspace: testenv.NewRepo(t, testenv.RepoOptions{}), Worktree: true,
+			Forward: func(context.Context, store.Conversation, Target) error {
+				close(forwarding)
+				<-release
+				return nil
+			}})
+		created <- err
+	}()
+	<-forwarding
+
+	// An abandoned record, newer than the one in flight (the retries visit
+	// records oldest first), with the socket directory its create made.
+	abandoned := store.NewID()
+	ws := testenv.NewRepo(t, testenv.RepoOptions{})
+	if err := e.st.CreateConversation(store.Conversation{ID: abandoned, State: store.StateProvisioning, Runtime: "local", Workspace: ws, WorkingDir: ws, BrokerEpoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sockDir := filepath.Join(e.runDir, "conversations", abandoned)
+	if err := os.MkdirAll(sockDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	go func() { e.m.RunUndoRetries(rctx); close(retried) }()
+	deadline := time.Now().Add(30 * time.Second)
+	var c store.Conversation
+	for {
+		c, _ = e.st.Conversation(abandoned)
+		if c.State != store.StateProvisioning || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.State != store.StateFailed || c.UndoPending {
+		t.Fatalf("abandoned record = %s, undo pending %v; want failed, undone", c.State, c.UndoPending)
+	}
+	if exists(sockDir) {
+		t.Error("the abandoned create's socket dir is left")
+	}
+	if c, _ := e.st.Conversation(inFlight); c.State != store.StateProvisioning {
+		t.Errorf("the create in flight has its record %s, want it left provisioning", c.State)
+	}
+	close(release)
+	if err := <-created; err != nil {
+		t.Fatalf("the create in flight failed: %v", err)
+	}
+	if c, _ := e.st.Conversation(inFlight); c.State != store.StateRunning {
+		t.Errorf("the create in flight ended %s, want running", c.State)
+	}
+}

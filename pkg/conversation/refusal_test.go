@@ -10,6 +10,7 @@ import (
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/control"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -54,39 +55,154 @@ func TestRemoveRefusedWhenTheRepositoryMovedChangesNothing(t *testing.T) {
 	}
 }
 
-// TestDoctorHintsMatchTheState: with the worktree folder gone, doctor
-// does not offer to rewrite its .git file (there is none), and --repair
-// changes nothing; the detail says what is gone and what to do.
+// TestDoctorHintsMatchTheState: for each way a conversation's worktree
+// can break on the host, doctor's worktree-host check names what is wrong
+// with its path, offers as a repair only what --repair does, and the way
+// out it names works: --repair where it offers one, `ohctl rm` otherwise.
+// (A worktree shared with the container, as the local runtime has: the
+// git view's own states are in integration's TestDoctorHintsWithAGitView.)
 func TestDoctorHintsMatchTheState(t *testing.T) {
+	type state struct {
+		name  string
+		brk   func(t *testing.T, c store.Conversation)
+		want  []string // in the detail
+		fix   string   // in the repair offered; "" when none may be
+		after string   // status after --repair
+	}
+	admin := func(c store.Conversation) string { return filepath.Join(c.CommonDir, "worktrees", c.AdminID) }
+	states := []state{
+		{name: "folder gone", brk: func(t *testing.T, c store.Conversation) { must(t, os.RemoveAll(c.Worktree)) },
+			want: []string{"the worktree folder ", " is gone", "ohctl rm "}, after: "fail"},
+		{name: ".git file wrong", brk: func(t *testing.T, c store.Conversation) {
+			must(t, os.WriteFile(filepath.Join(c.Worktree, ".git"), []byte("gitdir: /nowhere\n"), 0o644))
+		}, want: []string{"do not point at each other"}, fix: "rewrite ", after: "ok"},
+		{name: "host registration gone", brk: func(t *testing.T, c store.Conversation) { must(t, os.RemoveAll(admin(c))) },
+			want: []string{"registration ", " is gone", "--repair cannot re-create", "git -C ", " branch <name> openhands/", "ohctl rm --discard "}, after: "fail"},
+		{name: "unlocked", brk: func(t *testing.T, c store.Conversation) { must(t, os.Remove(filepath.Join(admin(c), "locked"))) },
+			want: []string{"not locked"}, fix: "lock the registration ", after: "ok"},
+	}
+	for _, st := range states {
+		t.Run(st.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			c, err := e.m.Create(ctx, CreateRequest{Workspace: testenv.NewRepo(t, testenv.RepoOptions{}), Worktree: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.brk(t, c)
+			hostCheck := func(repair bool) control.DoctorCheck {
+				t.Helper()
+				rep, err := e.m.Doctor(ctx, c.ID, repair)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, ck := range rep.Checks {
+					if ck.Check == "worktree-host" {
+						return ck
+					}
+				}
+				t.Fatalf("Doctor(repair=%v): no worktree-host check: %+v", repair, rep.Checks)
+				return control.DoctorCheck{}
+			}
+			ck := hostCheck(false)
+			t.Logf("doctor: %s %s (--repair would: %s)", ck.Status, ck.Detail, ck.Repair)
+			for _, w := range st.want {
+				if !strings.Contains(ck.Detail, w) {
+					t.Errorf("detail %q lacks %q", ck.Detail, w)
+				}
+			}
+			if ck.Status == "ok" {
+				t.Errorf("check = %+v, want a problem", ck)
+			}
+			switch {
+			case st.fix == "" && ck.Repair != "":
+				t.Errorf("repair offered: %q, want none (--repair cannot do it)", ck.Repair)
+			case st.fix != "" && !strings.HasPrefix(ck.Repair, st.fix):
+				t.Errorf("repair offered: %q, want %q...", ck.Repair, st.fix)
+			}
+			if st.fix != "" && !strings.Contains(ck.Repair, admin(c)) {
+				t.Errorf("repair %q does not name the registration %s", ck.Repair, admin(c))
+			}
+			ck = hostCheck(true)
+			if ck.Status != st.after || ck.Repaired != (st.fix != "") {
+				t.Errorf("after --repair: %+v, want status %s, repaired %v", ck, st.after, st.fix != "")
+			}
+			if st.name == "folder gone" && exists(c.Worktree) {
+				t.Error("doctor --repair re-created the worktree folder")
+			}
+			if st.after != "fail" {
+				return
+			}
+			// The way out the hint names.
+			if !strings.Contains(ck.Detail, "--discard") {
+				if r, err := e.m.Remove(ctx, c.ID, RemoveOptions{}); err != nil || r.State != store.StateDeleted {
+					t.Errorf("ohctl rm, as the hint says: %v, %v", r.State, err)
+				}
+				return
+			}
+			// A plain rm cannot save the work: it is refused, changing nothing.
+			if _, err := e.m.Remove(ctx, c.ID, RemoveOptions{}); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "nothing was removed") {
+				t.Errorf("ohctl rm where the hint says --discard = %v, want a refusal", err)
+			}
+			if got, _ := e.st.Conversation(c.ID); got.State != store.StateRunning || got.Removal != nil || !exists(c.Worktree) || !exists(c.BrokerDir) {
+				t.Errorf("the refused rm changed the conversation: %s, removal %+v", got.State, got.Removal)
+			}
+			testenv.Git(t, c.Repo, "branch", "kept-by-hand", c.Branch)
+			if r, err := e.m.Remove(ctx, c.ID, RemoveOptions{Discard: true}); err != nil || r.State != store.StateDeleted {
+				t.Errorf("ohctl rm --discard, as the hint says: %v, %v", r.State, err)
+			}
+			if _, err := testenv.GitOutput(c.Repo, "rev-parse", "--verify", "refs/heads/kept-by-hand"); err != nil {
+				t.Errorf("the branch kept by hand is gone: %v", err)
+			}
+		})
+	}
+}
+
+// TestDoctorRepoLockedRegistrationHint: a dead registration that is
+// locked is not removed by --repair; the hint names the exact command
+// that unlocks it, and after running it --repair removes it.
+func TestDoctorRepoLockedRegistrationHint(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	c, err := e.m.Create(ctx, CreateRequest{Workspace: testenv.NewRepo(t, testenv.RepoOptions{}), Worktree: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.RemoveAll(c.Worktree); err != nil {
-		t.Fatal(err)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	dead := filepath.Join(testenv.TempDir(t), "gone")
+	testenv.Git(t, repo, "worktree", "add", "-q", "--lock", "--reason", "held by another tool", "-b", "other", dead)
+	must(t, os.RemoveAll(dead))
+	common := filepath.Join(repo, ".git")
+	if r, err := filepath.EvalSymlinks(common); err == nil {
+		common = r
 	}
 	for _, repair := range []bool{false, true} {
-		rep, err := e.m.Doctor(ctx, c.ID, repair)
-		if err != nil {
-			t.Fatal(err)
+		rep, err := e.m.DoctorRepo(ctx, repo, repair)
+		must(t, err)
+		if len(rep.Checks) != 1 || rep.Checks[0].Repair != "" || rep.Checks[0].Repaired {
+			t.Fatalf("DoctorRepo(repair=%v) = %+v, want one stale registration and no repair offered", repair, rep.Checks)
 		}
-		found := false
-		for _, ck := range rep.Checks {
-			if ck.Check != "worktree-host" {
-				continue
-			}
-			found = true
-			if ck.Status != "fail" || ck.Repair != "" || ck.Repaired || !strings.Contains(ck.Detail, "the worktree folder "+c.Worktree+" is gone") {
-				t.Errorf("Doctor(repair=%v) with the folder gone: %+v; want a failure with no repair offered", repair, ck)
-			}
+		ck := rep.Checks[0]
+		if want := "`git -C " + common + " worktree unlock "; !strings.Contains(ck.Detail, want) || !strings.Contains(ck.Detail, "gone`") {
+			t.Fatalf("detail %q lacks the unlock command (%s... %s)", ck.Detail, want, dead)
 		}
-		if !found {
-			t.Errorf("Doctor(repair=%v): no worktree-host check: %+v", repair, rep.Checks)
+		if repair {
+			// The command the hint names, as given.
+			cmd := ck.Detail[strings.Index(ck.Detail, "`git -C ")+len("`git -C "):]
+			cmd = cmd[:strings.Index(cmd, "`")]
+			f := strings.Fields(cmd)
+			testenv.Git(t, f[0], f[1:]...)
 		}
 	}
-	if exists(c.Worktree) {
-		t.Error("doctor --repair re-created the worktree folder")
+	rep, err := e.m.DoctorRepo(ctx, repo, true)
+	must(t, err)
+	if len(rep.Checks) != 1 || !rep.Checks[0].Repaired {
+		t.Fatalf("DoctorRepo(repair) after the unlock = %+v, want the registration removed", rep.Checks)
+	}
+	if _, err := testenv.GitOutput(repo, "rev-parse", "--verify", "refs/heads/other"); err != nil {
+		t.Errorf("the branch of the removed registration is gone: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

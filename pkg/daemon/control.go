@@ -414,6 +414,12 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Cmd) == 0 {
 		return badRequest(control.CodeBadRequest, "exec: no command: pass it after --, e.g. ohctl exec ID -- git status")
 	}
+	if req.WorkDir != "" && !filepath.IsAbs(req.WorkDir) {
+		return badRequest(control.CodeBadRequest, "exec --workdir %q: want an absolute path inside the container", req.WorkDir)
+	}
+	if req.Size != nil && !req.TTY {
+		return badRequest(control.CodeBadRequest, "exec: a window size is only for a terminal: ask for one with tty (ohctl exec -t)")
+	}
 	if _, err := d.mgr.Target(r.Context(), id); err != nil {
 		return err
 	}
@@ -422,30 +428,84 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	c, _ := d.mgr.Get(id)
+	workdir := c.WorkingDir
+	if req.WorkDir != "" {
+		workdir = req.WorkDir
+	}
+	var resize chan runtime.TermSize
+	if req.TTY && stdin != nil {
+		var stop func()
+		stdin, resize, stop = ttyInput(stdin)
+		defer stop()
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
 	f := w.(http.Flusher)
-	workdir := c.WorkingDir
-	if req.WorkDir != "" {
-		if !filepath.IsAbs(req.WorkDir) {
-			return badRequest(control.CodeBadRequest, "exec --workdir %q: want an absolute path inside the container", req.WorkDir)
-		}
-		workdir = req.WorkDir
-	}
-	code, err := d.rt.Exec(r.Context(), cid, req.Cmd, runtime.ExecOptions{
+	opts := runtime.ExecOptions{
 		User: req.User, Stdin: stdin,
 		WorkingDir: workdir,
+		TTY:        req.TTY,
+		Resize:     resize,
 		Stdout:     execWriter{"stdout", enc, &mu, f},
 		Stderr:     execWriter{"stderr", enc, &mu, f},
-	})
+	}
+	if req.Size != nil {
+		opts.Size = runtime.TermSize{Rows: req.Size.Rows, Cols: req.Size.Cols}
+	}
+	code, err := d.rt.Exec(r.Context(), cid, req.Cmd, opts)
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {
 		return enc.Encode(control.ExecFrame{Error: "exec: " + err.Error()})
 	}
 	return enc.Encode(control.ExecFrame{ExitCode: &code})
+}
+
+// ttyInput splits an exec's input with TTY (control.ExecInput lines) into
+// the bytes typed, read from the returned reader, and the window sizes,
+// sent on the returned channel. stop, called when the command has ended,
+// makes the splitting goroutine drop whatever still comes; that goroutine
+// ends when in does (the client closes its request body once it has the
+// exit code), as the runtime's copy of stdin does.
+func ttyInput(in io.Reader) (io.Reader, chan runtime.TermSize, func()) {
+	pr, pw := io.Pipe()
+	sizes := make(chan runtime.TermSize)
+	done := make(chan struct{})
+	go func() {
+		dec := json.NewDecoder(in)
+		for {
+			var m control.ExecInput
+			if err := dec.Decode(&m); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				_ = pw.CloseWithError(err)
+				return
+			}
+			if len(m.Data) > 0 {
+				if _, err := pw.Write(m.Data); err != nil {
+					return
+				}
+			}
+			if m.Size != nil {
+				select {
+				case sizes <- runtime.TermSize{Rows: m.Size.Rows, Cols: m.Size.Cols}:
+				case <-done:
+					return
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			close(done)
+			_ = pr.CloseWithError(io.ErrClosedPipe)
+		})
+	}
+	return pr, sizes, stop
 }
 
 func (d *Daemon) handleRestore(w http.ResponseWriter, r *http.Request) error {

@@ -220,6 +220,7 @@ func (s *state) execCmd() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "user", Usage: "run as this uid[:gid] (default: the conversation's user)"},
 			&cli.StringFlag{Name: "workdir", Usage: "run in this absolute directory inside the container (default: the conversation's working directory)"},
+			&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "run the command on a terminal, as docker exec -it does: ohctl's standard input must be a terminal, which is in raw mode until the command exits"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a := cmd.Args().Slice()
@@ -227,7 +228,13 @@ func (s *state) execCmd() *cli.Command {
 				return usagef("exec takes a conversation id and a command: ohctl exec ID -- CMD...")
 			}
 			req := control.ExecRequest{Cmd: a[1:], User: cmd.String("user"), WorkDir: cmd.String("workdir")}
-			code, err := s.client().Exec(ctx, a[0], req, s.env.Stdin, s.env.Stdout, s.env.Stderr)
+			var err error
+			var code int
+			if cmd.Bool("tty") {
+				code, err = s.execTTY(ctx, a[0], req)
+			} else {
+				code, err = s.client().Exec(ctx, a[0], req, s.env.Stdin, s.env.Stdout, s.env.Stderr)
+			}
 			if err != nil {
 				return err
 			}

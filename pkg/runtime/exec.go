@@ -17,11 +17,17 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 	if len(cmd) == 0 {
 		return -1, fmt.Errorf("exec in container %s: no command", shortID(id))
 	}
+	var size client.ConsoleSize
+	if opts.TTY && opts.Size.Rows > 0 && opts.Size.Cols > 0 {
+		size = client.ConsoleSize{Height: uint(opts.Size.Rows), Width: uint(opts.Size.Cols)}
+	}
 	created, err := d.api.ExecCreate(ctx, id, client.ExecCreateOptions{
 		User:         opts.User,
 		WorkingDir:   opts.WorkingDir,
 		Env:          opts.Env,
 		Cmd:          cmd,
+		TTY:          opts.TTY,
+		ConsoleSize:  size,
 		AttachStdin:  opts.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
@@ -29,7 +35,7 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 	if err != nil {
 		return -1, d.wrap("exec in container", shortID(id), err)
 	}
-	att, err := d.api.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	att, err := d.api.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: opts.TTY, ConsoleSize: size})
 	if err != nil {
 		return -1, d.wrap("exec in container", shortID(id), err)
 	}
@@ -38,6 +44,14 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 	stopClose := context.AfterFunc(ctx, att.Close)
 	defer stopClose()
 
+	if size != (client.ConsoleSize{}) {
+		// Engines before API 1.42 ignore ConsoleSize: set the size now, as
+		// docker exec does with them. The engine answers once the command
+		// has started and its terminal has the size, so the command sees
+		// it by the time it reads its first input (what it prints before
+		// that may have been laid out for 0x0 on such an engine).
+		d.resize(ctx, created.ID, opts.Size)
+	}
 	if opts.Stdin != nil {
 		// This goroutine ends when Stdin reaches EOF or fails, or when the
 		// connection is closed under a write; Exec does not wait for a
@@ -47,7 +61,30 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 			_ = att.CloseWrite()
 		}()
 	}
-	if err := demux(opts.Stdout, opts.Stderr, att.Reader); err != nil && ctx.Err() == nil {
+	if opts.TTY && opts.Resize != nil {
+		resizeDone := make(chan struct{})
+		resizeCtx, stopResize := context.WithCancel(ctx)
+		go func() {
+			defer close(resizeDone)
+			d.forwardResizes(resizeCtx, created.ID, opts.Resize)
+		}()
+		defer func() { stopResize(); <-resizeDone }()
+	}
+	var copyOut func() error
+	if opts.TTY {
+		// A terminal has one output stream, not multiplexed.
+		copyOut = func() error {
+			w := opts.Stdout
+			if w == nil {
+				w = io.Discard
+			}
+			_, err := io.Copy(w, att.Reader)
+			return err
+		}
+	} else {
+		copyOut = func() error { return demux(opts.Stdout, opts.Stderr, att.Reader) }
+	}
+	if err := copyOut(); err != nil && ctx.Err() == nil {
 		return -1, fmt.Errorf("exec in container %s: reading output: %w", shortID(id), err)
 	}
 	if ctx.Err() != nil {
@@ -65,5 +102,33 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 		if !sleepCtx(ctx, delay) {
 			return -1, fmt.Errorf("exec in container %s: %w", shortID(id), ctx.Err())
 		}
+	}
+}
+
+// forwardResizes passes each size from sizes to the exec's terminal until
+// ctx ends.
+func (d *Docker) forwardResizes(ctx context.Context, execID string, sizes <-chan TermSize) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s, ok := <-sizes:
+			if !ok {
+				return
+			}
+			d.resize(ctx, execID, s)
+		}
+	}
+}
+
+// resize sets the window size of an exec's terminal. A resize that fails
+// (the command has just exited) is dropped: the size is advice to the
+// command, not part of its result.
+func (d *Docker) resize(ctx context.Context, execID string, s TermSize) {
+	if s.Rows == 0 || s.Cols == 0 {
+		return
+	}
+	if _, err := d.api.ExecResize(ctx, execID, client.ExecResizeOptions{Height: uint(s.Rows), Width: uint(s.Cols)}); err != nil && ctx.Err() == nil {
+		d.log.Debug("docker runtime: exec resize failed", "exec", shortID(execID), "err", err)
 	}
 }

@@ -214,7 +214,25 @@ type ExecOptions struct {
 	// Read that blocks: pass a reader that ends (or nil).
 	Stdin io.Reader
 	// Stdout and Stderr receive the command's output; nil discards it.
+	// With TTY, all output arrives on Stdout, as the terminal wrote it.
 	Stdout, Stderr io.Writer
+	// TTY runs the command on a pseudo-terminal the engine allocates
+	// (docker exec -t): the command sees a terminal on its standard
+	// streams, with Size as its window size.
+	TTY bool
+	// Size is the terminal's initial size, with TTY; zero leaves the
+	// engine's default. An engine older than API 1.42 gets it just after
+	// the command starts, before any of Stdin reaches the command.
+	Size TermSize
+	// Resize, with TTY, carries new window sizes of the terminal while
+	// the command runs (a SIGWINCH of the caller's terminal). Exec stops
+	// reading it when it returns; it never closes it.
+	Resize <-chan TermSize
+}
+
+// TermSize is a terminal's window size in character cells.
+type TermSize struct {
+	Rows, Cols uint16
 }
 
 // Runtime runs conversation containers. Implementations: Docker (the

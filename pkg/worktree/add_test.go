@@ -73,7 +73,7 @@ func TestAddRegistersLockedWorktree(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Health: %v", err)
 	}
-	wantH := Health{Registered: true, Locked: true, LockReason: "ohd conversation " + id, GitdirResolves: true, Branch: "openhands/" + id}
+	wantH := Health{Registered: true, Locked: true, LockReason: "ohd conversation " + id, GitdirResolves: true, Branch: "openhands/" + id, AdminExists: true}
 	if diff := cmp.Diff(wantH, h); diff != "" {
 		t.Errorf("Health mismatch (-want +got):\n%s", diff)
 	}

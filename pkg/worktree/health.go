@@ -27,6 +27,10 @@ type Health struct {
 	// Branch is the branch checked out in the worktree (short name, e.g.
 	// "openhands/<id>"), empty when detached or unregistered.
 	Branch string
+	// AdminExists is true when the host's registration directory,
+	// AdminDir, still holds one (its HEAD and commondir files). Repair
+	// needs it: it re-points a registration, it does not re-create one.
+	AdminExists bool
 }
 
 // Health reports how the host repository sees wt.
@@ -59,6 +63,7 @@ func (m *Manager) Health(ctx context.Context, wt Worktree) (Health, error) {
 		break
 	}
 	h.GitdirResolves = dotGitPointsAt(wt.Path, wt.AdminDir) && adminPointsAt(wt.AdminDir, wt.Path)
+	h.AdminExists = looksLikeAdminDir(wt.AdminDir)
 	return h, nil
 }
 

@@ -153,7 +153,7 @@ func TestHealthAfterDirectoryLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Health{Registered: true, Locked: true, LockReason: LockReason(wt.ConversationID), Branch: wt.Branch}
+	want := Health{Registered: true, Locked: true, LockReason: LockReason(wt.ConversationID), Branch: wt.Branch, AdminExists: true}
 	// A locked worktree is never prunable, even with its directory gone.
 	if diff := cmp.Diff(want, h); diff != "" {
 		t.Errorf("Health mismatch (-want +got):\n%s", diff)
