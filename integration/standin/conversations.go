@@ -37,14 +37,16 @@ var validStatus = map[string]bool{
 const maxJSONBody = 1 << 20
 
 // ConversationInfo is the agent server's ConversationInfo, reduced to the
-// fields ohd reads.
+// fields ohd reads, and the agent (base_state.json's, secrets redacted:
+// publicAgent) whose skills include_skills trims (skills.go).
 type ConversationInfo struct {
-	ID              string    `json:"id"`
-	Workspace       Workspace `json:"workspace"`
-	ExecutionStatus string    `json:"execution_status"`
-	Title           *string   `json:"title"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	ID              string          `json:"id"`
+	Agent           json.RawMessage `json:"agent,omitempty"`
+	Workspace       Workspace       `json:"workspace"`
+	ExecutionStatus string          `json:"execution_status"`
+	Title           *string         `json:"title"`
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
 }
 
 // Workspace is the agent server's LocalWorkspace.
@@ -135,6 +137,10 @@ type startRequest struct {
 }
 
 func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
+	include, ok := includeSkills(w, r)
+	if !ok {
+		return
+	}
 	var req startRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeValidation(w, validationError{Type: "json_invalid", Loc: []any{"body"}, Msg: err.Error(), Input: nil})
@@ -146,6 +152,11 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.StandinReject >= 400 && req.StandinReject < 600 {
 		writeDetail(w, req.StandinReject, "rejected on request (standin_reject)")
+		return
+	}
+	agent, err := loadSkills(req.Agent)
+	if err != nil {
+		writeValidation(w, validationError{Type: "value_error", Loc: []any{"body", "agent", "agent_context", "skills"}, Msg: err.Error(), Input: nil})
 		return
 	}
 	dir := *req.Workspace.WorkingDir
@@ -168,7 +179,7 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 		ExecutionStatus: statusIdle,
 		CreatedAt:       now,
 		UpdatedAt:       now,
-	}, req.Agent, req.Secrets)
+	}, agent, req.Secrets)
 	if err != nil {
 		s.log.Error("persist conversation", "id", id, "err", err)
 		writeDetail(w, http.StatusInternalServerError, "cannot persist the conversation")
@@ -178,11 +189,15 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 	if isNew {
 		code = http.StatusCreated
 	}
-	writeJSON(w, code, c)
+	writeJSON(w, code, shown(c, include))
 }
 
 func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	include, ok := includeSkills(w, r)
 	if !ok {
 		return
 	}
@@ -191,7 +206,7 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, shown(c, include))
 }
 
 // maxBatchIDs mirrors the agent server's "assert len(ids) < 100".
@@ -207,6 +222,10 @@ func (s *Server) batchGetConversations(w http.ResponseWriter, r *http.Request) {
 		writeValidation(w, validationError{Type: "too_long", Loc: []any{"query", "ids"}, Msg: fmt.Sprintf("List should have at most %d items", maxBatchIDs), Input: nil})
 		return
 	}
+	include, ok := includeSkills(w, r)
+	if !ok {
+		return
+	}
 	var bad []validationError
 	out := make([]*ConversationInfo, len(raw))
 	for i, v := range raw {
@@ -216,6 +235,7 @@ func (s *Server) batchGetConversations(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if c, ok := s.convs.get(id); ok {
+			c = shown(c, include)
 			out[i] = &c
 		}
 	}
@@ -256,6 +276,10 @@ func (s *Server) searchConversations(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	include, ok := includeSkills(w, r)
+	if !ok {
+		return
+	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -291,7 +315,9 @@ func (s *Server) searchConversations(w http.ResponseWriter, r *http.Request) {
 	page := conversationPage{Items: []ConversationInfo{}}
 	if offset < len(items) {
 		end := min(offset+limit, len(items))
-		page.Items = items[offset:end]
+		for _, c := range items[offset:end] {
+			page.Items = append(page.Items, shown(c, include))
+		}
 		if end < len(items) {
 			next := strconv.Itoa(end)
 			page.NextPageID = &next
