@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -222,6 +223,13 @@ func TestDockerDefaultImageMissing(t *testing.T) {
 	}
 	if !strings.Contains(d.logs.String(), "pulling image") {
 		t.Errorf("no pull attempt in the log:\n%s", tail(d.logs.String(), 20))
+	}
+	// ohctl create says the same: the real engine, no registry.
+	_, err := d.ohctlErr("create", "--repo", repo, "--worktree")
+	var oe *ohctlError
+	if !errors.As(err, &oe) || oe.code != 1 || !strings.Contains(oe.stderr, `"`+openhands.DefaultImage+`"`) ||
+		!strings.Contains(oe.stderr, "docker pull "+openhands.DefaultImage) || !strings.Contains(oe.stderr, "docker load -i") || !strings.Contains(oe.stderr, "--image") {
+		t.Errorf("ohctl create without the image = %v, want exit 1 naming the image, docker pull, docker load and --image", err)
 	}
 	if out := d.ohctl("--json", "ls"); strings.Contains(out, repo) {
 		t.Errorf("a failed image step left a conversation: %s", out)

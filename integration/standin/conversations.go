@@ -37,14 +37,16 @@ var validStatus = map[string]bool{
 const maxJSONBody = 1 << 20
 
 // ConversationInfo is the agent server's ConversationInfo, reduced to the
-// fields ohd reads.
+// fields ohd reads, and the agent (base_state.json's, secrets redacted:
+// publicAgent) whose skills include_skills trims (skills.go).
 type ConversationInfo struct {
-	ID              string    `json:"id"`
-	Workspace       Workspace `json:"workspace"`
-	ExecutionStatus string    `json:"execution_status"`
-	Title           *string   `json:"title"`
-	CreatedAt       time.Time `json:"created_at"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	ID              string          `json:"id"`
+	Agent           json.RawMessage `json:"agent,omitempty"`
+	Workspace       Workspace       `json:"workspace"`
+	ExecutionStatus string          `json:"execution_status"`
+	Title           *string         `json:"title"`
+	CreatedAt       time.Time       `json:"created_at"`
+	UpdatedAt       time.Time       `json:"updated_at"`
 }
 
 // Workspace is the agent server's LocalWorkspace.
@@ -143,6 +145,10 @@ type startRequest struct {
 }
 
 func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
+	include, ok := includeSkills(w, r)
+	if !ok {
+		return
+	}
 	var req startRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		writeValidation(w, validationError{Type: "json_invalid", Loc: []any{"body"}, Msg: err.Error(), Input: nil})
@@ -174,6 +180,11 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, req.StandinReject, "rejected on request (standin_reject)")
 		return
 	}
+	agent, err := loadSkills(req.Agent)
+	if err != nil {
+		writeValidation(w, validationError{Type: "value_error", Loc: []any{"body", "agent", "agent_context", "skills"}, Msg: err.Error(), Input: nil})
+		return
+	}
 	dir := *req.Workspace.WorkingDir
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		writeDetail(w, http.StatusBadRequest, fmt.Sprintf("working_dir %s is not a directory in this container", dir))
@@ -194,7 +205,7 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 		ExecutionStatus: statusIdle,
 		CreatedAt:       now,
 		UpdatedAt:       now,
-	}, req.Agent, req.Secrets)
+	}, agent, req.Secrets)
 	if err != nil {
 		s.log.Error("persist conversation", "id", id, "err", err)
 		writeDetail(w, http.StatusInternalServerError, "cannot persist the conversation")
@@ -204,11 +215,15 @@ func (s *Server) startConversation(w http.ResponseWriter, r *http.Request) {
 	if isNew {
 		code = http.StatusCreated
 	}
-	writeJSON(w, code, c)
+	writeJSON(w, code, shown(c, include))
 }
 
 func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	include, ok := includeSkills(w, r)
 	if !ok {
 		return
 	}
@@ -217,7 +232,7 @@ func (s *Server) getConversation(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
 		return
 	}
-	writeJSON(w, http.StatusOK, c)
+	writeJSON(w, http.StatusOK, shown(c, include))
 }
 
 // maxBatchIDs mirrors the agent server's "assert len(ids) < 100".
@@ -233,6 +248,10 @@ func (s *Server) batchGetConversations(w http.ResponseWriter, r *http.Request) {
 		writeValidation(w, validationError{Type: "too_long", Loc: []any{"query", "ids"}, Msg: fmt.Sprintf("List should have at most %d items", maxBatchIDs), Input: nil})
 		return
 	}
+	include, ok := includeSkills(w, r)
+	if !ok {
+		return
+	}
 	var bad []validationError
 	out := make([]*ConversationInfo, len(raw))
 	for i, v := range raw {
@@ -242,6 +261,7 @@ func (s *Server) batchGetConversations(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if c, ok := s.convs.get(id); ok {
+			c = shown(c, include)
 			out[i] = &c
 		}
 	}
@@ -282,6 +302,10 @@ func (s *Server) searchConversations(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	include, ok := includeSkills(w, r)
+	if !ok {
+		return
+	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -317,7 +341,9 @@ func (s *Server) searchConversations(w http.ResponseWriter, r *http.Request) {
 	page := conversationPage{Items: []ConversationInfo{}}
 	if offset < len(items) {
 		end := min(offset+limit, len(items))
-		page.Items = items[offset:end]
+		for _, c := range items[offset:end] {
+			page.Items = append(page.Items, shown(c, include))
+		}
 		if end < len(items) {
 			next := strconv.Itoa(end)
 			page.NextPageID = &next

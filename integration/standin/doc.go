@@ -27,6 +27,12 @@
 //     not decrypt under the present key is unreadable, as the real server
 //     drops it;
 //   - a create with an existing conversation_id answers 200 with it (§8);
+//   - ConversationInfo carries the agent (secret fields redacted) and
+//     every route answering one (create, get, ?ids=, search) trims
+//     agent.agent_context.skills to [] unless include_skills is true; a
+//     create's skills are checked and its disabled_skills dropped as
+//     AgentContext does (§5 "Metadata reads"; skills.go cites the
+//     source);
 //   - the sockets close 4004 for an unknown conversation (§7, §8).
 //
 // # Environment
@@ -94,9 +100,10 @@
 //	GET    /api/conversations/{id}/events/search  {"items":[events, oldest first],"next_page_id":null}
 //	GET    /api/conversations/{id}/standin/secrets  (standin only) {NAME:{"readable","encrypted","sha256"?}}
 //
-// ConversationInfo is {"id","workspace":{"kind":"LocalWorkspace","working_dir"},
+// ConversationInfo is {"id","agent"?,"workspace":{"kind":"LocalWorkspace","working_dir"},
 // "execution_status","title":null,"created_at","updated_at"} (times RFC 3339,
-// UTC).
+// UTC); "agent" is the create's, secrets redacted, skills trimmed unless
+// ?include_skills=true (create, get, ?ids= and search take it).
 //
 // Exec (the standin's own route; the agent server's bash router is not
 // imitated because ohd forwards /api/conversations/{id}/{tail} and a test

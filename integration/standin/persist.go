@@ -120,7 +120,7 @@ func (st *store) load(dir string) (*record, error) {
 		b.ExecutionStatus = statusIdle // state.py's default
 	}
 	rec := &record{
-		info: ConversationInfo{ID: m.ID, Workspace: m.Workspace, ExecutionStatus: b.ExecutionStatus,
+		info: ConversationInfo{ID: m.ID, Agent: publicAgent(b.Agent), Workspace: m.Workspace, ExecutionStatus: b.ExecutionStatus,
 			Title: m.Title, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt},
 		secrets: map[string]json.RawMessage{}, agent: b.Agent,
 	}
@@ -201,6 +201,7 @@ func (st *store) create(c ConversationInfo, agent json.RawMessage, secrets map[s
 	if old, ok := st.byID[c.ID]; ok {
 		return old.info, false, nil
 	}
+	c.Agent = publicAgent(agent)
 	rec := &record{info: c, agent: agent, secrets: map[string]json.RawMessage{}}
 	for name, v := range secrets {
 		sealed, err := st.seal(v)

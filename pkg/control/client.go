@@ -109,6 +109,12 @@ func (c *Client) Version(ctx context.Context) (Version, error) {
 	return v, c.do(ctx, "GET", "/v1/version", nil, &v)
 }
 
+// Pulls returns the image pulls in progress, oldest first.
+func (c *Client) Pulls(ctx context.Context) ([]Pull, error) {
+	var out []Pull
+	return out, c.do(ctx, "GET", "/v1/pulls", nil, &out)
+}
+
 // List returns every conversation record (deleted ones too).
 func (c *Client) List(ctx context.Context) ([]store.Conversation, error) {
 	var out []store.Conversation

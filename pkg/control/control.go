@@ -5,6 +5,7 @@
 // may connect, checked with SO_PEERCRED). Routes, all under /v1:
 //
 //	GET    /v1/version
+//	GET    /v1/pulls                                 → []Pull: the image pulls in progress
 //	GET    /v1/conversations                         → []store.Conversation
 //	POST   /v1/conversations                         CreateRequest → store.Conversation (201)
 //	GET    /v1/conversations/{id}                    → store.Conversation
@@ -29,6 +30,9 @@
 package control
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -66,6 +70,59 @@ type CreateRequest struct {
 	// Grants are the conversation's initial grants.
 	Grants store.Grants `json:"grants"`
 }
+
+// Pull is an image pull in progress: a create whose image the Docker
+// engine lacks waits for it (GET /v1/pulls). The strings are the engine's,
+// scrubbed of credentials.
+type Pull struct {
+	// Image is the reference being pulled.
+	Image string `json:"image"`
+	// Started is when the daemon asked the engine for it.
+	Started time.Time `json:"started"`
+	// Status is the engine's last status line of the image as a whole
+	// ("Pulling from ...", "Digest: ...").
+	Status string `json:"status,omitempty"`
+	// Layers are the image's layers in the order the engine announced them.
+	Layers []PullLayer `json:"layers"`
+}
+
+// PullLayer is one layer of a Pull.
+type PullLayer struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	// Downloaded and Size are bytes of the layer's (compressed) download;
+	// Size is 0 until the engine has said it.
+	Downloaded int64 `json:"downloaded_bytes"`
+	Size       int64 `json:"size_bytes"`
+	// Done says the layer is in the engine.
+	Done bool `json:"done"`
+}
+
+// Summary is a line saying how far the pull is: "2 of 5 layers done,
+// 120.0 MiB of 480.3 MiB downloaded".
+func (p Pull) Summary() string {
+	done := 0
+	var got, size int64
+	for _, l := range p.Layers {
+		if l.Done {
+			done++
+		}
+		got, size = got+l.Downloaded, size+l.Size
+	}
+	if len(p.Layers) == 0 {
+		if p.Status != "" {
+			return p.Status
+		}
+		return "waiting for the engine"
+	}
+	s := fmt.Sprintf("%d of %d layers done", done, len(p.Layers))
+	if size > 0 {
+		s += fmt.Sprintf(", %s of %s downloaded", mebibytes(got), mebibytes(size))
+	}
+	return s
+}
+
+func mebibytes(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // GrantRequest adds a grant.
 type GrantRequest struct {

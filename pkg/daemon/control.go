@@ -41,6 +41,7 @@ func (d *Daemon) controlHandler() http.Handler {
 		})
 	}
 	h("GET /v1/version", d.handleVersion)
+	h("GET /v1/pulls", d.handlePulls)
 	h("GET /v1/conversations", d.handleList)
 	h("POST /v1/conversations", d.handleCreate)
 	h("GET /v1/conversations/{id}", d.handleGet)
@@ -196,6 +197,21 @@ func (d *Daemon) handleVersion(w http.ResponseWriter, _ *http.Request) error {
 		Version: version.Version, APIVersion: version.APIVersion, Runtime: d.rt.Kind(),
 		ServerID: d.store.ServerID(), StateDir: d.cfg.StateDir,
 	})
+	return nil
+}
+
+// handlePulls lists the image pulls in progress: ohctl polls it while a
+// create waits, to show the pull's progress.
+func (d *Daemon) handlePulls(w http.ResponseWriter, _ *http.Request) error {
+	out := []control.Pull{}
+	for _, p := range d.rt.Pulls() {
+		cp := control.Pull{Image: p.Image, Started: p.Started.UTC(), Status: p.Status, Layers: make([]control.PullLayer, len(p.Layers))}
+		for i, l := range p.Layers {
+			cp.Layers[i] = control.PullLayer{ID: l.ID, Status: l.Status, Downloaded: l.Downloaded, Size: l.Size, Done: l.Done}
+		}
+		out = append(out, cp)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

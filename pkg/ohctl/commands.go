@@ -86,12 +86,19 @@ func (s *state) createCmd() *cli.Command {
 			if _, err := args(cmd); err != nil {
 				return err
 			}
-			c, err := s.client().Create(ctx, control.CreateRequest{
+			req := control.CreateRequest{
 				ID: cmd.String("id"), Repo: cmd.String("repo"), Worktree: cmd.Bool("worktree"), StartPoint: cmd.String("start-point"),
 				Grants: store.Grants{
 					Secrets: cmd.StringSlice("grant-secret"), Git: cmd.StringSlice("grant-git"),
 					LLM: cmd.StringSlice("grant-llm"), OAuth: cmd.StringSlice("grant-oauth"),
 				},
+			}
+			// A create whose image the engine lacks waits for its pull:
+			// show how far it is.
+			var c store.Conversation
+			err := s.whilePulling(ctx, func(ctx context.Context) (err error) {
+				c, err = s.client().Create(ctx, req)
+				return err
 			})
 			if err != nil {
 				var ce *control.Error

@@ -32,7 +32,9 @@
 //
 // ReadInfo renders a conversation's ConversationInfo from those files
 // while no container runs (ref §5 "Metadata reads"), secrets redacted,
-// never following a symlink the agent planted.
+// never following a symlink the agent planted. TrimSkills trims its
+// skills unless IncludeSkills (the query include_skills) says not to, as
+// the server does for every ConversationInfo it answers.
 //
 // The create body (ref §2, §8): WorktreeGuidance is the server's own
 // worktree text, AppendSystemMessageSuffix adds it to the agent's

@@ -554,10 +554,31 @@ func TestCreateAddsWorktreeGuidance(t *testing.T) {
 	fake.mu.Lock()
 	fake.convs[id].addr = tapAddr // later requests through the tap too
 	fake.mu.Unlock()
-	p.do(t, "GET", "/api/conversations/"+id+"?include_skills=true", outerKeys[0], nil)
-	reqs := fake.tapOf(id).requests()
-	if last := reqs[len(reqs)-1]; last.method != "GET" || !strings.Contains(last.uri, "include_skills=true") {
-		t.Errorf("GET reached the inner server as %s %s, want include_skills=true passed on", last.method, last.uri)
+	for _, path := range []string{
+		"/api/conversations/" + id + "?include_skills=true",
+		"/api/conversations?ids=" + id + "&include_skills=true",
+		"/api/conversations/search?include_skills=false&include_skills=true", // the server reads the last
+	} {
+		before := len(fake.tapOf(id).requests())
+		p.do(t, "GET", path, outerKeys[0], nil)
+		reqs := fake.tapOf(id).requests()
+		if len(reqs) != before+1 {
+			t.Errorf("GET %s made %d requests to the inner server, want 1", path, len(reqs)-before)
+			continue
+		}
+		if last := reqs[len(reqs)-1]; last.method != "GET" || !strings.HasSuffix(last.uri, "?include_skills=true") {
+			t.Errorf("GET %s reached the inner server as %s %s, want include_skills=true passed on", path, last.method, last.uri)
+		}
+	}
+	// A value the agent server refuses is refused before anything is made.
+	other := store.NewID()
+	resp, rb = p.do(t, "POST", "/api/conversations?include_skills=maybe", outerKeys[0],
+		strings.NewReader(`{"workspace":{"working_dir":"`+repo+`"},"worktree":true,"conversation_id":"`+other+`"}`))
+	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(rb), `"bool_parsing"`) {
+		t.Errorf("POST ?include_skills=maybe = %d %s, want 422 bool_parsing", resp.StatusCode, rb)
+	}
+	if resp, _ := p.do(t, "GET", "/api/conversations/"+other, outerKeys[0], nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET the refused create's conversation = %d, want 404: nothing created", resp.StatusCode)
 	}
 }
 

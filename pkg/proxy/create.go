@@ -194,6 +194,10 @@ var errInnerUnreachable = errors.New("the conversation's agent server did not an
 
 // create answers POST /api/conversations; see the package documentation.
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	skills, include, ok := skillsParam(w, r)
+	if !ok {
+		return
+	}
 	if r.ContentLength > s.opts.MaxBody {
 		writeTooLarge(w, s.opts.MaxBody)
 		return
@@ -231,7 +235,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		// A retried create: the agent server answers 200 with the existing
 		// conversation and ignores the rest of the body (reference §8,
 		// conversation_service.py L1308-1437).
-		it := &item{conv: c}
+		it := &item{conv: c, query: skills, include: include}
 		s.fill(r.Context(), []*item{it})
 		b, source := it.json()
 		w.Header().Set("X-Ohd-Conversation-Id", c.ID)
@@ -268,7 +272,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return fmt.Errorf("encode the create body: %w", err)
 			}
-			a, err := s.postCreate(ctx, c.ID, t, fwd, includeSkills(r))
+			a, err := s.postCreate(ctx, c.ID, t, fwd, skills)
 			if err != nil {
 				return err
 			}
@@ -307,15 +311,22 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(answer.body)
 }
 
-// includeSkills is the query passing the client's include_skills on to
-// the inner server (the agent server trims skills unless it is true:
-// reference §5, "Metadata reads"): "?include_skills=<v>" or "".
-func includeSkills(r *http.Request) string {
-	v, ok := r.URL.Query()["include_skills"]
-	if !ok || len(v) == 0 {
-		return ""
+// skillsParam reads the client's include_skills (the agent server trims
+// skills unless it is true: reference §5, "Metadata reads";
+// openhands.IncludeSkills), answering 422 itself for a value the server
+// refuses. query passes it on to the inner server: "?include_skills=<v>"
+// with the value the server reads (the last), or "".
+func skillsParam(w http.ResponseWriter, r *http.Request) (query string, include, ok bool) {
+	v := r.URL.Query()[openhands.IncludeSkillsParam]
+	include, err := openhands.IncludeSkills(v)
+	if err != nil {
+		writeValidation(w, validationError{Type: "bool_parsing", Loc: []any{"query", openhands.IncludeSkillsParam}, Msg: "Input should be a valid boolean, unable to interpret input", Input: v[len(v)-1]})
+		return "", false, false
 	}
-	return "?" + url.Values{"include_skills": v[:1]}.Encode()
+	if len(v) == 0 {
+		return "", false, true
+	}
+	return "?" + url.Values{openhands.IncludeSkillsParam: v[len(v)-1:]}.Encode(), include, true
 }
 
 func printableASCII(r rune) rune {

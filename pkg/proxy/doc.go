@@ -140,7 +140,12 @@
 // inner server does not answer) they read the inner server's own files on
 // the host instead (Conversations.InnerInfo: meta.json and
 // base_state.json, secrets redacted, the real execution_status), as the
-// agent server's docker runtime does (reference §5 "Metadata reads").
+// agent server's docker runtime does (reference §5 "Metadata reads"), and
+// trim agent.agent_context.skills to [] unless include_skills is true,
+// as the server does for every ConversationInfo it answers
+// (openhands.TrimSkills). include_skills is read as the server reads it
+// (the last value, pydantic's boolean words; anything else answers 422
+// bool_parsing, also before a create provisions anything).
 // They never start a stopped conversation, and do not count as activity
 // for the idle timer: a client polling metadata must not keep idle
 // containers alive, nor wake them. Only when there are no such files
@@ -173,7 +178,7 @@
 // create a worktree of its own), conversation_id is set, and with a
 // worktree the agent server's own worktree guidance (openhands.WorktreeGuidance)
 // is appended to the agent's agent_context.system_message_suffix.
-// include_skills in the query is passed on. A non-2xx
+// include_skills in the query is passed on (its last value). A non-2xx
 // answer from the inner server fails the create, so everything is undone.
 // On success the client gets the inner server's answer (201), with the
 // headers X-Ohd-Conversation-Id, X-Ohd-Worktree and X-Ohd-Branch (when a

@@ -108,8 +108,11 @@ type item struct {
 	inner  json.RawMessage
 	source string // "inner" (its server answered) or "host" (its files)
 	query  string // passed on to the inner server (include_skills)
-	status string
-	filled bool
+	// include keeps the skills of an answer from the host files (the
+	// inner server trims its own: openhands.TrimSkills).
+	include bool
+	status  string
+	filled  bool
 }
 
 func (it *item) json() ([]byte, string) {
@@ -161,6 +164,9 @@ func (s *Server) hostInfo(it *item) {
 	raw, err := s.conv.InnerInfo(it.conv.ID)
 	if err != nil {
 		return
+	}
+	if !it.include {
+		raw = openhands.TrimSkills(raw)
 	}
 	it.inner, it.source = raw, "host"
 	if st := openhands.Status(raw); st != "" {
@@ -238,12 +244,16 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	skills, include, ok := skillsParam(w, r)
+	if !ok {
+		return
+	}
 	c, ok := s.visible(id)
 	if !ok {
 		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
 		return
 	}
-	it := &item{conv: c, query: includeSkills(r)}
+	it := &item{conv: c, query: skills, include: include}
 	s.fill(r.Context(), []*item{it})
 	b, source := it.json()
 	w.Header().Set("X-Ohd-Source", source)
@@ -273,6 +283,10 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) {
 		writeValidation(w, validationError{Type: "too_long", Loc: []any{"query", "ids"}, Msg: fmt.Sprintf("List should have at most %d items", maxBatchIDs), Input: nil})
 		return
 	}
+	skills, include, ok := skillsParam(w, r)
+	if !ok {
+		return
+	}
 	var bad []validationError
 	items := make([]*item, len(raw))
 	for i, v := range raw {
@@ -282,7 +296,7 @@ func (s *Server) batchGet(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if c, ok := s.visible(id); ok {
-			items[i] = &item{conv: c}
+			items[i] = &item{conv: c, query: skills, include: include}
 		}
 	}
 	if len(bad) > 0 {
@@ -321,10 +335,10 @@ func statusParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return v, true
 }
 
-func itemsOf(list []store.Conversation) []*item {
+func itemsOf(list []store.Conversation, query string, include bool) []*item {
 	items := make([]*item, len(list))
 	for i, c := range list {
-		items[i] = &item{conv: c}
+		items[i] = &item{conv: c, query: query, include: include}
 	}
 	return items
 }
@@ -340,7 +354,7 @@ func (s *Server) count(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, len(list))
 		return
 	}
-	items := itemsOf(list)
+	items := itemsOf(list, "", false) // count has no include_skills; only statuses are read
 	s.fill(r.Context(), items)
 	n := 0
 	for _, it := range items {
@@ -359,6 +373,10 @@ var sortOrders = []string{"CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATE
 func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	status, ok := statusParam(w, r)
+	if !ok {
+		return
+	}
+	skills, include, ok := skillsParam(w, r)
 	if !ok {
 		return
 	}
@@ -404,7 +422,7 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 		}
 		return c
 	})
-	items := itemsOf(list)
+	items := itemsOf(list, skills, include)
 	if status != "" {
 		s.fill(r.Context(), items)
 		items = slices.DeleteFunc(items, func(it *item) bool { return it.status != status })

@@ -73,14 +73,27 @@
 //     container cannot fill the disk; other drivers are left as the engine
 //     configures them (a warning is logged).
 //
+// # Images
+//
+// [Docker.ResolveImage] turns a reference into the image ID a
+// conversation records. A reference the engine lacks is pulled (POST
+// /images/create, with no registry credentials); while it runs,
+// [Docker.Pulls] reports its progress as the engine streams it (each
+// layer's status and downloaded bytes, the image's last status line), and
+// the log gets a line per layer status. Concurrent pulls of one reference
+// share one record. The engine's strings are scrubbed of URL user
+// information, URL queries and authorization values before they reach the
+// log, Pulls or an error. A pull that fails (no registry answers) gives
+// [ErrNotFound] naming the image and how to load it.
+//
 // # Failures
 //
 // Start removes the container on any failure, with a context the caller's
 // cancellation does not reach, and returns a [*StartError]: the step that
 // failed ([StepCreate], [StepStart], [StepReady]), the exit code if the
 // container exited, and the last 20 lines of its output. It wraps a
-// sentinel: [ErrNotFound] (missing image: ohd never pulls, the message
-// says to build or load it), [ErrConflict], [ErrExited] (the container
+// sentinel: [ErrNotFound] (missing image: the create does not pull, the
+// message says to pull, load or build it), [ErrConflict], [ErrExited] (the container
 // exited before it was ready: noticed at once through the engine's wait
 // API, not at the timeout), [ErrNotReady] (no 200 within
 // Spec.ReadyTimeout), [ErrEngineUnavailable], or the caller's context

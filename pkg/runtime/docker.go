@@ -95,6 +95,7 @@ type Docker struct {
 	ncpu       int
 	cgroup     string // "1" or "2"
 	httpc      *http.Client
+	pulls      pulls
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -480,8 +481,9 @@ func publishedPort(ns *container.NetworkSettings, inner int) int {
 	return 0
 }
 
-// createError explains a failed create: a missing image (ohd never
-// pulls), a name already taken, or the engine's own message.
+// createError explains a failed create: a missing image (the container
+// create does not pull: ResolveImage did, or the image went away since),
+// a name already taken, or the engine's own message.
 func (d *Docker) createError(image string, err error) error {
 	switch {
 	case cerrdefs.IsNotFound(err):
@@ -493,9 +495,9 @@ func (d *Docker) createError(image string, err error) error {
 }
 
 func imageHint(ref string) string {
-	return fmt.Sprintf("image %q is not in the Docker engine: load it (docker load -i image.tar, "+
-		"saved with docker save %s where a registry answers), build it (docker build -t %s .), "+
-		"or pass --image with an image the engine has, then retry", ref, ref, ref)
+	return fmt.Sprintf("image %q is not in the Docker engine: load it (where a registry answers: "+
+		"docker pull %s && docker save %s > image.tar; here: docker load -i image.tar), build it (docker build -t %s .), "+
+		"or pass --image with an image the engine has, then retry", ref, ref, ref, ref)
 }
 
 // failStart collects the log tail of the failed container, then removes

@@ -14,8 +14,8 @@ import (
 
 // ResolveImage finds ref in the engine and returns its image ID. A missing
 // image named by a reference (not an ID) is pulled, with its progress in
-// the log; when that fails too (no registry answers) the error is
-// ErrNotFound, naming the image and how to load it.
+// the log and in Pulls while it runs; when that fails too (no registry
+// answers) the error is ErrNotFound, naming the image and how to load it.
 // Floating is set for a reference that can move (a "latest" tag, or no tag
 // and no digest); pinning the ID at conversation creation keeps a later
 // re-tag from changing a running conversation's image.
@@ -26,7 +26,7 @@ func (d *Docker) ResolveImage(ctx context.Context, ref string) (Image, error) {
 	res, err := d.api.ImageInspect(ctx, ref)
 	if err != nil && cerrdefs.IsNotFound(err) && !strings.HasPrefix(ref, "sha256:") {
 		if perr := d.pull(ctx, ref); perr != nil {
-			return Image{}, fmt.Errorf("resolve image %s: %w: pulling it failed (%v); %s", ref, ErrNotFound, perr, imageHint(ref))
+			return Image{}, fmt.Errorf("resolve image %s: %w: pulling it failed (%s); %s", ref, ErrNotFound, scrubCredentials(perr.Error()), imageHint(ref))
 		}
 		res, err = d.api.ImageInspect(ctx, ref)
 	}
@@ -81,23 +81,28 @@ func (d *Docker) HasImage(ctx context.Context, ref string) (bool, error) {
 	return false, d.wrap("inspect image", ref, err)
 }
 
-// pullProgressEvery spaces the progress lines of one layer.
+// Pulls returns the image pulls in progress, oldest first: what a create
+// waiting for its image is waiting for.
+func (d *Docker) Pulls() []Pull { return d.pulls.list() }
+
+// pullProgressEvery spaces the log lines of one layer's progress.
 const pullProgressEvery = 5 * time.Second
 
-// pull pulls ref, logging each layer's status as it changes (and its
-// progress every few seconds), and returns the pull's own error.
+// pull pulls ref, recording its progress for Pulls and logging each
+// layer's status as it changes (and its progress every few seconds), and
+// returns the pull's own error. ohd sends no registry credentials: the
+// engine pulls what it can reach anonymously (or through its own mirror
+// configuration).
 func (d *Docker) pull(ctx context.Context, ref string) error {
 	d.log.Info("pulling image: it is not in the engine", "image", ref)
+	d.pulls.begin(ref)
+	defer d.pulls.end(ref)
 	resp, err := d.api.ImagePull(ctx, ref, client.ImagePullOptions{})
 	if err != nil {
 		return err
 	}
 	defer resp.Close()
-	type layer struct {
-		status string
-		at     time.Time
-	}
-	layers := map[string]*layer{}
+	logged := map[string]time.Time{} // layer ID + status -> last line
 	for msg, err := range resp.JSONMessages(ctx) {
 		if err != nil {
 			return err
@@ -105,21 +110,21 @@ func (d *Docker) pull(ctx context.Context, ref string) error {
 		if msg.Error != nil {
 			return errors.New(msg.Error.Message)
 		}
-		l := layers[msg.ID]
-		if l == nil {
-			l = &layer{}
-			layers[msg.ID] = l
+		l := d.pulls.update(ref, msg)
+		key := l.ID + "\x00" + l.Status
+		if l.ID == "" {
+			key = "\x00" + scrubCredentials(msg.Status)
 		}
-		if msg.Status == l.status && time.Since(l.at) < pullProgressEvery {
+		if at, ok := logged[key]; ok && time.Since(at) < pullProgressEvery {
 			continue
 		}
-		l.status, l.at = msg.Status, time.Now()
-		attrs := []any{"image", ref, "status", msg.Status}
-		if msg.ID != "" {
-			attrs = append(attrs, "layer", msg.ID)
+		logged[key] = time.Now()
+		attrs := []any{"image", ref, "status", cut(scrubCredentials(msg.Status), maxPullStatus)}
+		if l.ID != "" {
+			attrs = append(attrs, "layer", l.ID)
 		}
-		if p := msg.Progress; p != nil && p.Total > 0 {
-			attrs = append(attrs, "done_bytes", p.Current, "total_bytes", p.Total)
+		if l.Size > 0 {
+			attrs = append(attrs, "done_bytes", l.Downloaded, "total_bytes", l.Size)
 		}
 		d.log.Info("pulling image", attrs...)
 	}

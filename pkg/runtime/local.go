@@ -28,6 +28,9 @@ func (Local) ResolveImage(_ context.Context, ref string) (Image, error) {
 	return Image{Ref: ref}, nil
 }
 
+// Pulls returns nothing: the local runtime pulls no image.
+func (Local) Pulls() []Pull { return nil }
+
 // Start checks s and returns an empty Instance.
 func (Local) Start(_ context.Context, s Spec) (Instance, error) {
 	if s.ConversationID == "" {

@@ -39,8 +39,8 @@ const (
 // Errors callers test with errors.Is. Every error the Docker runtime returns
 // for an engine that does not answer wraps ErrEngineUnavailable.
 var (
-	// ErrNotFound: the container or image does not exist. For an image the
-	// message says how to provide it (ohd never pulls).
+	// ErrNotFound: the container or image does not exist. For an image
+	// (missing, and its pull failed) the message says how to provide it.
 	ErrNotFound = errors.New("not found")
 	// ErrEngineUnavailable: the Docker engine does not answer.
 	ErrEngineUnavailable = errors.New("docker engine unavailable")
@@ -240,9 +240,12 @@ type TermSize struct {
 type Runtime interface {
 	// Kind is "docker" or "local".
 	Kind() string
-	// ResolveImage finds ref in the engine (never pulls). A missing image
-	// gives ErrNotFound with a hint to build or load it.
+	// ResolveImage finds ref in the engine, pulling a missing reference
+	// (never an ID). A missing image whose pull fails gives ErrNotFound
+	// with a hint to pull, load or build it.
 	ResolveImage(ctx context.Context, ref string) (Image, error)
+	// Pulls lists the image pulls in progress, oldest first (Local: none).
+	Pulls() []Pull
 	// Start creates, starts and waits for the container to be ready. On any
 	// failure the container is removed and the error (a *StartError) says
 	// which step failed and carries the tail of its logs.
