@@ -411,6 +411,7 @@ func (m *Manager) undoAdd(ctx context.Context, wt Worktree, hadWorktreesDir bool
 			break
 		}
 	}
+	m.removeAbandonedAdmins(wt)
 	if err := os.RemoveAll(filepath.Join(m.root, wt.ConversationID)); err != nil {
 		m.log.Warn("undo worktree add: remove conversation dir", "path", wt.Path, "err", err)
 	}

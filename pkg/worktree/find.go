@@ -94,3 +94,56 @@ func findOwnAdminDir(wt Worktree) string {
 	}
 	return ""
 }
+
+// abandonedAdminDirs returns what a `git worktree add` for wt.Path killed
+// between creating its admin dir and writing the lock into it leaves
+// under <CommonDir>/worktrees: a directory named as git names one for
+// wt.Path (its base name, or the base name and a number) that is empty or
+// holds only an empty "locked". No git command sees such a directory (it
+// has no gitdir file), `git worktree prune` keeps the second kind, and
+// findOwnAdminDir cannot tell it is ours (no gitdir, no reason), so
+// without this sweep it would stay for good. Nothing of a live worktree
+// looks like that: git writes the lock's content in the same call that
+// creates it, and gitdir right after.
+func abandonedAdminDirs(wt Worktree) []string {
+	worktrees := filepath.Join(wt.CommonDir, "worktrees")
+	ents, err := os.ReadDir(worktrees)
+	if err != nil {
+		return nil
+	}
+	base := filepath.Base(wt.Path)
+	var out []string
+	for _, e := range ents {
+		name := e.Name()
+		suffix, ok := strings.CutPrefix(name, base)
+		if !ok || !e.IsDir() || strings.Trim(suffix, "0123456789") != "" {
+			continue
+		}
+		admin := filepath.Join(worktrees, name)
+		inside, err := os.ReadDir(admin)
+		if err != nil || len(inside) > 1 {
+			continue
+		}
+		if len(inside) == 1 {
+			st, err := os.Lstat(filepath.Join(admin, "locked"))
+			if inside[0].Name() != "locked" || err != nil || !st.Mode().IsRegular() || st.Size() != 0 {
+				continue
+			}
+		}
+		out = append(out, admin)
+	}
+	return out
+}
+
+// removeAbandonedAdmins deletes abandonedAdminDirs(wt). Call it under the
+// repository lock, so no add of ohd's own is half way.
+func (m *Manager) removeAbandonedAdmins(wt Worktree) {
+	for _, admin := range abandonedAdminDirs(wt) {
+		_ = os.Remove(filepath.Join(admin, "locked"))
+		if err := os.Remove(admin); err != nil {
+			m.log.Warn("remove an admin dir a killed git worktree add left", "path", admin, "err", err)
+			continue
+		}
+		m.log.Info("removed an admin dir a killed git worktree add left", "conversation", wt.ConversationID, "path", admin)
+	}
+}

@@ -59,6 +59,54 @@ func TestFindInterruptedAdd(t *testing.T) {
 	assertGone(t, m, wt)
 }
 
+// TestRemoveSweepsAbandonedAdminDirs: ohd died while git had created the
+// admin dir but not yet written its lock (an empty directory, or an empty
+// "locked"): no git command sees it and Find cannot tell it is ours, so
+// the removal sweeps what looks exactly like that, and nothing else.
+func TestRemoveSweepsAbandonedAdminDirs(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	id := newID(t)
+	if err := os.Mkdir(filepath.Join(m.Root(), id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	worktrees := filepath.Join(repo.CommonDir, "worktrees")
+	mk := func(name string, files map[string]string) string {
+		dir := filepath.Join(worktrees, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, content := range files {
+			testenv.WriteFile(t, filepath.Join(dir, f), content)
+		}
+		return dir
+	}
+	gone := []string{mk("repo", nil), mk("repo1", map[string]string{"locked": ""})}
+	kept := []string{
+		mk("repo2", map[string]string{"locked": "someone's reason"}),
+		mk("repo3", map[string]string{"locked": "", "gitdir": "/elsewhere/.git\n"}),
+		mk("other", nil),
+		mk("repox", nil),
+	}
+	wt, err := m.Find(testCtx(t), repo, id)
+	if err != nil || wt.AdminDir != "" {
+		t.Fatalf("Find = %+v, %v; want no admin dir of its own", wt, err)
+	}
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Undo: true}); err != nil {
+		t.Fatalf("Remove(Undo): %v", err)
+	}
+	for _, d := range gone {
+		if ok, _ := lexists(d); ok {
+			t.Errorf("%s (left by a killed add) is still there", d)
+		}
+	}
+	for _, d := range kept {
+		if ok, _ := lexists(d); !ok {
+			t.Errorf("%s was removed: it is not an abandoned admin dir", d)
+		}
+	}
+}
+
 // TestFindWithoutAdminDir: a worktree directory with no admin dir left
 // cannot be snapshotted, so Remove refuses without Discard.
 func TestFindWithoutAdminDir(t *testing.T) {

@@ -174,6 +174,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if err := m.removeWorktree(wt, registered); err != nil {
 		return fail(err)
 	}
+	m.removeAbandonedAdmins(wt)
 	// A registration is an admin dir whose gitdir names the path: none may
 	// be left for ours (an admin dir git reused for another worktree is
 	// not ours and stays).
