@@ -1,6 +1,3 @@
-// Package daemon is `ohd serve`: it loads the configuration, opens the
-// store, reconciles, and serves the control socket (for ohctl) and the
-// conversation API, until its context ends.
 package daemon
 
 import (

@@ -1,10 +1,3 @@
-// Package ohctl is the ohctl command line: the operator's client of ohd's
-// control socket, and, inside containers, git's credential helper and the
-// entrypoint wrapper that hands the inner session key to the agent server.
-//
-// cmd/ohctl only calls Main. Every command prints an aligned table (or,
-// with --json, the control API's JSON), and every error says what failed
-// and what to do.
 package ohctl
 
 import (
