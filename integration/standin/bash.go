@@ -156,22 +156,10 @@ func (s *Server) bashSocket(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case ev := <-live:
-				if c.Write(ctx, websocket.MessageText, ev) != nil {
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	ctx, stop := pumpLive(ctx, live, func(ctx context.Context, ev []byte) error {
+		return c.Write(ctx, websocket.MessageText, ev)
+	})
+	defer stop()
 	for {
 		_, msg, err := c.Read(ctx)
 		if err != nil {

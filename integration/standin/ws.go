@@ -66,22 +66,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	live := make(chan json.RawMessage, 64)
 	s.convs.eventsAndSubscribe(id, live)
 	defer s.convs.unsubscribe(id, live)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case ev := <-live:
-				if c.Write(ctx, websocket.MessageText, ev) != nil {
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	ctx, stop := pumpLive(ctx, live, func(ctx context.Context, ev json.RawMessage) error {
+		return c.Write(ctx, websocket.MessageText, ev)
+	})
+	defer stop()
 	for {
 		typ, msg, err := c.Read(ctx)
 		if err != nil {
@@ -178,23 +166,12 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	defer func() { cancel(); <-done }()
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case ev := <-live:
-				if write(map[string]any{"type": "durable", "seq": seq, "event": ev}) != nil {
-					return
-				}
-				seq++
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	ctx, stop := pumpLive(ctx, live, func(_ context.Context, ev json.RawMessage) error {
+		err := write(map[string]any{"type": "durable", "seq": seq, "event": ev})
+		seq++
+		return err
+	})
+	defer stop()
 	for {
 		_, msg, err := c.Read(ctx)
 		if err != nil {
@@ -209,4 +186,26 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) {
 			s.log.Error("persist event", "conversation_id", id, "err", err)
 		}
 	}
+}
+
+// pumpLive sends every frame from live with send, on a goroutine of its
+// own, until send fails or the returned context (derived from ctx) ends;
+// stop ends it and waits for it.
+func pumpLive[T any](ctx context.Context, live <-chan T, send func(context.Context, T) error) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case ev := <-live:
+				if send(ctx, ev) != nil {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ctx, func() { cancel(); <-done }
 }
