@@ -146,32 +146,16 @@ func (s *Server) upstreamWS(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found: "+r.URL.Path+" is not a conversation's WebSocket, and ohd passes those to the operator's own agent server only when started with --upstream URL")
 		return
 	}
-	ks := s.wsKey(r)
-	if ks == keyInvalid {
-		// As on a conversation's socket (reference §7): refused before
-		// the upgrade.
-		writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
-		return
-	}
-	c, done := s.acceptWS(w, r)
+	c, done, key := s.acceptAuthenticated(w, r, s.wsKey(r))
 	if c == nil {
 		return
 	}
 	code := websocket.StatusAbnormalClosure
 	defer func() { done(code) }()
-	c.SetReadLimit(authMessageLimit)
-	key := r.Header.Get("X-Session-API-Key")
 	if key == "" {
-		key = r.URL.Query().Get("session_api_key")
-	}
-	switch ks {
-	case keyAbsent:
-		sc, k := s.firstMessageAuth(r.Context(), c)
-		if sc != 0 {
-			code = sc
-			return
+		if key = r.Header.Get("X-Session-API-Key"); key == "" {
+			key = r.URL.Query().Get("session_api_key")
 		}
-		key = k
 	}
 	u := *s.up.url
 	if u.Scheme == "https" {

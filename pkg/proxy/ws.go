@@ -143,27 +143,12 @@ func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind strin
 		writeDetail(w, http.StatusBadRequest, "/sockets/"+kind+"/{id} is a WebSocket: connect with a WebSocket client")
 		return
 	}
-	if ks == keyInvalid {
-		// The agent server closes before accepting, which Starlette turns
-		// into 403 on the handshake (reference §7): refused before the
-		// upgrade.
-		writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
-		return
-	}
-	c, done := s.acceptWS(w, r)
+	c, done, _ := s.acceptAuthenticated(w, r, ks)
 	if c == nil {
 		return
 	}
 	code := websocket.StatusAbnormalClosure
 	defer func() { done(code) }()
-	c.SetReadLimit(authMessageLimit)
-
-	if ks == keyAbsent {
-		if sc, _ := s.firstMessageAuth(r.Context(), c); sc != 0 {
-			code = sc
-			return
-		}
-	}
 	id, ok := parseID(r.PathValue("id"))
 	if !ok {
 		code = CloseUnknownConversation
@@ -184,7 +169,7 @@ func (s *Server) bridgeSocket(w http.ResponseWriter, r *http.Request, kind strin
 func (s *Server) cidSocket(w http.ResponseWriter, r *http.Request) {
 	ks := s.wsKey(r)
 	if ks == keyInvalid {
-		writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
+		refuseSocketKey(w)
 		return
 	}
 	cid := r.URL.Query().Get(openhands.CIDParam)
@@ -193,19 +178,12 @@ func (s *Server) cidSocket(w http.ResponseWriter, r *http.Request) {
 		writeValidation(w, uuidError(cid, "query", openhands.CIDParam))
 		return
 	}
-	c, done := s.acceptWS(w, r)
+	c, done, _ := s.acceptAuthenticated(w, r, ks)
 	if c == nil {
 		return
 	}
 	code := websocket.StatusAbnormalClosure
 	defer func() { done(code) }()
-	c.SetReadLimit(authMessageLimit)
-	if ks == keyAbsent {
-		if sc, _ := s.firstMessageAuth(r.Context(), c); sc != 0 {
-			code = sc
-			return
-		}
-	}
 	code = s.bridgeConversation(r.Context(), c, id, r.URL.EscapedPath(), dropQueryParam(r.URL.RawQuery, openhands.CIDParam))
 }
 
@@ -498,6 +476,41 @@ func (s *Server) keepalive(c *websocket.Conn, stop <-chan struct{}) {
 // bookkeeping (the shutdown wait, the observer). It returns nil when the
 // upgrade failed (Accept has answered) or ohd is shutting down; otherwise
 // the caller defers done with the close code.
+// acceptAuthenticated authenticates a client socket whose request key is
+// ks, as every socket of the agent server does (reference §7): a bad key
+// is refused before the upgrade with 403 (the agent server closes before
+// accepting, which Starlette turns into 403 on the handshake); a valid one
+// is accepted; with none, the socket is accepted and its first message
+// must authenticate. It returns nil when the socket ended there (answered,
+// or closed with the close code recorded); else the accepted socket, the
+// function to call with its final close code, and the key the first
+// message carried ("" when the request carried it).
+func (s *Server) acceptAuthenticated(w http.ResponseWriter, r *http.Request, ks keyState) (*websocket.Conn, func(websocket.StatusCode), string) {
+	if ks == keyInvalid {
+		refuseSocketKey(w)
+		return nil, nil, ""
+	}
+	c, done := s.acceptWS(w, r)
+	if c == nil {
+		return nil, nil, ""
+	}
+	c.SetReadLimit(authMessageLimit)
+	if ks != keyAbsent {
+		return c, done, ""
+	}
+	sc, key := s.firstMessageAuth(r.Context(), c)
+	if sc != 0 {
+		done(sc)
+		return nil, nil, ""
+	}
+	return c, done, key
+}
+
+// refuseSocketKey answers a socket whose request carried a bad key.
+func refuseSocketKey(w http.ResponseWriter) {
+	writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
+}
+
 func (s *Server) acceptWS(w http.ResponseWriter, r *http.Request) (*websocket.Conn, func(websocket.StatusCode)) {
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		InsecureSkipVerify: len(s.opts.WSOriginPatterns) == 0,
