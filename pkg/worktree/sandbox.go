@@ -150,7 +150,7 @@ func readRevs(r io.Reader) (string, error) {
 // files.
 func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 	var c Collected
-	snap, nested, err := m.snapshotCommit(ctx, wt, true)
+	snap, nested, ignored, err := m.snapshotCommit(ctx, wt, true)
 	if err != nil {
 		return c, err
 	}
@@ -166,7 +166,7 @@ func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 			c.Refs[name] = oid
 		}
 	}
-	if c.IgnoredFiles, c.IgnoredBytes, err = m.countIgnored(ctx, wt); err != nil {
+	if c.IgnoredFiles, c.IgnoredBytes, err = sizeIgnored(wt, ignored); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -179,10 +179,19 @@ func (m *Manager) countIgnored(ctx context.Context, wt Worktree) (files int, byt
 	if err != nil {
 		return 0, 0, fmt.Errorf("list ignored files: %w", err)
 	}
+	var names []string
 	for _, name := range strings.Split(out, "\x00") {
-		if name == "" {
-			continue
+		if name != "" {
+			names = append(names, name)
 		}
+	}
+	return sizeIgnored(wt, names)
+}
+
+// sizeIgnored counts the ignored files names (relative to the worktree)
+// and the bytes of the regular ones (nothing is followed).
+func sizeIgnored(wt Worktree, names []string) (files int, bytes int64, err error) {
+	for _, name := range names {
 		files++
 		if st, err := os.Lstat(filepath.Join(wt.Path, name)); err == nil && st.Mode().IsRegular() {
 			bytes += st.Size()

@@ -37,7 +37,7 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 	if !ownsAdmin(wt) {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w: %s is not this worktree's registration: nothing can be snapshotted", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
-	commit, _, err = m.snapshotCommit(ctx, wt, false)
+	commit, _, _, err = m.snapshotCommit(ctx, wt, false)
 	if err != nil || commit == "" {
 		if err != nil {
 			err = fmt.Errorf("worktree snapshot %s: %w", wt.Path, err)
@@ -61,11 +61,12 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 }
 
 // snapshotCommit builds the snapshot commit (objects only, no ref) and
-// returns its id, or "" when there is nothing uncommitted. With nested
-// (inside the sandbox only: it reads the nested repositories' files), an
-// untracked nested repository is saved as its files rather than as the
-// gitlink git would make of it; nested lists those saved so.
-func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, withNested bool) (commit string, nested []string, err error) {
+// returns its id, or "" when there is nothing uncommitted. In the sandbox
+// (inSandbox: it reads the nested repositories' files), an untracked
+// nested repository is saved as its files rather than as the gitlink git
+// would make of it (nested lists those saved so), and the one walk of the
+// worktree also lists its ignored files (ignored; nil outside).
+func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox bool) (commit string, nested, ignored []string, err error) {
 	t := worktreeTarget(wt)
 	// One filter enumeration serves every command below: the agent is
 	// stopped, nothing changes the configuration meanwhile.
@@ -73,16 +74,23 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, withNested bo
 	// The common case, a clean worktree, costs one status: nothing staged,
 	// modified or untracked means nothing to save. GIT_OPTIONAL_LOCKS=0
 	// keeps status from refreshing (writing) the worktree's index.
-	clean, err := m.git(ctx, t, runOpts{filters: memo}, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames")
-	if err != nil {
-		return "", nil, fmt.Errorf("status of the worktree: %w", err)
+	args := []string{"status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames"}
+	if inSandbox {
+		// With -uall, every ignored file is listed too, one by one: the
+		// count the removal reports costs no second walk.
+		args = append(args, "--ignored")
 	}
+	out, err := m.git(ctx, t, runOpts{filters: memo}, args...)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("status of the worktree: %w", err)
+	}
+	clean, ignored := splitIgnored(out)
 	if clean == "" {
-		return "", nil, nil
+		return "", nil, ignored, nil
 	}
 	head, hasHead, err := m.revParse(ctx, t, "HEAD^{commit}")
 	if err != nil {
-		return "", nil, fmt.Errorf("read HEAD: %w", err)
+		return "", nil, nil, fmt.Errorf("read HEAD: %w", err)
 	}
 	var headTree string
 	if hasHead {
@@ -91,20 +99,20 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, withNested bo
 		headTree, err = m.emptyTree(ctx, t)
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("read HEAD's tree: %w", err)
+		return "", nil, nil, fmt.Errorf("read HEAD's tree: %w", err)
 	}
 
 	tmp, err := os.MkdirTemp("", "ohd-snapshot-")
 	if err != nil {
-		return "", nil, fmt.Errorf("temporary index: %w", err)
+		return "", nil, nil, fmt.Errorf("temporary index: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	if err := m.chown(tmp, wt.UID, wt.GID); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	index := filepath.Join(tmp, "index")
 	if err := m.copyIndex(filepath.Join(wt.AdminDir, "index"), index, wt.UID, wt.GID); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	o := runOpts{env: []string{"GIT_INDEX_FILE=" + index}, filters: memo}
 
@@ -115,26 +123,26 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, withNested bo
 	if err != nil {
 		var ge *GitError
 		if !errors.As(err, &ge) || ge.ExitCode < 0 {
-			return "", nil, fmt.Errorf("write the index tree: %w", err)
+			return "", nil, nil, fmt.Errorf("write the index tree: %w", err)
 		}
 		indexTree = ""
 	}
 	if err := m.addAll(ctx, t, o); err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	if withNested {
+	if inSandbox {
 		budget := maxNested
 		if nested, err = m.addNestedRepos(ctx, wt, t, o, memo, tmp, untrackedDirs(clean), 0, &budget); err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 	}
-	out, err := m.git(ctx, t, o, "write-tree")
+	out, err = m.git(ctx, t, o, "write-tree")
 	if err != nil {
-		return "", nil, fmt.Errorf("write the working tree: %w", err)
+		return "", nil, nil, fmt.Errorf("write the working tree: %w", err)
 	}
 	workTree := strings.TrimSpace(out)
 	if workTree == headTree && (indexTree == "" || indexTree == headTree) {
-		return "", nil, nil
+		return "", nil, ignored, nil
 	}
 
 	var parents []string
@@ -147,7 +155,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, withNested bo
 		args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, indexTree)
 		out, err := m.git(ctx, t, runOpts{}, args...)
 		if err != nil {
-			return "", nil, fmt.Errorf("commit the index state: %w", err)
+			return "", nil, nil, fmt.Errorf("commit the index state: %w", err)
 		}
 		parents = append(parents, "-p", strings.TrimSpace(out))
 	}
@@ -155,16 +163,16 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, withNested bo
 		"Uncommitted changes (modified, staged and untracked files) of\n%s\n"+
 		"when the conversation ended. A second parent, if any, is the index.\n",
 		wt.ConversationID, when, wt.Path)
-	args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, workTree)
+	args = append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, workTree)
 	out, err = m.git(ctx, t, runOpts{}, args...)
 	if err != nil {
-		return "", nil, fmt.Errorf("commit the snapshot: %w", err)
+		return "", nil, nil, fmt.Errorf("commit the snapshot: %w", err)
 	}
 	commit = strings.TrimSpace(out)
 	if !isHexID(commit) {
-		return "", nil, fmt.Errorf("git commit-tree: unexpected output %q", truncate(out, 100))
+		return "", nil, nil, fmt.Errorf("git commit-tree: unexpected output %q", truncate(out, 100))
 	}
-	return commit, nested, nil
+	return commit, nested, ignored, nil
 }
 
 // emptyTree returns the id of the empty tree in this repository's hash
@@ -205,4 +213,22 @@ func (m *Manager) copyIndex(src, dst string, uid, gid int) error {
 		return fmt.Errorf("copy the worktree's index: %w", err)
 	}
 	return m.chown(dst, uid, gid)
+}
+
+// splitIgnored separates a `status --porcelain=v1 -z --ignored` output
+// into the rest of it and the ignored paths ("!! path" entries).
+func splitIgnored(status string) (rest string, ignored []string) {
+	if !strings.Contains(status, "!! ") {
+		return status, nil
+	}
+	var b strings.Builder
+	for _, e := range strings.Split(status, "\x00") {
+		if p, ok := strings.CutPrefix(e, "!! "); ok {
+			ignored = append(ignored, p)
+		} else if e != "" {
+			b.WriteString(e)
+			b.WriteByte(0)
+		}
+	}
+	return b.String(), ignored
 }
