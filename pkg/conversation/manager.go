@@ -297,6 +297,12 @@ type CreateRequest struct {
 	// Request is a secret-free copy of the API's create body, kept in the
 	// record.
 	Request json.RawMessage
+	// Prepare, if set, runs under the conversation's lock once the
+	// create's record exists and before anything else is made: it keeps
+	// the create's own credentials (named "<id>.<name>", which every undo
+	// and removal of the conversation deletes) and returns their grants,
+	// added to Grants. A create of an existing conversation never runs it.
+	Prepare func(ctx context.Context, id string) (store.Grants, error)
 	// Forward, if set, runs after the container is ready and before the
 	// conversation is marked running (the conversation API forwards its
 	// create to the inner server here). Its error undoes everything.
@@ -536,6 +542,14 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 			panic(r)
 		}
 	}()
+	if req.Prepare != nil {
+		g, err := req.Prepare(ctx, id)
+		if err != nil {
+			m.cfg.Metrics.CreateResult(false, "mediate")
+			return m.fail(conv, &StepError{ID: id, Step: "mediate", Err: err})
+		}
+		conv.Grants = conv.Grants.Merge(g)
+	}
 	conv, err = m.provision(ctx, conv, repo, req)
 	if err != nil {
 		m.cfg.Metrics.CreateResult(false, failedStep(err))

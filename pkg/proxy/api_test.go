@@ -88,8 +88,8 @@ func TestCreateRewritesAndForwards(t *testing.T) {
 	if bytes.Contains(cr.Request, []byte("sk-very-secret")) || bytes.Contains(cr.Request, []byte("api_key")) {
 		t.Errorf("CreateRequest.Request = %s: holds the agent's secret", cr.Request)
 	}
-	if d := cmp.Diff(store.Grants{LLM: []string{id + ".llm"}}, cr.Grants); d != "" {
-		t.Errorf("CreateRequest.Grants (-want +got):\n%s", d)
+	if c, _ := fake.Get(id); !cmp.Equal(store.Grants{LLM: []string{id + ".llm"}}, c.Grants) {
+		t.Errorf("the conversation's grants (-want +got):\n%s", cmp.Diff(store.Grants{LLM: []string{id + ".llm"}}, c.Grants))
 	}
 	if v := mem.secret(id + ".llm"); v != "sk-very-secret" {
 		t.Errorf("broker secret %s.llm = %q, want the LLM key", id, v)

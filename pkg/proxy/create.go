@@ -244,25 +244,20 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Secret mediation (DESIGN §7): no credential of the body reaches
-	// the container; undo removes what it stored if the create fails.
-	grants, undo, err := s.mediateCreate(r.Context(), r, cb, id)
+	// the container.
+	keep, err := s.mediateCreate(r.Context(), r, cb, id)
 	if err != nil {
 		if !writeMediationError(w, err) {
 			s.createError(w, id, &conversation.StepError{Step: "mediate", Err: err})
 		}
 		return
 	}
-	defer func() {
-		if undo != nil {
-			undo()
-		}
-	}()
 	var answer *innerAnswer
 	req := conversation.CreateRequest{
 		ID:        id,
 		Workspace: filepath.Clean(cb.WorkingDir),
 		Worktree:  cb.Worktree,
-		Grants:    grants,
+		Prepare:   keep,
 		Request:   cb.record(id),
 		Forward: func(ctx context.Context, c store.Conversation, t conversation.Target) error {
 			if t.Addr == "" {
@@ -288,7 +283,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.createError(w, id, err)
 		return
 	}
-	undo = nil
 	h := w.Header()
 	h.Set("X-Ohd-Conversation-Id", c.ID)
 	if c.Worktree != "" {

@@ -160,10 +160,11 @@ type fakeConversations struct {
 	calls     []string
 	reqs      []conversation.CreateRequest
 	// knobs
-	badWorkingDir bool // hand the inner server a working dir that does not exist
-	innerDown     bool // kill the stand-in before the forward step
-	local         bool // the local runtime: no inner server
-	tap           bool // put a recording proxy in front of new stand-ins
+	badWorkingDir bool            // hand the inner server a working dir that does not exist
+	undoScoped    func(id string) // what the manager's undo of a failed create removes
+	innerDown     bool            // kill the stand-in before the forward step
+	local         bool            // the local runtime: no inner server
+	tap           bool            // put a recording proxy in front of new stand-ins
 	taps          map[string]*tapServer
 	// viaDial gives targets an Addr where nothing listens and a Dial that
 	// reaches the stand-in, as the manager does for a container it can
@@ -200,6 +201,13 @@ func (f *fakeConversations) called(prefix string) []string {
 		}
 	}
 	return out
+}
+
+// undo removes what a failed create kept of its credentials.
+func (f *fakeConversations) undo(id string) {
+	if f.undoScoped != nil {
+		f.undoScoped(id)
+	}
 }
 
 func (f *fakeConversations) Create(ctx context.Context, req conversation.CreateRequest) (store.Conversation, error) {
@@ -241,6 +249,17 @@ func (f *fakeConversations) Create(ctx context.Context, req conversation.CreateR
 	if f.badWorkingDir {
 		rec.WorkingDir = filepath.Join(f.root, "does-not-exist")
 	}
+	// As the manager: the create's credentials are kept once its record
+	// exists, and a failure after that removes them (undoScoped stands
+	// for the manager's removal of "<id>." credentials).
+	if req.Prepare != nil {
+		g, err := req.Prepare(ctx, id)
+		if err != nil {
+			f.undo(id)
+			return store.Conversation{}, &conversation.StepError{ID: id, Step: "mediate", Err: err}
+		}
+		rec.Grants = rec.Grants.Merge(g)
+	}
 	fc := &fakeConv{rec: rec}
 	var target conversation.Target
 	if f.local {
@@ -266,6 +285,7 @@ func (f *fakeConversations) Create(ctx context.Context, req conversation.CreateR
 				fc.inner.stop()
 			}
 			f.record("create-failed %s", id)
+			f.undo(id)
 			return store.Conversation{}, &conversation.StepError{ID: id, Step: "forward", Err: err}
 		}
 	}

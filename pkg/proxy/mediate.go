@@ -17,11 +17,8 @@ import (
 // client bodies; *store.Store implements it.
 type SecretStore interface {
 	SetSecret(name string, value []byte) error
-	DeleteSecret(name string) error
 	PutLLMProfile(p store.LLMProfile) error
-	DeleteLLMProfile(name string) error
 	PutMCPServer(m store.MCPServer) error
-	DeleteMCPServer(name string) error
 }
 
 // granter adds a grant to a live conversation; *conversation.Manager
@@ -57,87 +54,65 @@ func (s *Server) mediator(r *http.Request) *openhands.Mediator {
 }
 
 // mediateCreate takes the credentials out of a create body (see
-// openhands.Mediator.Create): cb's fields are rewritten, the LLM keys,
-// secrets and MCP servers stored as conversation id's own profiles,
-// secrets and MCP servers, and the grants to give it returned, with undo to remove them again if the
-// create fails. A body ohd will not forward is an *openhands.Error.
-func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createBody, id string) (store.Grants, func(), error) {
-	var g store.Grants
+// openhands.Mediator.Create): cb's fields are rewritten at once (a body
+// ohd will not forward is refused here, before anything exists), and the
+// returned store function keeps the LLM keys, secrets and MCP servers as
+// conversation id's own ("<id>.<name>") and returns the grants to give it.
+// The conversation manager calls it under the conversation's lock, once
+// the create's record exists (CreateRequest.Prepare): a retried or
+// concurrent create of an existing conversation never reaches it, and
+// what it stored ends with the conversation, or with the undo of a failed
+// or crashed create (the manager removes every "<id>." credential).
+func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createBody, id string) (func(context.Context, string) (store.Grants, error), error) {
 	med, err := s.mediator(r).Create(ctx, id, cb.fields)
 	if err != nil {
-		return g, nil, err
-	}
-	if c, err := s.conv.Get(id); err == nil && c.State.Live() {
-		// A retried create of a live conversation: it is answered from
-		// what exists; the credentials it carries are not stored again
-		// (that would replace the conversation's own).
-		cb.fields = med.Fields
-		return g, nil, nil
+		return nil, err
 	}
 	if (len(med.LLMs) > 0 || len(med.Secrets) > 0 || len(med.MCPs) > 0) && s.opts.Secrets == nil {
-		return g, nil, &openhands.Error{Field: "body", Msg: "carries credentials, and this ohd keeps none: they cannot be mediated"}
-	}
-	var secrets, profiles, mcps []string
-	undo := func() {
-		for _, n := range mcps {
-			_ = s.opts.Secrets.DeleteMCPServer(n)
-		}
-		for _, n := range profiles {
-			_ = s.opts.Secrets.DeleteLLMProfile(n)
-		}
-		for _, n := range secrets {
-			_ = s.opts.Secrets.DeleteSecret(n)
-		}
-	}
-	for _, l := range med.LLMs {
-		err := s.opts.Secrets.SetSecret(l.Name, l.Key)
-		clear(l.Key)
-		if err != nil {
-			undo()
-			return g, nil, err
-		}
-		secrets = append(secrets, l.Name)
-		if err := s.opts.Secrets.PutLLMProfile(store.LLMProfile{Name: l.Name, Model: l.Model, BaseURL: l.BaseURL, KeySecret: l.Name, AuthHeader: l.AuthHeader}); err != nil {
-			undo()
-			return g, nil, err
-		}
-		profiles = append(profiles, l.Name)
-		g.Add(store.KindLLM, l.Name)
-	}
-	for _, sec := range med.Secrets {
-		err := s.opts.Secrets.SetSecret(sec.Name, sec.Value)
-		clear(sec.Value)
-		if err != nil {
-			undo()
-			return g, nil, err
-		}
-		secrets = append(secrets, sec.Name)
-		g.Add(store.KindSecret, sec.Name)
-	}
-	// An MCP server's header values are secrets that only its proxy
-	// reads: granted as the server, never as secrets the container could
-	// read.
-	for _, m := range med.MCPs {
-		rec := store.MCPServer{Name: m.Name, URL: m.URL}
-		for _, h := range m.Headers {
-			err := s.opts.Secrets.SetSecret(h.Secret, h.Value)
-			clear(h.Value)
-			if err != nil {
-				undo()
-				return g, nil, err
-			}
-			secrets = append(secrets, h.Secret)
-			rec.Headers = append(rec.Headers, store.MCPHeader{Name: h.Name, Secret: h.Secret})
-		}
-		if err := s.opts.Secrets.PutMCPServer(rec); err != nil {
-			undo()
-			return g, nil, err
-		}
-		mcps = append(mcps, m.Name)
-		g.Add(store.KindMCP, m.Name)
+		return nil, &openhands.Error{Field: "body", Msg: "carries credentials, and this ohd keeps none: they cannot be mediated"}
 	}
 	cb.fields = med.Fields
-	return g, undo, nil
+	return func(context.Context, string) (store.Grants, error) {
+		var g store.Grants
+		for _, l := range med.LLMs {
+			err := s.opts.Secrets.SetSecret(l.Name, l.Key)
+			clear(l.Key)
+			if err != nil {
+				return g, err
+			}
+			if err := s.opts.Secrets.PutLLMProfile(store.LLMProfile{Name: l.Name, Model: l.Model, BaseURL: l.BaseURL, KeySecret: l.Name, AuthHeader: l.AuthHeader}); err != nil {
+				return g, err
+			}
+			g.Add(store.KindLLM, l.Name)
+		}
+		for _, sec := range med.Secrets {
+			err := s.opts.Secrets.SetSecret(sec.Name, sec.Value)
+			clear(sec.Value)
+			if err != nil {
+				return g, err
+			}
+			g.Add(store.KindSecret, sec.Name)
+		}
+		// An MCP server's header values are secrets that only its proxy
+		// reads: granted as the server, never as secrets the container
+		// could read.
+		for _, m := range med.MCPs {
+			rec := store.MCPServer{Name: m.Name, URL: m.URL}
+			for _, h := range m.Headers {
+				err := s.opts.Secrets.SetSecret(h.Secret, h.Value)
+				clear(h.Value)
+				if err != nil {
+					return g, err
+				}
+				rec.Headers = append(rec.Headers, store.MCPHeader{Name: h.Name, Secret: h.Secret})
+			}
+			if err := s.opts.Secrets.PutMCPServer(rec); err != nil {
+				return g, err
+			}
+			g.Add(store.KindMCP, m.Name)
+		}
+		return g, nil
+	}, nil
 }
 
 // writeMediationError answers a body ohd will not forward (422, in

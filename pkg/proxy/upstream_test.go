@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/openhands"
@@ -39,11 +40,28 @@ func (m *memSecrets) PutMCPServer(s store.MCPServer) error {
 	return nil
 }
 
-func (m *memSecrets) DeleteMCPServer(name string) error {
+// deleteScoped removes conversation id's own credentials ("<id>."), as
+// the manager's undo of a failed create does (store.DeleteScoped).
+func (m *memSecrets) deleteScoped(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.mcps, name)
-	return nil
+	for _, mp := range []map[string]string{m.secrets} {
+		for k := range mp {
+			if strings.HasPrefix(k, id+".") {
+				delete(mp, k)
+			}
+		}
+	}
+	for k := range m.profiles {
+		if strings.HasPrefix(k, id+".") {
+			delete(m.profiles, k)
+		}
+	}
+	for k := range m.mcps {
+		if strings.HasPrefix(k, id+".") {
+			delete(m.mcps, k)
+		}
+	}
 }
 
 func (m *memSecrets) SetSecret(name string, v []byte) error {
@@ -53,24 +71,10 @@ func (m *memSecrets) SetSecret(name string, v []byte) error {
 	return nil
 }
 
-func (m *memSecrets) DeleteSecret(name string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.secrets, name)
-	return nil
-}
-
 func (m *memSecrets) PutLLMProfile(p store.LLMProfile) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.profiles[p.Name] = p
-	return nil
-}
-
-func (m *memSecrets) DeleteLLMProfile(name string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.profiles, name)
 	return nil
 }
 
@@ -328,7 +332,8 @@ func TestCreateMediatesCanvasLookupAndPostSecrets(t *testing.T) {
 	if !strings.Contains(fwd, `"url":"http://`+broker.RelayAddr+`/secrets/`+name+`"`) {
 		t.Errorf("forwarded create %s: no LookupSecret on the relay", fwd)
 	}
-	if d := cmp.Diff(store.Grants{Secrets: []string{name}}, fake.createRequests()[0].Grants); d != "" {
+	if c, _ := fake.Get(id); cmp.Diff(store.Grants{Secrets: []string{name}}, c.Grants) != "" {
+		d := cmp.Diff(store.Grants{Secrets: []string{name}}, c.Grants)
 		t.Errorf("grants (-want +got):\n%s", d)
 	}
 
@@ -350,7 +355,7 @@ func TestCreateMediatesCanvasLookupAndPostSecrets(t *testing.T) {
 		t.Errorf("broker secrets A, B = %q, %q", mem.secret(id+".A"), mem.secret(id+".B"))
 	}
 	c, _ := fake.Get(id)
-	if d := cmp.Diff([]string{id + ".A", id + ".B"}, c.Grants.Secrets); d != "" {
+	if d := cmp.Diff([]string{id + ".A", id + ".B", id + ".GITHUB_TOKEN"}, c.Grants.Secrets, cmpopts.SortSlices(func(a, b string) bool { return a < b })); d != "" {
 		t.Errorf("grants after POST secrets (-want +got):\n%s", d)
 	}
 }
@@ -386,7 +391,8 @@ func TestCreateMediatesMCPCredentials(t *testing.T) {
 	if v := mem.secret(name + ".h1"); v != "Bearer lin-mcp-token-value" {
 		t.Errorf("header secret = %q, want the decrypted header", v)
 	}
-	if d := cmp.Diff(store.Grants{MCP: []string{name}}, fake.createRequests()[0].Grants); d != "" {
+	if c, _ := fake.Get(id); cmp.Diff(store.Grants{MCP: []string{name}}, c.Grants) != "" {
+		d := cmp.Diff(store.Grants{MCP: []string{name}}, c.Grants)
 		t.Errorf("grants (-want +got):\n%s", d)
 	}
 	fwd := string(fake.tapOf(id).requests()[0].body)
@@ -439,6 +445,7 @@ func TestFailedCreateRemovesMediatedCredentials(t *testing.T) {
 	fake := newFake(t)
 	fake.badWorkingDir = true
 	mem := newMemSecrets()
+	fake.undoScoped = mem.deleteScoped
 	p := startProxy(t, fake, func(o *Options) { o.Secrets = mem })
 	body := `{"workspace":{"kind":"LocalWorkspace","working_dir":"` + fake.root + `"},` +
 		`"agent":{"llm":{"model":"gpt-4o","api_key":"sk-mediated-then-undone"}},` +

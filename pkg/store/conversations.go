@@ -55,6 +55,17 @@ type Grants struct {
 	MCP     []string `json:"mcp,omitempty"`
 }
 
+// Merge returns g with every grant of o added.
+func (g Grants) Merge(o Grants) Grants {
+	g = g.clone()
+	for _, kind := range Kinds {
+		for _, name := range *o.List(kind) {
+			g.Add(kind, name)
+		}
+	}
+	return g
+}
+
 // List returns the slice for kind, or nil for an unknown kind.
 func (g *Grants) List(kind string) *[]string {
 	switch kind {
