@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,10 @@ var unsupportedTails = map[string]string{
 	"fork":                "forking a conversation is not supported by ohd: each conversation has its own container and worktree; create a new conversation instead",
 	"children":            "child conversations are not supported by ohd: each conversation has its own container and worktree",
 	"credential-bindings": "credential bindings are not supported by ohd: grant credentials with `ohctl grant ID KIND NAME`; the conversation reaches them through its broker socket",
+	// Both carry an LLM (its api_key included) that would reach the inner
+	// server unmediated: the docker runtime refuses them too (DESIGN §6).
+	"switch_llm":     "switching a conversation's LLM is not supported by ohd: its LLM key would reach the container; create a new conversation with the LLM you want",
+	"switch_profile": "switching a conversation's LLM profile is not supported by ohd: its LLM key would reach the container; create a new conversation with the profile you want",
 }
 
 // forward serves /api/conversations/{id}[/{tail...}] by forwarding to the
@@ -48,11 +53,22 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotImplemented, msg)
 		return
 	}
-	if fp.Tail == "secrets" && r.Method == http.MethodPost {
+	if r.Method == http.MethodPost && isSecretsTail(fp.Tail) {
 		s.postSecrets(w, r, fp)
 		return
 	}
 	s.forwardTo(w, r, fp.ID, fp.innerPath(), stripAuthQuery(r.URL.RawQuery))
+}
+
+// isSecretsTail reports whether an escaped tail names the conversation's
+// secrets route as the inner server routes it (decoded: "secret%73", a
+// trailing slash or dot segments must not get a body past mediation).
+func isSecretsTail(escaped string) bool {
+	u, err := url.PathUnescape(escaped)
+	if err != nil {
+		return false
+	}
+	return path.Clean("/"+u) == "/secrets"
 }
 
 // forwardTo forwards r to conversation id's inner server at the escaped

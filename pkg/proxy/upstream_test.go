@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -357,6 +358,23 @@ func TestCreateMediatesCanvasLookupAndPostSecrets(t *testing.T) {
 	c, _ := fake.Get(id)
 	if d := cmp.Diff([]string{id + ".A", id + ".B", id + ".GITHUB_TOKEN"}, c.Grants.Secrets, cmpopts.SortSlices(func(a, b string) bool { return a < b })); d != "" {
 		t.Errorf("grants after POST secrets (-want +got):\n%s", d)
+	}
+
+	// The inner server decodes the path: an escaped spelling of the route
+	// is mediated all the same, never forwarded with its value (a dotted
+	// one is redirected to the clean path before any forward).
+	for i, tail := range []string{"secret%73", "secrets/", "x/../secrets"} {
+		name, value := fmt.Sprintf("E%d", i), fmt.Sprintf("escaped-route-value-%d", i)
+		resp, b := p.do(t, "POST", "/api/conversations/"+id+"/"+tail, outerKeys[0],
+			strings.NewReader(`{"secrets":{"`+name+`":"`+value+`"}}`), "Content-Type", "application/json")
+		for _, r := range fake.tapOf(id).requests() {
+			if strings.Contains(string(r.body), value) {
+				t.Errorf("POST .../%s (%d %s): the inner server got the value: %s", tail, resp.StatusCode, b, r.body)
+			}
+		}
+		if mem.secret(id+"."+name) != value && resp.StatusCode != http.StatusTemporaryRedirect {
+			t.Errorf("POST .../%s = %d %s: the value is neither in the broker nor the request redirected", tail, resp.StatusCode, b)
+		}
 	}
 }
 
