@@ -65,7 +65,7 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 // no broker directory, so what runs there (git over the agent's files and
 // configuration) reaches nothing the agent could not reach anyway. The
 // container is removed afterwards.
-func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn func(worktree.Sandbox) error) error {
+func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn func(context.Context, worktree.Sandbox) error) error {
 	spec, err := m.spec(ctx, conv)
 	if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
@@ -94,7 +94,7 @@ func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn f
 	}()
 	ctx, cancel := context.WithTimeout(ctx, saveTimeout)
 	defer cancel()
-	return fn(containerSandbox{rt: m.rt, id: id})
+	return fn(ctx, containerSandbox{rt: m.rt, id: id})
 }
 
 // publisher is RunPublisher's state: which conversations are being

@@ -234,7 +234,7 @@ func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, w
 		return m.wt.Remove(ctx, wt, opts)
 	}
 	var res worktree.RemoveResult
-	err := m.withSandbox(ctx, conv, func(sb worktree.Sandbox) error {
+	err := m.withSandbox(ctx, conv, func(ctx context.Context, sb worktree.Sandbox) error {
 		opts.Sandbox = sb
 		var err error
 		res, err = m.wt.Remove(ctx, wt, opts)
