@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -286,7 +285,6 @@ func TestCrashAtEveryStep(t *testing.T) {
 	if strings.TrimSpace(out) != "" {
 		t.Errorf("containers left at the end: %s", out)
 	}
-	_ = exec.Command
 }
 
 // bigRepo makes a repository of n files in a few directories, owned by
@@ -353,7 +351,10 @@ func TestCrashRandomKills(t *testing.T) {
 				out, err := d.ohctlErr("--json", "create", "--repo", repo, "--worktree")
 				var c store.Conversation
 				if err == nil && json.Unmarshal([]byte(out), &c) == nil && c.ID != "" {
-					testenv.WriteFile(t, filepath.Join(c.Worktree, "wip.txt"), "work of "+c.ID+"\n")
+					// Not testenv.WriteFile: t.Fatal must not run off the test's goroutine.
+					if err := os.WriteFile(filepath.Join(c.Worktree, "wip.txt"), []byte("work of "+c.ID+"\n"), 0o644); err != nil {
+						t.Errorf("write into the new worktree %s: %v", c.Worktree, err)
+					}
 				}
 			}()
 		}

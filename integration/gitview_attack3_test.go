@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // Acceptance 3 of issue 11: host-side git runs nothing of the agent's.
@@ -279,7 +278,6 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 	}
 	a.removeVictim()
 	a.checkHost("after removing both")
-	_ = store.StateDeleted
 }
 
 // mounts returns a container's mounts as "source -> destination (rw)".
