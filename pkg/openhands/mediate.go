@@ -214,16 +214,16 @@ func encode(v any) (json.RawMessage, error) {
 }
 
 // agent walks an agent (or agent_settings) value: every object with a
-// string "model" and an "api_key" is an LLM (agent.llm, a condenser's
-// llm, ...: ref §1 "LLM objects, wherever they occur").
+// string "model" is an LLM (agent.llm, a condenser's llm, ...: ref §1
+// "LLM objects, wherever they occur"), whether or not it has an api_key,
+// since its other credential fields (aws_*, secret extra_headers) reach
+// the container as well.
 func (st *mediation) agent(v any, path string) error {
 	switch x := v.(type) {
 	case map[string]any:
 		if _, ok := x["model"].(string); ok {
-			if _, ok := x["api_key"]; ok {
-				if err := st.llm(x, path); err != nil {
-					return err
-				}
+			if err := st.llm(x, path); err != nil {
+				return err
 			}
 		}
 		for _, k := range sortedKeys(x) {
@@ -309,15 +309,21 @@ var defaultBase = map[string]string{
 	"openhands":     "https://llm-proxy.app.all-hands.dev",
 }
 
+// llm mediates an LLM object: its api_key becomes a broker profile. The
+// credentials ohd does not mediate (aws_*, extra_headers with a secret
+// name) are refused first, with or without an api_key.
 func (st *mediation) llm(obj map[string]any, path string) error {
-	key, ok, err := st.secretValue(obj["api_key"], path+".api_key")
-	if err != nil || !ok {
-		return err
-	}
 	for _, f := range awsFields {
 		if v, _, err := st.secretValue(obj[f], path+"."+f); err != nil || v != nil {
 			return &Error{Field: path + "." + f, Msg: "AWS credentials are not mediated by ohd (only OpenAI-compatible and Anthropic providers are); use a provider ohd mediates"}
 		}
+	}
+	if err := st.extraHeaders(obj["extra_headers"], path+".extra_headers"); err != nil {
+		return err
+	}
+	key, ok, err := st.secretValue(obj["api_key"], path+".api_key")
+	if err != nil || !ok {
+		return err
 	}
 	model := obj["model"].(string)
 	provider, _, hasPrefix := strings.Cut(model, "/")
@@ -363,6 +369,30 @@ func (st *mediation) llm(obj map[string]any, path string) error {
 	}
 	obj["base_url"] = st.m.Relay + "/llm/" + name
 	obj["api_key"] = PlaceholderKey
+	return nil
+}
+
+// extraHeaders refuses an LLM's extra_headers entry whose name the agent
+// server treats as secret (IsSecretKey) and that has a value: litellm
+// sends it from inside the container, so the credential would be there,
+// and the broker injects only the profile's own key.
+func (st *mediation) extraHeaders(v any, path string) error {
+	if v == nil {
+		return nil
+	}
+	h, ok := v.(map[string]any)
+	if !ok {
+		return &Error{Field: path, Msg: "want an object {header: value}"}
+	}
+	for _, k := range sortedKeys(h) {
+		if !IsSecretKey(k) {
+			continue
+		}
+		if s, isStr := h[k].(string); h[k] == nil || isStr && (strings.TrimSpace(s) == "" || s == redacted) {
+			continue
+		}
+		return &Error{Field: path + "." + k, Msg: "a credential in an LLM's extra_headers would reach the container: ohd does not mediate it; give the key as the LLM's api_key (the broker sends it) or remove the header"}
+	}
 	return nil
 }
 
