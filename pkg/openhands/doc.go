@@ -54,6 +54,7 @@
 // server of the broker, and the inner server gets the relay's
 // /mcp/<name> as the server's url, with no credential. What ohd cannot
 // mediate (a stdio MCP server's secret environment, OAuth and SSE MCP
-// servers, AWS keys, other providers, LookupSecrets that carry a
+// servers, an LLM's AWS keys or extra_headers with a secret name, with or
+// without an api_key, other providers, LookupSecrets that carry a
 // credential to another URL) is refused with an Error naming the field.
 package openhands

@@ -214,16 +214,16 @@ func encode(v any) (json.RawMessage, error) {
 }
 
 // agent walks an agent (or agent_settings) value: every object with a
-// string "model" and an "api_key" is an LLM (agent.llm, a condenser's
-// llm, ...: ref §1 "LLM objects, wherever they occur").
+// string "model" is an LLM (agent.llm, a condenser's llm, ...: ref §1
+// "LLM objects, wherever they occur"), whether or not it has an api_key,
+// since its other credential fields (aws_*, secret extra_headers) reach
+// the container as well.
 func (st *mediation) agent(v any, path string) error {
 	switch x := v.(type) {
 	case map[string]any:
 		if _, ok := x["model"].(string); ok {
-			if _, ok := x["api_key"]; ok {
-				if err := st.llm(x, path); err != nil {
-					return err
-				}
+			if err := st.llm(x, path); err != nil {
+				return err
 			}
 		}
 		for _, k := range sortedKeys(x) {
@@ -309,15 +309,21 @@ var defaultBase = map[string]string{
 	"openhands":     "https://llm-proxy.app.all-hands.dev",
 }
 
+// llm mediates an LLM object: its api_key becomes a broker profile. The
+// credentials ohd does not mediate (aws_*, extra_headers with a secret
+// name) are refused first, with or without an api_key.
 func (st *mediation) llm(obj map[string]any, path string) error {
-	key, ok, err := st.secretValue(obj["api_key"], path+".api_key")
-	if err != nil || !ok {
-		return err
-	}
 	for _, f := range awsFields {
 		if v, _, err := st.secretValue(obj[f], path+"."+f); err != nil || v != nil {
 			return &Error{Field: path + "." + f, Msg: "AWS credentials are not mediated by ohd (only OpenAI-compatible and Anthropic providers are); use a provider ohd mediates"}
 		}
+	}
+	if err := st.extraHeaders(obj["extra_headers"], path+".extra_headers"); err != nil {
+		return err
+	}
+	key, ok, err := st.secretValue(obj["api_key"], path+".api_key")
+	if err != nil || !ok {
+		return err
 	}
 	model := obj["model"].(string)
 	provider, _, hasPrefix := strings.Cut(model, "/")
@@ -363,6 +369,30 @@ func (st *mediation) llm(obj map[string]any, path string) error {
 	}
 	obj["base_url"] = st.m.Relay + "/llm/" + name
 	obj["api_key"] = PlaceholderKey
+	return nil
+}
+
+// extraHeaders refuses an LLM's extra_headers entry whose name the agent
+// server treats as secret (IsSecretKey) and that has a value: litellm
+// sends it from inside the container, so the credential would be there,
+// and the broker injects only the profile's own key.
+func (st *mediation) extraHeaders(v any, path string) error {
+	if v == nil {
+		return nil
+	}
+	h, ok := v.(map[string]any)
+	if !ok {
+		return &Error{Field: path, Msg: "want an object {header: value}"}
+	}
+	for _, k := range sortedKeys(h) {
+		if !IsSecretKey(k) {
+			continue
+		}
+		if s, isStr := h[k].(string); h[k] == nil || isStr && (strings.TrimSpace(s) == "" || s == redacted) {
+			continue
+		}
+		return &Error{Field: path + "." + k, Msg: "a credential in an LLM's extra_headers would reach the container: ohd does not mediate it; give the key as the LLM's api_key (the broker sends it) or remove the header"}
+	}
 	return nil
 }
 
@@ -524,7 +554,10 @@ func IsSecretKey(k string) bool {
 
 // check refuses a rewritten field that still holds what must not reach a
 // container: a token the upstream's key opens, a forbidden key, or a
-// value ohd took out elsewhere.
+// value ohd took out elsewhere. The inner server sees the field decoded,
+// so the check runs on every decoded string (object keys and values),
+// where a JSON escape (\u006f for o, \/ for /) no longer hides a value;
+// the raw bytes are checked as well.
 func (st *mediation) check(raw json.RawMessage, field string) error {
 	var vals [][]byte
 	for _, l := range st.llms {
@@ -534,50 +567,88 @@ func (st *mediation) check(raw json.RawMessage, field string) error {
 		vals = append(vals, s.Value)
 	}
 	vals = append(vals, st.taken...)
-	for _, f := range st.m.Forbidden {
-		if len(f) > 0 && bytes.Contains(raw, f) {
-			return &Error{Field: field, Msg: "holds one of ohd's keys (a session API key or the upstream's secret key); ohd never passes them to a conversation: remove it"}
+	forbidden := &Error{Field: field, Msg: "holds one of ohd's keys (a session API key or the upstream's secret key); ohd never passes them to a conversation: remove it"}
+	copied := &Error{Field: field, Msg: "holds a secret value outside the fields ohd mediates (LLM api_key, secrets, agent_context.secrets, MCP credentials); remove the copy"}
+	holds := func(s []byte) error {
+		for _, f := range st.m.Forbidden {
+			if len(f) > 0 && bytes.Contains(s, f) {
+				return forbidden
+			}
 		}
+		for _, v := range vals {
+			if len(v) >= 4 && bytes.Contains(s, v) {
+				return copied
+			}
+		}
+		return nil
 	}
-	for _, v := range vals {
-		if len(v) >= 4 && bytes.Contains(raw, v) {
-			return &Error{Field: field, Msg: "holds a secret value outside the fields ohd mediates (LLM api_key, secrets, agent_context.secrets, MCP credentials); remove the copy"}
-		}
+	if err := holds(raw); err != nil {
+		return err
 	}
-	if st.m.Upstream != nil && bytes.Contains(raw, []byte(TokenPrefix)) {
-		v, err := decode(raw)
-		if err != nil {
-			return &Error{Field: field, Msg: "not valid JSON"}
+	v, err := decode(raw)
+	if err != nil {
+		return &Error{Field: field, Msg: "not valid JSON"}
+	}
+	return walkStrings(v, field, func(s, path string) error {
+		if err := holds([]byte(s)); err != nil {
+			return err
 		}
-		if p := findToken(v, field, st.m.Upstream); p != "" {
-			return &Error{Field: p, Msg: "is encrypted with the upstream's key in a field ohd does not mediate; ohd will not pass it (or what it holds) into a container: remove it"}
+		if st.m.Upstream != nil && upstreamToken(s, st.m.Upstream) {
+			return &Error{Field: path, Msg: "is encrypted with the upstream's key in a field ohd does not mediate; ohd will not pass it (or what it holds) into a container: remove it"}
+		}
+		return nil
+	})
+}
+
+// walkStrings calls fn on every string of a decoded JSON value, object
+// keys included (path is the key's own path), in a stable order, and
+// returns its first error.
+func walkStrings(v any, path string, fn func(s, path string) error) error {
+	switch x := v.(type) {
+	case string:
+		return fn(x, path)
+	case map[string]any:
+		for _, k := range sortedKeys(x) {
+			p := path + "." + k
+			if err := fn(k, p); err != nil {
+				return err
+			}
+			if err := walkStrings(x[k], p, fn); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := walkStrings(e, fmt.Sprintf("%s.%d", path, i), fn); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func findToken(v any, path string, f *Fernet) string {
-	switch x := v.(type) {
-	case string:
-		if IsToken(x) {
-			if _, err := f.Decrypt(x); err == nil {
-				return path
-			}
+// upstreamToken reports whether s is, or holds (as in "Bearer <token>"),
+// a Fernet token that the upstream's key opens.
+func upstreamToken(s string, f *Fernet) bool {
+	for rest := s; ; {
+		i := strings.Index(rest, TokenPrefix)
+		if i < 0 {
+			return false
 		}
-	case map[string]any:
-		for _, k := range sortedKeys(x) {
-			if p := findToken(x[k], path+"."+k, f); p != "" {
-				return p
-			}
+		rest = rest[i:]
+		n := 0
+		for n < len(rest) && isBase64URL(rest[n]) {
+			n++
 		}
-	case []any:
-		for i, e := range x {
-			if p := findToken(e, fmt.Sprintf("%s.%d", path, i), f); p != "" {
-				return p
-			}
+		if _, err := f.Decrypt(rest[:n]); err == nil {
+			return true
 		}
+		rest = rest[len(TokenPrefix):]
 	}
-	return ""
+}
+
+func isBase64URL(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '='
 }
 
 func validSecretName(s string) bool {

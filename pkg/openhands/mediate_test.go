@@ -189,6 +189,19 @@ func TestMediateRefuses(t *testing.T) {
 		{"lookup of a missing secret", `{"secrets":{"NOPE":{"kind":"LookupSecret","url":"/api/settings/secrets/NOPE"}}}`, "secrets.NOPE.url", nil},
 		{"foreign lookup with credential", `{"secrets":{"X":{"kind":"LookupSecret","url":"https://vault.example/x","headers":{"Authorization":"Bearer v"}}}}`, "secrets.X.headers.Authorization", nil},
 		{"copy of the key", `{"agent":{"llm":{"model":"gpt-4o","api_key":"` + llmKey + `","extra_headers":{"X":"` + llmKey + `"}}}}`, "agent", nil},
+		// An LLM's credentials other than api_key are refused whether or
+		// not it has an api_key.
+		{"aws without api_key", `{"agent":{"llm":{"model":"bedrock/x","aws_secret_access_key":"awsvalue"}}}`, "agent.llm.aws_secret_access_key", nil},
+		{"aws with null api_key", `{"agent":{"llm":{"model":"bedrock/x","api_key":null,"aws_access_key_id":"awsvalue"}}}`, "agent.llm.aws_access_key_id", nil},
+		{"aws with redacted api_key", `{"agent_settings":{"condenser":{"llm":{"model":"bedrock/x","api_key":"**********","aws_session_token":"awsvalue"}}}}`, "agent_settings.condenser.llm.aws_session_token", nil},
+		{"secret extra header without api_key", `{"agent":{"llm":{"model":"gpt-4o","extra_headers":{"Authorization":"Bearer sk-extra-hdr"}}}}`, "agent.llm.extra_headers.Authorization", nil},
+		{"secret extra header with api_key", `{"agent":{"llm":{"model":"gpt-4o","api_key":"` + llmKey + `","extra_headers":{"X-Title":"ohd","x-api-key":"sk-extra-hdr"}}}}`, "agent.llm.extra_headers.x-api-key", nil},
+		// The inner server decodes JSON escapes: the check sees what it sees.
+		{"escaped outer key", `{"tags":{"k":"\u006futer-session-key-0123456789"}}`, "tags", nil},
+		{"escaped outer key as an object key", `{"tags":{"\u006futer-session-key-0123456789":"v"}}`, "tags", nil},
+		{"escaped copy of the key", `{"agent":{"llm":{"model":"gpt-4o","api_key":"` + llmKey + `"}},"tags":{"k":"\u0073k-real-llm-key-ZZ"}}`, "tags", nil},
+		{"escaped upstream token", `{"hook_config":{"x":["\u0067` + tok[1:] + `"]}}`, "hook_config.x.0", nil},
+		{"upstream token inside a value", `{"tags":{"k":"Bearer ` + tok + `"}}`, "tags.k", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.m
@@ -200,12 +213,36 @@ func TestMediateRefuses(t *testing.T) {
 			if !errors.As(err, &me) || me.Field != tc.field {
 				t.Fatalf("Create = %v, want an Error on %s", err, tc.field)
 			}
-			for _, bad := range []string{llmKey, tok, outerKey, "awsvalue"} {
+			for _, bad := range []string{llmKey, tok, outerKey, "awsvalue", "sk-extra-hdr"} {
 				if strings.Contains(err.Error(), bad) {
 					t.Errorf("error %q holds a value", err)
 				}
 			}
 		})
+	}
+}
+
+// TestMediateKeepsHarmless forwards what holds no credential as the
+// client sent it: an LLM without a key and with harmless extra_headers,
+// and a field the mediation does not rewrite, escapes and all.
+func TestMediateKeepsHarmless(t *testing.T) {
+	var lookups []string
+	m := mediator(t, &lookups)
+	body := `{"agent":{"llm":{"model":"bedrock/x","api_key":null,"aws_secret_access_key":"**********","extra_headers":{"X-Title":"ohd","Authorization":"","Cookie":null}}},
+	 "tags":{"k":"\u003c&>","outer":"outer-session-key"}}`
+	got, err := m.Create(context.Background(), convID, fields(t, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.LLMs) != 0 || len(got.Secrets) != 0 {
+		t.Errorf("LLMs %v, Secrets %v: want none", got.LLMs, got.Secrets)
+	}
+	if want := `{"k":"\u003c&>","outer":"outer-session-key"}`; string(got.Fields["tags"]) != want {
+		t.Errorf("tags forwarded as %s, want %s byte for byte", got.Fields["tags"], want)
+	}
+	llm := field(t, got.Fields, "agent").(map[string]any)["llm"].(map[string]any)
+	if d := cmp.Diff(map[string]any{"X-Title": "ohd", "Authorization": "", "Cookie": nil}, llm["extra_headers"]); d != "" {
+		t.Errorf("agent.llm.extra_headers (-want +got):\n%s", d)
 	}
 }
 
