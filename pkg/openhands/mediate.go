@@ -225,6 +225,13 @@ func (st *mediation) agent(v any, path string) error {
 			if err := st.llm(x, path); err != nil {
 				return err
 			}
+		} else if _, ok, err := st.secretValue(x["api_key"], path+".api_key"); err != nil || ok {
+			// An LLM without a model (the SDK then uses its default one),
+			// or any other object with a key: not mediated, so refused.
+			if err == nil {
+				err = &Error{Field: path + ".api_key", Msg: "an api_key outside an LLM object with a model: ohd cannot mediate it and will not pass it to the container; give the LLM its model"}
+			}
+			return err
 		}
 		for _, k := range sortedKeys(x) {
 			p := path + "." + k

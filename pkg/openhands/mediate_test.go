@@ -196,6 +196,7 @@ func TestMediateRefuses(t *testing.T) {
 		{"aws with redacted api_key", `{"agent_settings":{"condenser":{"llm":{"model":"bedrock/x","api_key":"**********","aws_session_token":"awsvalue"}}}}`, "agent_settings.condenser.llm.aws_session_token", nil},
 		{"secret extra header without api_key", `{"agent":{"llm":{"model":"gpt-4o","extra_headers":{"Authorization":"Bearer sk-extra-hdr"}}}}`, "agent.llm.extra_headers.Authorization", nil},
 		{"secret extra header with api_key", `{"agent":{"llm":{"model":"gpt-4o","api_key":"` + llmKey + `","extra_headers":{"X-Title":"ohd","x-api-key":"sk-extra-hdr"}}}}`, "agent.llm.extra_headers.x-api-key", nil},
+		{"api_key without a model", `{"agent":{"llm":{"api_key":"` + llmKey + `"}}}`, "agent.llm.api_key", nil},
 		// The inner server decodes JSON escapes: the check sees what it sees.
 		{"escaped outer key", `{"tags":{"k":"\u006futer-session-key-0123456789"}}`, "tags", nil},
 		{"escaped outer key as an object key", `{"tags":{"\u006futer-session-key-0123456789":"v"}}`, "tags", nil},
