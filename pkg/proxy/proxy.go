@@ -357,7 +357,6 @@ const (
 	routeNotFound = "not_found"
 	routeMetrics  = "metrics"
 	routeUpstream = "upstream"
-	routeSecrets  = "secrets"
 )
 
 func (s *Server) routes() {

@@ -472,10 +472,6 @@ func (s *Server) keepalive(c *websocket.Conn, stop <-chan struct{}) {
 	}
 }
 
-// acceptWS upgrades r and counts the socket in the server's WebSocket
-// bookkeeping (the shutdown wait, the observer). It returns nil when the
-// upgrade failed (Accept has answered) or ohd is shutting down; otherwise
-// the caller defers done with the close code.
 // acceptAuthenticated authenticates a client socket whose request key is
 // ks, as every socket of the agent server does (reference §7): a bad key
 // is refused before the upgrade with 403 (the agent server closes before
@@ -511,6 +507,10 @@ func refuseSocketKey(w http.ResponseWriter) {
 	writeJSON(w, http.StatusForbidden, errorBody{Detail: "Authentication failed"})
 }
 
+// acceptWS upgrades r and counts the socket in the server's WebSocket
+// bookkeeping (the shutdown wait, the observer). It returns nil when the
+// upgrade failed (Accept has answered) or ohd is shutting down; otherwise
+// the caller defers done with the close code.
 func (s *Server) acceptWS(w http.ResponseWriter, r *http.Request) (*websocket.Conn, func(websocket.StatusCode)) {
 	c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
 		InsecureSkipVerify: len(s.opts.WSOriginPatterns) == 0,
