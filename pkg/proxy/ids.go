@@ -101,6 +101,12 @@ var authQueryParams = map[string]bool{
 // stripAuthQuery removes the credential parameters from a raw query,
 // keeping every other parameter byte for byte and in order.
 func stripAuthQuery(raw string) string {
+	return dropQuery(raw, func(k string) bool { return authQueryParams[strings.ToLower(strings.TrimSpace(k))] })
+}
+
+// dropQuery removes from a raw query the parameters whose unescaped name
+// drop reports, keeping the others byte for byte.
+func dropQuery(raw string, drop func(name string) bool) string {
 	if raw == "" {
 		return ""
 	}
@@ -111,10 +117,9 @@ func stripAuthQuery(raw string) string {
 		if uk, err := url.QueryUnescape(k); err == nil {
 			k = uk
 		}
-		if authQueryParams[strings.ToLower(strings.TrimSpace(k))] {
-			continue
+		if !drop(k) {
+			keep = append(keep, p)
 		}
-		keep = append(keep, p)
 	}
 	return strings.Join(keep, "&")
 }

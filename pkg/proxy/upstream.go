@@ -198,21 +198,7 @@ func (s *Server) upstreamWS(w http.ResponseWriter, r *http.Request) {
 // dropQueryParam removes every parameter name from a raw query, keeping
 // the rest byte for byte.
 func dropQueryParam(raw, name string) string {
-	if raw == "" {
-		return ""
-	}
-	parts := strings.Split(raw, "&")
-	keep := parts[:0]
-	for _, p := range parts {
-		k, _, _ := strings.Cut(p, "=")
-		if uk, err := url.QueryUnescape(k); err == nil {
-			k = uk
-		}
-		if k != name {
-			keep = append(keep, p)
-		}
-	}
-	return strings.Join(keep, "&")
+	return dropQuery(raw, func(k string) bool { return k == name })
 }
 
 // readUpstreamSecret reads the upstream's saved secret name (GET
