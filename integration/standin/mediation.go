@@ -62,34 +62,59 @@ var mediated = struct {
 	secrets map[string]map[string]json.RawMessage
 }{bodies: map[string][]byte{}, secrets: map[string]map[string]json.RawMessage{}}
 
-// keepCreateBody records the create body of each conversation (by its
-// conversation_id), then lets h create it.
-func keepCreateBody(h http.HandlerFunc) http.HandlerFunc {
+// keepCreateBody records the create body of each conversation it
+// creates (by its conversation_id), as the agent server keeps the agent
+// and secrets of a create: a retried create of an existing conversation
+// (200) changes nothing (reference §8: the rest of its body is ignored),
+// and a refused one is forgotten again. The body is kept before the
+// answer goes out, so a client's next request finds it.
+func (s *Server) keepCreateBody(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
 		if err != nil {
 			writeDetail(w, http.StatusBadRequest, "reading the body: "+err.Error())
 			return
 		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
 		var req struct {
 			ID      string                     `json:"conversation_id"`
 			Secrets map[string]json.RawMessage `json:"secrets"`
 		}
+		id := ""
 		if json.Unmarshal(b, &req) == nil && req.ID != "" {
-			if id, err := parseUUID(req.ID); err == nil {
-				mediated.Lock()
-				mediated.bodies[id] = b
-				if mediated.secrets[id] == nil {
-					mediated.secrets[id] = map[string]json.RawMessage{}
+			if pid, err := parseUUID(req.ID); err == nil {
+				if _, exists := s.convs.get(pid); !exists {
+					id = pid
 				}
-				for k, v := range req.Secrets {
-					mediated.secrets[id][k] = v
-				}
-				mediated.Unlock()
 			}
 		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		h(w, r)
+		if id == "" {
+			h(w, r)
+			return
+		}
+		mediated.Lock()
+		oldBody, oldSecrets := mediated.bodies[id], mediated.secrets[id]
+		mediated.bodies[id] = b
+		mediated.secrets[id] = map[string]json.RawMessage{}
+		for k, v := range oldSecrets {
+			mediated.secrets[id][k] = v
+		}
+		for k, v := range req.Secrets {
+			mediated.secrets[id][k] = v
+		}
+		mediated.Unlock()
+		rec := &statusRecorder{ResponseWriter: w}
+		h(rec, r)
+		if rec.code() != http.StatusCreated {
+			mediated.Lock()
+			if oldBody == nil {
+				delete(mediated.bodies, id)
+				delete(mediated.secrets, id)
+			} else {
+				mediated.bodies[id], mediated.secrets[id] = oldBody, oldSecrets
+			}
+			mediated.Unlock()
+		}
 	}
 }
 

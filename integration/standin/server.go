@@ -80,7 +80,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /ready", s.ready)
 	m.HandleFunc("GET /server_info", s.serverInfo)
 
-	m.HandleFunc("POST /api/conversations", keepCreateBody(s.startConversation))
+	m.HandleFunc("POST /api/conversations", s.keepCreateBody(s.startConversation))
 	m.HandleFunc("GET /api/conversations", s.batchGetConversations)
 	m.HandleFunc("GET /api/conversations/count", s.countConversations)
 	m.HandleFunc("GET /api/conversations/search", s.searchConversations)
