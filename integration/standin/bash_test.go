@@ -28,6 +28,15 @@ func TestBashEventsSocket(t *testing.T) {
 	c := dialWS(t, url, testKey)
 	watcher := dialWS(t, url, testKey)
 	ctx := context.Background()
+	// A socket subscribes after its upgrade, so the watcher proves it is
+	// reading (and so subscribed) before the command runs: its own bad
+	// frame answers a BashError.
+	if err := watcher.Write(ctx, websocket.MessageText, []byte(`{"cwd":"/"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if e := readBashEvent(t, watcher); e["kind"] != "BashError" {
+		t.Fatalf("the watcher's bad frame gave %v, want a BashError", e)
+	}
 	for _, frame := range []string{`{"type":"auth","session_api_key":"x"}`, `{"cwd":"/"}`, `{"command":"echo out; echo err >&2; exit 3","cwd":"/"}`} {
 		if err := c.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
 			t.Fatal(err)
