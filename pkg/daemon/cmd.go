@@ -111,7 +111,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "broker-secret-in-flight", Value: 8, Usage: "secret requests one conversation may have in progress (-1: no limit)", Sources: env("broker-secret-in-flight")},
 			&cli.IntFlag{Name: "broker-llm-in-flight", Value: 32, Usage: "LLM requests and streams one conversation may have in progress (-1: no limit)", Sources: env("broker-llm-in-flight")},
 			&cli.IntFlag{Name: "broker-oauth-in-flight", Value: 8, Usage: "OAuth token requests one conversation may have in progress (-1: no limit)", Sources: env("broker-oauth-in-flight")},
-			&cli.IntFlag{Name: "broker-connections", Value: 64, Usage: "connections one conversation may hold open to its broker socket (-1: no limit)", Sources: env("broker-connections")},
+			&cli.IntFlag{Name: "broker-connections", Value: broker.DefaultMaxConns, Usage: "connections one conversation may hold open to its broker socket, idle keep-alive ones included; keep it above the sum of the in-flight budgets (default: their sum, 80, plus 48) (-1: no limit)", Sources: env("broker-connections")},
 			str("upstream", "the operator's own agent server (local mode, on loopback), e.g. http://127.0.0.1:18000: routes that are not a conversation's pass to it"),
 			str("upstream-secret-key-file", "file holding the upstream's OH_SECRET_KEY, to open the encrypted settings Agent Canvas copies into a create (default: the systemd credential ohd-upstream-secret-key)"),
 			&cli.BoolFlag{Name: "upstream-allow-remote", Usage: "allow an --upstream that is not on loopback (it receives the clients' session keys)", Sources: env("upstream-allow-remote")},
