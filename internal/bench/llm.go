@@ -162,7 +162,9 @@ func LLM(ctx context.Context, opts LLMOptions) ([]LLMResult, error) {
 	relay := &http.Server{Handler: broker.NewRelay(bc), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = relay.Serve(ln) }()
 	defer relay.Close()
-	relayURL := "http://" + ln.Addr().String()
+	// The relay answers only Host 127.0.0.1:8751, as inside a container:
+	// requests name that address and are dialed to ln.
+	relayURL := "http://" + broker.RelayAddr
 
 	prompt := bytes.Repeat([]byte("x"), opts.Prompt)
 	styles := []struct {
@@ -172,7 +174,14 @@ func LLM(ctx context.Context, opts LLMOptions) ([]LLMResult, error) {
 		{"openai", "/llm/openai/chat/completions", "/v1/chat/completions", http.Header{"Authorization": {"Bearer placeholder"}}},
 		{"anthropic", "/llm/anthropic/v1/messages", "/v1/messages", http.Header{"X-Api-Key": {"placeholder"}, "Anthropic-Version": {"2023-06-01"}}},
 	}
-	hc := &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 4}}
+	var dialer net.Dialer
+	hc := &http.Client{Transport: &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 4,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == broker.RelayAddr {
+				addr = ln.Addr().String()
+			}
+			return dialer.DialContext(ctx, network, addr)
+		}}}
 	defer hc.CloseIdleConnections()
 	out := make([]LLMResult, len(styles))
 	for i, st := range styles {

@@ -67,7 +67,8 @@ type Limits struct {
 	// limit.
 	GitInFlight, SecretInFlight, LLMInFlight, OAuthInFlight, MCPInFlight int
 	// MaxConns caps the connections one conversation may hold open to its
-	// socket (idle keep-alive ones included); default 64; negative means
+	// socket (idle keep-alive ones included); default DefaultMaxConns
+	// (128: the in-flight budgets' sum and headroom); negative means
 	// no limit. A connection over it gets 429 rate_limited and is closed.
 	MaxConns int
 	// Rate is the refill rate per second of the conversation's token
@@ -91,13 +92,21 @@ const (
 	defaultLLMInFlight       = 32
 	defaultOAuthInFlight     = 8
 	defaultMCPInFlight       = 16
-	defaultMaxConns          = 64
 	defaultRate              = 50
 	defaultBurst             = 100
 	defaultReadHeaderTimeout = 5 * time.Second
 	defaultIdleTimeout       = 2 * time.Minute
 	maxHeaderBytes           = 64 << 10
 )
+
+// DefaultMaxConns is Limits.MaxConns's default: the sum of the default
+// in-flight budgets (80: every kind's budget can be full at once, each
+// request on its own connection) plus 48 for idle keep-alive connections
+// (a client's pool keeps some open between requests), so that full LLM,
+// MCP and OAuth budgets never refuse the next git-credential connection
+// (TestOneBudgetCannotStarveAnother).
+const DefaultMaxConns = defaultMaxInFlight + defaultGitInFlight + defaultSecretInFlight +
+	defaultLLMInFlight + defaultOAuthInFlight + defaultMCPInFlight + 48
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxBody <= 0 {
@@ -113,7 +122,7 @@ func (l Limits) withDefaults() Limits {
 		{&l.MaxInFlight, defaultMaxInFlight}, {&l.GitInFlight, defaultGitInFlight},
 		{&l.SecretInFlight, defaultSecretInFlight}, {&l.LLMInFlight, defaultLLMInFlight},
 		{&l.OAuthInFlight, defaultOAuthInFlight}, {&l.MCPInFlight, defaultMCPInFlight},
-		{&l.MaxConns, defaultMaxConns},
+		{&l.MaxConns, DefaultMaxConns},
 	} {
 		if *f.v == 0 {
 			*f.v = f.def

@@ -157,7 +157,8 @@
 // bodies 64 KiB (32 MiB towards an LLM provider or MCP server); requests in flight in
 // separate budgets per kind (git 8, secret 8, LLM 32, OAuth 8, MCP 16,
 // routes of no kind 8), so open LLM or MCP streams or callers waiting on a
-// hung OAuth token endpoint never starve git; 64 open connections (the next is
+// hung OAuth token endpoint never starve git; 128 open connections, idle
+// keep-alive ones included ([DefaultMaxConns]: the budgets' sum and headroom; the next is
 // answered 429 and closed, audit reason "connections"); a token bucket of
 // 50 requests per second with a burst of 100, and a 5s header read
 // timeout after which a client trickling its headers is cut off. Each

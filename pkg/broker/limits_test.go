@@ -266,17 +266,20 @@ func TestAuditUnavailableRefusesEverything(t *testing.T) {
 	}
 }
 
-// TestOneBudgetCannotStarveAnother opens 16 LLM streams that stay open
-// and 8 OAuth token requests waiting on a hung token endpoint, with the
+// TestOneBudgetCannotStarveAnother fills the default LLM budget (32
+// streams that stay open), the MCP budget (16 requests to a hung MCP
+// server) and the OAuth one (8 token requests waiting on a hung token
+// endpoint), and holds idle keep-alive connections besides, with the
 // default limits: git credentials and secrets are still served at once
 // (with one budget for every kind, git got 429 and "could not read
-// Username"), and each full budget refuses only its own kind.
+// Username"; with a connection cap below the budgets' sum, the next
+// connection did), and each full budget refuses only its own kind.
 func TestOneBudgetCannotStarveAnother(t *testing.T) {
-	const streams, oauthWaiters = 16, 8
+	const streams, mcpStreams, oauthWaiters, idleConns = 32, 16, 8, 16
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-	opened := make(chan struct{}, streams+oauthWaiters)
+	opened := make(chan struct{}, streams+mcpStreams+oauthWaiters)
 	hang := func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/stream") {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -298,8 +301,9 @@ func TestOneBudgetCannotStarveAnother(t *testing.T) {
 	e.be.SetOAuthServer(broker.OAuthServer{Name: "hung", TokenURL: provider.URL + "/token", RefreshToken: []byte("rt-" + marker), Expiry: time.Now().Add(-time.Hour)})
 	e.be.SetGitCredential("git.example.com", broker.GitCredential{Username: "bot", Password: []byte("pw-" + marker)})
 	e.be.SetSecret("s", []byte("v-"+marker))
+	e.be.SetMCPServer(broker.MCPServer{Name: "m", URL: provider.URL + "/mcp"})
 	conv := broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
-		Grants: broker.Grants{LLM: []string{"p"}, OAuth: []string{"hung"}, Git: []string{"git.example.com"}, Secrets: []string{"s"}}}
+		Grants: broker.Grants{LLM: []string{"p"}, OAuth: []string{"hung"}, Git: []string{"git.example.com"}, Secrets: []string{"s"}, MCP: []string{"m"}}}
 	ep := e.open(conv)
 	cl := e.client(ep)
 
@@ -307,6 +311,17 @@ func TestOneBudgetCannotStarveAnother(t *testing.T) {
 	for range streams {
 		wg.Go(func() {
 			req, _ := http.NewRequest(http.MethodPost, "http://x/v1/llm/p/proxy/v1/chat/stream", strings.NewReader("{}"))
+			resp, err := cl.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+		})
+	}
+	for range mcpStreams {
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, "http://x/v1/mcp/m/proxy", strings.NewReader("{}"))
 			resp, err := cl.Do(req)
 			if err != nil {
 				return
@@ -326,12 +341,38 @@ func TestOneBudgetCannotStarveAnother(t *testing.T) {
 	}()
 	// Every stream is open at the provider; the OAuth refresh is hung
 	// (one refresh for all waiters), so wait until the waiters are in.
-	for i := range streams + 1 {
+	for i := range streams + mcpStreams + 1 {
 		select {
 		case <-opened:
 		case <-time.After(20 * time.Second):
-			t.Fatalf("only %d of %d provider requests arrived", i, streams+1)
+			t.Fatalf("only %d of %d provider requests arrived", i, streams+mcpStreams+1)
 		}
+	}
+	// The LLM and MCP budgets are full: one more of each is refused.
+	for _, p := range []string{"/v1/llm/p/proxy/v1/chat/stream", "/v1/mcp/m/proxy"} {
+		req, _ := http.NewRequest(http.MethodPost, "http://x"+p, strings.NewReader("{}"))
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("POST %s with its budget full = %d, want 429", p, resp.StatusCode)
+		}
+	}
+	// Idle keep-alive connections count against the connection cap.
+	for i := range idleConns {
+		conn, err := net.Dial("unix", ep.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-OHD-Request: 1\r\n\r\n", e.token("conv-1", 1))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("idle connection %d: %v %v", i, resp, err)
+		}
+		resp.Body.Close()
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -351,7 +392,7 @@ func TestOneBudgetCannotStarveAnother(t *testing.T) {
 	defer cancel()
 	out, err := cl.GitCredential(ctx, "get", []byte("protocol=https\nhost=git.example.com\n\n"))
 	if err != nil || !strings.Contains(string(out), "password=pw-"+marker) {
-		t.Errorf("git credential with %d LLM streams and %d OAuth waiters open: %q, %v; want it served", streams, oauthWaiters, out, err)
+		t.Errorf("git credential with %d LLM streams, %d MCP requests, %d OAuth waiters and %d idle connections open: %q, %v; want it served", streams, mcpStreams, oauthWaiters, idleConns, out, err)
 	}
 	if _, err := cl.Secret(ctx, "s"); err != nil {
 		t.Errorf("secret with the LLM and OAuth budgets busy: %v", err)

@@ -90,7 +90,7 @@ func TestMCPProxyInjectsHeadersAndMasksThem(t *testing.T) {
 	req.Header.Set("Authorization", "Bearer placeholder")
 	req.Header.Set("Mcp-Session-Id", "session-1")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := relayHTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestMCPProxyInjectsHeadersAndMasksThem(t *testing.T) {
 // a revoked grant refuses the next request.
 func TestMCPProxyStreamsAndIsRevocable(t *testing.T) {
 	e, m, relay, _ := mcpEnv(t)
-	resp, err := http.Get(relay + "/mcp/conv-m.mcp-linear")
+	resp, err := relayHTTP.Get(relay + "/mcp/conv-m.mcp-linear")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestMCPProxyStreamsAndIsRevocable(t *testing.T) {
 	resp.Body.Close()
 
 	for _, path := range []string{"/mcp/conv-other.mcp-x", "/mcp/conv-m.mcp-linear/..%2F..%2Fadmin", "/mcp/conv-m.mcp-linear/admin"} {
-		r, err := http.Get(relay + path)
+		r, err := relayHTTP.Get(relay + path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestMCPProxyStreamsAndIsRevocable(t *testing.T) {
 	}
 	e.be.SetConversation(broker.Conversation{ID: "conv-m", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1})
 	n := len(m.calls())
-	r, err := http.Post(relay+"/mcp/conv-m.mcp-linear", "application/json", strings.NewReader(`{}`))
+	r, err := relayHTTP.Post(relay+"/mcp/conv-m.mcp-linear", "application/json", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,10 @@ package broker
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -23,6 +25,9 @@ import (
 // The relay holds no credential: the caller's Authorization and x-api-key
 // (a placeholder) are dropped by the broker, which injects the real key
 // (or an MCP server's headers).
+// A request to another Host than RelayAddr (or localhost on its port), or
+// one with an Origin or Sec-Fetch-* header (a browser's), is refused with
+// 403 before it reaches the broker: see refuseForged.
 // An error of the broker keeps its status and JSON body; an LLM
 // provider's answer, errors included, passes as the provider sent it.
 type Relay struct {
@@ -39,6 +44,10 @@ func NewRelay(c *Client) *Relay { return &Relay{c: c} }
 
 // ServeHTTP implements http.Handler.
 func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if msg := refuseForged(r); msg != "" {
+		relayError(w, http.StatusForbidden, CodeNotGranted, msg)
+		return
+	}
 	p := r.URL.EscapedPath()
 	switch {
 	case strings.HasPrefix(p, "/llm/"):
@@ -50,6 +59,40 @@ func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/..., /mcp/{server} and /secrets/{name}")
 	}
+}
+
+// refuseForged says why r cannot be the inner server's own request, or ""
+// when it can. The relay adds the broker's token itself, so the broker's
+// own guard against forged requests (X-OHD-Request, DESIGN §5) does not
+// protect it: a browser in the container could be steered to it by DNS
+// rebinding (Host attacker.tld:8751) or by a cross-site page. The inner
+// server's clients name the relay by its address (Host 127.0.0.1:8751 or
+// localhost:8751) and send no Origin or Sec-Fetch-* header; a browser
+// always sends one of those with a cross-origin or rebinding request.
+func refuseForged(r *http.Request) string {
+	if !relayHost(r.Host) {
+		return "the broker relay answers only requests to " + RelayAddr + " or localhost:" + relayPort + " (Host " + strconv.Quote(r.Host) + " refused)"
+	}
+	for _, h := range []string{"Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode"} {
+		if _, ok := r.Header[h]; ok {
+			return "the broker relay refuses browser requests (" + h + " header present)"
+		}
+	}
+	return ""
+}
+
+// relayPort is RelayAddr's port.
+var relayPort = func() string {
+	_, port, _ := net.SplitHostPort(RelayAddr)
+	return port
+}()
+
+func relayHost(host string) bool {
+	h, port, err := net.SplitHostPort(host)
+	if err != nil || port != relayPort {
+		return false
+	}
+	return h == "127.0.0.1" || strings.EqualFold(h, "localhost")
 }
 
 func (rl *Relay) llm(w http.ResponseWriter, r *http.Request, rest string) {

@@ -29,6 +29,74 @@ func relayEnv(t *testing.T) (*env, *fakeProvider, string) {
 	return e, p, srv.URL
 }
 
+// relayHTTP sends requests as the inner server's clients do: to the
+// relay's address, Host 127.0.0.1:8751, whatever port the test server
+// listens on.
+var relayHTTP = &http.Client{Transport: relayHostRT{}}
+
+type relayHostRT struct{}
+
+func (relayHostRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Host = broker.RelayAddr
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestRelayRefusesForgedRequests: the relay adds the broker token
+// itself, so a browser in the container steered to it by DNS rebinding
+// (another Host) or by a cross-site page (Origin, Sec-Fetch-*) must be
+// refused before the broker is asked: no value, nothing audited. The
+// inner server's own requests (Host 127.0.0.1:8751 or localhost:8751, no
+// browser headers) pass.
+func TestRelayRefusesForgedRequests(t *testing.T) {
+	e, _, relay := relayEnv(t)
+	get := func(host string, hdr http.Header) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, relay+"/secrets/conv-l.GITHUB_TOKEN", nil)
+		req.Host = host
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		name, host string
+		hdr        http.Header
+	}{
+		{"rebinding host", "attacker.tld:8751", nil},
+		{"rebinding host no port", "attacker.tld", nil},
+		{"loopback other port", "127.0.0.1:9999", nil},
+		{"loopback no port", "127.0.0.1", nil},
+		{"origin", broker.RelayAddr, http.Header{"Origin": {"http://attacker.tld"}}},
+		{"null origin", broker.RelayAddr, http.Header{"Origin": {"null"}}},
+		{"sec-fetch-site", broker.RelayAddr, http.Header{"Sec-Fetch-Site": {"same-origin"}}},
+		{"sec-fetch-mode", "localhost:8751", http.Header{"Sec-Fetch-Mode": {"no-cors"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := get(tc.host, tc.hdr)
+			if code != http.StatusForbidden || strings.Contains(body, marker) || !strings.Contains(body, "broker relay") {
+				t.Errorf("GET with Host %q %v = %d %q, want 403 saying the relay refused it, without the value", tc.host, tc.hdr, code, body)
+			}
+		})
+	}
+	for _, host := range []string{broker.RelayAddr, "localhost:8751"} {
+		if code, body := get(host, nil); code != http.StatusOK || body != "ghp_"+marker+"_value" {
+			t.Errorf("GET with Host %q = %d %q, want 200 and the value", host, code, body)
+		}
+	}
+	// Only the two allowed requests reached the broker.
+	e.audit(2)
+	if n := e.auditCount(); n != 2 {
+		t.Errorf("%d audit records, want 2: a refused request reached the broker", n)
+	}
+}
+
 func TestRelayLLMBothHeaderStyles(t *testing.T) {
 	_, _, relay := relayEnv(t)
 	for _, tc := range []struct {
@@ -44,7 +112,7 @@ func TestRelayLLMBothHeaderStyles(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPost, relay+tc.path, strings.NewReader(`{"model":"m"}`))
 			req.Header = tc.hdr
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := relayHTTP.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +130,7 @@ func TestRelayLLMBothHeaderStyles(t *testing.T) {
 
 func TestRelayLLMStreamsUnbuffered(t *testing.T) {
 	_, p, relay := relayEnv(t)
-	resp, err := http.Get(relay + "/llm/openai/v1/stream")
+	resp, err := relayHTTP.Get(relay + "/llm/openai/v1/stream")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +158,7 @@ func TestRelayLLMStreamsUnbuffered(t *testing.T) {
 
 func TestRelayLLMProviderErrorIntact(t *testing.T) {
 	_, _, relay := relayEnv(t)
-	resp, err := http.Get(relay + "/llm/openai/v1/error")
+	resp, err := relayHTTP.Get(relay + "/llm/openai/v1/error")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +172,7 @@ func TestRelayLLMProviderErrorIntact(t *testing.T) {
 func TestRelaySecretRawValueAuditedAndRevocable(t *testing.T) {
 	e, _, relay := relayEnv(t)
 	get := func() (int, string) {
-		resp, err := http.Get(relay + "/secrets/conv-l.GITHUB_TOKEN")
+		resp, err := relayHTTP.Get(relay + "/secrets/conv-l.GITHUB_TOKEN")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +207,7 @@ func TestRelayAgentCannotReachOtherNames(t *testing.T) {
 		"/llm/ungranted/v1/chat/completions",
 		"/v1/secrets/conv-l.GITHUB_TOKEN",
 	} {
-		resp, err := http.Get(relay + path)
+		resp, err := relayHTTP.Get(relay + path)
 		if err != nil {
 			t.Fatal(err)
 		}

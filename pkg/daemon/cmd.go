@@ -14,6 +14,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 )
@@ -97,9 +98,12 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.StringSliceFlag{Name: "forward-env", Usage: "host environment variable to pass to containers (repeatable; never secrets)", Sources: env("forward-env")},
 			&cli.StringSliceFlag{Name: "inner-env", Usage: "NAME=VALUE for the inner agent servers (repeatable; no secrets: names that look like one are refused)", Sources: env("inner-env")},
 			&cli.BoolFlag{Name: "read-only-rootfs", Usage: "run containers with a read-only root and a tmpfs /tmp", Sources: env("read-only-rootfs")},
-			&cli.StringFlag{Name: "memory", Value: "4g", Usage: "container memory limit: bytes, or with a unit (512m, 4g)", Sources: env("memory")},
-			&cli.Float64Flag{Name: "cpus", Value: 2, Usage: "container CPU limit", Sources: env("cpus")},
-			&cli.Int64Flag{Name: "pids", Value: 512, Usage: "container process limit", Sources: env("pids")},
+			// The defaults are the runtime's own, so the help cannot drift
+			// from what a zero Spec gets; --cpus above the engine's CPU
+			// count is capped to it by the runtime.
+			&cli.StringFlag{Name: "memory", Value: FormatSize(runtime.DefaultMemoryBytes), Usage: "container memory limit: bytes, or with a unit (512m, 4g)", Sources: env("memory")},
+			&cli.Float64Flag{Name: "cpus", Value: float64(runtime.DefaultNanoCPUs) / 1e9, Usage: "container CPU limit (at most the engine's CPU count: a higher one is capped, with a log line)", Sources: env("cpus")},
+			&cli.Int64Flag{Name: "pids", Value: runtime.DefaultPidsLimit, Usage: "container process limit", Sources: env("pids")},
 			&cli.DurationFlag{Name: "ready-timeout", Value: 60 * time.Second, Usage: "wait this long for a container's health check", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
 			str("metrics-listen", "also serve metrics on this loopback address"),
@@ -107,7 +111,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "broker-secret-in-flight", Value: 8, Usage: "secret requests one conversation may have in progress (-1: no limit)", Sources: env("broker-secret-in-flight")},
 			&cli.IntFlag{Name: "broker-llm-in-flight", Value: 32, Usage: "LLM requests and streams one conversation may have in progress (-1: no limit)", Sources: env("broker-llm-in-flight")},
 			&cli.IntFlag{Name: "broker-oauth-in-flight", Value: 8, Usage: "OAuth token requests one conversation may have in progress (-1: no limit)", Sources: env("broker-oauth-in-flight")},
-			&cli.IntFlag{Name: "broker-connections", Value: 64, Usage: "connections one conversation may hold open to its broker socket (-1: no limit)", Sources: env("broker-connections")},
+			&cli.IntFlag{Name: "broker-connections", Value: broker.DefaultMaxConns, Usage: "connections one conversation may hold open to its broker socket, idle keep-alive ones included; keep it above the sum of the in-flight budgets (default: their sum, 80, plus 48) (-1: no limit)", Sources: env("broker-connections")},
 			str("upstream", "the operator's own agent server (local mode, on loopback), e.g. http://127.0.0.1:18000: routes that are not a conversation's pass to it"),
 			str("upstream-secret-key-file", "file holding the upstream's OH_SECRET_KEY, to open the encrypted settings Agent Canvas copies into a create (default: the systemd credential ohd-upstream-secret-key)"),
 			&cli.BoolFlag{Name: "upstream-allow-remote", Usage: "allow an --upstream that is not on loopback (it receives the clients' session keys)", Sources: env("upstream-allow-remote")},

@@ -44,3 +44,17 @@ var sizeUnits = map[string]int64{
 	"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
 	"t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
 }
+
+// FormatSize writes n in ParseSize's syntax with the largest unit that
+// divides it (4g, 512m, 100).
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"t", 1 << 40}, {"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}} {
+		if n > 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}

@@ -51,3 +51,16 @@ func FuzzParseSize(f *testing.F) {
 		}
 	})
 }
+
+func TestFormatSizeRoundTrips(t *testing.T) {
+	for _, tc := range []struct {
+		in   int64
+		want string
+	}{{4 << 30, "4g"}, {512 << 20, "512m"}, {3 << 29, "1536m"}, {64 << 10, "64k"}, {100, "100"}, {2 << 40, "2t"}} {
+		got := FormatSize(tc.in)
+		back, err := ParseSize(got)
+		if got != tc.want || err != nil || back != tc.in {
+			t.Errorf("FormatSize(%d) = %q (parsed back %d, %v), want %q", tc.in, got, back, err, tc.want)
+		}
+	}
+}

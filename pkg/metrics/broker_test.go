@@ -65,6 +65,7 @@ func TestBrokerAuditRecords(t *testing.T) {
 		{"GET", "/v1/llm/default", ""},
 		{"POST", "/v1/llm/default/proxy/v1/chat/completions", "{}"},
 		{"GET", "/v1/oauth/github/token", ""},
+		{"POST", "/v1/mcp/linear/proxy", "{}"},
 		{"GET", "/v1/no-such-route", ""},
 		{"DELETE", "/v1/whoami", ""},
 	}
@@ -105,7 +106,7 @@ func TestBrokerAuditRecords(t *testing.T) {
 		m.BrokerRequest(r.Route, r.Kind, r.Allowed, r.Code)
 		routes[r.Route] = true
 	}
-	if len(routes) < 11 { // ten patterns and "" (no route)
+	if len(routes) < 12 { // eleven patterns and "" (no route)
 		t.Errorf("audit records carry routes %v, want every route and none", routes)
 	}
 	var total float64

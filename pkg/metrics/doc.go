@@ -34,9 +34,10 @@
 //	result   ok, failed (creates, container starts); allowed, refused (broker)
 //	route    broker: the audit record's route pattern: "GET /v1/whoami", "GET /v1/secrets", "GET /v1/secrets/{name}",
 //	         "POST /v1/git-credential" (refused before the action was read), "POST /v1/git-credential?action=get|store|erase",
-//	         "GET /v1/llm/{profile}", "ANY /v1/llm/{profile}/proxy/{path...}", "GET /v1/oauth/{server}/token", none (no such route)
+//	         "GET /v1/llm/{profile}", "ANY /v1/llm/{profile}/proxy/{path...}", "GET /v1/oauth/{server}/token",
+//	         "ANY /v1/mcp/{server}/proxy", none (no such route)
 //	         proxy: create, get, batch_get, count, search, delete, forward, events, health, not_found, metrics
-//	kind     secret, git, llm, oauth, none
+//	kind     secret, git, llm, oauth, mcp, none
 //	code     broker: unauthenticated, not_granted, not_found, bad_request, too_large, rate_limited, internal, bad_gateway, audit_unavailable (none when allowed)
 //	         proxy: the HTTP status (e.g. 201, 401, 502) if net/http knows it
 //	         websockets: the close code, 1000-1015 and 4001 (authentication failed) exactly, else 3xxx or 4xxx

@@ -52,6 +52,7 @@ var brokerRoutes = []struct {
 	{"GET /v1/llm/{profile}", "llm", true},
 	{"ANY /v1/llm/{profile}/proxy/{path...}", "llm", true},
 	{"GET /v1/oauth/{server}/token", "oauth", true},
+	{"ANY /v1/mcp/{server}/proxy", "mcp", true},
 }
 
 var (
@@ -62,7 +63,7 @@ var (
 		}
 		return m
 	}()
-	brokerKinds = set("secret", "git", "llm", "oauth")
+	brokerKinds = set("secret", "git", "llm", "oauth", "mcp")
 	// The broker's error codes (pkg/broker's Code* constants).
 	brokerCodes = set("unauthenticated", "not_granted", "not_found", "bad_request",
 		"too_large", "rate_limited", "internal", "bad_gateway", "audit_unavailable")

@@ -137,6 +137,7 @@ ohd_broker_requests_total{code="none",kind="git",result="allowed",route="POST /v
 ohd_broker_requests_total{code="none",kind="git",result="allowed",route="POST /v1/git-credential?action=store"} 0
 ohd_broker_requests_total{code="none",kind="llm",result="allowed",route="ANY /v1/llm/{profile}/proxy/{path...}"} 0
 ohd_broker_requests_total{code="none",kind="llm",result="allowed",route="GET /v1/llm/{profile}"} 0
+ohd_broker_requests_total{code="none",kind="mcp",result="allowed",route="ANY /v1/mcp/{server}/proxy"} 0
 ohd_broker_requests_total{code="none",kind="none",result="allowed",route="GET /v1/secrets"} 0
 ohd_broker_requests_total{code="none",kind="none",result="allowed",route="GET /v1/whoami"} 1
 ohd_broker_requests_total{code="none",kind="oauth",result="allowed",route="GET /v1/oauth/{server}/token"} 0

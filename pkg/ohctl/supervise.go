@@ -52,6 +52,10 @@ func superviseInner(ctx context.Context, path string, argv, env []string, getenv
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	// stop is ctx.Done() until it fired once: a closed channel stays
+	// ready, so keeping it would resend SIGTERM in a busy loop until the
+	// child exits.
+	stop := ctx.Done()
 	for {
 		select {
 		case sig := <-sigs:
@@ -69,7 +73,8 @@ func superviseInner(ctx context.Context, path string, argv, env []string, getenv
 				return exitError{code: ExitError}
 			}
 			return nil
-		case <-ctx.Done():
+		case <-stop:
+			stop = nil
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}

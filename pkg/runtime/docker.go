@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -93,9 +94,11 @@ type Docker struct {
 	network    string
 	logConfig  container.LogConfig
 	ncpu       int
-	cgroup     string // "1" or "2"
-	httpc      *http.Client
-	pulls      pulls
+	// cpuCapLogged: prepare logged that it capped the CPU limit (once).
+	cpuCapLogged atomic.Bool
+	cgroup       string // "1" or "2"
+	httpc        *http.Client
+	pulls        pulls
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -326,11 +329,17 @@ func innerPort(p int) network.Port {
 
 // prepare applies the defaults to s and checks it.
 func (d *Docker) prepare(s Spec) (Spec, error) {
-	if s.Resources.NanoCPUs == 0 && d.ncpu > 0 {
-		// The engine refuses more CPUs than the host has.
-		s.Resources.NanoCPUs = min(DefaultNanoCPUs, int64(d.ncpu)*1_000_000_000)
-	}
 	s = s.withDefaults()
+	// The engine refuses more CPUs than the host has, so a limit above
+	// them (the default 2 on a 1-CPU host, or a configured one) becomes
+	// the host's count rather than a failed create.
+	if host := int64(d.ncpu) * 1_000_000_000; d.ncpu > 0 && s.Resources.NanoCPUs > host {
+		if d.log != nil && !d.cpuCapLogged.Swap(true) {
+			d.log.Info("docker runtime: the container CPU limit is above the engine's CPU count; using the engine's count",
+				"cpus", float64(s.Resources.NanoCPUs)/1e9, "engine_cpus", d.ncpu)
+		}
+		s.Resources.NanoCPUs = host
+	}
 	return s, s.validate()
 }
 

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"regexp"
 	"strings"
@@ -164,9 +165,34 @@ func TestSpecDefaults(t *testing.T) {
 	if s.Resources.NanoCPUs != 1e9 {
 		t.Errorf("default CPUs on a 1-CPU engine = %d nano, want 1e9 (the engine refuses more)", s.Resources.NanoCPUs)
 	}
-	s, _ = d.prepare(Spec{ConversationID: "c", ServerID: "s", Image: "i", Resources: Resources{NanoCPUs: 3e9}})
+	s, _ = (&Docker{ncpu: 4}).prepare(Spec{ConversationID: "c", ServerID: "s", Image: "i", Resources: Resources{NanoCPUs: 3e9}})
 	if s.Resources.NanoCPUs != 3e9 {
 		t.Errorf("explicit CPUs = %d nano, want 3e9 as given", s.Resources.NanoCPUs)
+	}
+}
+
+// TestPrepareCapsConfiguredCPUs: ohd serve passes --cpus (default 2) as
+// an explicit limit, so the cap to the engine's CPU count must apply to
+// a configured value too: the engine refuses more, and every create on a
+// 1-CPU host would fail. The cap is logged once.
+func TestPrepareCapsConfiguredCPUs(t *testing.T) {
+	var log strings.Builder
+	d := &Docker{ncpu: 1, log: slog.New(slog.NewTextHandler(&log, nil))}
+	for _, nano := range []int64{DefaultNanoCPUs, 3e9} {
+		s, err := d.prepare(Spec{ConversationID: "c", ServerID: "s", Image: "i", Resources: Resources{NanoCPUs: nano}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Resources.NanoCPUs != 1e9 {
+			t.Errorf("configured %d nano CPUs on a 1-CPU engine = %d, want 1e9 (the engine refuses more)", nano, s.Resources.NanoCPUs)
+		}
+	}
+	if n := strings.Count(log.String(), "CPU limit is above the engine's CPU count"); n != 1 {
+		t.Errorf("the cap was logged %d times, want once:\n%s", n, log.String())
+	}
+	s, _ := d.prepare(Spec{ConversationID: "c", ServerID: "s", Image: "i", Resources: Resources{NanoCPUs: 5e8}})
+	if s.Resources.NanoCPUs != 5e8 {
+		t.Errorf("configured 0.5 CPUs = %d nano, want 5e8 as given", s.Resources.NanoCPUs)
 	}
 }
 
