@@ -271,11 +271,13 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if tip != "" && !isHexID(tip) {
 		tip = ""
 	}
-	// Every keepable ref's objects come over (the pack holds only what
-	// the view has itself, so refs the host already has cost nothing);
-	// which to keep is decided afterwards, by reachability from the host's
-	// refs, so a retried removal whose first attempt imported the objects
-	// decides the same way.
+	// The objects of every keepable ref the host lacks come over: the
+	// view is seeded with all the host's refs, so most are the host's own
+	// (tens of thousands in a repository with many tags), and only those
+	// whose object is missing on the host are sent as tips. Which refs to
+	// keep is decided afterwards, by reachability from the host's refs, so
+	// a retried removal whose first attempt imported the objects decides
+	// the same way.
 	var candidates []string
 	for name, oid := range col.Refs {
 		if keepable(name, own) && isHexID(oid) {
@@ -296,6 +298,11 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	for _, name := range candidates {
 		add(col.Refs[name])
 	}
+	have, err := m.present(ctx, ct, tips)
+	if err != nil {
+		return err
+	}
+	tips = slices.DeleteFunc(tips, func(o string) bool { return have[o] })
 	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit})
 	defer dropKeep()
 	if err != nil {
@@ -380,11 +387,11 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 	}
 	lines := strings.Split(strings.TrimRight(peeled, "\n"), "\n")
 	commitOf := map[string]string{}
-	args := []string{"rev-list"}
+	var commits strings.Builder
 	for i, n := range names {
 		if i < len(lines) && isHexID(lines[i]) {
 			commitOf[n] = lines[i]
-			args = append(args, lines[i])
+			commits.WriteString(lines[i] + "\n")
 		} else {
 			out[n] = true // not a commit-ish the host can place: keep it
 		}
@@ -392,8 +399,10 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 	if len(commitOf) == 0 {
 		return out, nil
 	}
-	args = append(args, "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
-	list, err := m.git(ctx, ct, runOpts{}, args...)
+	// The commits go through stdin (one per view ref: argv has a limit),
+	// read where --stdin stands, so --not applies to --all only.
+	list, err := m.git(ctx, ct, runOpts{stdin: []byte(commits.String())},
+		"rev-list", "--stdin", "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
 	if err != nil {
 		return nil, fmt.Errorf("find the view's commits the host lacks: %w", err)
 	}

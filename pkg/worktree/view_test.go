@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -522,4 +523,64 @@ func TestRemoveWithViewSavesNestedRepos(t *testing.T) {
 		t.Errorf("the removal message does not name the nested repositories: %s", removeMessage(wt, RemoveOptions{}, res, ""))
 	}
 	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
+}
+
+// TestRemoveWithViewManyHostTags: the view is seeded with every host ref,
+// so a repository with tens of thousands of tags hands them all back at
+// removal; the removal must still save the agent's work (it once sent
+// them all as tips to the sandbox's pack, whose input limit truncated
+// them, and on the rev-list command lines, past the argv limit).
+func TestRemoveWithViewManyHostTags(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	// 30000 tags on as many commits, made in one fast-import.
+	var in strings.Builder
+	for i := 1; i <= 30000; i++ {
+		fmt.Fprintf(&in, "commit refs/heads/history\nmark :%d\ncommitter h <h@x> %d +0000\ndata 0\n", i, 1700000000+i)
+		if i > 1 {
+			fmt.Fprintf(&in, "from :%d\n", i-1)
+		}
+		fmt.Fprintf(&in, "\nreset refs/tags/release-%06d\nfrom :%d\n\n", i, i)
+	}
+	cmd := exec.Command("git", "-c", "safe.directory=*", "fast-import", "--quiet")
+	cmd.Dir, cmd.Stdin = dir, strings.NewReader(in.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("create tags: %v: %s", err, out)
+	}
+	hostGit(t, dir, "pack-refs", "--all")
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "agent work")
+	inView(t, wt, "tag", "agent-tag")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "uncommitted\n")
+
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit})
+	if err != nil {
+		t.Fatalf("Remove with 30000 host tags: %v", err)
+	}
+	if got := hostGit(t, dir, "log", "-1", "--format=%s", "refs/heads/"+wt.Branch); got != "agent work" {
+		t.Errorf("host branch tip = %q, want the agent's commit", got)
+	}
+	if got := hostGit(t, dir, "show", res.SnapshotRef+":wip.txt"); got != "uncommitted" {
+		t.Errorf("snapshot wip.txt = %q", got)
+	}
+	if want := []string{KeptRef(wt.ConversationID, "refs/tags/agent-tag")}; strings.Join(res.Kept, " ") != strings.Join(want, " ") {
+		t.Errorf("Kept = %v, want %v", res.Kept, want)
+	}
+}
+
+// TestReadRevsRefusesOversizedInput: more revisions than the limit is an
+// error, not a silently shorter list.
+func TestReadRevsRefusesOversizedInput(t *testing.T) {
+	line := strings.Repeat("a", 40) + "\n"
+	// Exactly 1 MiB of whole lines, then more: a cut at the limit falls on
+	// a line boundary, so only a size check can tell.
+	in := strings.Repeat(line, (1<<20)/len(line)) + strings.Repeat("\n", (1<<20)%len(line)) + line
+	if _, err := readRevs(strings.NewReader(in)); err == nil {
+		t.Fatal("readRevs(over 1 MiB) = nil error, want one")
+	}
+	got, err := readRevs(strings.NewReader(line + "^" + line))
+	if err != nil || got != line+"^"+line {
+		t.Fatalf("readRevs(two lines) = %q, %v", got, err)
+	}
 }
