@@ -142,9 +142,11 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if !opts.Discard && !opts.Undo {
 		switch {
 		case dirExists && wt.View != "" && opts.Saved != nil:
-			s := opts.Saved
-			res.SnapshotRef, res.SnapshotCommit, res.Kept, res.KeptDropped = s.SnapshotRef, s.SnapshotCommit, s.Kept, s.KeptDropped
-			res.Conflict, res.Published, res.IgnoredFiles, res.IgnoredBytes = s.Conflict, s.Published, s.IgnoredFiles, s.IgnoredBytes
+			// Everything saveView filled is carried; what Remove itself
+			// works out below starts afresh.
+			res = *opts.Saved
+			res.Kept, res.NestedRepos = slices.Clone(res.Kept), slices.Clone(res.NestedRepos)
+			res.CommitsBeyondStart, res.BranchKept, res.BranchDeleted, res.AlreadyRemoved, res.Message = -1, false, false, false, ""
 		case dirExists && wt.View != "":
 			// Registered or not: the view holds the work (a removal
 			// interrupted after it deleted the host's registration saved it

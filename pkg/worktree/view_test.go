@@ -584,3 +584,43 @@ func TestReadRevsRefusesOversizedInput(t *testing.T) {
 		t.Fatalf("readRevs(two lines) = %q, %v", got, err)
 	}
 }
+
+// TestRemoveSavedKeepsEverySaveViewField: Remove after SaveView (the path
+// of a running conversation) reports what SaveView saved, the nested
+// repositories included.
+func TestRemoveSavedKeepsEverySaveViewField(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	testenv.Git(t, wt.Path, "init", "-q", "app")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "app", "main.go"), "package main\n")
+	inView(t, wt, "tag", "agent-tag", "HEAD")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "agent work")
+	inView(t, wt, "switch", "-q", "-c", "side")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "side work")
+	inView(t, wt, "switch", "-q", wt.Branch)
+	saved, err := m.SaveView(testCtx(t), wt, &hostSandbox{wt: wt}, wt.StartCommit)
+	if err != nil {
+		t.Fatalf("SaveView: %v", err)
+	}
+	if len(saved.NestedRepos) == 0 || saved.SnapshotRef == "" || len(saved.Kept) == 0 {
+		t.Fatalf("SaveView = %+v, want nested repos, a snapshot and kept refs", saved)
+	}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Saved: &saved, Published: saved.Published})
+	if err != nil {
+		t.Fatalf("Remove(Saved): %v", err)
+	}
+	if strings.Join(res.NestedRepos, " ") != "app" {
+		t.Errorf("Remove(Saved).NestedRepos = %v, want [app]", res.NestedRepos)
+	}
+	if res.SnapshotRef != saved.SnapshotRef || strings.Join(res.Kept, " ") != strings.Join(saved.Kept, " ") || res.Published != saved.Published {
+		t.Errorf("Remove(Saved) = %+v, want SaveView's %+v", res, saved)
+	}
+	if !res.BranchKept || res.CommitsBeyondStart != 1 {
+		t.Errorf("Remove(Saved) branch = kept %v, %d beyond start, want kept, 1", res.BranchKept, res.CommitsBeyondStart)
+	}
+	if !strings.Contains(res.Message, "nested repositories saved in the snapshot as files") {
+		t.Errorf("message does not name the nested repositories: %s", res.Message)
+	}
+}
