@@ -9,11 +9,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // RemoveOptions says how Remove treats unsaved work.
@@ -264,9 +267,6 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		return fmt.Errorf("%w: the sandbox's snapshot %q is not a commit id", ErrRefused, truncate(col.Snapshot, 80))
 	}
 	res.IgnoredFiles, res.IgnoredBytes = col.IgnoredFiles, col.IgnoredBytes
-	if col.Snapshot != "" {
-		res.NestedRepos = col.NestedRepos
-	}
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	own := "refs/heads/" + wt.Branch
 	tip := col.Refs[own]
@@ -309,6 +309,11 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	defer dropKeep()
 	if err != nil {
 		return err
+	}
+	if col.Snapshot != "" {
+		if res.NestedRepos, err = m.checkNested(ctx, ct, col.Snapshot, col.NestedRepos); err != nil {
+			return err
+		}
 	}
 	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs)
 	if err != nil {
@@ -416,6 +421,58 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 		out[n] = missing[c]
 	}
 	return out, nil
+}
+
+// checkNested returns those of the nested repositories the sandbox reported
+// (the agent's word, stored, printed and put in the removal's message)
+// that are clean relative paths, free of control and format characters,
+// of directories of the imported snapshot, at most maxNested of them.
+func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string, names []string) ([]string, error) {
+	var ok []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if len(ok) == maxNested*4 {
+			break // the rest is not looked at
+		}
+		if seen[n] || !cleanRelPath(n) {
+			continue
+		}
+		seen[n] = true
+		ok = append(ok, n)
+	}
+	if len(ok) == 0 {
+		return nil, nil
+	}
+	var in strings.Builder
+	for _, n := range ok {
+		in.WriteString(snapshot + ":" + n + "\n")
+	}
+	out, err := m.git(ctx, ct, runOpts{stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objecttype)")
+	if err != nil {
+		return nil, fmt.Errorf("check the sandbox's nested repositories: %w", err)
+	}
+	lines := strings.Split(out, "\n")
+	var dirs []string
+	for i, n := range ok {
+		if i < len(lines) && lines[i] == "tree" && len(dirs) < maxNested {
+			dirs = append(dirs, n)
+		}
+	}
+	return dirs, nil
+}
+
+// cleanRelPath reports whether p is a clean, relative, slash-separated
+// path of valid UTF-8 with no control or format (e.g. bidi) characters.
+func cleanRelPath(p string) bool {
+	if p == "" || !utf8.ValidString(p) || path.IsAbs(p) || path.Clean(p) != p || p == "." || p == ".." || strings.HasPrefix(p, "../") {
+		return false
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteKept deletes the refs kept from conversation id's view (Discard).

@@ -3,12 +3,14 @@ package worktree
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -622,5 +624,67 @@ func TestRemoveSavedKeepsEverySaveViewField(t *testing.T) {
 	}
 	if !strings.Contains(res.Message, "nested repositories saved in the snapshot as files") {
 		t.Errorf("message does not name the nested repositories: %s", res.Message)
+	}
+}
+
+// plantSandbox is a hostSandbox whose collect answer the test rewrites,
+// as a hostile agent controlling the container could.
+type plantSandbox struct {
+	hostSandbox
+	plant func(*Collected)
+}
+
+func (s *plantSandbox) View(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "collect" {
+		return s.hostSandbox.View(ctx, args, stdin, stdout)
+	}
+	var out strings.Builder
+	if err := s.hostSandbox.View(ctx, args, stdin, &out); err != nil {
+		return err
+	}
+	var c Collected
+	if err := json.Unmarshal([]byte(out.String()), &c); err != nil {
+		return err
+	}
+	s.plant(&c)
+	return json.NewEncoder(stdout).Encode(c)
+}
+
+// TestRemoveWithViewChecksPlantedNestedRepos: the nested repositories the
+// sandbox reports are the agent's word: the host keeps only clean relative
+// paths of directories of the snapshot, at most maxNested of them.
+func TestRemoveWithViewChecksPlantedNestedRepos(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	var dirs []string
+	for i := 0; i < maxNested+20; i++ {
+		d := fmt.Sprintf("d%03d", i)
+		testenv.WriteFile(t, filepath.Join(wt.Path, d, "f.txt"), "x\n")
+		dirs = append(dirs, d)
+	}
+	bad := []string{"", ".", "..", "../etc", "/etc", "d000/../d001", "d000/", "./d000", "d000//x",
+		"d000/f.txt", "missing", "red\x1b[31m", "line\nbreak", "rtl\u202eoverride", "bad\xffutf8"}
+	sb := &plantSandbox{hostSandbox: hostSandbox{wt: wt}, plant: func(c *Collected) {
+		c.NestedRepos = append(append([]string{}, bad...), dirs...)
+	}}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: sb, Published: wt.StartCommit})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if res.SnapshotRef == "" {
+		t.Fatalf("Remove = %+v, want a snapshot", res)
+	}
+	if len(res.NestedRepos) != maxNested {
+		t.Errorf("NestedRepos has %d entries, want at most %d", len(res.NestedRepos), maxNested)
+	}
+	for _, n := range res.NestedRepos {
+		if !slices.Contains(dirs, n) {
+			t.Errorf("NestedRepos holds %q, not a directory of the snapshot", n)
+		}
+	}
+	if strings.ContainsAny(res.Message, "\x1b\n\u202e") {
+		t.Errorf("the removal message carries control characters: %q", res.Message)
 	}
 }
