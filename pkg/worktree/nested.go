@@ -29,23 +29,51 @@ const (
 	maxNested      = 100
 )
 
-// addAll is `git add --all` into o's index. A nested repository without a
-// commit (`git init sub`) cannot become a gitlink, and git then adds
-// nothing at all: the rest is added then (the nested one is for
-// addNestedRepos).
-func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) error {
+// addAll is `git add --all` into o's index. It returns the nested
+// repositories without a commit (`git init sub`): git cannot make a gitlink
+// of one and then adds nothing at all, so the rest is added again without
+// them (they are for addNestedRepos, or refused outside the sandbox). Any
+// other error is an error.
+func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) ([]string, error) {
 	_, err := m.git(ctx, t, o, "add", "--all")
 	if err == nil {
-		return nil
+		return nil, nil
 	}
 	var ge *GitError
 	if !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "does not have a commit checked out") {
-		return fmt.Errorf("add the working tree to a temporary index: %w", err)
+		return nil, fmt.Errorf("add the working tree to a temporary index: %w", err)
 	}
-	if _, err := m.git(ctx, t, o, "add", "--all", "--ignore-errors"); err != nil && (!errors.As(err, &ge) || ge.ExitCode != 1) {
-		return fmt.Errorf("add the working tree to a temporary index: %w", err)
+	// The nested repositories are the directories status lists; each is
+	// tried alone to tell those without a commit.
+	status, err := m.git(ctx, t, o, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames")
+	if err != nil {
+		return nil, fmt.Errorf("status of the working tree: %w", err)
 	}
-	return nil
+	var empty []string
+	for _, dir := range untrackedDirs(status) {
+		if !isNestedRepo(filepath.Join(t.workTree, dir)) {
+			continue
+		}
+		_, err := m.git(ctx, t, o, "add", "--all", "--", ":(literal)"+dir)
+		if err == nil {
+			continue
+		}
+		if !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "does not have a commit checked out") {
+			return nil, fmt.Errorf("add %s to a temporary index: %w", dir, err)
+		}
+		empty = append(empty, dir)
+	}
+	// Through stdin: there can be many (argv has a limit).
+	var spec strings.Builder
+	spec.WriteString(".\x00")
+	for _, dir := range empty {
+		spec.WriteString(":(exclude,literal)" + dir + "\x00")
+	}
+	o.stdin = []byte(spec.String())
+	if _, err := m.git(ctx, t, o, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
+		return nil, fmt.Errorf("add the working tree to a temporary index: %w", err)
+	}
+	return empty, nil
 }
 
 // untrackedDirs returns the directories of a `status --porcelain=v1 -z
@@ -122,7 +150,7 @@ func (m *Manager) nestedTree(ctx context.Context, wt Worktree, dir string, memo 
 	}
 	nt := gitTarget{dir: dir, gitDir: wt.AdminDir, workTree: dir, uid: wt.UID, gid: wt.GID}
 	no := runOpts{env: []string{"GIT_INDEX_FILE=" + filepath.Join(idxDir, "index")}, filters: memo}
-	if err := m.addAll(ctx, nt, no); err != nil {
+	if _, err := m.addAll(ctx, nt, no); err != nil { // those without a commit are listed below
 		return "", nil, err
 	}
 	// Nested repositories inside: those with a commit are gitlinks in the

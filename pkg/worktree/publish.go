@@ -166,10 +166,12 @@ func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, ti
 	if ierr != nil {
 		return keep, ierr
 	}
-	args := append([]string{"rev-list", "--objects", "--quiet"}, tips...)
-	args = append(args, "--not", "--all", "--")
-	if _, err := m.git(ctx, ct, runOpts{}, args...); err != nil {
-		return keep, fmt.Errorf("%w: the view's objects for %s are incomplete or corrupt after import: %v", ErrRefused, strings.Join(tips, ", "), err)
+	// The tips go through stdin (there can be many; argv has a limit).
+	// rev-list reads them where --stdin stands, before --not, which
+	// applies to --all only (git 2.39 takes no options in stdin).
+	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(strings.Join(tips, "\n") + "\n")},
+		"rev-list", "--objects", "--quiet", "--stdin", "--not", "--all", "--"); err != nil {
+		return keep, fmt.Errorf("%w: the view's objects for %s are incomplete or corrupt after import: %v", ErrRefused, truncate(strings.Join(tips, ", "), 200), err)
 	}
 	return keep, nil
 }

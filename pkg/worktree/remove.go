@@ -9,11 +9,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // RemoveOptions says how Remove treats unsaved work.
@@ -142,9 +145,11 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if !opts.Discard && !opts.Undo {
 		switch {
 		case dirExists && wt.View != "" && opts.Saved != nil:
-			s := opts.Saved
-			res.SnapshotRef, res.SnapshotCommit, res.Kept, res.KeptDropped = s.SnapshotRef, s.SnapshotCommit, s.Kept, s.KeptDropped
-			res.Conflict, res.Published, res.IgnoredFiles, res.IgnoredBytes = s.Conflict, s.Published, s.IgnoredFiles, s.IgnoredBytes
+			// Everything saveView filled is carried; what Remove itself
+			// works out below starts afresh.
+			res = *opts.Saved
+			res.Kept, res.NestedRepos = slices.Clone(res.Kept), slices.Clone(res.NestedRepos)
+			res.CommitsBeyondStart, res.BranchKept, res.BranchDeleted, res.AlreadyRemoved, res.Message = -1, false, false, false, ""
 		case dirExists && wt.View != "":
 			// Registered or not: the view holds the work (a removal
 			// interrupted after it deleted the host's registration saved it
@@ -262,20 +267,19 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		return fmt.Errorf("%w: the sandbox's snapshot %q is not a commit id", ErrRefused, truncate(col.Snapshot, 80))
 	}
 	res.IgnoredFiles, res.IgnoredBytes = col.IgnoredFiles, col.IgnoredBytes
-	if col.Snapshot != "" {
-		res.NestedRepos = col.NestedRepos
-	}
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	own := "refs/heads/" + wt.Branch
 	tip := col.Refs[own]
 	if tip != "" && !isHexID(tip) {
 		tip = ""
 	}
-	// Every keepable ref's objects come over (the pack holds only what
-	// the view has itself, so refs the host already has cost nothing);
-	// which to keep is decided afterwards, by reachability from the host's
-	// refs, so a retried removal whose first attempt imported the objects
-	// decides the same way.
+	// The objects of every keepable ref the host lacks come over: the
+	// view is seeded with all the host's refs, so most are the host's own
+	// (tens of thousands in a repository with many tags), and only those
+	// whose object is missing on the host are sent as tips. Which refs to
+	// keep is decided afterwards, by reachability from the host's refs, so
+	// a retried removal whose first attempt imported the objects decides
+	// the same way.
 	var candidates []string
 	for name, oid := range col.Refs {
 		if keepable(name, own) && isHexID(oid) {
@@ -296,10 +300,20 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	for _, name := range candidates {
 		add(col.Refs[name])
 	}
+	have, err := m.present(ctx, ct, tips)
+	if err != nil {
+		return err
+	}
+	tips = slices.DeleteFunc(tips, func(o string) bool { return have[o] })
 	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit})
 	defer dropKeep()
 	if err != nil {
 		return err
+	}
+	if col.Snapshot != "" {
+		if res.NestedRepos, err = m.checkNested(ctx, ct, col.Snapshot, col.NestedRepos); err != nil {
+			return err
+		}
 	}
 	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs)
 	if err != nil {
@@ -380,11 +394,11 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 	}
 	lines := strings.Split(strings.TrimRight(peeled, "\n"), "\n")
 	commitOf := map[string]string{}
-	args := []string{"rev-list"}
+	var commits strings.Builder
 	for i, n := range names {
 		if i < len(lines) && isHexID(lines[i]) {
 			commitOf[n] = lines[i]
-			args = append(args, lines[i])
+			commits.WriteString(lines[i] + "\n")
 		} else {
 			out[n] = true // not a commit-ish the host can place: keep it
 		}
@@ -392,8 +406,10 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 	if len(commitOf) == 0 {
 		return out, nil
 	}
-	args = append(args, "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
-	list, err := m.git(ctx, ct, runOpts{}, args...)
+	// The commits go through stdin (one per view ref: argv has a limit),
+	// read where --stdin stands, so --not applies to --all only.
+	list, err := m.git(ctx, ct, runOpts{stdin: []byte(commits.String())},
+		"rev-list", "--stdin", "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
 	if err != nil {
 		return nil, fmt.Errorf("find the view's commits the host lacks: %w", err)
 	}
@@ -405,6 +421,58 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 		out[n] = missing[c]
 	}
 	return out, nil
+}
+
+// checkNested returns those of the nested repositories the sandbox reported
+// (the agent's word, stored, printed and put in the removal's message)
+// that are clean relative paths, free of control and format characters,
+// of directories of the imported snapshot, at most maxNested of them.
+func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string, names []string) ([]string, error) {
+	var ok []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if len(ok) == maxNested*4 {
+			break // the rest is not looked at
+		}
+		if seen[n] || !cleanRelPath(n) {
+			continue
+		}
+		seen[n] = true
+		ok = append(ok, n)
+	}
+	if len(ok) == 0 {
+		return nil, nil
+	}
+	var in strings.Builder
+	for _, n := range ok {
+		in.WriteString(snapshot + ":" + n + "\n")
+	}
+	out, err := m.git(ctx, ct, runOpts{stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objecttype)")
+	if err != nil {
+		return nil, fmt.Errorf("check the sandbox's nested repositories: %w", err)
+	}
+	lines := strings.Split(out, "\n")
+	var dirs []string
+	for i, n := range ok {
+		if i < len(lines) && lines[i] == "tree" && len(dirs) < maxNested {
+			dirs = append(dirs, n)
+		}
+	}
+	return dirs, nil
+}
+
+// cleanRelPath reports whether p is a clean, relative, slash-separated
+// path of valid UTF-8 with no control or format (e.g. bidi) characters.
+func cleanRelPath(p string) bool {
+	if p == "" || !utf8.ValidString(p) || path.IsAbs(p) || path.Clean(p) != p || p == "." || p == ".." || strings.HasPrefix(p, "../") {
+		return false
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // deleteKept deletes the refs kept from conversation id's view (Discard).

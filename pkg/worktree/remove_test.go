@@ -368,17 +368,23 @@ func TestSnapshotOrphanHead(t *testing.T) {
 }
 
 // TestSnapshotEmptyNestedRepo: a nested repository without a commit
-// (`git init sub`) cannot be a gitlink; the rest of the work is saved.
+// (`git init sub`) cannot be a gitlink, and outside the sandbox its files
+// are not read: the snapshot refuses, naming it, and Remove removes
+// nothing (its files would be lost).
 func TestSnapshotEmptyNestedRepo(t *testing.T) {
-	m, repo, wt := newRepoWorktree(t)
+	m, _, wt := newRepoWorktree(t)
 	gitIn(t, wt.Path, "init", "-q", "sub")
 	testenv.WriteFile(t, filepath.Join(wt.Path, "sub", "inner.txt"), "inner\n")
 	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "wip\n")
 	_, commit, err := m.Snapshot(testCtx(t), wt)
-	if err != nil || commit == "" {
-		t.Fatalf("Snapshot(empty nested repo) = %q, %v", commit, err)
+	if !errors.Is(err, ErrUnsavedWork) || !strings.Contains(err.Error(), filepath.Join(wt.Path, "sub")) || !strings.Contains(err.Error(), "--discard") {
+		t.Fatalf("Snapshot(empty nested repo) = %q, %v, want ErrUnsavedWork naming %s and --discard", commit, err, filepath.Join(wt.Path, "sub"))
 	}
-	if got := gitIn(t, repo.TopLevel, "show", commit+":wip.txt"); got != "wip" {
-		t.Errorf("snapshot wip.txt = %q", got)
+	before := listing(t, wt.Path)
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{}); !errors.Is(err, ErrUnsavedWork) {
+		t.Fatalf("Remove(empty nested repo) = %v, want ErrUnsavedWork", err)
+	}
+	if after := listing(t, wt.Path); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Errorf("a refused Remove changed the worktree:\nbefore %v\nafter  %v", before, after)
 	}
 }

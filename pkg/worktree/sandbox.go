@@ -1,7 +1,6 @@
 package worktree
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,13 +127,25 @@ func insideManager() (*Manager, error) {
 		log: discardLogger()}, nil
 }
 
+// maxRevsInput bounds the input of `view pack` (about 25,000 revisions:
+// the host sends only those it lacks, see saveView).
+const maxRevsInput = 1 << 20
+
 // readRevs reads and checks the rev-list arguments of `view pack`: object
 // ids, optionally negated, nothing else (no option can be slipped in).
+// Input beyond maxRevsInput is an error: a shortened list would make a
+// pack that lacks objects.
 func readRevs(r io.Reader) (string, error) {
+	in, err := io.ReadAll(io.LimitReader(r, maxRevsInput+1))
+	if err != nil {
+		return "", err
+	}
+	if len(in) > maxRevsInput {
+		return "", fmt.Errorf("more than %d bytes of revisions: too many to pack at once", maxRevsInput)
+	}
 	var b strings.Builder
-	sc := bufio.NewScanner(io.LimitReader(r, 1<<20))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
+	for _, line := range strings.Split(string(in), "\n") {
+		line = strings.TrimSpace(line)
 		if line == "" {
 			continue
 		}
@@ -143,7 +154,7 @@ func readRevs(r io.Reader) (string, error) {
 		}
 		b.WriteString(line + "\n")
 	}
-	return b.String(), sc.Err()
+	return b.String(), nil
 }
 
 // collect is `view collect`: the snapshot commit, the refs, the ignored

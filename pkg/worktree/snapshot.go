@@ -127,8 +127,15 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox boo
 		}
 		indexTree = ""
 	}
-	if err := m.addAll(ctx, t, o); err != nil {
+	empty, err := m.addAll(ctx, t, o)
+	if err != nil {
 		return "", nil, nil, err
+	}
+	if !inSandbox && len(empty) > 0 {
+		// Outside the sandbox nested repositories are not read: the
+		// snapshot could not hold these, and removing would lose them.
+		return "", nil, nil, fmt.Errorf("%w: %s is a nested git repository without a commit, which the snapshot cannot save: commit in it or copy it elsewhere, then try again (or remove with --discard to drop it)",
+			ErrUnsavedWork, filepath.Join(wt.Path, empty[0]))
 	}
 	if inSandbox {
 		budget := maxNested

@@ -3,11 +3,14 @@ package worktree
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -522,4 +525,166 @@ func TestRemoveWithViewSavesNestedRepos(t *testing.T) {
 		t.Errorf("the removal message does not name the nested repositories: %s", removeMessage(wt, RemoveOptions{}, res, ""))
 	}
 	hostGit(t, dir, "fsck", "--strict", "--no-dangling")
+}
+
+// TestRemoveWithViewManyHostTags: the view is seeded with every host ref,
+// so a repository with tens of thousands of tags hands them all back at
+// removal; the removal must still save the agent's work (it once sent
+// them all as tips to the sandbox's pack, whose input limit truncated
+// them, and on the rev-list command lines, past the argv limit).
+func TestRemoveWithViewManyHostTags(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	// 30000 tags on as many commits, made in one fast-import.
+	var in strings.Builder
+	for i := 1; i <= 30000; i++ {
+		fmt.Fprintf(&in, "commit refs/heads/history\nmark :%d\ncommitter h <h@x> %d +0000\ndata 0\n", i, 1700000000+i)
+		if i > 1 {
+			fmt.Fprintf(&in, "from :%d\n", i-1)
+		}
+		fmt.Fprintf(&in, "\nreset refs/tags/release-%06d\nfrom :%d\n\n", i, i)
+	}
+	cmd := exec.Command("git", "-c", "safe.directory=*", "fast-import", "--quiet")
+	cmd.Dir, cmd.Stdin = dir, strings.NewReader(in.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("create tags: %v: %s", err, out)
+	}
+	hostGit(t, dir, "pack-refs", "--all")
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "agent work")
+	inView(t, wt, "tag", "agent-tag")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "uncommitted\n")
+
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit})
+	if err != nil {
+		t.Fatalf("Remove with 30000 host tags: %v", err)
+	}
+	if got := hostGit(t, dir, "log", "-1", "--format=%s", "refs/heads/"+wt.Branch); got != "agent work" {
+		t.Errorf("host branch tip = %q, want the agent's commit", got)
+	}
+	if got := hostGit(t, dir, "show", res.SnapshotRef+":wip.txt"); got != "uncommitted" {
+		t.Errorf("snapshot wip.txt = %q", got)
+	}
+	if want := []string{KeptRef(wt.ConversationID, "refs/tags/agent-tag")}; strings.Join(res.Kept, " ") != strings.Join(want, " ") {
+		t.Errorf("Kept = %v, want %v", res.Kept, want)
+	}
+}
+
+// TestReadRevsRefusesOversizedInput: more revisions than the limit is an
+// error, not a silently shorter list.
+func TestReadRevsRefusesOversizedInput(t *testing.T) {
+	line := strings.Repeat("a", 40) + "\n"
+	// Exactly 1 MiB of whole lines, then more: a cut at the limit falls on
+	// a line boundary, so only a size check can tell.
+	in := strings.Repeat(line, (1<<20)/len(line)) + strings.Repeat("\n", (1<<20)%len(line)) + line
+	if _, err := readRevs(strings.NewReader(in)); err == nil {
+		t.Fatal("readRevs(over 1 MiB) = nil error, want one")
+	}
+	got, err := readRevs(strings.NewReader(line + "^" + line))
+	if err != nil || got != line+"^"+line {
+		t.Fatalf("readRevs(two lines) = %q, %v", got, err)
+	}
+}
+
+// TestRemoveSavedKeepsEverySaveViewField: Remove after SaveView (the path
+// of a running conversation) reports what SaveView saved, the nested
+// repositories included.
+func TestRemoveSavedKeepsEverySaveViewField(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	testenv.Git(t, wt.Path, "init", "-q", "app")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "app", "main.go"), "package main\n")
+	inView(t, wt, "tag", "agent-tag", "HEAD")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "agent work")
+	inView(t, wt, "switch", "-q", "-c", "side")
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "side work")
+	inView(t, wt, "switch", "-q", wt.Branch)
+	saved, err := m.SaveView(testCtx(t), wt, &hostSandbox{wt: wt}, wt.StartCommit)
+	if err != nil {
+		t.Fatalf("SaveView: %v", err)
+	}
+	if len(saved.NestedRepos) == 0 || saved.SnapshotRef == "" || len(saved.Kept) == 0 {
+		t.Fatalf("SaveView = %+v, want nested repos, a snapshot and kept refs", saved)
+	}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Saved: &saved, Published: saved.Published})
+	if err != nil {
+		t.Fatalf("Remove(Saved): %v", err)
+	}
+	if strings.Join(res.NestedRepos, " ") != "app" {
+		t.Errorf("Remove(Saved).NestedRepos = %v, want [app]", res.NestedRepos)
+	}
+	if res.SnapshotRef != saved.SnapshotRef || strings.Join(res.Kept, " ") != strings.Join(saved.Kept, " ") || res.Published != saved.Published {
+		t.Errorf("Remove(Saved) = %+v, want SaveView's %+v", res, saved)
+	}
+	if !res.BranchKept || res.CommitsBeyondStart != 1 {
+		t.Errorf("Remove(Saved) branch = kept %v, %d beyond start, want kept, 1", res.BranchKept, res.CommitsBeyondStart)
+	}
+	if !strings.Contains(res.Message, "nested repositories saved in the snapshot as files") {
+		t.Errorf("message does not name the nested repositories: %s", res.Message)
+	}
+}
+
+// plantSandbox is a hostSandbox whose collect answer the test rewrites,
+// as a hostile agent controlling the container could.
+type plantSandbox struct {
+	hostSandbox
+	plant func(*Collected)
+}
+
+func (s *plantSandbox) View(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "collect" {
+		return s.hostSandbox.View(ctx, args, stdin, stdout)
+	}
+	var out strings.Builder
+	if err := s.hostSandbox.View(ctx, args, stdin, &out); err != nil {
+		return err
+	}
+	var c Collected
+	if err := json.Unmarshal([]byte(out.String()), &c); err != nil {
+		return err
+	}
+	s.plant(&c)
+	return json.NewEncoder(stdout).Encode(c)
+}
+
+// TestRemoveWithViewChecksPlantedNestedRepos: the nested repositories the
+// sandbox reports are the agent's word: the host keeps only clean relative
+// paths of directories of the snapshot, at most maxNested of them.
+func TestRemoveWithViewChecksPlantedNestedRepos(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	var dirs []string
+	for i := 0; i < maxNested+20; i++ {
+		d := fmt.Sprintf("d%03d", i)
+		testenv.WriteFile(t, filepath.Join(wt.Path, d, "f.txt"), "x\n")
+		dirs = append(dirs, d)
+	}
+	bad := []string{"", ".", "..", "../etc", "/etc", "d000/../d001", "d000/", "./d000", "d000//x",
+		"d000/f.txt", "missing", "red\x1b[31m", "line\nbreak", "rtl\u202eoverride", "bad\xffutf8"}
+	sb := &plantSandbox{hostSandbox: hostSandbox{wt: wt}, plant: func(c *Collected) {
+		c.NestedRepos = append(append([]string{}, bad...), dirs...)
+	}}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: sb, Published: wt.StartCommit})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if res.SnapshotRef == "" {
+		t.Fatalf("Remove = %+v, want a snapshot", res)
+	}
+	if len(res.NestedRepos) != maxNested {
+		t.Errorf("NestedRepos has %d entries, want at most %d", len(res.NestedRepos), maxNested)
+	}
+	for _, n := range res.NestedRepos {
+		if !slices.Contains(dirs, n) {
+			t.Errorf("NestedRepos holds %q, not a directory of the snapshot", n)
+		}
+	}
+	if strings.ContainsAny(res.Message, "\x1b\n\u202e") {
+		t.Errorf("the removal message carries control characters: %q", res.Message)
+	}
 }
