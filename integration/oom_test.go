@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -54,4 +55,24 @@ func TestOOMInsideIsNotADeath(t *testing.T) {
 func containerRunning(t *testing.T, id string) bool {
 	out, err := exec.Command("docker", "inspect", "-f", "{{.State.Running}}", id).Output()
 	return err == nil && strings.TrimSpace(string(out)) == "true"
+}
+
+// TestOrphanContainerIsRemoved: a container of this ohd whose
+// conversation is over (here: none was ever recorded, as when the Engine
+// finishes the create of an ohd killed mid-create after the next ohd's
+// reconcile) is removed by the periodic sweep, and a live conversation's
+// container is left alone.
+func TestOrphanContainerIsRemoved(t *testing.T) {
+	d := dockerDaemon(t)
+	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.NewRepo(t, testenv.RepoOptions{})}})
+	live := d.record(id)
+	orphan := strings.TrimSpace(run(t, "docker", "create", "--label", "dev.ohd.server="+d.serverID(),
+		"--label", "dev.ohd.conversation=0b8f8f4e-6d1a-4c55-9b55-1c1f4f0c9d3a", testimage.Ensure(t), "sh", "-c", ":"))
+	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", orphan).Run() })
+	waitFor(t, 60*time.Second, "the orphan container to be removed", func() bool {
+		return exec.Command("docker", "inspect", orphan).Run() != nil
+	})
+	if !containerRunning(t, live.ContainerID) {
+		t.Errorf("the live conversation's container %s was removed too", shortID(live.ContainerID))
+	}
 }

@@ -781,7 +781,40 @@ func (m *Manager) RunUndoRetries(ctx context.Context) {
 				m.finishAbandoned(c.ID)
 			}
 		}
+		m.removeOrphanContainers(ctx)
 	})
+}
+
+// removeOrphanContainers removes the containers of this server whose
+// conversation is over (no record, deleted, or failed with its undo
+// done). The Engine finishes a container create whose client died, so
+// one asked for by an ohd killed mid-create can appear after the next
+// ohd's reconcile has undone that create: nothing else would remove it.
+func (m *Manager) removeOrphanContainers(ctx context.Context) {
+	if m.rt.Kind() == "local" {
+		return
+	}
+	list, err := m.rt.List(ctx, m.st.ServerID())
+	if err != nil {
+		return
+	}
+	for _, ct := range list {
+		unlock, ok := m.tryLock(ct.ConversationID)
+		if !ok {
+			continue // an operation on it is under way
+		}
+		c, err := m.st.Conversation(ct.ConversationID)
+		over := errors.Is(err, store.ErrNotFound) || (err == nil && c.State == store.StateDeleted) || (err == nil && c.State == store.StateFailed && !c.UndoPending)
+		if over {
+			m.retire(ct.ID)
+			if err := m.rt.Remove(ctx, ct.ID); err != nil {
+				m.log.Warn("remove a container whose conversation is over", "id", ct.ConversationID, "container", shortID(ct.ID), "err", err)
+			} else {
+				m.log.Info("removed a container whose conversation is over", "id", ct.ConversationID, "container", shortID(ct.ID))
+			}
+		}
+		unlock()
+	}
 }
 
 // finishAbandoned undoes the create of provisioning record id if no
