@@ -218,7 +218,7 @@ func (s *Server) postSwitch(w http.ResponseWriter, r *http.Request, fp forwardPa
 			writeValidation(w, validationError{Type: "missing", Loc: []any{"body", "profile_name"}, Msg: "Field required", Input: nil})
 			return
 		}
-		profile, out = *req.ProfileName, body
+		profile, out = *req.ProfileName, bytes.Clone(body) // body is cleared below
 		profileLLM, err = med.ProfileLLM(r.Context(), "profile_name", profile)
 		if err == nil {
 			key, err = med.MediateLLM(r.Context(), fp.ID, openhands.ProfileScopedName(fp.ID, profile), profileLLM, "profile_name")
