@@ -118,7 +118,9 @@ func (e *profileEnv) llmKeyUsed(id string) string {
 	return calls[n]
 }
 
-func bearer(key string) string { return "/v1/chat/completions authorization=Bearer " + key + " x-api-key=" }
+func bearer(key string) string {
+	return "/v1/chat/completions authorization=Bearer " + key + " x-api-key="
+}
 
 // assertNoKeyInContainer looks for every value in what the container can
 // see or ohd keeps in the clear: the inner server's create body, docker
