@@ -29,7 +29,8 @@ import (
 //	                                      anything else → 400 (ref §2a step 3, _secrets_exposure.py L37-62, L109-123)
 //	GET    /api/settings/secrets          {"secrets":[{"name","description"}]} (ref §2a step 3)
 //	GET    /api/settings/secrets/{name}   the raw value, text/plain; 404 {"detail":"Secret not found"} (ref §3)
-//	GET    /api/profiles                  {"profiles":[],"active_profile":null}
+//	GET    /api/profiles                  {"profiles":[{name,model,base_url,...,api_key_set}],"active_profile":null}
+//	                                      (profiles_router.py L150-167; the settings file's "profiles", profiles.go)
 //	GET    /api/file/home                 {"home": $HOME} (ref §2a step 2, file_router.py L760)
 //	POST   /api/auth/workspace-session    204, Set-Cookie oh_workspace_session_key=<key> (ref §8)
 //	DELETE /api/auth/workspace-session    204, the cookie cleared (ref §8)
@@ -141,9 +142,7 @@ func (s *Server) mediationRoutes(m *http.ServeMux) {
 		m.HandleFunc("GET /api/settings", st.get)
 		m.HandleFunc("GET /api/settings/secrets", st.list)
 		m.HandleFunc("GET /api/settings/secrets/{name}", st.secret)
-		m.HandleFunc("GET /api/profiles", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]any{"profiles": []any{}, "active_profile": nil})
-		})
+		m.HandleFunc("GET /api/profiles", listProfiles)
 		m.HandleFunc("GET /api/file/home", func(w http.ResponseWriter, r *http.Request) {
 			home, _ := os.UserHomeDir()
 			writeJSON(w, http.StatusOK, map[string]any{"home": home})

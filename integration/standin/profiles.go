@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 
@@ -157,6 +158,24 @@ func (s *Server) profileRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /api/conversations/{id}/switch_llm", s.switchLLM)
 	m.HandleFunc("POST /api/conversations/{id}/switch_profile", s.switchProfile)
 	m.HandleFunc("POST /api/conversations/{id}/standin/title", s.title)
+}
+
+// listProfiles is GET /api/profiles: the summaries, sorted by name.
+func listProfiles(w http.ResponseWriter, r *http.Request) {
+	f := readProfileFile()
+	names := make([]string, 0, len(f.Profiles))
+	for n := range f.Profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := []map[string]any{}
+	for _, n := range names {
+		p := f.Profiles[n]
+		key, _ := p["api_key"].(string)
+		out = append(out, map[string]any{"name": n, "model": p["model"], "base_url": p["base_url"],
+			"provider_connection_id": nil, "provider_connection_broken": false, "api_key_set": key != ""})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"profiles": out, "active_profile": nil})
 }
 
 func getProfile(w http.ResponseWriter, r *http.Request) {

@@ -254,6 +254,10 @@ func (s *Server) postSwitch(w http.ResponseWriter, r *http.Request, fp forwardPa
 			s.targetError(w, fp.ID, err)
 			return
 		}
+		if t.Addr == "" {
+			writeDetail(w, http.StatusNotImplemented, "conversation "+fp.ID+" runs in ohd's local runtime: it has no agent server to switch")
+			return
+		}
 		if err := s.saveInnerProfile(r.Context(), t, profile, profileLLM); err != nil {
 			s.log.Warn("conversation API: saving a profile in the inner server failed", "id", fp.ID, "err", err)
 			writeDetail(w, http.StatusBadGateway, "conversation "+fp.ID+": "+err.Error())
