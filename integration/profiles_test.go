@@ -28,39 +28,54 @@ type profileEnv struct {
 	upstream *openhands.Fernet // the upstream's cipher
 }
 
-// newProfileEnv starts the upstream stand-in with LLM profiles "main",
-// "cheap" and "other" and agent profile "coder", and ohd in front of it
-// with the upstream's secret key.
-func newProfileEnv(t *testing.T) *profileEnv {
-	t.Helper()
-	e := &profileEnv{t: t, sec: newCanvasSecrets(), prov: newFakeLLM(t), agentID: store.NewID()}
-	e.keys = map[string]string{}
+// profileEntries returns what an upstream stand-in's settings file needs
+// for profiles (merge it into the map given to upstreamServer): LLM
+// profiles "main", "cheap" and "other", each with its own key on the
+// provider at provURL, and agent profile "coder" (llm_profile_ref
+// "main"), whose id is returned.
+func profileEntries(provURL string) (entries map[string]any, keys map[string]string, agentID string) {
+	keys = map[string]string{}
 	profiles := map[string]any{}
 	for _, n := range []string{"main", "cheap", "other"} {
-		e.keys[n] = "sk-" + n + "-VALUE-" + strings.ReplaceAll(store.NewID(), "-", "")
-		profiles[n] = map[string]any{"model": "openai/gpt-" + n, "api_key": e.keys[n], "base_url": e.prov.srv.URL + "/v1"}
+		keys[n] = "sk-" + n + "-VALUE-" + strings.ReplaceAll(store.NewID(), "-", "")
+		profiles[n] = map[string]any{"model": "openai/gpt-" + n, "api_key": keys[n], "base_url": provURL + "/v1"}
 	}
-	bin := buildStandin(t)
-	e.up = upstreamServer(t, bin, e.sec.outerKey, e.sec.upstreamKey, map[string]any{
-		"llm":      map[string]any{"model": "openai/gpt-main", "api_key": e.keys["main"], "base_url": e.prov.srv.URL + "/v1"},
+	agentID = store.NewID()
+	entries = map[string]any{
 		"profiles": profiles,
 		"agent_profiles": []any{map[string]any{
-			"id": e.agentID, "name": "coder", "agent_kind": "openhands", "llm_profile_ref": "main",
+			"id": agentID, "name": "coder", "agent_kind": "openhands", "llm_profile_ref": "main",
 			"system_message_suffix": "profile suffix", "disabled_skills": []any{},
 		}},
-	})
+	}
+	return entries, keys, agentID
+}
+
+// newProfileEnv starts the upstream stand-in with profileEntries, and ohd
+// in front of it with the upstream's secret key.
+func newProfileEnv(t *testing.T) *profileEnv {
+	t.Helper()
+	e := &profileEnv{t: t, sec: newCanvasSecrets(), prov: newFakeLLM(t)}
+	settings, keys, agentID := profileEntries(e.prov.srv.URL)
+	e.keys, e.agentID = keys, agentID
+	settings["llm"] = map[string]any{"model": "openai/gpt-main", "api_key": e.keys["main"], "base_url": e.prov.srv.URL + "/v1"}
+	bin := buildStandin(t)
+	e.up = upstreamServer(t, bin, e.sec.outerKey, e.sec.upstreamKey, settings)
 	e.upstream = openhands.NewFernet(e.sec.upstreamKey)
 	dir := testenv.TempDir(t)
-	keys, upKeyFile := filepath.Join(dir, "keys"), filepath.Join(dir, "upstream-secret-key")
-	if err := os.WriteFile(keys, []byte(e.sec.outerKey+"\n"), 0o600); err != nil {
+	keysFile, upKeyFile := filepath.Join(dir, "keys"), filepath.Join(dir, "upstream-secret-key")
+	if err := os.WriteFile(keysFile, []byte(e.sec.outerKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(upKeyFile, []byte(e.sec.upstreamKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e.d = dockerDaemon(t, "--session-api-key-file", keys, "--upstream", e.up, "--upstream-secret-key-file", upKeyFile)
+	e.d = dockerDaemon(t, "--session-api-key-file", keysFile, "--upstream", e.up, "--upstream-secret-key-file", upKeyFile)
 	return e
 }
+
+// caller calls ohd with the client's key (profileEnv.call, or a replay's).
+type caller func(method, path string, body any, hdr ...string) apiResponse
 
 // call calls ohd with the client's (outer) key.
 func (e *profileEnv) call(method, path string, body any, hdr ...string) apiResponse {
@@ -91,31 +106,41 @@ func canvasProfileLaunch(id, agentProfileID, workingDir, titleProfile string) ma
 // (agent-server-conversation-service.api.ts switchProfile, local
 // backend): the profile read with X-Expose-Secrets: encrypted, then
 // switch_llm with its config, stream on and a fresh usage_id.
-func (e *profileEnv) canvasSwitchModel(id, profile string) apiResponse {
-	e.t.Helper()
+func canvasSwitchModel(t *testing.T, call caller, id, profile string) apiResponse {
+	t.Helper()
 	var p struct {
 		Config map[string]any `json:"config"`
 	}
-	e.call("GET", "/api/profiles/"+profile, nil, "X-Expose-Secrets", "encrypted").json(e.t, &p)
+	call("GET", "/api/profiles/"+profile, nil, "X-Expose-Secrets", "encrypted").json(t, &p)
 	if k, _ := p.Config["api_key"].(string); !openhands.IsToken(k) {
-		e.t.Fatalf("GET /api/profiles/%s (encrypted) through ohd: api_key %q is not a token", profile, k)
+		t.Fatalf("GET /api/profiles/%s (encrypted) through ohd: api_key %q is not a token", profile, k)
 	}
 	p.Config["stream"] = true
 	p.Config["usage_id"] = "profile:" + profile + ":" + store.NewID()
-	return e.call("POST", "/api/conversations/"+id+"/switch_llm", map[string]any{"llm": p.Config})
+	return call("POST", "/api/conversations/"+id+"/switch_llm", map[string]any{"llm": p.Config})
 }
 
 // llmKeyUsed has the inner server make one LLM call with the agent's
-// LLM and returns the Authorization the provider got.
-func (e *profileEnv) llmKeyUsed(id string) string {
-	e.t.Helper()
-	n := len(e.prov.calls())
-	r := e.call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi"})
-	calls := e.prov.calls()
+// LLM and returns what the provider got ("<path> authorization=...").
+func llmKeyUsed(t *testing.T, call caller, prov *fakeLLM, id string) string {
+	t.Helper()
+	n := len(prov.calls())
+	r := call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi"})
+	calls := prov.calls()
 	if r.Status != 200 || len(calls) != n+1 {
-		e.t.Fatalf("LLM call from the inner server = %d %s (provider calls %d → %d)", r.Status, r.Body, n, len(calls))
+		t.Fatalf("LLM call from the inner server = %d %s (provider calls %d → %d)", r.Status, r.Body, n, len(calls))
 	}
 	return calls[n]
+}
+
+func (e *profileEnv) canvasSwitchModel(id, profile string) apiResponse {
+	e.t.Helper()
+	return canvasSwitchModel(e.t, e.call, id, profile)
+}
+
+func (e *profileEnv) llmKeyUsed(id string) string {
+	e.t.Helper()
+	return llmKeyUsed(e.t, e.call, e.prov, id)
 }
 
 func bearer(key string) string {
@@ -132,7 +157,12 @@ func (e *profileEnv) assertNoKeyInContainer(id string, values []secretValue) {
 	body := e.call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
 	c := e.d.record(id)
 	inspected, _ := exec.Command("docker", "inspect", c.ContainerID).Output()
-	sinks := []sink{{"the create body the inner server received", body.Body}, {"docker inspect", inspected}}
+	llms := e.call("GET", "/api/conversations/"+id+"/standin/llms", nil)
+	sinks := []sink{{"the create body the inner server received", body.Body}, {"docker inspect", inspected},
+		{"the inner server's LLMs (create and switches)", llms.Body}}
+	if llms.Status != 200 || !strings.Contains(string(llms.Body), openhands.PlaceholderKey) {
+		e.t.Fatalf("the inner server's LLMs = %d %s: the scan would prove nothing", llms.Status, llms.Body)
+	}
 	sinks = append(sinks, containerEnvirons(e.t, c.ContainerID)...)
 	sinks = append(sinks, filesUnder(e.t, e.d.dirs.State)...)
 	sinks = append(sinks, filesUnder(e.t, c.BrokerDir)...)

@@ -57,6 +57,8 @@ import (
 //	                                             title_llm_profile if it loads from the store, else the
 //	                                             agent's, one LLM call → {"source":"profile"|"agent",
 //	                                             "status": the provider's status}
+//	GET  /api/conversations/{id}/standin/llms    {"current": usage_id, "llms": {usage_id: LLM}}: the
+//	                                             registry, each LLM as the switch gave it (decrypted)
 
 var profileNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) // llm_profile_store.py L33
 
@@ -158,6 +160,15 @@ func (s *Server) profileRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /api/conversations/{id}/switch_llm", s.switchLLM)
 	m.HandleFunc("POST /api/conversations/{id}/switch_profile", s.switchProfile)
 	m.HandleFunc("POST /api/conversations/{id}/standin/title", s.title)
+	m.HandleFunc("GET /api/conversations/{id}/standin/llms", func(w http.ResponseWriter, r *http.Request) {
+		id, ok := pathID(w, r)
+		if !ok {
+			return
+		}
+		llmRegistry.Lock()
+		defer llmRegistry.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"current": llmRegistry.current[id], "llms": llmRegistry.byID[id]})
+	})
 }
 
 // listProfiles is GET /api/profiles: the summaries, sorted by name.
