@@ -198,10 +198,13 @@ func (m *Mediator) SwitchLLM(ctx context.Context, id, name string, body []byte) 
 //
 // What differs from the server's own resolution: the user and public
 // skills are loaded by the inner server (load_user_skills and
-// load_public_skills, with the profile's disabled_skills) instead of
-// being discovered on the host, the browser tool is added only when the
-// profile lists it, and the conversation's agent_profile provenance is
-// not recorded by the inner server.
+// load_public_skills; AgentContext drops the profile's disabled_skills
+// after loading them, sdk/context/agent_context.py L262-290) instead of
+// being discovered by the server before, the browser tool is added only
+// when the profile lists it (the server adds it to a profile without
+// tools when its runtime can run it, conversation_service.py L375-384),
+// and the conversation's launched_agent_profile is not recorded by the
+// inner server.
 func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]json.RawMessage) error {
 	raw, ok := fields["agent_profile_id"]
 	if !ok || string(raw) == "null" {
