@@ -30,7 +30,7 @@ import (
 //	GET    /api/settings/secrets          {"secrets":[{"name","description"}]} (ref §2a step 3)
 //	GET    /api/settings/secrets/{name}   the raw value, text/plain; 404 {"detail":"Secret not found"} (ref §3)
 //	GET    /api/profiles                  {"profiles":[{name,model,base_url,...,api_key_set}],"active_profile":null}
-//	                                      (profiles_router.py L150-167; the settings file's "profiles", profiles.go)
+//	                                      (profiles_router.py L145-165; the settings file's "profiles", profiles.go)
 //	GET    /api/file/home                 {"home": $HOME} (ref §2a step 2, file_router.py L760)
 //	POST   /api/auth/workspace-session    204, Set-Cookie oh_workspace_session_key=<key> (ref §8)
 //	DELETE /api/auth/workspace-session    204, the cookie cleared (ref §8)

@@ -26,13 +26,13 @@ import (
 // llm_profile_ref, ...}] are the agent profile store.
 //
 //	GET  /api/profiles/{name}     {"name","config","api_key_set"}; the config's api_key null, or with
-//	                              X-Expose-Secrets: encrypted a Fernet token (profiles_router.py L170-205);
+//	                              X-Expose-Secrets: encrypted a Fernet token (profiles_router.py L167-202);
 //	                              404 {"detail":"Profile '<name>' not found"}
 //	POST /api/profiles/{name}     {"llm","include_secrets"}: incoming tokens decrypted with the cipher,
-//	                              saved (L208-245); 201 {"name","message"}
+//	                              saved (L205-246); 201 {"name","message"}
 //	GET  /api/agent-profiles      {"profiles":[{id,name,agent_kind,revision,llm_profile_ref,mcp_server_refs}],
-//	                              "active_agent_profile_id"} (agent_profiles_router.py L255-283)
-//	GET  /api/agent-profiles/{name}  {"name","profile"}; 404 (L286-307)
+//	                              "active_agent_profile_id"} (agent_profiles_router.py L255-282)
+//	GET  /api/agent-profiles/{name}  {"name","profile"}; 404 (L284-303)
 //
 // A create with agent_profile_id is resolved from the stand-in's own
 // stores as the real server does (conversation_service.py L1463-1481,

@@ -19,14 +19,14 @@ import (
 //
 // Where the real server (v1.43.1) does each thing:
 //   - the LLM profiles: profiles_router.py, GET /api/profiles/{name}
-//     (L170-205): with X-Expose-Secrets: encrypted the config's api_key is
+//     (L167-202): with X-Expose-Secrets: encrypted the config's api_key is
 //     a Fernet token under the upstream's key; 404 "Profile '<name>' not
 //     found"; names match PROFILE_NAME_PATTERN (llm_profile_store.py L33);
 //   - the agent profiles: agent_profiles_router.py, GET /api/agent-profiles
-//     (L255-283, summaries with id and name) and GET
-//     /api/agent-profiles/{name} (L286-307, {"name","profile"}); secret-free;
+//     (L255-282, summaries with id and name) and GET
+//     /api/agent-profiles/{name} (L284-303, {"name","profile"}); secret-free;
 //   - a create's agent_profile_id: conversation_service.py L1463-1481 and
-//     _resolve_agent_from_profile L292-400 (profile by id, else
+//     _resolve_agent_from_profile L292-401 (profile by id, else
 //     ProfileNotFound → 404, conversation_router.py L215-216); the
 //     resolver (sdk/profiles/resolver.py resolve_agent_profile and
 //     _build_openhands_settings) joins the profile, its LLM profile
@@ -202,7 +202,7 @@ func (m *Mediator) SwitchLLM(ctx context.Context, id, name string, body []byte) 
 // after loading them, sdk/context/agent_context.py L262-290) instead of
 // being discovered by the server before, the browser tool is added only
 // when the profile lists it (the server adds it to a profile without
-// tools when its runtime can run it, conversation_service.py L375-384),
+// tools when its runtime can run it, conversation_service.py L375-387),
 // and the conversation's launched_agent_profile is not recorded by the
 // inner server.
 func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]json.RawMessage) error {
@@ -299,7 +299,7 @@ func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]js
 		}
 		return err
 	}
-	llm["stream"] = true // conversation_service.py L362-372
+	llm["stream"] = true // conversation_service.py L363-374
 	ctxObj := map[string]any{
 		"skills":                []any{},
 		"system_message_suffix": p["system_message_suffix"],
@@ -309,7 +309,7 @@ func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]js
 		"disabled_skills":       orEmpty(p["disabled_skills"]),
 	}
 	if settings.AgentSettings.AgentContext.LoadMemory {
-		ctxObj["load_memory"] = true // conversation_service.py L386-392
+		ctxObj["load_memory"] = true // conversation_service.py L388-396
 	}
 	agent := map[string]any{
 		"schema_version": 5, // AGENT_SETTINGS_SCHEMA_VERSION, settings/model.py L473

@@ -140,7 +140,7 @@ func (s *Server) keepLLM(l openhands.LLM) error {
 }
 
 // saveInnerProfile saves llm as LLM profile name in the inner server's
-// own store (POST /api/profiles/{name}, profiles_router.py L208-245), so
+// own store (POST /api/profiles/{name}, profiles_router.py L205-246), so
 // that it resolves the name itself (title_llm_profile, switch_profile).
 func (s *Server) saveInnerProfile(ctx context.Context, t conversation.Target, name string, llm map[string]any) error {
 	body, err := marshal(map[string]any{"llm": llm, "include_secrets": true})
