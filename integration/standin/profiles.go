@@ -53,7 +53,7 @@ import (
 // "profile:<name>". Test-only:
 //
 //	POST /api/conversations/{id}/standin/title   {"message"}: the title as the real server makes it
-//	                                             (conversation_service.py L2425-2480): with the LLM of
+//	                                             (conversation_service.py L2425-2487): with the LLM of
 //	                                             title_llm_profile if it loads from the store, else the
 //	                                             agent's, one LLM call → {"source":"profile"|"agent",
 //	                                             "status": the provider's status}

@@ -35,7 +35,7 @@ import (
 //     agent_settings; the server forces llm.stream and stamps load_memory;
 //   - title_llm_profile: loaded by name from the LLM profile store when the
 //     title is made, falling back to the agent's LLM when it does not
-//     load (conversation_service.py L2425-2480);
+//     load (conversation_service.py L2425-2487);
 //   - switch_profile {"profile_name"} loads the profile from the store
 //     (404 "Profile '<name>' not found", 400 when invalid) and switches to
 //     it (conversation_router.py L459-488, local_conversation.py L1683-1703);

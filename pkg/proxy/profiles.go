@@ -88,7 +88,7 @@ type titleProfile struct {
 // agent_settings, which mediateCreate then mediates) and its
 // title_llm_profile. An unknown title profile is dropped from the body:
 // the agent server then titles with the agent's LLM, as it does when the
-// profile does not load (conversation_service.py L2425-2480).
+// profile does not load (conversation_service.py L2425-2487).
 func (s *Server) resolveProfiles(ctx context.Context, med *openhands.Mediator, cb *createBody, id string) (*titleProfile, error) {
 	if err := med.ResolveAgentProfile(ctx, cb.fields); err != nil {
 		return nil, err
