@@ -33,7 +33,10 @@
 //     create's skills are checked and its disabled_skills dropped as
 //     AgentContext does (§5 "Metadata reads"; skills.go cites the
 //     source);
-//   - the sockets close 4004 for an unknown conversation (§7, §8).
+//   - the sockets close 4004 for an unknown conversation (§7, §8);
+//   - LLM and agent profiles, a create's agent_profile_id (404 when
+//     unknown), title_llm_profile, switch_llm and switch_profile as the
+//     real server has them (profiles.go cites the source lines).
 //
 // # Environment
 //

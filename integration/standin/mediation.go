@@ -29,7 +29,8 @@ import (
 //	                                      anything else → 400 (ref §2a step 3, _secrets_exposure.py L37-62, L109-123)
 //	GET    /api/settings/secrets          {"secrets":[{"name","description"}]} (ref §2a step 3)
 //	GET    /api/settings/secrets/{name}   the raw value, text/plain; 404 {"detail":"Secret not found"} (ref §3)
-//	GET    /api/profiles                  {"profiles":[],"active_profile":null}
+//	GET    /api/profiles                  {"profiles":[{name,model,base_url,...,api_key_set}],"active_profile":null}
+//	                                      (profiles_router.py L145-165; the settings file's "profiles", profiles.go)
 //	GET    /api/file/home                 {"home": $HOME} (ref §2a step 2, file_router.py L760)
 //	POST   /api/auth/workspace-session    204, Set-Cookie oh_workspace_session_key=<key> (ref §8)
 //	DELETE /api/auth/workspace-session    204, the cookie cleared (ref §8)
@@ -75,19 +76,28 @@ func (s *Server) keepCreateBody(h http.HandlerFunc) http.HandlerFunc {
 			writeDetail(w, http.StatusBadRequest, "reading the body: "+err.Error())
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(b))
 		var req struct {
 			ID      string                     `json:"conversation_id"`
 			Secrets map[string]json.RawMessage `json:"secrets"`
 		}
-		id := ""
+		id, existing := "", false
 		if json.Unmarshal(b, &req) == nil && req.ID != "" {
 			if pid, err := parseUUID(req.ID); err == nil {
-				if _, exists := s.convs.get(pid); !exists {
+				if _, existing = s.convs.get(pid); !existing {
 					id = pid
 				}
 			}
 		}
+		if !existing {
+			// After the retried-create check, as the real server resolves
+			// a profile only for a new conversation (ref §8).
+			var ok bool
+			if b, ok = resolveAgentProfile(w, b); !ok {
+				return
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
 		if id == "" {
 			h(w, r)
 			return
@@ -105,7 +115,9 @@ func (s *Server) keepCreateBody(h http.HandlerFunc) http.HandlerFunc {
 		mediated.Unlock()
 		rec := &statusRecorder{ResponseWriter: w}
 		h(rec, r)
-		if rec.code() != http.StatusCreated {
+		if rec.code() == http.StatusCreated {
+			registerAgentLLM(id, b)
+		} else {
 			mediated.Lock()
 			if oldBody == nil {
 				delete(mediated.bodies, id)
@@ -124,14 +136,13 @@ func (s *Server) mediationRoutes(m *http.ServeMux) {
 	m.HandleFunc("POST /api/conversations/{id}/standin/llm", s.llmCall)
 	m.HandleFunc("GET /api/conversations/{id}/standin/secret/{name}", s.resolveSecret)
 	m.HandleFunc("POST /api/conversations/{id}/standin/mcp/{server}", s.mcpCall)
+	s.profileRoutes(m)
 	if path := os.Getenv("STANDIN_SETTINGS_FILE"); path != "" {
 		st := &settings{path: path, secretKey: os.Getenv("OH_SECRET_KEY")}
 		m.HandleFunc("GET /api/settings", st.get)
 		m.HandleFunc("GET /api/settings/secrets", st.list)
 		m.HandleFunc("GET /api/settings/secrets/{name}", st.secret)
-		m.HandleFunc("GET /api/profiles", func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]any{"profiles": []any{}, "active_profile": nil})
-		})
+		m.HandleFunc("GET /api/profiles", listProfiles)
 		m.HandleFunc("GET /api/file/home", func(w http.ResponseWriter, r *http.Request) {
 			home, _ := os.UserHomeDir()
 			writeJSON(w, http.StatusOK, map[string]any{"home": home})
@@ -232,10 +243,23 @@ func (s *Server) llmCall(w http.ResponseWriter, r *http.Request) {
 	body := mediated.bodies[id]
 	mediated.Unlock()
 	model, base, key, ok := llmOf(body)
+	if llm, switched := agentLLM(id); switched {
+		// The agent's LLM as the registry holds it (profiles.go).
+		model, _ = llm["model"].(string)
+		base, _ = llm["base_url"].(string)
+		key, _ = llm["api_key"].(string)
+		ok = true
+	}
 	if !ok || base == "" {
 		writeDetail(w, http.StatusBadRequest, "the conversation's create body has no agent LLM with a base_url")
 		return
 	}
+	callLLM(w, r, model, base, key, req.Stream, req.Prompt)
+}
+
+// callLLM makes one LLM call as litellm makes it (ref §4) and answers
+// the provider's answer as it comes.
+func callLLM(w http.ResponseWriter, r *http.Request, model, base, key string, stream bool, prompt string) {
 	name := strings.TrimPrefix(strings.TrimPrefix(model, "anthropic/"), "openai/")
 	var url string
 	var payload []byte
@@ -244,13 +268,13 @@ func (s *Server) llmCall(w http.ResponseWriter, r *http.Request) {
 		url = strings.TrimSuffix(base, "/") + "/v1/messages"
 		h.Set("X-Api-Key", key)
 		h.Set("Anthropic-Version", "2023-06-01")
-		payload, _ = json.Marshal(map[string]any{"model": name, "max_tokens": 16, "stream": req.Stream,
-			"messages": []any{map[string]any{"role": "user", "content": req.Prompt}}})
+		payload, _ = json.Marshal(map[string]any{"model": name, "max_tokens": 16, "stream": stream,
+			"messages": []any{map[string]any{"role": "user", "content": prompt}}})
 	} else {
 		url = strings.TrimSuffix(base, "/") + "/chat/completions"
 		h.Set("Authorization", "Bearer "+key)
-		payload, _ = json.Marshal(map[string]any{"model": name, "stream": req.Stream,
-			"messages": []any{map[string]any{"role": "user", "content": req.Prompt}}})
+		payload, _ = json.Marshal(map[string]any{"model": name, "stream": stream,
+			"messages": []any{map[string]any{"role": "user", "content": prompt}}})
 	}
 	out, err := http.NewRequestWithContext(r.Context(), http.MethodPost, url, bytes.NewReader(payload))
 	if err != nil {

@@ -57,4 +57,10 @@
 // servers, an LLM's AWS keys or extra_headers with a secret name, with or
 // without an api_key, other providers, LookupSecrets that carry a
 // credential to another URL) is refused with an Error naming the field.
+// Profiles (profiles.go, citing the server's source): ResolveAgentProfile
+// turns a create's agent_profile_id into agent_settings from the
+// upstream's agent and LLM profiles (read through Mediator.Fetch),
+// ProfileLLM reads an upstream LLM profile (title_llm_profile,
+// switch_profile), MediateLLM mediates one LLM object under a given
+// broker name, and SwitchLLM the body of switch_llm.
 package openhands

@@ -45,6 +45,10 @@ type Mediator struct {
 	// Relay is the broker relay's base URL as the inner server reaches it
 	// (inside its container), e.g. "http://127.0.0.1:8751".
 	Relay string
+	// Fetch reads the upstream's profiles and settings with the client's
+	// key (profiles.go). nil: there is no upstream, and a profile is
+	// refused as not found, naming --upstream.
+	Fetch Fetcher
 }
 
 // LLM is an LLM key taken out of a body: the broker profile to create.
@@ -79,8 +83,12 @@ type Mediated struct {
 }
 
 // Error is a body ohd will not forward: Field says where (a dotted path),
-// Msg what is wrong and what to do. It never holds a value.
+// Msg what is wrong and what to do. It never holds a value. Status is the
+// HTTP status to answer: 0 for 422 (a body ohd refuses), 404 for a
+// profile the upstream does not have (as the agent server answers it),
+// 502 when the upstream could not be read.
 type Error struct {
+	Status     int
 	Field, Msg string
 }
 
@@ -191,6 +199,9 @@ type mediation struct {
 	// taken are other values taken out of the body (MCP credentials),
 	// which must not be left elsewhere in it.
 	taken [][]byte
+	// fixedName, if set, is the broker name of the (one) LLM key
+	// mediated: a switched LLM's or a profile's (profiles.go).
+	fixedName string
 }
 
 func decode(raw []byte) (any, error) {
@@ -370,6 +381,12 @@ func (st *mediation) llm(obj map[string]any, path string) error {
 		name = ScopedName(st.id, "llm")
 		if n := len(st.llms); n > 0 {
 			name = fmt.Sprintf("%s-%d", name, n+1)
+		}
+		if st.fixedName != "" {
+			name = st.fixedName
+			if n := len(st.llms); n > 0 {
+				name = fmt.Sprintf("%s-%d", name, n+1)
+			}
 		}
 		st.llmByKey[dedupe] = name
 		st.llms = append(st.llms, LLM{Name: name, Model: model, BaseURL: base, AuthHeader: header, Key: key})

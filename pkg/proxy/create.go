@@ -244,8 +244,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Secret mediation (DESIGN §7): no credential of the body reaches
-	// the container.
-	keep, err := s.mediateCreate(r.Context(), r, cb, id)
+	// the container. Profiles first: agent_profile_id becomes
+	// agent_settings, which is then mediated like Canvas's own.
+	title, err := s.resolveProfiles(r.Context(), s.mediator(r), cb, id)
+	var extra []openhands.LLM
+	if err == nil && title != nil && title.key != nil {
+		extra = append(extra, *title.key)
+	}
+	var keep func(context.Context, string) (store.Grants, error)
+	if err == nil {
+		keep, err = s.mediateCreate(r.Context(), r, cb, id, extra...)
+	}
 	if err != nil {
 		if !writeMediationError(w, err) {
 			s.createError(w, id, &conversation.StepError{Step: "mediate", Err: err})
@@ -266,6 +275,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			fwd, err := cb.rewrite(c)
 			if err != nil {
 				return fmt.Errorf("encode the create body: %w", err)
+			}
+			if title != nil {
+				// The inner server resolves title_llm_profile from its own
+				// store when it makes the title.
+				if err := s.saveInnerProfile(ctx, t, title.name, title.llm); err != nil {
+					return err
+				}
 			}
 			a, err := s.postCreate(ctx, c.ID, t, fwd, skills)
 			if err != nil {

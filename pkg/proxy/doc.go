@@ -68,6 +68,7 @@
 //	WS     /sockets/session/{id}             bridged to the inner server's v2 /sockets/session/{id} (?after_seq= passed on)
 //	POST   /api/auth/workspace-session       the upstream's; without one, ohd's: 204, Set-Cookie oh_workspace_session_key (DELETE: expired)
 //	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
+//	POST   /api/conversations/{id}/switch_llm|switch_profile  mediated (below), then forwarded; the inner answer
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
 //	WS     /sockets/bash-events?cid=ID       the global bash socket, bridged to conversation ID's inner server's (cid dropped):
 //	                                         a bad key 403 before the upgrade, a malformed cid 422, an unknown conversation 4004
@@ -126,6 +127,26 @@
 // POST /api/conversations/{id}/secrets is mediated the same way. The
 // conversation's own profiles, secrets and MCP servers are removed with
 // it; those of a failed create at once.
+//
+// Profiles and LLM switches (profiles.go): a create's agent_profile_id is
+// resolved from the upstream's stores, read with the client's key
+// (openhands.Mediator.ResolveAgentProfile), into the agent_settings the
+// agent server would build from it, then mediated as above; an unknown
+// profile answers 404 naming the field, and nothing is created. A
+// create's title_llm_profile and a switch_profile's profile_name name an
+// upstream LLM profile: its key becomes broker profile
+// "<id>.profile.<name>", and the LLM (relay base_url, placeholder key) is
+// saved under the same name in the inner server's own profile store
+// (POST /api/profiles/{name}), where the inner server looks it up; an
+// unknown title profile is dropped (the server then titles with the
+// agent's LLM, as it does when the profile does not load). switch_llm's
+// llm (plaintext key, or a token under the upstream's key, as Canvas's
+// model picker sends it) becomes broker profile "<id>.llm-<random>". A
+// switch adds a profile and keeps the earlier ones granted until the
+// conversation ends (the condenser's and the title's LLM, and the inner
+// server's registry, which reuses an LLM by usage_id, may still use
+// them). Bad input (an unknown profile 404, an unopenable token, a
+// provider or credential ohd does not mediate 422) stores nothing.
 //
 // The API shows conversations that are running or stopped. One being
 // provisioned does not exist yet for a client (its create has not

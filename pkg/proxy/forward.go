@@ -30,10 +30,6 @@ var unsupportedTails = map[string]string{
 	"fork":                "forking a conversation is not supported by ohd: each conversation has its own container and worktree; create a new conversation instead",
 	"children":            "child conversations are not supported by ohd: each conversation has its own container and worktree",
 	"credential-bindings": "credential bindings are not supported by ohd: grant credentials with `ohctl grant ID KIND NAME`; the conversation reaches them through its broker socket",
-	// Both carry an LLM (its api_key included) that would reach the inner
-	// server unmediated: the docker runtime refuses them too (DESIGN §6).
-	"switch_llm":     "switching a conversation's LLM is not supported by ohd: its LLM key would reach the container; create a new conversation with the LLM you want",
-	"switch_profile": "switching a conversation's LLM profile is not supported by ohd: its LLM key would reach the container; create a new conversation with the profile you want",
 }
 
 // forward serves /api/conversations/{id}[/{tail...}] by forwarding to the
@@ -55,6 +51,16 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method == http.MethodPost && isSecretsTail(fp.Tail) {
 		s.postSecrets(w, r, fp)
+		return
+	}
+	if route := switchTail(fp.Tail); route != "" {
+		if r.Method != http.MethodPost {
+			// The agent server routes only POST there (405); nothing to
+			// mediate, and nothing may pass unmediated.
+			writeDetail(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+			return
+		}
+		s.postSwitch(w, r, fp, route)
 		return
 	}
 	s.forwardTo(w, r, fp.ID, fp.innerPath(), stripAuthQuery(r.URL.RawQuery))

@@ -50,11 +50,13 @@ func (s *Server) mediator(r *http.Request) *openhands.Mediator {
 	if r.Host != "" {
 		m.Hosts = []string{r.Host}
 	}
+	m.Fetch = s.upstreamFetcher(r)
 	return &m
 }
 
 // mediateCreate takes the credentials out of a create body (see
-// openhands.Mediator.Create): cb's fields are rewritten at once (a body
+// openhands.Mediator.Create; extra are LLM keys mediated before, such as
+// the title profile's): cb's fields are rewritten at once (a body
 // ohd will not forward is refused here, before anything exists), and the
 // returned store function keeps the LLM keys, secrets and MCP servers as
 // conversation id's own ("<id>.<name>") and returns the grants to give it.
@@ -63,11 +65,12 @@ func (s *Server) mediator(r *http.Request) *openhands.Mediator {
 // concurrent create of an existing conversation never reaches it, and
 // what it stored ends with the conversation, or with the undo of a failed
 // or crashed create (the manager removes every "<id>." credential).
-func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createBody, id string) (func(context.Context, string) (store.Grants, error), error) {
+func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createBody, id string, extra ...openhands.LLM) (func(context.Context, string) (store.Grants, error), error) {
 	med, err := s.mediator(r).Create(ctx, id, cb.fields)
 	if err != nil {
 		return nil, err
 	}
+	med.LLMs = append(med.LLMs, extra...)
 	if (len(med.LLMs) > 0 || len(med.Secrets) > 0 || len(med.MCPs) > 0) && s.opts.Secrets == nil {
 		return nil, &openhands.Error{Field: "body", Msg: "carries credentials, and this ohd keeps none: they cannot be mediated"}
 	}
@@ -75,12 +78,7 @@ func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createB
 	return func(context.Context, string) (store.Grants, error) {
 		var g store.Grants
 		for _, l := range med.LLMs {
-			err := s.opts.Secrets.SetSecret(l.Name, l.Key)
-			clear(l.Key)
-			if err != nil {
-				return g, err
-			}
-			if err := s.opts.Secrets.PutLLMProfile(store.LLMProfile{Name: l.Name, Model: l.Model, BaseURL: l.BaseURL, KeySecret: l.Name, AuthHeader: l.AuthHeader}); err != nil {
+			if err := s.keepLLM(l); err != nil {
 				return g, err
 			}
 			g.Add(store.KindLLM, l.Name)
@@ -116,11 +114,16 @@ func (s *Server) mediateCreate(ctx context.Context, r *http.Request, cb *createB
 }
 
 // writeMediationError answers a body ohd will not forward (422, in
-// FastAPI's validation shape, naming the field).
+// FastAPI's validation shape, naming the field; a profile the upstream
+// does not have 404, and an upstream that failed 502, as {"detail"}).
 func writeMediationError(w http.ResponseWriter, err error) bool {
 	var me *openhands.Error
 	if !errors.As(err, &me) {
 		return false
+	}
+	if me.Status != 0 && me.Status != http.StatusUnprocessableEntity {
+		writeDetail(w, me.Status, me.Field+": "+me.Msg)
+		return true
 	}
 	writeValidation(w, validationError{Type: "value_error", Loc: []any{"body", me.Field}, Msg: me.Msg, Input: nil})
 	return true

@@ -491,3 +491,59 @@ func TestFailedCreateRemovesMediatedCredentials(t *testing.T) {
 		t.Errorf("a refused body reached Create or stored secrets (%d creates, %d secrets)", len(fake.createRequests()), len(mem.secrets))
 	}
 }
+
+// TestSwitchLLMMediated: switch_llm's key becomes a broker profile of the
+// conversation, granted to it, and the inner server gets the relay and
+// the placeholder; bad input stores nothing; no other method passes.
+func TestSwitchLLMMediated(t *testing.T) {
+	up := newFakeUpstream(t)
+	fake := newFake(t)
+	fake.tap = true
+	mem := newMemSecrets()
+	p := startProxy(t, fake, withUpstream(up.srv.URL, mem))
+	id := p.create(t, nil)
+	fake.mu.Lock()
+	fake.convs[id].addr = fake.taps[id].addr
+	fake.mu.Unlock()
+	resp, b := p.do(t, "POST", "/api/conversations/"+id+"/switch_llm", outerKeys[0],
+		strings.NewReader(`{"llm":{"model":"anthropic/claude-x","api_key":"sk-switched-key","usage_id":"u"}}`), "Content-Type", "application/json")
+	reqs := fake.tapOf(id).requests()
+	if len(reqs) != 2 || reqs[1].path != "/api/conversations/"+id+"/switch_llm" {
+		t.Fatalf("switch_llm = %d %s; inner server got %d requests", resp.StatusCode, b, len(reqs))
+	}
+	fwd := string(reqs[1].body)
+	c, _ := fake.Get(id)
+	if len(c.Grants.LLM) != 1 {
+		t.Fatalf("grants after switch_llm = %+v, want one LLM profile", c.Grants)
+	}
+	name := c.Grants.LLM[0]
+	if !strings.HasPrefix(name, id+".llm-") || mem.secret(name) != "sk-switched-key" || mem.profiles[name].AuthHeader != "x-api-key" || mem.profiles[name].BaseURL != "https://api.anthropic.com" {
+		t.Errorf("broker profile %s = %+v key %q", name, mem.profiles[name], mem.secret(name))
+	}
+	if strings.Contains(fwd, "sk-switched-key") || !strings.Contains(fwd, `"base_url":"http://`+broker.RelayAddr+`/llm/`+name+`"`) || !strings.Contains(fwd, openhands.PlaceholderKey) {
+		t.Errorf("forwarded switch_llm = %s, want the relay and the placeholder", fwd)
+	}
+	for _, bad := range []string{`{"llm":{"model":"vertex_ai/x","api_key":"sk-v"}}`, `{"llm":{"model":"openai/x","api_key":"gAAAAAnot-a-token"}}`, `{"llm":"x"}`} {
+		resp, b := p.do(t, "POST", "/api/conversations/"+id+"/switch_llm", outerKeys[0], strings.NewReader(bad), "Content-Type", "application/json")
+		if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(string(b), "llm") {
+			t.Errorf("switch_llm %s = %d %s, want 422 naming the field", bad, resp.StatusCode, b)
+		}
+	}
+	if c, _ := fake.Get(id); len(c.Grants.LLM) != 1 || len(fake.tapOf(id).requests()) != 2 {
+		t.Errorf("refused switches changed grants %+v or reached the inner server", c.Grants)
+	}
+	for _, tail := range []string{"switch_llm", "switch_profile", "switch%5Fllm"} {
+		if resp, _ := p.do(t, "PUT", "/api/conversations/"+id+"/"+tail, outerKeys[0], strings.NewReader(`{"llm":{"model":"openai/x","api_key":"sk-put"}}`)); resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("PUT .../%s = %d, want 405", tail, resp.StatusCode)
+		}
+	}
+	// switch_profile: an upstream without the profile answers 404 (the
+	// fake answers 418 to everything else: 502 naming the upstream).
+	resp, b = p.do(t, "POST", "/api/conversations/"+id+"/switch_profile", outerKeys[0], strings.NewReader(`{"profile_name":"fast"}`))
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "profile_name") {
+		t.Errorf("switch_profile with an upstream that fails = %d %s, want 502 naming the field", resp.StatusCode, b)
+	}
+	if got := up.last(); got.URL.Path != "/api/profiles/fast" || got.Header.Get("X-Expose-Secrets") != "encrypted" || got.Header.Get("X-Session-API-Key") != outerKeys[0] {
+		t.Errorf("the upstream got %s %v, want GET /api/profiles/fast encrypted with the client's key", got.URL.Path, got.Header)
+	}
+}
