@@ -21,12 +21,17 @@
 //
 // Every route needs the header X-Session-API-Key with one of the
 // configured keys, except the agent server's probes GET /alive, /health and
-// /ready (constant answers that say nothing about conversations). The key
+// /ready (constant answers that say nothing about conversations), GET
+// /server_info (key-less on the agent server too; serverinfo.go) and CORS
+// preflights (cors.go). The key
 // is compared in constant time with every configured key: SHA-256 digests
 // of equal length, compared with crypto/subtle, all of them, with no early
 // exit. A missing or wrong key answers
 //
-//	401 {"detail": "Unauthorized: send a valid session API key in the X-Session-API-Key header"}
+//	401 {"detail": "Unauthorized"}
+//
+// (the agent server's exact body), with a header X-Ohd-Hint saying what
+// to send,
 //
 // before anything else happens (unknown routes answer 401 too, so a client
 // without a key learns nothing about which routes or conversations exist).
@@ -261,9 +266,8 @@
 // that code may be sent (else 1001 towards the inner server, 1011 towards
 // the client). Clients are pinged every Timeouts.WSPing. Messages are at
 // most MaxWSMessage (16 MiB; larger closes with 1009). Subprotocols and
-// compression are not negotiated. Any Origin is accepted unless
-// WSOriginPatterns is set: authentication is an explicit key, never an
-// ambient credential, so a foreign page gains nothing by connecting. When
+// compression are not negotiated. An upgrade that carries an Origin
+// (a browser) is accepted only from an origin CORS allows (cors.go). When
 // Serve's context ends, every WebSocket is closed with 1001.
 //
 // # Listening
