@@ -183,9 +183,14 @@ func TestCanvasThroughOhdWithUpstream(t *testing.T) {
 	var info, infoUp map[string]any
 	call("GET", "/server_info", nil).json(t, &info)
 	direct(t, up, "GET", "/server_info", sec.outerKey).json(t, &infoUp)
+	// ... and the capabilities, which ohd sets to what it serves.
+	if c, ok := info["capabilities"].([]any); !ok || len(c) != 0 {
+		t.Errorf("server_info capabilities through ohd = %v, want [] (the stand-in image advertises none)", info["capabilities"])
+	}
 	for _, m := range []map[string]any{info, infoUp} {
 		delete(m, "uptime")
 		delete(m, "idle_time")
+		delete(m, "capabilities")
 	}
 	if fmt.Sprint(info) != fmt.Sprint(infoUp) {
 		t.Errorf("server_info through ohd = %v, upstream = %v", info, infoUp)
