@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -284,6 +285,35 @@ func TestCanvasWholeSession(t *testing.T) {
 	}
 	if l := leaks(values, append(filesUnder(t, d.dirs.State), sink{"ohd's log", []byte(d.logs.String())})); len(l) > 0 {
 		t.Errorf("%s", strings.Join(l, "; "))
+	}
+
+	// The container dies mid-run (the agent was "running"): the answer
+	// from the host files has every field of the live answer, and never a
+	// live status — the agent server reports a stale RUNNING as ERROR
+	// once it loads it (event_service.py L1140-1146).
+	var live map[string]json.RawMessage
+	lr := call("GET", "/api/conversations/"+pickedID, nil)
+	lr.json(t, &live)
+	if lr.Header.Get("X-Ohd-Source") != "inner" || string(live["execution_status"]) != `"running"` {
+		t.Fatalf("live answer = %s (source %s), want the inner server's, running", lr.Body, lr.Header.Get("X-Ohd-Source"))
+	}
+	if err := exec.Command("docker", "rm", "-f", d.record(pickedID).ContainerID).Run(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the record to become stopped", func() bool { return d.record(pickedID).State == store.StateStopped })
+	var cold map[string]json.RawMessage
+	cr := call("GET", "/api/conversations/"+pickedID, nil)
+	cr.json(t, &cold)
+	if cr.Header.Get("X-Ohd-Source") != "host" || string(cold["execution_status"]) != `"error"` {
+		t.Errorf("answer without a container = %s (source %s), want from the host files, execution_status error", cr.Body, cr.Header.Get("X-Ohd-Source"))
+	}
+	for k := range live {
+		if _, ok := cold[k]; !ok {
+			t.Errorf("the answer without a container lacks the live answer's field %q", k)
+		}
+	}
+	if r := call("GET", "/api/conversations/count?status=running", nil); strings.TrimSpace(string(r.Body)) != "0" {
+		t.Errorf("count?status=running without a container = %s, want 0", r.Body)
 	}
 
 	// 9. Delete; a second delete is the agent server's 400; the id can
