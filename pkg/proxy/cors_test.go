@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +240,24 @@ func TestStoppedConversationNeverLive(t *testing.T) {
 	resp, b = p.do(t, "GET", "/api/conversations/count?status=running", outerKeys[0], nil)
 	if strings.TrimSpace(string(b)) != "0" {
 		t.Errorf("count?status=running = %s, want 0", b)
+	}
+}
+
+// TestServerInfoLearnsTheImagesCapabilities: once a conversation's inner
+// server has said (its /server_info) that it serves the scoped runtime
+// routes, ohd advertises them, so clients call
+// /api/conversations/{id}/bash|git|file rather than ?cid=.
+func TestServerInfoLearnsTheImagesCapabilities(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	var info struct{ Capabilities []string }
+	_, b := p.do(t, "GET", "/server_info", "", nil)
+	if err := json.Unmarshal(b, &info); err != nil || len(info.Capabilities) != 0 {
+		t.Fatalf("/server_info before any conversation = %s, want no capability", b)
+	}
+	p.create(t, nil)
+	_, b = p.do(t, "GET", "/server_info", "", nil)
+	if err := json.Unmarshal(b, &info); err != nil || !slices.Equal(info.Capabilities, []string{CapabilityRuntimeRoutes}) {
+		t.Errorf("/server_info after a conversation of the stand-in image = %s, want [%s]", b, CapabilityRuntimeRoutes)
 	}
 }

@@ -279,7 +279,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 				return &innerRejected{*a}
 			}
 			answer = a
-			s.learnImageCapabilities(ctx, c.ImageID, t)
 			return nil
 		},
 	}

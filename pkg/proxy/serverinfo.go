@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 )
 
@@ -123,61 +123,75 @@ func (s *Server) upstreamGet(ctx context.Context, path, key string) ([]byte, int
 }
 
 // ohdCapabilities are the capabilities ohd advertises: the runtime
-// routes capability when the image of the newest conversation said it
-// serves them (learned by learnImageCapabilities); nothing else.
+// routes capability when the image of the newest conversation serves
+// them, as its inner server's /server_info says (asked once per image,
+// of a running conversation: a stopped one is not started for it);
+// nothing else.
 func (s *Server) ohdCapabilities(ctx context.Context) []string {
 	caps := []string{}
-	var newest string
+	var newest store.Conversation
 	for _, c := range s.visibleList() {
-		newest = c.ImageID
+		if c.ImageID != "" {
+			newest = c
+		}
+	}
+	if newest.ImageID == "" {
+		return caps
 	}
 	s.capsMu.Lock()
-	ic, ok := s.imageCaps[newest]
+	ic, known := s.imageCaps[newest.ImageID]
 	s.capsMu.Unlock()
-	if newest != "" && ok && slices.Contains(ic, CapabilityRuntimeRoutes) {
+	if !known {
+		ic = s.learnImageCapabilities(ctx, newest)
+	}
+	if slices.Contains(ic, CapabilityRuntimeRoutes) {
 		caps = append(caps, CapabilityRuntimeRoutes)
 	}
 	return caps
 }
 
-// learnImageCapabilities asks a conversation's inner server (just
-// created) for its /server_info capabilities and keeps them for its
-// image, once per image.
-func (s *Server) learnImageCapabilities(ctx context.Context, imageID string, t conversation.Target) {
-	if imageID == "" || t.Addr == "" {
-		return
+// learnImageCapabilities asks the inner server of c (or of another
+// running conversation of its image) for its /server_info capabilities
+// and keeps them for the image.
+func (s *Server) learnImageCapabilities(ctx context.Context, c store.Conversation) []string {
+	var run store.Conversation
+	for _, v := range s.visibleList() {
+		if v.ImageID == c.ImageID && v.State == store.StateRunning {
+			run = v
+		}
 	}
-	s.capsMu.Lock()
-	_, known := s.imageCaps[imageID]
-	s.capsMu.Unlock()
-	if known {
-		return
+	if run.ID == "" {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.t.Metadata)
 	defer cancel()
+	t, err := s.conv.Target(ctx, run.ID)
+	if err != nil || t.Addr == "" {
+		return nil
+	}
 	req, err := http.NewRequestWithContext(withTarget(ctx, t), http.MethodGet, "http://"+t.Addr+"/server_info", nil)
 	if err != nil {
-		return
+		return nil
 	}
 	req.Header.Set("X-Session-API-Key", string(t.InnerKey))
-	req.Close = t.Dial == nil
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return
+		return nil
 	}
 	defer resp.Body.Close()
 	var info struct {
 		Capabilities []string `json:"capabilities"`
 	}
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&info) != nil {
-		return
+		return nil
 	}
 	if info.Capabilities == nil {
 		info.Capabilities = []string{}
 	}
 	s.capsMu.Lock()
-	s.imageCaps[imageID] = info.Capabilities
+	s.imageCaps[c.ImageID] = info.Capabilities
 	s.capsMu.Unlock()
+	return info.Capabilities
 }
 
 // prepareForSandboxPause answers POST

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -112,4 +113,37 @@ func TestUndoKeepsWhatIsNoLongerEmpty(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(path, "work")); err != nil {
 		t.Errorf("Undo removed a directory holding files: %v", err)
 	}
+}
+
+// FuzzMake feeds Make working_dir values as a client sends them: whatever
+// it accepts lies strictly inside the root, and nothing is ever made
+// outside it.
+func FuzzMake(f *testing.F) {
+	for _, s := range []string{"workspace/project/abc", "../x", "a/../../b", "/abs", "a//b", "a/./b", "", "a/b/"} {
+		f.Add(s)
+	}
+	base := f.TempDir()
+	root := filepath.Join(base, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, rel string) {
+		if strings.ContainsRune(rel, 0) {
+			return
+		}
+		m, err := Make(root+"/"+rel, []string{root})
+		if err != nil {
+			return
+		}
+		for _, c := range m.Created() {
+			if !strings.HasPrefix(c, root+"/") {
+				t.Fatalf("Make(%q) created %s outside the root", rel, c)
+			}
+		}
+		m.Undo()
+		entries, _ := os.ReadDir(base)
+		if len(entries) != 1 {
+			t.Fatalf("Make(%q) left %v beside the root", rel, entries)
+		}
+	})
 }
