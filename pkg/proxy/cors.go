@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -101,17 +103,70 @@ func (s *Server) cors(next http.HandlerFunc) http.HandlerFunc {
 			s.preflight(w, r, origin)
 			return
 		}
-		h := w.Header()
-		// Starlette adds the simple headers to every response of a request
-		// with an Origin, allowed or not; the origin is echoed only when
-		// allowed.
-		h.Set("Access-Control-Allow-Credentials", "true")
-		if s.corsPolicy.allowed(origin) {
-			h.Set("Access-Control-Allow-Origin", origin)
-			h.Add("Vary", "Origin")
-		}
-		next(w, r)
+		next(&corsWriter{ResponseWriter: w, origin: origin, allowed: s.corsPolicy.allowed(origin)}, r)
 	}
+}
+
+// corsWriter sets the CORS headers of a simple response when its head is
+// written, replacing any an inner or upstream server set (the real agent
+// server behind ohd answers CORS too, and two Access-Control-Allow-Origin
+// values make a browser refuse the answer). Starlette adds
+// Access-Control-Allow-Credentials to every response of a request with an
+// Origin, allowed or not; the origin is echoed, with Vary: Origin, only
+// when allowed.
+type corsWriter struct {
+	http.ResponseWriter
+	origin  string
+	allowed bool
+	done    bool
+}
+
+func (c *corsWriter) setHeaders() {
+	if c.done {
+		return
+	}
+	c.done = true
+	h := c.ResponseWriter.Header()
+	for k := range h {
+		if strings.HasPrefix(k, "Access-Control-") {
+			delete(h, k)
+		}
+	}
+	h.Set("Access-Control-Allow-Credentials", "true")
+	if c.allowed {
+		h.Set("Access-Control-Allow-Origin", c.origin)
+		vary := []string{"Origin"}
+		for _, v := range h.Values("Vary") {
+			for _, f := range strings.Split(v, ",") {
+				if f = strings.TrimSpace(f); f != "" && !slices.ContainsFunc(vary, func(x string) bool { return strings.EqualFold(x, f) }) {
+					vary = append(vary, f)
+				}
+			}
+		}
+		h.Set("Vary", strings.Join(vary, ", "))
+	}
+}
+
+func (c *corsWriter) WriteHeader(code int) {
+	c.setHeaders()
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *corsWriter) Write(b []byte) (int, error) {
+	c.setHeaders()
+	return c.ResponseWriter.Write(b)
+}
+
+func (c *corsWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c *corsWriter) Flush() {
+	c.setHeaders()
+	_ = http.NewResponseController(c.ResponseWriter).Flush()
+}
+
+func (c *corsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c.setHeaders()
+	return http.NewResponseController(c.ResponseWriter).Hijack()
 }
 
 // preflight answers an OPTIONS preflight as Starlette's

@@ -261,3 +261,35 @@ func TestServerInfoLearnsTheImagesCapabilities(t *testing.T) {
 		t.Errorf("/server_info after a conversation of the stand-in image = %s, want [%s]", b, CapabilityRuntimeRoutes)
 	}
 }
+
+// TestCORSHeadersOnceWhenTheUpstreamAnswersCORSToo: the real agent server
+// behind ohd (the upstream, or an inner server) adds its own CORS headers;
+// the browser must see one Access-Control-Allow-Origin, ohd's.
+func TestCORSHeadersOnceWhenTheUpstreamAnswersCORSToo(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Access-Control-Allow-Origin", r.Header.Get("Origin"))
+		w.Header().Set("Access-Control-Allow-Credentials", "true")
+		w.Header().Set("Access-Control-Expose-Headers", "X-Upstream")
+		w.Header().Set("Vary", "Origin, Accept-Encoding")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, newFake(t), withUpstream(up.URL, newMemSecrets()))
+	for _, tc := range []struct{ origin, want string }{{"http://localhost:3001", "http://localhost:3001"}, {"https://evil.example.com", ""}} {
+		resp, _ := p.do(t, "GET", "/api/settings", outerKeys[0], nil, "Origin", tc.origin)
+		if got := resp.Header.Values("Access-Control-Allow-Origin"); strings.Join(got, "|") != tc.want {
+			t.Errorf("from %s: Access-Control-Allow-Origin = %q, want just %q", tc.origin, got, tc.want)
+		}
+		if got := resp.Header.Values("Access-Control-Allow-Credentials"); len(got) != 1 {
+			t.Errorf("from %s: Access-Control-Allow-Credentials = %q, want one", tc.origin, got)
+		}
+		if got := resp.Header.Get("Access-Control-Expose-Headers"); got != "" {
+			t.Errorf("from %s: Access-Control-Expose-Headers = %q, want none", tc.origin, got)
+		}
+	}
+	resp, _ := p.do(t, "GET", "/api/settings", outerKeys[0], nil, "Origin", "http://localhost:3001")
+	if got := resp.Header.Values("Vary"); strings.Join(got, "|") != "Origin, Accept-Encoding" {
+		t.Errorf("Vary = %q, want one Origin and the upstream's others", got)
+	}
+}
