@@ -182,8 +182,10 @@ func (s *Server) learnImageCapabilities(ctx context.Context, c store.Conversatio
 	var info struct {
 		Capabilities []string `json:"capabilities"`
 	}
+	// An answer that is not a ServerInfo counts as "no capabilities": the
+	// image is not asked again (this route needs no key).
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&info) != nil {
-		return nil
+		info.Capabilities = nil
 	}
 	if info.Capabilities == nil {
 		info.Capabilities = []string{}
