@@ -171,7 +171,8 @@ func (c *corsWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // preflight answers an OPTIONS preflight as Starlette's
 // preflight_response: 200 "OK" for an allowed origin and method, else 400
-// "Disallowed CORS origin|method" without Access-Control-Allow-Origin.
+// "Disallowed CORS origin|method|private-network" (Access-Control-Allow-Origin
+// only when the origin is allowed).
 // The requested headers are echoed (allow_headers=["*"]).
 func (s *Server) preflight(w http.ResponseWriter, r *http.Request, origin string) {
 	h := w.Header()
@@ -190,6 +191,12 @@ func (s *Server) preflight(w http.ResponseWriter, r *http.Request, origin string
 	}
 	if !slices.Contains(corsMethods, r.Header.Get("Access-Control-Request-Method")) {
 		failures = append(failures, "method")
+	}
+	// allow_private_network is False in LocalhostCORSMiddleware: a
+	// Private Network Access preflight is refused (Starlette 1.3.1, the
+	// version the agent server's uv.lock pins, cors.py L136-140).
+	if len(r.Header.Values("Access-Control-Request-Private-Network")) > 0 {
+		failures = append(failures, "private-network")
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	if len(failures) > 0 {

@@ -37,6 +37,10 @@ func TestCORSPreflight(t *testing.T) {
 		{"null", "POST", 400, "", "Disallowed CORS origin"},
 		{"http://localhost:3001", "TRACE", 400, "http://localhost:3001", "Disallowed CORS method"},
 	}
+	pna, b := p.do(t, "OPTIONS", "/api/conversations", "", nil, "Origin", "https://canvas.example.com", "Access-Control-Request-Method", "GET", "Access-Control-Request-Private-Network", "true")
+	if pna.StatusCode != 400 || string(b) != "Disallowed CORS private-network" {
+		t.Errorf("private network preflight = %d %q, want 400 \"Disallowed CORS private-network\"", pna.StatusCode, b)
+	}
 	for _, tc := range tests {
 		for _, path := range []string{"/api/conversations", "/api/conversations/" + store.NewID() + "/events", "/server_info", "/no/such"} {
 			resp, b := p.do(t, "OPTIONS", path, "", nil, "Origin", tc.origin, "Access-Control-Request-Method", tc.method,
