@@ -79,6 +79,14 @@ func buildStandin(t *testing.T) string {
 // session key, and settings holding an LLM key and a saved secret.
 func upstreamServer(t *testing.T, bin, outerKey, secretKey string, settings map[string]any) string {
 	t.Helper()
+	u, _ := upstreamServerHome(t, bin, outerKey, secretKey, settings)
+	return u
+}
+
+// upstreamServerHome is upstreamServer, also returning the upstream's
+// HOME (what its /api/file/home answers).
+func upstreamServerHome(t *testing.T, bin, outerKey, secretKey string, settings map[string]any) (string, string) {
+	t.Helper()
 	dir := testenv.TempDir(t)
 	sf := filepath.Join(dir, "settings.json")
 	b, _ := json.Marshal(settings)
@@ -105,7 +113,7 @@ func upstreamServer(t *testing.T, bin, outerKey, secretKey string, settings map[
 		}
 		return err == nil && resp.StatusCode == 200
 	})
-	return "http://" + addr
+	return "http://" + addr, dir
 }
 
 // direct calls the upstream itself, as Canvas would without ohd.
@@ -183,9 +191,14 @@ func TestCanvasThroughOhdWithUpstream(t *testing.T) {
 	var info, infoUp map[string]any
 	call("GET", "/server_info", nil).json(t, &info)
 	direct(t, up, "GET", "/server_info", sec.outerKey).json(t, &infoUp)
+	// ... and the capabilities, which ohd sets to what it serves.
+	if c, ok := info["capabilities"].([]any); !ok || len(c) != 0 {
+		t.Errorf("server_info capabilities through ohd = %v, want [] (no conversation yet: ohd knows no image's)", info["capabilities"])
+	}
 	for _, m := range []map[string]any{info, infoUp} {
 		delete(m, "uptime")
 		delete(m, "idle_time")
+		delete(m, "capabilities")
 	}
 	if fmt.Sprint(info) != fmt.Sprint(infoUp) {
 		t.Errorf("server_info through ohd = %v, upstream = %v", info, infoUp)

@@ -79,7 +79,13 @@
 //	GET  /health       200 {"status":"ok"}; 503 {"status":"starting"} during STANDIN_HEALTH_DELAY
 //	GET  /ready        200 {"status":"ready"}; 503 {"status":"initializing","message":...} during the delay
 //	GET  /server_info  {"title","version","uptime","idle_time","conversation_id",
-//	                    "conversation_runtime","uid","gid","pid","working_dir"}
+//	                    "conversation_runtime","uid","gid","pid","working_dir",
+//	                    "capabilities":["conversation_runtime_routes_v1"]}
+//
+// Runtime routes (runtime.go: the terminal, git panel and file views'
+// calls, global under /api and scoped under /api/conversations/{id}):
+// POST bash/execute_bash_command, GET git/changes, GET git/diff, POST
+// file/upload, GET file/download.
 //
 // Conversations (ids are UUIDs; any form Python's uuid.UUID accepts, answered
 // in the canonical dashed lower-case form; a malformed id answers 422 like

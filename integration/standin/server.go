@@ -106,6 +106,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /sockets/session/{id}", s.session)
 	m.HandleFunc("GET /sockets/bash-events", s.bashSocket)
 	s.mediationRoutes(m)
+	s.runtimeRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
 	})
@@ -240,6 +241,10 @@ type serverInfoResponse struct {
 	GID                 int     `json:"gid"`
 	PID                 int     `json:"pid"`
 	WorkingDir          string  `json:"working_dir"`
+	// Capabilities as the agent server's ServerInfo lists them
+	// (server_details_router.py L61-67); the stand-in serves the scoped
+	// runtime routes (runtime.go).
+	Capabilities []string `json:"capabilities"`
 }
 
 func (s *Server) serverInfo(w http.ResponseWriter, r *http.Request) {
@@ -256,6 +261,7 @@ func (s *Server) serverInfo(w http.ResponseWriter, r *http.Request) {
 		GID:                 os.Getgid(),
 		PID:                 os.Getpid(),
 		WorkingDir:          wd,
+		Capabilities:        []string{capabilityRuntimeRoutes},
 	})
 }
 

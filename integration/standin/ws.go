@@ -55,6 +55,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		c.Close(statusNotFound, "Conversation not found")
 		return
 	}
+	// Subscribed before the state is sent, as subscribe_to_events does
+	// (event_service.py L813-842): an event published once the client has
+	// the hello is never missed.
+	live := make(chan json.RawMessage, 64)
+	s.convs.eventsAndSubscribe(id, live)
+	defer s.convs.unsubscribe(id, live)
 	hm := helloMessage{Type: "hello", ConversationID: id, Auth: how, Kind: "ConversationStateUpdateEvent", ID: newUUID(), Key: "full_state"}
 	if info, ok := s.convs.get(id); ok {
 		hm.Value = &info
@@ -63,9 +69,6 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if err := c.Write(ctx, websocket.MessageText, hello); err != nil {
 		return
 	}
-	live := make(chan json.RawMessage, 64)
-	s.convs.eventsAndSubscribe(id, live)
-	defer s.convs.unsubscribe(id, live)
 	ctx, stop := pumpLive(ctx, live, func(ctx context.Context, ev json.RawMessage) error {
 		return c.Write(ctx, websocket.MessageText, ev)
 	})

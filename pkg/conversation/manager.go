@@ -303,6 +303,11 @@ type CreateRequest struct {
 	// and removal of the conversation deletes) and returns their grants,
 	// added to Grants. A create of an existing conversation never runs it.
 	Prepare func(ctx context.Context, id string) (store.Grants, error)
+	// MakeWorkspace creates a missing Workspace under one of
+	// WorkspaceRoots first, as the agent server creates a missing
+	// working_dir (workdir.go); without it a missing workspace is refused.
+	MakeWorkspace  bool
+	WorkspaceRoots []string
 	// Forward, if set, runs after the container is ready and before the
 	// conversation is marked running (the conversation API forwards its
 	// create to the inner server here). Its error undoes everything.
@@ -448,6 +453,18 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	if err := req.Validate(); err != nil {
 		return store.Conversation{}, err
 	}
+	made, err := m.makeWorkspace(req)
+	if err != nil {
+		return store.Conversation{}, err
+	}
+	c, err := m.create(ctx, req)
+	if err != nil {
+		made.Undo()
+	}
+	return c, err
+}
+
+func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversation, error) {
 	repo, err := m.wt.Inspect(ctx, req.Workspace)
 	if err != nil {
 		return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -461,8 +478,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		id = store.NewID()
 	} else if old, err := m.st.Conversation(id); err == nil {
 		// A client retrying a failed create with the same id gets a new
-		// attempt once the failed record owns nothing any more.
-		if old.State != store.StateFailed {
+		// attempt once the failed record owns nothing any more; so does
+		// one re-creating a deleted conversation's id, as on the agent
+		// server, where a deleted conversation is gone (ref §9).
+		if old.State != store.StateFailed && old.State != store.StateDeleted {
 			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists (%s)", ErrConflict, id, old.State)
 		}
 		if old.UndoPending {

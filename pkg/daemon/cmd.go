@@ -115,6 +115,8 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			str("upstream", "the operator's own agent server (local mode, on loopback), e.g. http://127.0.0.1:18000: routes that are not a conversation's pass to it"),
 			str("upstream-secret-key-file", "file holding the upstream's OH_SECRET_KEY, to open the encrypted settings Agent Canvas copies into a create (default: the systemd credential ohd-upstream-secret-key)"),
 			&cli.BoolFlag{Name: "upstream-allow-remote", Usage: "allow an --upstream that is not on loopback (it receives the clients' session keys)", Sources: env("upstream-allow-remote")},
+			&cli.StringSliceFlag{Name: "cors-origin", Usage: "browser origin (scheme://host[:port]) allowed to call the conversation API besides pages on localhost, 127.0.0.1 and [::1] (repeatable)", Sources: env("cors-origin")},
+			&cli.StringSliceFlag{Name: "workspace-root", Usage: "directory under which a create's missing working_dir is made, besides the upstream's home (repeatable)", Sources: env("workspace-root")},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() > 0 {
@@ -150,6 +152,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				},
 				Upstream: cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
 				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
+				CORSOrigins:         cmd.StringSlice("cors-origin"), WorkspaceRoots: cmd.StringSlice("workspace-root"),
 			}
 			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections"} {
 				if n := cmd.Int(name); n == 0 || n < -1 {

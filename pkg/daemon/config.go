@@ -11,6 +11,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 )
 
@@ -102,6 +103,13 @@ type Config struct {
 	UpstreamSecretKeyFile string
 	// UpstreamAllowRemote accepts an Upstream that is not on loopback.
 	UpstreamAllowRemote bool
+	// CORSOrigins are browser origins allowed to call the conversation
+	// API besides loopback pages (--cors-origin; proxy.ParseCORSOrigin).
+	CORSOrigins []string
+	// WorkspaceRoots are directories under which a create's missing
+	// working_dir is made, besides the upstream's home
+	// (--workspace-root); each must be an existing absolute directory.
+	WorkspaceRoots []string
 	// Getenv reads the environment; nil means os.Getenv (tests inject).
 	Getenv func(string) string
 }
@@ -196,6 +204,19 @@ func (c *Config) Validate() error {
 	if c.Upstream != "" {
 		if _, err := ParseUpstream(c.Upstream, c.UpstreamAllowRemote); err != nil {
 			return err
+		}
+	}
+	for _, o := range c.CORSOrigins {
+		if _, err := proxy.ParseCORSOrigin(o); err != nil {
+			return err
+		}
+	}
+	for _, r := range c.WorkspaceRoots {
+		if !filepath.IsAbs(r) || filepath.Clean(r) == "/" {
+			return fmt.Errorf("--workspace-root %q: give the absolute path of a directory other than /", r)
+		}
+		if st, err := os.Stat(r); err != nil || !st.IsDir() {
+			return fmt.Errorf("--workspace-root %q: not an existing directory: create it first", r)
 		}
 	}
 	if len(c.ControlSocket) > 100 {

@@ -17,6 +17,7 @@ const upstreamCredential = "ohd-upstream-secret-key"
 // the upstream's secret key (--upstream-secret-key-file, else the
 // systemd credential).
 func (d *Daemon) upstreamOptions(o *proxy.Options) error {
+	o.CORSOrigins, o.WorkspaceRoots = d.cfg.CORSOrigins, d.cfg.WorkspaceRoots
 	if d.cfg.Upstream != "" {
 		u, err := ParseUpstream(d.cfg.Upstream, d.cfg.UpstreamAllowRemote)
 		if err != nil {

@@ -71,7 +71,7 @@ var (
 
 // Route labels of pkg/proxy's Observer.
 var proxyRoutes = set("create", "get", "batch_get", "count", "search", "delete",
-	"forward", "events", "health", "not_found", "metrics", "upstream")
+	"forward", "events", "health", "not_found", "metrics", "upstream", "server_info")
 
 // Steps of a container start (pkg/runtime's StartError.Step values).
 var containerSteps = set("create", "start", "ready")

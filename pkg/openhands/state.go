@@ -97,11 +97,59 @@ func ReadInfo(root string, rel ...string) (json.RawMessage, error) {
 	if reg, ok := base["secret_registry"]; ok {
 		base["secret_registry"] = redactSources(reg)
 	}
+	for k, v := range infoDefaults {
+		if _, ok := base[k]; !ok {
+			base[k] = json.RawMessage(v)
+		}
+	}
 	out, err := json.Marshal(base)
 	if err != nil {
 		return nil, err
 	}
 	return RedactTokens(out), nil
+}
+
+// infoDefaults are the top-level ConversationInfo fields with their
+// defaults, for those the persisted files leave out: base_state.json is
+// written with exclude_none (state.py L437), so every None field is
+// missing from it, and meta.json may lack the newer ones, while the live
+// answer carries them all (models.py L123-337, _ConversationInfoBase and
+// ConversationInfo; conversation_service.py L466-480 fills
+// sub_conversation_ids, available_models, supports_runtime_model_switch).
+var infoDefaults = map[string]string{
+	"persistence_dir": "null", "confirmation_policy": `{"kind":"NeverConfirm"}`, "security_analyzer": "null",
+	"activated_knowledge_skills": "[]", "invoked_skills": "[]", "blocked_actions": "{}", "blocked_messages": "{}",
+	"last_user_message_id": "null", "leaf_event_id": "null", "agent_state": "{}", "hook_config": "null",
+	"title": "null", "metrics": "null", "forked_from_conversation_id": "null", "forked_from_event_id": "null",
+	"parent_conversation_id": "null", "sub_conversation_ids": "[]", "tags": "{}", "current_model_id": "null",
+	"available_models": "[]", "supports_runtime_model_switch": "false", "launched_agent_profile": "null",
+	"client_tools": "[]",
+}
+
+// ColdStatus is the execution_status the agent server reports for a
+// conversation loaded from disk with status st, with no process of its
+// own running: a RUNNING one is stale and becomes ERROR
+// (event_service.py L1140-1146, on load after a restart); every other
+// status stays.
+func ColdStatus(st string) string {
+	if st == "running" {
+		return "error"
+	}
+	return st
+}
+
+// WithStatus returns info with its execution_status set to st.
+func WithStatus(info json.RawMessage, st string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(info, &m) != nil || m == nil {
+		return info
+	}
+	m["execution_status"], _ = json.Marshal(st)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return info
+	}
+	return out
 }
 
 // Status returns the execution_status of an info (as ReadInfo renders

@@ -378,8 +378,10 @@ func TestDelete(t *testing.T) {
 		t.Errorf("Remove calls = %v", got)
 	}
 	for _, path := range []string{"/api/conversations/" + id, "/api/conversations/" + store.NewID()} {
-		if resp, b := p.do(t, "DELETE", path, outerKeys[0], nil); resp.StatusCode != 404 {
-			t.Errorf("DELETE %s = %d %s, want 404", path, resp.StatusCode, b)
+		// The agent server answers an unknown id 400 {"detail":"Bad Request"}
+		// (conversation_router.py L270-281).
+		if resp, b := p.do(t, "DELETE", path, outerKeys[0], nil); resp.StatusCode != 400 || strings.TrimSpace(string(b)) != `{"detail":"Bad Request"}` {
+			t.Errorf("DELETE %s = %d %s, want 400 {\"detail\":\"Bad Request\"}", path, resp.StatusCode, b)
 		}
 	}
 }
@@ -439,14 +441,15 @@ func TestAuth(t *testing.T) {
 		{"POST", "/api/conversations/" + id + "/fork"},
 		{"GET", "/api/conversations/" + store.NewID()},
 		{"GET", "/sockets/events/" + id},
-		{"GET", "/server_info"},
+		{"POST", "/api/conversations/prepare-for-sandbox-pause"},
 		{"GET", "/no/such/route"},
 	}
 	for _, rt := range routes {
 		for _, key := range []string{"", wrongKey, outerKeys[0][1:]} {
 			resp, b := p.do(t, rt.method, rt.path, key, strings.NewReader(`{}`))
-			if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(string(b), `{"detail":"Unauthorized`) {
-				t.Errorf("%s %s with key %q = %d %s, want 401 {\"detail\":\"Unauthorized...\"}", rt.method, rt.path, key, resp.StatusCode, b)
+			// The agent server's exact body (dependencies.py L24-36).
+			if resp.StatusCode != http.StatusUnauthorized || strings.TrimSpace(string(b)) != `{"detail":"Unauthorized"}` {
+				t.Errorf("%s %s with key %q = %d %s, want 401 {\"detail\":\"Unauthorized\"}", rt.method, rt.path, key, resp.StatusCode, b)
 			}
 		}
 	}

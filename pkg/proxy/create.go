@@ -268,6 +268,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Worktree:  cb.Worktree,
 		Prepare:   keep,
 		Request:   cb.record(id),
+		// A missing working_dir is made as the agent server makes it,
+		// under the roots the operator allows (workdir.go).
+		MakeWorkspace:  true,
+		WorkspaceRoots: s.workspaceRoots(r, filepath.Clean(cb.WorkingDir)),
 		Forward: func(ctx context.Context, c store.Conversation, t conversation.Target) error {
 			if t.Addr == "" {
 				return nil // local runtime: no inner server

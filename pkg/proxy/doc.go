@@ -21,12 +21,17 @@
 //
 // Every route needs the header X-Session-API-Key with one of the
 // configured keys, except the agent server's probes GET /alive, /health and
-// /ready (constant answers that say nothing about conversations). The key
+// /ready (constant answers that say nothing about conversations), GET
+// /server_info (key-less on the agent server too; serverinfo.go) and CORS
+// preflights (cors.go). The key
 // is compared in constant time with every configured key: SHA-256 digests
 // of equal length, compared with crypto/subtle, all of them, with no early
 // exit. A missing or wrong key answers
 //
-//	401 {"detail": "Unauthorized: send a valid session API key in the X-Session-API-Key header"}
+//	401 {"detail": "Unauthorized"}
+//
+// (the agent server's exact body), with a header X-Ohd-Hint saying what
+// to send,
 //
 // before anything else happens (unknown routes answer 401 too, so a client
 // without a key learns nothing about which routes or conversations exist).
@@ -61,7 +66,10 @@
 //	GET    /api/conversations?ids=A&ids=B    [info|null, ...] in the order asked; 422 without ids or with a malformed id (at most 99 ids)
 //	GET    /api/conversations/count          a bare JSON integer; ?status= an execution status (422 if unknown)
 //	GET    /api/conversations/search         {"items":[...],"next_page_id":string|null}; ?limit=1..100 (100), ?page_id=, ?status=, ?sort_order=CREATED_AT|CREATED_AT_DESC (default)|UPDATED_AT|UPDATED_AT_DESC
-//	DELETE /api/conversations/{id}           ohd removes the conversation; {"success":true}; 404
+//	DELETE /api/conversations/{id}           ohd removes the conversation; {"success":true}; unknown: 400 {"detail":"Bad Request"} (as the agent server)
+//	POST   /api/conversations/prepare-for-sandbox-pause  the upstream's; without one 204 (serverinfo.go)
+//	GET    /server_info                      no key; the upstream's or ohd's ServerInfo, capabilities ohd serves (serverinfo.go)
+//	OPTIONS (any path, a CORS preflight)     no key; answered as the agent server's CORS middleware (cors.go)
 //	ANY    /api/conversations/{id}[/{tail}]  forwarded to the inner server (GET and DELETE of /{id} excepted)
 //	ANY    /api/conversations/{id}/fork|children|credential-bindings[/...]  501, saying why
 //	WS     /sockets/events/{id}              bridged to the inner server's /sockets/events/{id}
@@ -85,7 +93,7 @@
 //
 // Options.Upstream (ohd serve --upstream URL) is the operator's own agent
 // server in local mode: every route that is not a conversation's
-// (settings, profiles, skills, tools, /server_info, /api/file/home,
+// (settings, profiles, skills, tools, /api/file/home,
 // /api/auth/workspace-session, /sockets/bash-events, ...) passes to it,
 // HTTP and WebSocket, so Agent Canvas pointed at ohd works as if pointed
 // at the agent server. ohd checks the client's key first (401 as
@@ -282,9 +290,8 @@
 // that code may be sent (else 1001 towards the inner server, 1011 towards
 // the client). Clients are pinged every Timeouts.WSPing. Messages are at
 // most MaxWSMessage (16 MiB; larger closes with 1009). Subprotocols and
-// compression are not negotiated. Any Origin is accepted unless
-// WSOriginPatterns is set: authentication is an explicit key, never an
-// ambient credential, so a foreign page gains nothing by connecting. When
+// compression are not negotiated. An upgrade that carries an Origin
+// (a browser) is accepted only from an origin CORS allows (cors.go). When
 // Serve's context ends, every WebSocket is closed with 1001.
 //
 // # Listening
@@ -303,9 +310,11 @@
 //
 // # Caveats
 //
-// Cross-origin browser requests are not supported on the HTTP routes (no
-// CORS; a preflight has no key and answers 401): a browser front end
-// reaches ohd through its own back end. GET /api/conversations/{id}/
+// Browsers: CORS is answered as the agent server's
+// LocalhostCORSMiddleware does (cors.go; loopback pages and
+// Options.CORSOrigins). GET /api/conversations/{id}/
 // workspace[/{path}] also accepts the oh_workspace_session_key cookie the
-// upstream's POST /api/auth/workspace-session sets.
+// upstream's POST /api/auth/workspace-session sets. A create whose
+// working_dir does not exist has it made under Options.WorkspaceRoots or
+// the upstream's home (workdir.go, package workdir).
 package proxy

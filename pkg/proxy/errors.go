@@ -76,3 +76,12 @@ func scrubLoopback(s string) string {
 	}
 	return loopbackAddr.ReplaceAllString(s, scrubbedAddr)
 }
+
+// writeUnauthorized answers a request without a valid session key as the
+// agent server does: 401 {"detail":"Unauthorized"} (dependencies.py
+// L24-36, an HTTPException(401) without detail; ref §8). A header says
+// what to send, for people reading the answer.
+func writeUnauthorized(w http.ResponseWriter) {
+	w.Header().Set("X-Ohd-Hint", "send a valid session API key in the X-Session-API-Key header")
+	writeJSON(w, http.StatusUnauthorized, errorBody{Detail: "Unauthorized"})
+}

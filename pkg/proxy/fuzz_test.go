@@ -243,3 +243,37 @@ func FuzzForwardFastPath(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCORSOrigin checks the Origin decision: an origin is allowed only
+// when its host is loopback by name or address, or it is configured;
+// a host that merely starts or ends like one is not.
+func FuzzCORSOrigin(f *testing.F) {
+	for _, s := range []string{
+		"http://localhost:3001", "http://127.0.0.1", "http://[::1]:8080", "https://canvas.example.com",
+		"http://localhost.evil.com", "http://evil.com#@localhost", "http://127.0.0.1.evil.com", "null", "",
+		"http://user@localhost:1", "http://LOCALHOST:1",
+	} {
+		f.Add(s)
+	}
+	p, err := newCORSPolicy([]string{"https://canvas.example.com"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, origin string) {
+		if !p.allowed(origin) {
+			return
+		}
+		if strings.EqualFold(origin, "https://canvas.example.com") {
+			return
+		}
+		u, err := url.Parse(origin)
+		if err != nil {
+			t.Fatalf("allowed(%q) but it does not parse: %v", origin, err)
+		}
+		switch strings.ToLower(u.Hostname()) {
+		case "localhost", "127.0.0.1", "::1":
+		default:
+			t.Fatalf("allowed(%q): host %q is not loopback", origin, u.Hostname())
+		}
+	})
+}

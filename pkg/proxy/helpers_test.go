@@ -234,7 +234,7 @@ func (f *fakeConversations) Create(ctx context.Context, req conversation.CreateR
 	}
 	now := time.Now().UTC()
 	rec := store.Conversation{
-		ID: id, State: store.StateProvisioning, Runtime: "docker",
+		ID: id, State: store.StateProvisioning, Runtime: "docker", ImageID: "sha256:standin-test",
 		Workspace: req.Workspace, WorkingDir: req.Workspace, Request: req.Request,
 		CreatedAt: now, UpdatedAt: now, LastActiveAt: now,
 	}

@@ -172,6 +172,14 @@ func (s *Server) hostInfo(it *item) {
 	if st := openhands.Status(raw); st != "" {
 		it.status = st
 	}
+	if it.conv.State != store.StateRunning {
+		// No container runs it: never a live status (a container that
+		// died mid-run left "running" in its files).
+		if cold := openhands.ColdStatus(it.status); cold != it.status {
+			it.status = cold
+			it.inner = openhands.WithStatus(it.inner, cold)
+		}
+	}
 }
 
 // innerInfo asks a running conversation's inner server for its
@@ -471,7 +479,9 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, ok := s.visible(id); !ok {
-		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
+		// The agent server answers an unknown id 400 with FastAPI's
+		// default detail (conversation_router.py L270-281; ref §8).
+		writeJSON(w, http.StatusBadRequest, errorBody{Detail: "Bad Request"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), removeTimeout)
@@ -480,7 +490,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		switch {
 		case errors.Is(err, conversation.ErrNotFound):
-			writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+id)
+			writeJSON(w, http.StatusBadRequest, errorBody{Detail: "Bad Request"})
 		case errors.Is(err, conversation.ErrInvalid):
 			writeDetail(w, http.StatusBadRequest, err.Error())
 		case errors.Is(err, conversation.ErrConflict):

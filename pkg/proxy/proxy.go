@@ -129,12 +129,16 @@ type Options struct {
 	MaxWSMessage int64
 	// Timeouts bound waits; zero fields take their defaults.
 	Timeouts Timeouts
-	// WSOriginPatterns, if set, limits the Origin a WebSocket may come
-	// from (host patterns, as coder/websocket's AcceptOptions). Nil
-	// accepts any origin, as the agent server does: authentication is an
-	// explicit key, never an ambient credential such as a cookie, so a
-	// foreign page gains nothing by connecting.
-	WSOriginPatterns []string
+	// CORSOrigins are browser origins (scheme://host[:port]) allowed to
+	// call the API besides loopback pages (--cors-origin; see cors.go).
+	// Nil: pages on localhost, 127.0.0.1 and [::1] only. A WebSocket
+	// upgrade carrying an Origin is checked against the same rule.
+	CORSOrigins []string
+	// WorkspaceRoots are directories under which a create's missing
+	// working_dir is made (--workspace-root), besides the upstream's home
+	// (its GET /api/file/home). Nil, without an upstream: a missing
+	// working_dir is refused.
+	WorkspaceRoots []string
 	// Observer, if set, receives request and WebSocket counters.
 	Observer Observer
 	// Upstream, if set, is the operator's own agent server (--upstream):
@@ -177,6 +181,12 @@ type Server struct {
 	rp           *httputil.ReverseProxy
 	up           *upstream // nil without Options.Upstream
 	med          *openhands.Mediator
+	corsPolicy   corsPolicy
+	started      time.Time
+	homeMu       sync.Mutex
+	upstreamHome string // the upstream's home, once learned (workdir.go)
+	capsMu       sync.Mutex
+	imageCaps    map[string][]string // inner /server_info capabilities by image ID
 
 	// WebSocket bookkeeping: closing is closed when Serve shuts down, so
 	// every bridge closes with 1001; wsWG counts running WebSocket
@@ -207,9 +217,14 @@ func New(opts Options) (*Server, error) {
 		opts.MaxWSMessage = 16 << 20
 	}
 	opts.Timeouts.defaults()
+	cp, err := newCORSPolicy(opts.CORSOrigins)
+	if err != nil {
+		return nil, fmt.Errorf("new conversation API: %w", err)
+	}
 	s := &Server{
 		conv: opts.Conversations, keys: keys, log: opts.Logger, opts: opts, t: opts.Timeouts,
-		obs: opts.Observer, closing: make(chan struct{}),
+		obs: opts.Observer, closing: make(chan struct{}), corsPolicy: cp, started: time.Now(),
+		imageCaps: map[string][]string{},
 	}
 	s.transport = &http.Transport{
 		// Never an HTTP proxy from the environment: inner servers are
@@ -249,6 +264,17 @@ func New(opts Options) (*Server, error) {
 // CONNECT): matching it against the mux's dozen patterns cost more than
 // the routing work itself.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Origin") != "" {
+		if isUpgrade(r) && !s.wsOriginAllowed(w, r) {
+			return
+		}
+		s.cors(s.dispatch)(w, r)
+		return
+	}
+	s.dispatch(w, r)
+}
+
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodConnect && isForwardPath(r.URL) {
 		s.forwardRoute.ServeHTTP(w, r)
 		return
@@ -343,20 +369,21 @@ func (s *Server) checkListener(ln net.Listener) error {
 
 // Route labels passed to the Observer.
 const (
-	routeCreate   = "create"
-	routeGet      = "get"
-	routeBatchGet = "batch_get"
-	routeCount    = "count"
-	routeSearch   = "search"
-	routeDelete   = "delete"
-	routeForward  = "forward"
-	routeEvents   = "events"
-	routeSession  = "session"
-	routeAuth     = "auth"
-	routeHealth   = "health"
-	routeNotFound = "not_found"
-	routeMetrics  = "metrics"
-	routeUpstream = "upstream"
+	routeCreate     = "create"
+	routeGet        = "get"
+	routeBatchGet   = "batch_get"
+	routeCount      = "count"
+	routeSearch     = "search"
+	routeDelete     = "delete"
+	routeForward    = "forward"
+	routeEvents     = "events"
+	routeSession    = "session"
+	routeAuth       = "auth"
+	routeHealth     = "health"
+	routeNotFound   = "not_found"
+	routeMetrics    = "metrics"
+	routeUpstream   = "upstream"
+	routeServerInfo = "server_info"
 )
 
 func (s *Server) routes() {
@@ -373,6 +400,9 @@ func (s *Server) routes() {
 	m.Handle("GET /alive", s.route(routeHealth, false, health(`{"status":"ok"}`)))
 	m.Handle("GET /health", s.route(routeHealth, false, health(`{"status":"ok"}`)))
 	m.Handle("GET /ready", s.route(routeHealth, false, health(`{"status":"ready"}`)))
+	// /server_info answers without a key, as the agent server's
+	// (server_details_router.py L117, mounted without auth).
+	m.Handle("GET /server_info", s.route(routeServerInfo, false, s.serverInfo))
 
 	m.Handle("POST /api/conversations", s.route(routeCreate, true, s.create))
 	m.Handle("GET /api/conversations", s.route(routeBatchGet, true, s.batchGet))
@@ -381,6 +411,7 @@ func (s *Server) routes() {
 	m.Handle("GET /api/conversations/search", s.route(routeSearch, true, s.search))
 	m.Handle("GET /api/conversations/{id}", s.route(routeGet, true, s.get))
 	m.Handle("DELETE /api/conversations/{id}", s.route(routeDelete, true, s.remove))
+	m.Handle("POST /api/conversations/prepare-for-sandbox-pause", s.route(routeUpstream, true, s.prepareForSandboxPause))
 	m.Handle("POST /api/auth/workspace-session", s.route(routeAuth, true, s.workspaceSession))
 	m.Handle("DELETE /api/auth/workspace-session", s.route(routeAuth, true, s.workspaceSession))
 	m.Handle("/api/conversations/{id}", s.route(routeForward, true, s.forward))
@@ -418,7 +449,7 @@ func (s *Server) route(label string, auth bool, h http.HandlerFunc) http.Handler
 			}
 		}()
 		if auth && !s.keys.valid(requestKey(r)) {
-			writeJSON(rec, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
+			writeUnauthorized(rec)
 			return
 		}
 		// Only the upstream's own routes may be asked for secrets

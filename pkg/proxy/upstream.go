@@ -87,7 +87,7 @@ func (s *Server) passUpstream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.keys.valid(r.Header.Get("X-Session-API-Key")) {
-		writeJSON(w, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
+		writeUnauthorized(w)
 		return
 	}
 	if cid := r.URL.Query().Get(openhands.CIDParam); cid != "" && openhands.IsGlobalRouter(r.URL.Path) {

@@ -166,7 +166,7 @@ func withUpstream(u string, mem *memSecrets) func(*Options) {
 
 func TestUpstreamRoutesWithoutUpstreamAnswer404NamingTheFlag(t *testing.T) {
 	p := startProxy(t, newFake(t), nil)
-	for _, path := range []string{"/api/settings", "/api/profiles", "/server_info", "/api/file/home", "/api/skills"} {
+	for _, path := range []string{"/api/settings", "/api/profiles", "/api/file/home", "/api/skills"} {
 		resp, b := p.do(t, "GET", path, outerKeys[0], nil)
 		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "--upstream") {
 			t.Errorf("GET %s = %d %s, want 404 naming --upstream", path, resp.StatusCode, b)
