@@ -33,12 +33,19 @@
 //     create's skills are checked and its disabled_skills dropped as
 //     AgentContext does (§5 "Metadata reads"; skills.go cites the
 //     source);
-//   - the sockets close 4004 for an unknown conversation (§7, §8).
+//   - the sockets close 4004 for an unknown conversation (§7, §8);
+//   - bash events (the socket /sockets/bash-events and the /api/bash
+//     routes) are files in OH_BASH_EVENTS_DIR, default the relative
+//     workspace/bash_events, and every route that touches them fails as
+//     the real server's do when that directory cannot be made (§9; bash.go
+//     cites bash_service.py).
 //
 // # Environment
 //
 //	STANDIN_ADDR            listen address; overrides --host/--port (tests)
 //	OH_CONVERSATIONS_PATH   conversations directory (default workspace/conversations)
+//	OH_BASH_EVENTS_DIR      bash events directory (default workspace/bash_events, made on
+//	                        first use; bash.go)
 //	OH_SECRET_KEY           key of the persisted secrets' cipher (see above)
 //	OH_SESSION_API_KEYS_0   session API key; _1, _2, ... add more keys. With
 //	                        no key configured authentication is off, as in

@@ -109,6 +109,10 @@ type Config struct {
 	// server's relative workspace/conversations (reference §6 "Default
 	// paths"), i.e. /workspace/conversations from the image's WORKDIR /.
 	ConversationsPath string
+	// BashEventsDir is OH_BASH_EVENTS_DIR; default the relative
+	// workspace/bash_events (config.py L272-276 @v1.43.1), made on first
+	// use, not at start-up (bash.go).
+	BashEventsDir string
 	// SecretKey keys the cipher of persisted secrets: OH_SECRET_KEY, else
 	// SESSION_API_KEY, else OH_SESSION_API_KEYS_0 (reference §1, "Where S
 	// comes from"); "" persists secrets in plaintext.
@@ -160,6 +164,10 @@ func configFromEnv(getenv func(string) string) (Config, error) {
 		Addr:              "0.0.0.0:8000",
 		Runtime:           "local",
 		ConversationsPath: "workspace/conversations",
+		BashEventsDir:     "workspace/bash_events",
+	}
+	if v := getenv("OH_BASH_EVENTS_DIR"); v != "" {
+		cfg.BashEventsDir = v
 	}
 	if v := getenv("OH_CONVERSATIONS_PATH"); v != "" {
 		cfg.ConversationsPath = v

@@ -64,6 +64,10 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 		convs:   convs,
 		mux:     http.NewServeMux(),
 	}
+	s.bash.dir = cfg.BashEventsDir
+	if s.bash.dir == "" {
+		s.bash.dir = "workspace/bash_events"
+	}
 	s.bg, s.cancelBg = context.WithCancel(context.Background())
 	for _, k := range cfg.Keys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
@@ -105,6 +109,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /sockets/events/{id}", s.events)
 	m.HandleFunc("GET /sockets/session/{id}", s.session)
 	m.HandleFunc("GET /sockets/bash-events", s.bashSocket)
+	s.bashRoutes(m)
 	s.mediationRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
