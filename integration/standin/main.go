@@ -113,6 +113,9 @@ type Config struct {
 	// workspace/bash_events (config.py L272-276 @v1.43.1), made on first
 	// use, not at start-up (bash.go).
 	BashEventsDir string
+	// LeaseTTL is OH_LEASE_TTL_SECONDS (seconds, default 45; 0 disables
+	// the conversation lease: lease.go).
+	LeaseTTL time.Duration
 	// SecretKey keys the cipher of persisted secrets: OH_SECRET_KEY, else
 	// SESSION_API_KEY, else OH_SESSION_API_KEYS_0 (reference §1, "Where S
 	// comes from"); "" persists secrets in plaintext.
@@ -168,6 +171,14 @@ func configFromEnv(getenv func(string) string) (Config, error) {
 	}
 	if v := getenv("OH_BASH_EVENTS_DIR"); v != "" {
 		cfg.BashEventsDir = v
+	}
+	cfg.LeaseTTL = 45 * time.Second
+	if v := getenv("OH_LEASE_TTL_SECONDS"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return cfg, fmt.Errorf("OH_LEASE_TTL_SECONDS %q: %w: want seconds >= 0", v, errConfig)
+		}
+		cfg.LeaseTTL = time.Duration(f * float64(time.Second))
 	}
 	if v := getenv("OH_CONVERSATIONS_PATH"); v != "" {
 		cfg.ConversationsPath = v

@@ -57,6 +57,9 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conversations directory %s: %w", cfg.ConversationsPath, err)
 	}
+	if cfg.LeaseTTL > 0 {
+		convs.lease = newLeases(cfg.LeaseTTL)
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
@@ -201,6 +204,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.cancelBg()
 	_ = hs.Close()
 	s.track.closeAndWait()
+	s.convs.releaseLeases()
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -82,8 +82,9 @@ func Args(port int) []string {
 // not the image's own (ref §5 environment table, §6, §9): its home, its
 // persistence, conversations and bash events directories on the host
 // (every relative default path it writes: paths.go), the local
-// conversation runtime (the container is the sandbox), and git never
-// prompting (there is no terminal). It holds paths only; the two keys
+// conversation runtime (the container is the sandbox), no conversation
+// lease (LeaseTTLEnv), and git never prompting (there is no terminal). It
+// holds paths only; the two keys
 // (SessionKeyEnv, SecretKeyEnv) reach the server's process through files,
 // never through the container's configuration.
 func Env(d InnerDirs) []string {
@@ -92,6 +93,7 @@ func Env(d InnerDirs) []string {
 		"OH_PERSISTENCE_DIR=" + d.Persistence,
 		"OH_CONVERSATIONS_PATH=" + d.Conversations,
 		BashEventsDirEnv + "=" + d.BashEvents,
+		LeaseTTLEnv + "=0",
 		"OH_CONVERSATION_RUNTIME=local",
 		"GIT_TERMINAL_PROMPT=0",
 	}
@@ -100,7 +102,7 @@ func Env(d InnerDirs) []string {
 // owned are the variables Env and ohd set; an operator's extra variable
 // may not replace them.
 var owned = map[string]bool{
-	"HOME": true, "OH_PERSISTENCE_DIR": true, "OH_CONVERSATIONS_PATH": true, BashEventsDirEnv: true,
+	"HOME": true, "OH_PERSISTENCE_DIR": true, "OH_CONVERSATIONS_PATH": true, BashEventsDirEnv: true, LeaseTTLEnv: true,
 	"OH_CONVERSATION_RUNTIME": true, "GIT_TERMINAL_PROMPT": true,
 	SessionKeyEnv: true, SecretKeyEnv: true, "SESSION_API_KEY": true,
 	"OH_INTERNAL_SERVER_URL": true, "PATH": true,

@@ -4,6 +4,22 @@ package openhands
 // directory (config.py L272-276 @v1.43.1, field bash_events_dir).
 const BashEventsDirEnv = "OH_BASH_EVENTS_DIR"
 
+// LeaseTTLEnv is the variable of the agent server's conversation lease TTL
+// (config.py L386-398 @v1.43.1, field lease_ttl_seconds, default 45 s).
+// ohd sets it to 0, which disables the lease (event_service.py L982-990),
+// the setting the server documents for "single-instance deployments where
+// concurrent ownership is impossible": each conversation's directories
+// belong to one container at a time, as ohd starts it (a start shares one
+// attempt, a new container only after the old one is gone). With the
+// lease on, a container started again after a crash or docker rm -f
+// serves its conversation only after 45 s: the dead server's lease names
+// the same hostname (runtime.HostnameOf) but the new server's process gets
+// the same pid in its new pid namespace, or the old pid is a live process
+// there, and conversation_lease.py L166-185 then counts the owner alive
+// (TestDockerInnerStateSurvivesContainer's crash case, with the stand-in's
+// lease).
+const LeaseTTLEnv = "OH_LEASE_TTL_SECONDS"
+
 // The agent server's default paths (read from its source, v1.43.1; ref §6
 // "Default paths", §9). Its image runs it from WORKDIR / with /workspace
 // owned by its own uid 10001, so every relative default lands under
