@@ -441,6 +441,10 @@ type Target struct {
 	// DialAddr is the inner server's address as Dial reaches it (inside
 	// the container); it is scrubbed from answers too.
 	DialAddr string
+	// DialPort, when not nil, connects to another port on the container's
+	// loopback from inside its namespace (VS Code, the desktop); nil when
+	// the namespace cannot be entered (those ports are never published).
+	DialPort func(ctx context.Context, port int) (net.Conn, error)
 }
 
 // Create provisions a conversation; see the package comment.

@@ -26,6 +26,8 @@ const (
 // Each is mounted into the container at its own absolute path, so the
 // paths the server writes into its files mean the same on both sides.
 type InnerDirs struct {
+	// ID is the conversation's id.
+	ID string
 	// Root is <root>/<id>: owned by the conversation's uid, 0700.
 	Root string
 	// Persistence is HOME and OH_PERSISTENCE_DIR (settings, secrets, LLM
@@ -49,7 +51,7 @@ type InnerDirs struct {
 func DirsOf(root, id string) InnerDirs {
 	r := filepath.Join(root, id)
 	return InnerDirs{
-		Root: r, Persistence: filepath.Join(r, "persistence"),
+		ID: id, Root: r, Persistence: filepath.Join(r, "persistence"),
 		Conversations: filepath.Join(r, "conversations"), BashEvents: filepath.Join(r, "bash_events"),
 	}
 }
@@ -83,7 +85,8 @@ func Args(port int) []string {
 // persistence, conversations and bash events directories on the host
 // (every relative default path it writes: paths.go), the local
 // conversation runtime (the container is the sandbox), no conversation
-// lease (LeaseTTLEnv), and git never prompting (there is no terminal). It
+// lease (LeaseTTLEnv), VS Code under the conversation's path on ohd
+// (VSCodeBasePathEnv, ports.go), and git never prompting (there is no terminal). It
 // holds paths only; the two keys
 // (SessionKeyEnv, SecretKeyEnv) reach the server's process through files,
 // never through the container's configuration.
@@ -94,6 +97,7 @@ func Env(d InnerDirs) []string {
 		"OH_CONVERSATIONS_PATH=" + d.Conversations,
 		BashEventsDirEnv + "=" + d.BashEvents,
 		LeaseTTLEnv + "=0",
+		VSCodeBasePathEnv + "=" + PortPath(d.ID, "vscode"),
 		"OH_CONVERSATION_RUNTIME=local",
 		"GIT_TERMINAL_PROMPT=0",
 	}
@@ -102,7 +106,7 @@ func Env(d InnerDirs) []string {
 // owned are the variables Env and ohd set; an operator's extra variable
 // may not replace them.
 var owned = map[string]bool{
-	"HOME": true, "OH_PERSISTENCE_DIR": true, "OH_CONVERSATIONS_PATH": true, BashEventsDirEnv: true, LeaseTTLEnv: true,
+	"HOME": true, "OH_PERSISTENCE_DIR": true, "OH_CONVERSATIONS_PATH": true, BashEventsDirEnv: true, LeaseTTLEnv: true, VSCodeBasePathEnv: true,
 	"OH_CONVERSATION_RUNTIME": true, "GIT_TERMINAL_PROMPT": true,
 	SessionKeyEnv: true, SecretKeyEnv: true, "SESSION_API_KEY": true,
 	"OH_INTERNAL_SERVER_URL": true, "PATH": true,
