@@ -38,7 +38,12 @@
 //     routes) are files in OH_BASH_EVENTS_DIR, default the relative
 //     workspace/bash_events, and every route that touches them fails as
 //     the real server's do when that directory cannot be made (§9; bash.go
-//     cites bash_service.py).
+//     cites bash_service.py);
+//   - a conversation's lease (owner_lease.json) names this host and pid,
+//     and one another live owner holds is not served (404, 4004) until it
+//     expires (§9; lease.go cites conversation_lease.py);
+//   - /api/vscode/url and /api/desktop/url answer as the real routers, and
+//     stand-ins of VS Code and noVNC listen on 8001 and 8002 (ports.go).
 //
 // # Environment
 //
@@ -46,6 +51,10 @@
 //	OH_CONVERSATIONS_PATH   conversations directory (default workspace/conversations)
 //	OH_BASH_EVENTS_DIR      bash events directory (default workspace/bash_events, made on
 //	                        first use; bash.go)
+//	OH_LEASE_TTL_SECONDS    the conversation lease's TTL (default 45; 0: no lease; lease.go)
+//	OH_ENABLE_VSCODE        VS Code on port 8001 (default true; ports.go)
+//	OH_ENABLE_VNC           the desktop on port 8002 (default false; ports.go)
+//	OH_VSCODE_BASE_PATH     VS Code's base path (ports.go)
 //	OH_SECRET_KEY           key of the persisted secrets' cipher (see above)
 //	OH_SESSION_API_KEYS_0   session API key; _1, _2, ... add more keys. With
 //	                        no key configured authentication is off, as in

@@ -113,6 +113,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /sockets/session/{id}", s.session)
 	m.HandleFunc("GET /sockets/bash-events", s.bashSocket)
 	s.bashRoutes(m)
+	s.portRoutes(m)
 	s.mediationRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
