@@ -103,6 +103,10 @@ func (s *Server) portURL(svc string) http.HandlerFunc {
 			writeJSON(w, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: send a valid session API key in the X-Session-API-Key header"})
 			return
 		}
+		if r.Header.Get(openhands.ExposeSecretsHeader) != "" {
+			writeDetail(w, http.StatusUnprocessableEntity, "X-Expose-Secrets is not supported on a conversation's routes: secrets never leave a conversation's container; drop the header")
+			return
+		}
 		id, ok := parseID(cid)
 		if !ok {
 			writeValidation(w, uuidError(cid, "query", openhands.CIDParam))
