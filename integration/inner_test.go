@@ -86,6 +86,7 @@ func TestDockerInnerStateSurvivesContainer(t *testing.T) {
 	}
 	for k, want := range map[string]string{
 		"HOME": inner.Persistence, "OH_PERSISTENCE_DIR": inner.Persistence, "OH_CONVERSATIONS_PATH": inner.Conversations,
+		"OH_BASH_EVENTS_DIR": inner.BashEvents, "OH_LEASE_TTL_SECONDS": "0",
 		"OH_CONVERSATION_RUNTIME": "local", "GIT_TERMINAL_PROMPT": "0", "LOG_JSON": "false",
 	} {
 		if env[k] != want {
@@ -110,9 +111,12 @@ func TestDockerInnerStateSurvivesContainer(t *testing.T) {
 			mounts[get(m, "Destination").(string)] = true
 		}
 	}
-	if !mounts[inner.Persistence] || !mounts[inner.Conversations] {
-		t.Errorf("mounts %v: want %s and %s read-write at their own paths", mounts, inner.Persistence, inner.Conversations)
+	for _, dir := range inner.Mounted() {
+		if !mounts[dir] {
+			t.Errorf("mounts %v: want %s read-write at its own path", mounts, dir)
+		}
 	}
+	hostname := cfg["Hostname"]
 
 	losses := []struct {
 		name string
@@ -168,6 +172,8 @@ func TestDockerInnerStateSurvivesContainer(t *testing.T) {
 		}
 		if now := d.record(id); now.State != store.StateRunning || now.ContainerID == "" {
 			t.Errorf("after %s: %s %s, want running", loss.name, now.State, now.ContainerID)
+		} else if h := get(inspect(t, now.ContainerID), "Config").(map[string]any)["Hostname"]; h != hostname {
+			t.Errorf("after %s: hostname %v, want %v as before: the server's lease names it", loss.name, h, hostname)
 		}
 		if k, _ := os.ReadFile(filepath.Join(c.BrokerDir, "secret-key")); string(k) != string(secretKey) {
 			t.Errorf("after %s: the inner secret key changed", loss.name)

@@ -95,6 +95,9 @@ func upstreamServerHome(t *testing.T, bin, outerKey, secretKey string, settings 
 	}
 	addr := freePort(t)
 	cmd := exec.Command(bin)
+	// Its relative defaults (workspace/bash_events) land in its own
+	// directory, as the README's unit's WorkingDirectory puts them.
+	cmd.Dir = dir
 	cmd.Env = []string{"STANDIN_ADDR=" + addr, "OH_SESSION_API_KEYS_0=" + outerKey, "OH_SECRET_KEY=" + secretKey,
 		"STANDIN_SETTINGS_FILE=" + sf, "HOME=" + dir, "OH_CONVERSATIONS_PATH=" + filepath.Join(dir, "conversations")}
 	logs := &testenv.SyncBuffer{}

@@ -503,6 +503,14 @@ type systemdOptions struct {
 	Credstore string
 	// DropIn lines are added to the [Service] drop-in.
 	DropIn []string
+	// Mounts are more docker -v arguments for the box.
+	Mounts []string
+	// Units are more unit files to install (name to text), not started.
+	Units map[string]string
+	// Users are lines added to the box's /etc/passwd (and a group of the
+	// same name and id to /etc/group), for units that run as a user the
+	// host lacks.
+	Users []string
 }
 
 func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
@@ -568,6 +576,9 @@ func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
 		strings.Join(opts.DropIn, "\n"),
 		"",
 	}, "\n"))
+	for name, text := range opts.Units {
+		testenv.WriteFile(t, filepath.Join(box.units, name), text)
+	}
 	bootUnit := "ohd.service"
 	if opts.Sockets {
 		testenv.WriteFile(t, filepath.Join(box.units, "ohd.socket"),
@@ -608,6 +619,32 @@ func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
 	}
 	if opts.Credstore != "" {
 		args = append(args, "-v", opts.Credstore+":/run/credstore:ro")
+	}
+	for _, m := range opts.Mounts {
+		args = append(args, "-v", m)
+	}
+	if len(opts.Users) > 0 {
+		// The host's files plus the lines, mounted over the box's.
+		for _, f := range []string{"passwd", "group"} {
+			b, err := os.ReadFile("/etc/" + f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(b)
+			for _, u := range opts.Users {
+				if f == "passwd" {
+					text += u + "\n"
+				} else if p := strings.Split(u, ":"); len(p) > 3 {
+					text += p[0] + ":x:" + p[3] + ":\n"
+				}
+			}
+			path := filepath.Join(t.TempDir(), f)
+			testenv.WriteFile(t, path, text)
+			if err := os.Chmod(path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args = append(args, "-v", path+":/etc/"+f+":ro")
+		}
 	}
 	for _, dir := range []string{"/bin", "/sbin", "/lib", "/lib64"} {
 		if st, err := os.Lstat(dir); err == nil && st.IsDir() {

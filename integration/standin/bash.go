@@ -3,10 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -37,8 +42,19 @@ import (
 //     its own BashOutput with exit_code null) and the exit code, -1 on a
 //     timeout. The command outlives the socket that started it.
 //
-// The events are kept in memory, not in bash_events_dir: nothing in ohd
-// reads that directory.
+// The events are files in bash_events_dir, as bash_service.py keeps them
+// (L54-91, L178-240 @v1.43.1): OH_BASH_EVENTS_DIR, default the relative
+// workspace/bash_events (config.py L272-276), i.e. /workspace/bash_events
+// from the image's WORKDIR /, which only uid 10001 may create. Each event is
+// one file <YYYYMMDDHHMMSSffffff>_<kind>[_<command_id hex>]_<id hex> holding
+// its JSON (indent 2); the directory is made (parents too) before every
+// write and scan, and a replay reads them back in name order. When the
+// directory cannot be made every route that touches it fails as the real
+// server's do: the HTTP routes answer 500 {"detail":"Internal Server
+// Error","exception":"[Errno 13] Permission denied: '...'","error_id"}
+// (api.py L579-636), a command sent on the socket a BashError with code
+// PermissionError (sockets.py L458-466), and a replay closes the socket
+// 1011 (the exception escapes the handler).
 
 // maxBashSubscribers is the PubSub limit of BashEventService.
 const maxBashSubscribers = 50
@@ -49,24 +65,24 @@ const maxBashChunk = 1 << 20
 
 // bashEvents is the server's bash event service.
 type bashEvents struct {
-	mu     sync.Mutex
-	events [][]byte
-	subs   map[chan []byte]struct{}
+	// dir is bash_events_dir.
+	dir  string
+	mu   sync.Mutex
+	subs map[chan []byte]struct{}
 }
 
-// subscribe registers ch and returns the events so far, or false at the
-// subscriber limit.
-func (b *bashEvents) subscribe(ch chan []byte) ([][]byte, bool) {
+// subscribe registers ch, or returns false at the subscriber limit.
+func (b *bashEvents) subscribe(ch chan []byte) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.subs) >= maxBashSubscribers {
-		return nil, false
+		return false
 	}
 	if b.subs == nil {
 		b.subs = map[chan []byte]struct{}{}
 	}
 	b.subs[ch] = struct{}{}
-	return append([][]byte(nil), b.events...), true
+	return true
 }
 
 func (b *bashEvents) unsubscribe(ch chan []byte) {
@@ -75,23 +91,112 @@ func (b *bashEvents) unsubscribe(ch chan []byte) {
 	delete(b.subs, ch)
 }
 
-// publish keeps an event and sends it to every subscriber; one that does
-// not keep up loses it rather than stall the command.
-func (b *bashEvents) publish(v any) {
+// pyOSError is how Python words an OSError on path, "[Errno 13]
+// Permission denied: 'workspace/bash_events'", with its class name.
+type pyOSError struct {
+	class, msg string
+}
+
+func (e pyOSError) Error() string { return e.msg }
+
+func asPyOSError(err error) error {
+	var pe *os.PathError
+	if !errors.As(err, &pe) {
+		return pyOSError{"OSError", err.Error()}
+	}
+	class, text := "OSError", pe.Err.Error()
+	var no syscall.Errno
+	if errors.As(pe.Err, &no) {
+		switch no {
+		case syscall.EACCES, syscall.EPERM:
+			class, text = "PermissionError", "Permission denied"
+		case syscall.ENOENT:
+			class, text = "FileNotFoundError", "No such file or directory"
+		case syscall.ENOTDIR:
+			class, text = "NotADirectoryError", "Not a directory"
+		case syscall.EROFS:
+			text = "Read-only file system"
+		}
+		return pyOSError{class, fmt.Sprintf("[Errno %d] %s: '%s'", int(no), text, pe.Path)}
+	}
+	return pyOSError{class, pe.Error()}
+}
+
+// ensure is _ensure_bash_events_dir: mkdir(parents=True, exist_ok=True).
+func (b *bashEvents) ensure() error {
+	if err := os.MkdirAll(b.dir, 0o777); err != nil {
+		return asPyOSError(err)
+	}
+	return nil
+}
+
+// fileName is _get_event_filename.
+func bashFileName(ts time.Time, kind, commandID, id string) string {
+	parts := []string{ts.UTC().Format("20060102150405.000000"), kind}
+	parts[0] = strings.Replace(parts[0], ".", "", 1)
+	if commandID != "" {
+		parts = append(parts, strings.ReplaceAll(commandID, "-", ""))
+	}
+	return strings.Join(append(parts, strings.ReplaceAll(id, "-", "")), "_")
+}
+
+// publish is _save_event_to_file then the PubSub: the event is written to
+// its file first (an error there is the caller's), then sent to every
+// subscriber; one that does not keep up loses it rather than stall the
+// command.
+func (b *bashEvents) publish(ts time.Time, kind, commandID, id string, v any) error {
+	if err := b.ensure(); err != nil {
+		return err
+	}
+	file, _ := json.MarshalIndent(v, "", "  ")
+	if err := os.WriteFile(filepath.Join(b.dir, bashFileName(ts, kind, commandID, id)), file, 0o666); err != nil {
+		return asPyOSError(err)
+	}
 	ev, _ := json.Marshal(v)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.events = append(b.events, ev)
 	for ch := range b.subs {
 		select {
 		case ch <- ev:
 		default:
 		}
 	}
+	return nil
+}
+
+// names lists the event files in name (so timestamp) order.
+func (b *bashEvents) names() ([]string, error) {
+	if err := b.ensure(); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(b.dir)
+	if err != nil {
+		return nil, asPyOSError(err)
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// load reads one event file as compact JSON, or nil when it is unreadable
+// (_load_event_from_file logs and skips it).
+func (b *bashEvents) load(name string) map[string]any {
+	raw, err := os.ReadFile(filepath.Join(b.dir, name))
+	if err != nil {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
 }
 
 // bashTime is how the events' timestamps are dumped.
-func bashTime() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000000Z") }
+func bashTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z") }
 
 type bashCommand struct {
 	Kind      string  `json:"kind"`
@@ -100,6 +205,8 @@ type bashCommand struct {
 	Command   string  `json:"command"`
 	Cwd       *string `json:"cwd"`
 	Timeout   int     `json:"timeout"`
+	// at is Timestamp's time.
+	at time.Time
 }
 
 type bashOutput struct {
@@ -122,7 +229,16 @@ type bashError struct {
 }
 
 func newBashError(code, detail string) bashError {
-	return bashError{Kind: "BashError", ID: newUUID(), Timestamp: bashTime(), Code: code, Detail: detail}
+	return bashError{Kind: "BashError", ID: newUUID(), Timestamp: bashTime(time.Now()), Code: code, Detail: detail}
+}
+
+// errorCode is the class name the server reports for err.
+func errorCode(err error) string {
+	var pe pyOSError
+	if errors.As(err, &pe) {
+		return pe.class
+	}
+	return "Exception"
 }
 
 // bashSocket serves WS /sockets/bash-events.
@@ -143,15 +259,26 @@ func (s *Server) bashSocket(w http.ResponseWriter, r *http.Request) {
 	defer c.CloseNow()
 	ctx := r.Context()
 	live := make(chan []byte, 256)
-	past, ok := s.bash.subscribe(live)
-	if !ok {
+	if !s.bash.subscribe(live) {
 		c.Close(websocket.StatusTryAgainLater, "Too many bash event connections")
 		return
 	}
 	defer s.bash.unsubscribe(live)
 	if resend == "all" {
-		for _, ev := range past {
-			if c.Write(ctx, websocket.MessageText, ev) != nil {
+		// page_iterator(search_bash_events): the files, in order; an
+		// error escapes the handler and the socket closes 1011.
+		names, err := s.bash.names()
+		if err != nil {
+			c.Close(websocket.StatusInternalError, "")
+			return
+		}
+		for _, n := range names {
+			ev := s.bash.load(n)
+			if ev == nil {
+				continue
+			}
+			b, _ := json.Marshal(ev)
+			if c.Write(ctx, websocket.MessageText, b) != nil {
 				return
 			}
 		}
@@ -185,7 +312,12 @@ func (s *Server) bashSocket(w http.ResponseWriter, r *http.Request) {
 			}
 			continue
 		}
-		s.startBash(req)
+		if _, err := s.startBash(req); err != nil {
+			ev, _ := json.Marshal(newBashError(errorCode(err), err.Error()))
+			if c.Write(ctx, websocket.MessageText, ev) != nil {
+				return
+			}
+		}
 	}
 }
 
@@ -210,7 +342,8 @@ func (v validationFailure) Error() string { return string(v) }
 
 // parseBashRequest validates an ExecuteBashRequest.
 func parseBashRequest(m map[string]json.RawMessage) (bashCommand, error) {
-	cmd := bashCommand{Kind: "BashCommand", ID: newUUID(), Timestamp: bashTime(), Timeout: 300}
+	now := time.Now()
+	cmd := bashCommand{Kind: "BashCommand", ID: newUUID(), Timestamp: bashTime(now), Timeout: 300, at: now}
 	if json.Unmarshal(m["command"], &cmd.Command) != nil {
 		return cmd, validationFailure("command: Field required (a string)")
 	}
@@ -229,14 +362,20 @@ func parseBashRequest(m map[string]json.RawMessage) (bashCommand, error) {
 	return cmd, nil
 }
 
-// startBash publishes the command and runs it in the background; its
-// output is published when it ends.
-func (s *Server) startBash(cmd bashCommand) {
-	s.bash.publish(cmd)
+// startBash is start_bash_command: the command is saved and published
+// (an error there is returned, nothing runs), then run in the background;
+// its output is saved and published when it ends, and done is closed.
+func (s *Server) startBash(cmd bashCommand) (done <-chan struct{}, err error) {
+	if err := s.bash.publish(cmd.at, cmd.Kind, "", cmd.ID, cmd); err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{})
 	if !s.track.add() {
-		return
+		close(ch)
+		return ch, nil
 	}
 	go func() {
+		defer close(ch)
 		defer s.track.done()
 		cwd := ""
 		if cmd.Cwd != nil {
@@ -248,33 +387,39 @@ func (s *Server) startBash(cmd bashCommand) {
 		}
 		res := runCommandEnv(s.bg, []string{shellPath, "-c", cmd.Command}, cwd, env, []string{"SESSION_API_KEY"}, "", time.Duration(cmd.Timeout)*time.Second)
 		order := 0
-		chunks := func(out string, stderr bool) string {
-			for len(out) > maxBashChunk {
-				chunk := out[:maxBashChunk]
-				ev := bashOutput{Kind: "BashOutput", ID: newUUID(), Timestamp: bashTime(), CommandID: cmd.ID, Order: order}
-				if stderr {
-					ev.Stderr = &chunk
-				} else {
-					ev.Stdout = &chunk
-				}
-				s.bash.publish(ev)
-				order++
-				out = out[maxBashChunk:]
+		out := func(ev bashOutput) {
+			now := time.Now()
+			ev.Kind, ev.ID, ev.Timestamp, ev.CommandID, ev.Order = "BashOutput", newUUID(), bashTime(now), cmd.ID, order
+			if err := s.bash.publish(now, ev.Kind, ev.CommandID, ev.ID, ev); err != nil {
+				s.log.Error("standin: bash event", "err", err)
 			}
-			return out
+			order++
+		}
+		chunks := func(rest string, stderr bool) string {
+			for len(rest) > maxBashChunk {
+				chunk := rest[:maxBashChunk]
+				if stderr {
+					out(bashOutput{Stderr: &chunk})
+				} else {
+					out(bashOutput{Stdout: &chunk})
+				}
+				rest = rest[maxBashChunk:]
+			}
+			return rest
 		}
 		stdout, stderr := chunks(res.Stdout, false), chunks(res.Stderr, true)
 		code := res.ExitCode
 		if res.TimedOut {
 			code = -1
 		}
-		final := bashOutput{Kind: "BashOutput", ID: newUUID(), Timestamp: bashTime(), CommandID: cmd.ID, Order: order, ExitCode: &code}
+		final := bashOutput{ExitCode: &code}
 		if stdout != "" {
 			final.Stdout = &stdout
 		}
 		if stderr != "" {
 			final.Stderr = &stderr
 		}
-		s.bash.publish(final)
+		out(final)
 	}()
+	return ch, nil
 }

@@ -36,12 +36,28 @@
 //   - the sockets close 4004 for an unknown conversation (§7, §8);
 //   - LLM and agent profiles, a create's agent_profile_id (404 when
 //     unknown), title_llm_profile, switch_llm and switch_profile as the
-//     real server has them (profiles.go cites the source lines).
+//     real server has them (profiles.go cites the source lines);
+//   - bash events (the socket /sockets/bash-events and the /api/bash
+//     routes) are files in OH_BASH_EVENTS_DIR, default the relative
+//     workspace/bash_events, and every route that touches them fails as
+//     the real server's do when that directory cannot be made (§9; bash.go
+//     cites bash_service.py);
+//   - a conversation's lease (owner_lease.json) names this host and pid,
+//     and one another live owner holds is not served (404, 4004) until it
+//     expires (§9; lease.go cites conversation_lease.py);
+//   - /api/vscode/url and /api/desktop/url answer as the real routers, and
+//     stand-ins of VS Code and noVNC listen on 8001 and 8002 (ports.go).
 //
 // # Environment
 //
 //	STANDIN_ADDR            listen address; overrides --host/--port (tests)
 //	OH_CONVERSATIONS_PATH   conversations directory (default workspace/conversations)
+//	OH_BASH_EVENTS_DIR      bash events directory (default workspace/bash_events, made on
+//	                        first use; bash.go)
+//	OH_LEASE_TTL_SECONDS    the conversation lease's TTL (default 45; 0: no lease; lease.go)
+//	OH_ENABLE_VSCODE        VS Code on port 8001 (default true; ports.go)
+//	OH_ENABLE_VNC           the desktop on port 8002 (default false; ports.go)
+//	OH_VSCODE_BASE_PATH     VS Code's base path (ports.go)
 //	OH_SECRET_KEY           key of the persisted secrets' cipher (see above)
 //	OH_SESSION_API_KEYS_0   session API key; _1, _2, ... add more keys. With
 //	                        no key configured authentication is off, as in

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -32,6 +33,9 @@ func newTestServer(t *testing.T, cfg Config) *testServer {
 	}
 	if cfg.ConversationsPath == "" {
 		cfg.ConversationsPath = t.TempDir()
+	}
+	if cfg.BashEventsDir == "" {
+		cfg.BashEventsDir = filepath.Join(t.TempDir(), "bash_events")
 	}
 	if cfg.SecretKey == "" && len(cfg.Keys) > 0 {
 		cfg.SecretKey = cfg.Keys[0]

@@ -64,6 +64,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	serveCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if getenv("STANDIN_ADDR") == "" {
+		// The image's other servers: VS Code and the desktop (ports.go).
+		host, _, _ := net.SplitHostPort(cfg.Addr)
+		srv.servePorts(serveCtx, host)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(serveCtx, ln) }()
 
@@ -109,6 +114,17 @@ type Config struct {
 	// server's relative workspace/conversations (reference §6 "Default
 	// paths"), i.e. /workspace/conversations from the image's WORKDIR /.
 	ConversationsPath string
+	// BashEventsDir is OH_BASH_EVENTS_DIR; default the relative
+	// workspace/bash_events (config.py L272-276 @v1.43.1), made on first
+	// use, not at start-up (bash.go).
+	BashEventsDir string
+	// VSCode is OH_ENABLE_VSCODE (default true), Desktop OH_ENABLE_VNC
+	// (default false), VSCodeBasePath OH_VSCODE_BASE_PATH (ports.go).
+	VSCode, Desktop bool
+	VSCodeBasePath  string
+	// LeaseTTL is OH_LEASE_TTL_SECONDS (seconds, default 45; 0 disables
+	// the conversation lease: lease.go).
+	LeaseTTL time.Duration
 	// SecretKey keys the cipher of persisted secrets: OH_SECRET_KEY, else
 	// SESSION_API_KEY, else OH_SESSION_API_KEYS_0 (reference §1, "Where S
 	// comes from"); "" persists secrets in plaintext.
@@ -160,6 +176,26 @@ func configFromEnv(getenv func(string) string) (Config, error) {
 		Addr:              "0.0.0.0:8000",
 		Runtime:           "local",
 		ConversationsPath: "workspace/conversations",
+		BashEventsDir:     "workspace/bash_events",
+	}
+	if v := getenv("OH_BASH_EVENTS_DIR"); v != "" {
+		cfg.BashEventsDir = v
+	}
+	cfg.VSCodeBasePath = getenv("OH_VSCODE_BASE_PATH")
+	var err error
+	if cfg.VSCode, err = boolEnv(getenv, "OH_ENABLE_VSCODE", true); err != nil {
+		return cfg, err
+	}
+	if cfg.Desktop, err = boolEnv(getenv, "OH_ENABLE_VNC", false); err != nil {
+		return cfg, err
+	}
+	cfg.LeaseTTL = 45 * time.Second
+	if v := getenv("OH_LEASE_TTL_SECONDS"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return cfg, fmt.Errorf("OH_LEASE_TTL_SECONDS %q: %w: want seconds >= 0", v, errConfig)
+		}
+		cfg.LeaseTTL = time.Duration(f * float64(time.Second))
 	}
 	if v := getenv("OH_CONVERSATIONS_PATH"); v != "" {
 		cfg.ConversationsPath = v
@@ -191,7 +227,6 @@ func configFromEnv(getenv func(string) string) (Config, error) {
 		}
 		cfg.ConversationID = id
 	}
-	var err error
 	if cfg.HealthDelay, err = durationEnv(getenv, "STANDIN_HEALTH_DELAY"); err != nil {
 		return cfg, err
 	}
@@ -206,6 +241,20 @@ func configFromEnv(getenv func(string) string) (Config, error) {
 		return cfg, fmt.Errorf("STANDIN_ANY_ID %q: %w: want 1 or 0", v, errConfig)
 	}
 	return cfg, nil
+}
+
+// boolEnv reads a boolean as pydantic does (true/false, 1/0, yes/no,
+// on/off, any case); def when unset.
+func boolEnv(getenv func(string) string, name string, def bool) (bool, error) {
+	switch strings.ToLower(getenv(name)) {
+	case "":
+		return def, nil
+	case "1", "true", "yes", "on", "t", "y":
+		return true, nil
+	case "0", "false", "no", "off", "f", "n":
+		return false, nil
+	}
+	return false, fmt.Errorf("%s %q: %w: want true or false", name, getenv(name), errConfig)
 }
 
 func durationEnv(getenv func(string) string, name string) (time.Duration, error) {

@@ -32,7 +32,7 @@ func TestConfigFromEnv(t *testing.T) {
 		want    Config
 		wantErr bool
 	}{
-		{"defaults", nil, Config{Addr: "0.0.0.0:8000", Runtime: "local", ConversationsPath: "workspace/conversations"}, false},
+		{"defaults", nil, Config{Addr: "0.0.0.0:8000", Runtime: "local", ConversationsPath: "workspace/conversations", BashEventsDir: "workspace/bash_events", LeaseTTL: 45 * time.Second, VSCode: true}, false},
 		{"everything", map[string]string{
 			"STANDIN_ADDR":            "127.0.0.1:9",
 			"OH_SESSION_API_KEYS_0":   "k0",
@@ -44,8 +44,14 @@ func TestConfigFromEnv(t *testing.T) {
 			"STANDIN_EXIT_AFTER":      "1s",
 			"STANDIN_ANY_ID":          "1",
 			"OH_CONVERSATIONS_PATH":   "/c",
+			"OH_BASH_EVENTS_DIR":      "/b",
+			"OH_LEASE_TTL_SECONDS":    "0",
+			"OH_ENABLE_VNC":           "true",
+			"OH_ENABLE_VSCODE":        "False",
+			"OH_VSCODE_BASE_PATH":     "/v",
 		}, Config{
-			Addr: "127.0.0.1:9", Keys: []string{"k0", "k1"}, ConversationsPath: "/c", SecretKey: "k0",
+			Desktop: true, VSCodeBasePath: "/v",
+			Addr: "127.0.0.1:9", Keys: []string{"k0", "k1"}, ConversationsPath: "/c", BashEventsDir: "/b", SecretKey: "k0",
 			ConversationID: "6f9619ff-8b86-d011-b42d-00c04fc964ff", Runtime: "docker",
 			HealthDelay: 2 * time.Second, ExitAfter: time.Second, AnyID: true,
 		}, false},

@@ -46,6 +46,33 @@ type store struct {
 	byID  map[string]*record
 	order []string
 	subs  map[string]map[chan json.RawMessage]bool // live event subscribers
+	// lease is the conversation lease (lease.go); nil when disabled.
+	lease *leases
+}
+
+// served is the conversation id if this server may serve it: it exists
+// and, with leasing on, this server holds or now takes its lease (a
+// conversation whose lease another live owner holds is skipped, as the
+// agent server skips it: 404, 4004). Callers hold mu.
+func (st *store) served(id string) (*record, bool) {
+	rec, ok := st.byID[id]
+	if !ok {
+		return nil, false
+	}
+	if st.lease != nil && !st.lease.claim(st.convDir(id)) {
+		return nil, false
+	}
+	return rec, true
+}
+
+// releaseLeases releases every lease this server holds (a graceful
+// shutdown closes every conversation).
+func (st *store) releaseLeases() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lease != nil {
+		st.lease.releaseAll()
+	}
 }
 
 // metaFile is the standin's StoredConversation.
@@ -185,7 +212,7 @@ func (st *store) save(rec *record) error {
 func (st *store) get(id string) (ConversationInfo, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	c, ok := st.byID[id]
+	c, ok := st.served(id)
 	if !ok {
 		return ConversationInfo{}, false
 	}
@@ -212,6 +239,9 @@ func (st *store) create(c ConversationInfo, agent json.RawMessage, secrets map[s
 	}
 	if err := st.save(rec); err != nil {
 		return c, false, err
+	}
+	if st.lease != nil {
+		st.lease.claim(st.convDir(c.ID))
 	}
 	st.byID[c.ID] = rec
 	st.order = append(st.order, c.ID)
@@ -307,7 +337,7 @@ func (st *store) open(raw json.RawMessage) (plain []byte, encrypted, ok bool) {
 func (st *store) setSecrets(id string, secrets map[string]json.RawMessage) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	rec, ok := st.byID[id]
+	rec, ok := st.served(id)
 	if !ok {
 		return false, nil
 	}
@@ -329,7 +359,7 @@ func (st *store) setSecrets(id string, secrets map[string]json.RawMessage) (bool
 func (st *store) secretReport(id string) (map[string]secretStatus, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	rec, ok := st.byID[id]
+	rec, ok := st.served(id)
 	if !ok {
 		return nil, false
 	}
@@ -357,7 +387,7 @@ type secretStatus struct {
 func (st *store) appendEvent(id string, ev json.RawMessage, evID string) (int, bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	rec, ok := st.byID[id]
+	rec, ok := st.served(id)
 	if !ok {
 		return 0, false, nil
 	}
@@ -389,7 +419,7 @@ func (st *store) appendEvent(id string, ev json.RawMessage, evID string) (int, b
 func (st *store) eventsAndSubscribe(id string, sub chan json.RawMessage) ([]json.RawMessage, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	rec, ok := st.byID[id]
+	rec, ok := st.served(id)
 	if !ok {
 		return nil, false
 	}
@@ -414,6 +444,9 @@ func (st *store) delete(id string) (bool, error) {
 	if _, ok := st.byID[id]; !ok {
 		return false, nil
 	}
+	if st.lease != nil {
+		delete(st.lease.held, st.convDir(id))
+	}
 	delete(st.byID, id)
 	st.order = slices.DeleteFunc(st.order, func(x string) bool { return x == id })
 	return true, os.RemoveAll(st.convDir(id))
@@ -422,7 +455,7 @@ func (st *store) delete(id string) (bool, error) {
 func (st *store) setStatus(id, status string) (bool, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	c, ok := st.byID[id]
+	c, ok := st.served(id)
 	if !ok {
 		return false, nil
 	}

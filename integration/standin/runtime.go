@@ -1,14 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // The agent server's runtime routes that Agent Canvas's terminal, git
@@ -20,10 +18,7 @@ import (
 // "?cid="). The stand-in serves both and advertises the capability, as a
 // newer image does. A subset, with the real shapes:
 //
-//	POST {p}/bash/execute_bash_command  ExecuteBashRequest {"command","cwd"?,"timeout"?}
-//	                                     → BashOutput (bash_router.py L111-122: the command's
-//	                                     last output event), via /bin/sh; published to
-//	                                     /sockets/bash-events as BashCommand then BashOutput
+//	{p}/bash/...                         bashroutes.go (bash_router.py), on the event files
 //	GET  {p}/git/changes?path=DIR        → [GitChange {"status":"ADDED|DELETED|UPDATED|MOVED","path"}]
 //	                                     (git_router.py L115-129; sdk/git/models.py L9-27),
 //	                                     [] when DIR is no git work tree (L52-55)
@@ -44,7 +39,6 @@ const capabilityRuntimeRoutes = "conversation_runtime_routes_v1"
 
 func (s *Server) runtimeRoutes(m *http.ServeMux) {
 	for _, p := range []string{"/api", "/api/conversations/{id}"} {
-		m.HandleFunc("POST "+p+"/bash/execute_bash_command", s.scoped(s.executeBash))
 		m.HandleFunc("GET "+p+"/git/changes", s.scoped(s.gitChanges))
 		m.HandleFunc("GET "+p+"/git/diff", s.scoped(s.gitDiff))
 		m.HandleFunc("POST "+p+"/file/upload", s.scoped(s.fileUpload))
@@ -73,38 +67,6 @@ func (s *Server) scoped(h func(w http.ResponseWriter, r *http.Request, workingDi
 		}
 		h(w, r, c.Workspace.WorkingDir)
 	}
-}
-
-func (s *Server) executeBash(w http.ResponseWriter, r *http.Request, workingDir string) {
-	var m map[string]json.RawMessage
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&m); err != nil || m == nil {
-		writeValidation(w, validationError{Type: "model_attributes_type", Loc: []any{"body"}, Msg: "Input should be a valid dictionary or object to extract fields from", Input: nil})
-		return
-	}
-	cmd, err := parseBashRequest(m)
-	if err != nil {
-		writeValidation(w, validationError{Type: "value_error", Loc: []any{"body"}, Msg: err.Error(), Input: nil})
-		return
-	}
-	cwd := workingDir
-	if cmd.Cwd != nil {
-		cwd = *cmd.Cwd
-	}
-	s.bash.publish(cmd)
-	res := runCommandEnv(r.Context(), []string{shellPath, "-c", cmd.Command}, cwd, map[string]string{"AI_AGENT": "openhands"}, []string{"SESSION_API_KEY"}, "", time.Duration(cmd.Timeout)*time.Second)
-	code := res.ExitCode
-	if res.TimedOut {
-		code = -1
-	}
-	out := bashOutput{Kind: "BashOutput", ID: newUUID(), Timestamp: bashTime(), CommandID: cmd.ID, ExitCode: &code}
-	if res.Stdout != "" {
-		out.Stdout = &res.Stdout
-	}
-	if res.Stderr != "" {
-		out.Stderr = &res.Stderr
-	}
-	s.bash.publish(out)
-	writeJSON(w, http.StatusOK, out)
 }
 
 // gitChange is the SDK's GitChange.

@@ -57,12 +57,19 @@ func NewServer(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("conversations directory %s: %w", cfg.ConversationsPath, err)
 	}
+	if cfg.LeaseTTL > 0 {
+		convs.lease = newLeases(cfg.LeaseTTL)
+	}
 	s := &Server{
 		cfg:     cfg,
 		log:     log,
 		started: time.Now(),
 		convs:   convs,
 		mux:     http.NewServeMux(),
+	}
+	s.bash.dir = cfg.BashEventsDir
+	if s.bash.dir == "" {
+		s.bash.dir = "workspace/bash_events"
 	}
 	s.bg, s.cancelBg = context.WithCancel(context.Background())
 	for _, k := range cfg.Keys {
@@ -105,6 +112,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /sockets/events/{id}", s.events)
 	m.HandleFunc("GET /sockets/session/{id}", s.session)
 	m.HandleFunc("GET /sockets/bash-events", s.bashSocket)
+	s.bashRoutes(m)
+	s.portRoutes(m)
 	s.mediationRoutes(m)
 	s.runtimeRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -197,6 +206,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.cancelBg()
 	_ = hs.Close()
 	s.track.closeAndWait()
+	s.convs.releaseLeases()
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -453,7 +453,7 @@ func (m *Manager) target(ctx context.Context, id string, r route) (Target, error
 	if r.hostPort != 0 {
 		t.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.hostPort))
 		if nd := m.innerDial(ctx, id, r); nd != nil {
-			t.Dial, t.DialAddr = nd.DialContext, nd.Addr
+			t.Dial, t.DialAddr, t.DialPort = nd.DialContext, nd.Addr, nd.DialPort
 		}
 	}
 	return t, nil

@@ -446,6 +446,10 @@ type Target struct {
 	// DialAddr is the inner server's address as Dial reaches it (inside
 	// the container); it is scrubbed from answers too.
 	DialAddr string
+	// DialPort, when not nil, connects to another port on the container's
+	// loopback from inside its namespace (VS Code, the desktop); nil when
+	// the namespace cannot be entered (those ports are never published).
+	DialPort func(ctx context.Context, port int) (net.Conn, error)
 }
 
 // Create provisions a conversation; see the package comment.
@@ -862,9 +866,10 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 	mounts = append(mounts,
 		runtime.Mount{Source: m.brokerDir(conv.ID), Target: ContainerBrokerDir, ReadOnly: true},
 		runtime.Mount{Source: helper, Target: ContainerHelper, ReadOnly: true},
-		runtime.Mount{Source: inner.Persistence, Target: inner.Persistence},
-		runtime.Mount{Source: inner.Conversations, Target: inner.Conversations},
 	)
+	for _, dir := range inner.Mounted() {
+		mounts = append(mounts, runtime.Mount{Source: dir, Target: dir})
+	}
 	img, err := m.image(ctx, conv.ImageID)
 	if err != nil {
 		return runtime.Spec{}, err
@@ -962,7 +967,7 @@ func shortID(id string) string {
 }
 
 // writeInnerState makes the conversation's inner state directories on the
-// host (openhands.DirsOf: persistence and conversations, owned by the
+// host (openhands.DirsOf: persistence, conversations and bash events, owned by the
 // conversation's uid, 0700, kept across containers) and writes the inner
 // server's stable cipher key into the broker directory (0400).
 func (m *Manager) writeInnerState(conv store.Conversation, brokerDir string) error {
@@ -977,7 +982,7 @@ func (m *Manager) writeInnerState(conv store.Conversation, brokerDir string) err
 	if err := os.MkdirAll(m.cfg.InnerRoot, 0o711); err != nil {
 		return fmt.Errorf("inner state: %w", err)
 	}
-	for _, dir := range []string{d.Root, d.Persistence, d.Conversations} {
+	for _, dir := range append([]string{d.Root}, d.Mounted()...) {
 		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("inner state: %w", err)
 		}

@@ -18,9 +18,12 @@
 //	<state-dir>/inner/<id>/persistence/       HOME and OH_PERSISTENCE_DIR: settings, secrets, profiles
 //	<state-dir>/inner/<id>/conversations/     OH_CONVERSATIONS_PATH
 //	    <id.hex>/meta.json, base_state.json, events/event-NNNNN-<event-id>.json
+//	<state-dir>/inner/<id>/bash_events/       OH_BASH_EVENTS_DIR: the terminal's events
 //
-// each directory bind-mounted read-write at its own path. Env is the
-// environment (HOME, OH_PERSISTENCE_DIR, OH_CONVERSATIONS_PATH,
+// each directory (InnerDirs.Mounted) bind-mounted read-write at its own
+// path. paths.go is the table of every default path of the server, with
+// its source line and what ohd does with it. Env is the
+// environment (HOME, OH_PERSISTENCE_DIR, OH_CONVERSATIONS_PATH, OH_BASH_EVENTS_DIR,
 // OH_CONVERSATION_RUNTIME=local, GIT_TERMINAL_PROMPT=0: paths, no
 // values), Args the arguments after the image's entrypoint (--host
 // 0.0.0.0 --port 8000). The two keys, SessionKeyEnv (per start) and

@@ -26,6 +26,8 @@ const (
 // Each is mounted into the container at its own absolute path, so the
 // paths the server writes into its files mean the same on both sides.
 type InnerDirs struct {
+	// ID is the conversation's id.
+	ID string
 	// Root is <root>/<id>: owned by the conversation's uid, 0700.
 	Root string
 	// Persistence is HOME and OH_PERSISTENCE_DIR (settings, secrets, LLM
@@ -35,6 +37,9 @@ type InnerDirs struct {
 	// conversation with meta.json, base_state.json and events/ (ref §5
 	// "Metadata reads").
 	Conversations string
+	// BashEvents is OH_BASH_EVENTS_DIR: one file per event of the
+	// terminal routes (/api/bash, /sockets/bash-events; paths.go).
+	BashEvents string
 }
 
 // DirsOf returns the layout of conversation id under root (ohd uses
@@ -42,9 +47,21 @@ type InnerDirs struct {
 //
 //	<root>/<id>/persistence     HOME, OH_PERSISTENCE_DIR
 //	<root>/<id>/conversations   OH_CONVERSATIONS_PATH
+//	<root>/<id>/bash_events     OH_BASH_EVENTS_DIR
 func DirsOf(root, id string) InnerDirs {
 	r := filepath.Join(root, id)
-	return InnerDirs{Root: r, Persistence: filepath.Join(r, "persistence"), Conversations: filepath.Join(r, "conversations")}
+	return InnerDirs{
+		ID: id, Root: r, Persistence: filepath.Join(r, "persistence"),
+		Conversations: filepath.Join(r, "conversations"), BashEvents: filepath.Join(r, "bash_events"),
+	}
+}
+
+// Mounted are the directories under Root that the container gets, each
+// bind-mounted read-write at its own path, owned by the conversation's
+// uid: every writable default path of the server that ohd moves to the
+// host (paths.go).
+func (d InnerDirs) Mounted() []string {
+	return []string{d.Persistence, d.Conversations, d.BashEvents}
 }
 
 // StateDir is where the agent server keeps conversation id's files under
@@ -64,10 +81,13 @@ func Args(port int) []string {
 }
 
 // Env is the environment the agent server needs to run as a uid that is
-// not the image's own (ref §5 environment table, §6): its home, its
-// persistence and conversations directories on the host, the local
-// conversation runtime (the container is the sandbox), and git never
-// prompting (there is no terminal). It holds paths only; the two keys
+// not the image's own (ref §5 environment table, §6, §9): its home, its
+// persistence, conversations and bash events directories on the host
+// (every relative default path it writes: paths.go), the local
+// conversation runtime (the container is the sandbox), no conversation
+// lease (LeaseTTLEnv), VS Code under the conversation's path on ohd
+// (VSCodeBasePathEnv, ports.go), and git never prompting (there is no terminal). It
+// holds paths only; the two keys
 // (SessionKeyEnv, SecretKeyEnv) reach the server's process through files,
 // never through the container's configuration.
 func Env(d InnerDirs) []string {
@@ -75,6 +95,9 @@ func Env(d InnerDirs) []string {
 		"HOME=" + d.Persistence,
 		"OH_PERSISTENCE_DIR=" + d.Persistence,
 		"OH_CONVERSATIONS_PATH=" + d.Conversations,
+		BashEventsDirEnv + "=" + d.BashEvents,
+		LeaseTTLEnv + "=0",
+		VSCodeBasePathEnv + "=" + PortPath(d.ID, "vscode"),
 		"OH_CONVERSATION_RUNTIME=local",
 		"GIT_TERMINAL_PROMPT=0",
 	}
@@ -83,7 +106,7 @@ func Env(d InnerDirs) []string {
 // owned are the variables Env and ohd set; an operator's extra variable
 // may not replace them.
 var owned = map[string]bool{
-	"HOME": true, "OH_PERSISTENCE_DIR": true, "OH_CONVERSATIONS_PATH": true,
+	"HOME": true, "OH_PERSISTENCE_DIR": true, "OH_CONVERSATIONS_PATH": true, BashEventsDirEnv: true, LeaseTTLEnv: true, VSCodeBasePathEnv: true,
 	"OH_CONVERSATION_RUNTIME": true, "GIT_TERMINAL_PROMPT": true,
 	SessionKeyEnv: true, SecretKeyEnv: true, "SESSION_API_KEY": true,
 	"OH_INTERNAL_SERVER_URL": true, "PATH": true,

@@ -17,11 +17,24 @@ func TestEnvAndArgs(t *testing.T) {
 		"HOME=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/persistence",
 		"OH_PERSISTENCE_DIR=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/persistence",
 		"OH_CONVERSATIONS_PATH=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/conversations",
+		"OH_BASH_EVENTS_DIR=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/bash_events",
+		"OH_LEASE_TTL_SECONDS=0",
+		"OH_VSCODE_BASE_PATH=/api/conversations/6f9619ff-8b86-d011-b42d-00c04fc964ff/vscode",
 		"OH_CONVERSATION_RUNTIME=local",
 		"GIT_TERMINAL_PROMPT=0",
 	}
 	if diff := cmp.Diff(want, Env(d)); diff != "" {
 		t.Errorf("Env (-want +got):\n%s", diff)
+	}
+	// Every directory a variable names is one the container gets.
+	mounted := map[string]bool{}
+	for _, dir := range d.Mounted() {
+		mounted[dir] = true
+	}
+	for _, kv := range Env(d) {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(v, "/") && !mounted[v] && k != VSCodeBasePathEnv {
+			t.Errorf("Env sets %s, which is not one of Mounted %v", kv, d.Mounted())
+		}
 	}
 	if got := d.StateDir("6f9619ff-8b86-d011-b42d-00c04fc964ff"); got != d.Conversations+"/6f9619ff8b86d011b42d00c04fc964ff" {
 		t.Errorf("StateDir = %s, want the id's hex under the conversations path", got)

@@ -88,6 +88,8 @@ func startStandin(t testing.TB, env ...string) *standin {
 		"STANDIN_ADDR=127.0.0.1:0",
 		"OH_SESSION_API_KEYS_0=" + string(st.key),
 		"OH_CONVERSATIONS_PATH=" + testenv.TempDir(t),
+		// Not the relative default: the test's directory is the package's.
+		"OH_BASH_EVENTS_DIR=" + filepath.Join(testenv.TempDir(t), "bash_events"),
 	}, env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

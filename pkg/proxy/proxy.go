@@ -291,7 +291,7 @@ func isForwardPath(u *url.URL) bool {
 		return false
 	}
 	rest, ok := strings.CutPrefix(u.EscapedPath(), conversationsPrefix)
-	if !ok || strings.IndexByte(rest, '/') <= 0 {
+	if !ok || strings.IndexByte(rest, '/') <= 0 || isPortTail(rest) {
 		return false
 	}
 	c := path.Clean(p)
@@ -417,6 +417,8 @@ func (s *Server) routes() {
 	m.Handle("/api/conversations/{id}", s.route(routeForward, true, s.forward))
 	s.forwardRoute = s.route(routeForward, true, s.forward)
 	m.Handle("/api/conversations/{id}/{tail...}", s.forwardRoute)
+	// VS Code and the desktop of a conversation (ports.go).
+	s.portRoutes(m)
 	if s.opts.Metrics != nil {
 		m.Handle("GET /metrics", s.route(routeMetrics, true, s.opts.Metrics.ServeHTTP))
 	}

@@ -67,6 +67,10 @@
 //     has reconciled) and could race with Remove.
 //   - Init true (the engine's docker-init, tini, as pid 1): zombies of the
 //     agent's tools are reaped and SIGTERM reaches the server.
+//   - Hostname HostnameOf(conversation id), the same for every container
+//     of the conversation: the agent server's conversation lease names
+//     its host, and a new hostname would leave the conversation 404 for
+//     the lease's 45 s after a container loss.
 //   - AutoRemove false: a failed start's logs must still be readable.
 //   - LogConfig: with the json-file or local log driver, max-size 10m
 //     (DockerOptions.LogMaxSize) and max-file 3, so a chatty or leaked

@@ -259,6 +259,7 @@ func (d *Docker) containerConfig(s Spec) (*container.Config, *container.HostConf
 
 	cfg := &container.Config{
 		Image:        s.Image,
+		Hostname:     HostnameOf(s.ConversationID),
 		User:         fmt.Sprintf("%d:%d", s.UID, s.GID),
 		Env:          slices.Clone(s.Env),
 		Entrypoint:   slices.Clone(s.Entrypoint),

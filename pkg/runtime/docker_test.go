@@ -62,6 +62,7 @@ func TestStartSettings(t *testing.T) {
 
 	type settings struct {
 		Name, User, WorkingDir       string
+		Hostname                     string
 		CapAdd, CapDrop, SecurityOpt []string
 		Privileged, ReadonlyRootfs   bool
 		NetworkMode, PidMode         string
@@ -78,7 +79,7 @@ func TestStartSettings(t *testing.T) {
 	}
 	bindings := func(pm map[string][]string, k string, ip, port string) { pm[k] = append(pm[k], ip+":"+port) }
 	got := settings{
-		Name: ci.Name, User: ci.Config.User, WorkingDir: ci.Config.WorkingDir,
+		Name: ci.Name, User: ci.Config.User, WorkingDir: ci.Config.WorkingDir, Hostname: ci.Config.Hostname,
 		CapAdd: hc.CapAdd, CapDrop: hc.CapDrop, SecurityOpt: hc.SecurityOpt,
 		Privileged: hc.Privileged, ReadonlyRootfs: hc.ReadonlyRootfs,
 		NetworkMode: string(hc.NetworkMode), PidMode: string(hc.PidMode),
@@ -107,7 +108,8 @@ func TestStartSettings(t *testing.T) {
 	runMount.Target = "/run/ohd"
 	want := settings{
 		Name: "/" + ContainerName(s.ConversationID), User: "1000:1000", WorkingDir: rw,
-		CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
+		Hostname: "ohd-" + strings.ReplaceAll(s.ConversationID, "-", ""),
+		CapDrop:  []string{"ALL"}, SecurityOpt: []string{"no-new-privileges"},
 		ReadonlyRootfs: true, NetworkMode: "default", IpcMode: "private",
 		Memory: 64 << 20, MemorySwap: 64 << 20, NanoCPUs: 500_000_000, PidsLimit: 64,
 		Tmpfs:        map[string]string{"/tmp": fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=1777", 16<<20)},

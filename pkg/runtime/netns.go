@@ -128,6 +128,22 @@ func (nd *NetnsDialer) DialContext(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
+// DialPort connects to port on the container's loopback from inside its
+// namespace: the other servers of the agent server's image (VS Code on
+// 8001, the desktop on 8002), which the engine never publishes.
+func (nd *NetnsDialer) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	nd.mu.RLock()
+	defer nd.mu.RUnlock()
+	if nd.closed {
+		return nil, fmt.Errorf("dial container %s: its network namespace was released", shortID(nd.ContainerID))
+	}
+	c, err := dialInNetns(ctx, nd.fd, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s port %d: %w", shortID(nd.ContainerID), port, err)
+	}
+	return c, nil
+}
+
 // Close releases the namespace. Connections already made stay open.
 func (nd *NetnsDialer) Close() error {
 	nd.mu.Lock()

@@ -305,6 +305,30 @@ func ContainerName(conversationID string) string {
 	return b.String()
 }
 
+// HostnameOf is the hostname of conversationID's container: "ohd-"
+// followed by all the id's letters and digits, lower cased (for a UUID,
+// its 32 hex digits; at most 63 characters, a DNS label). It is the same
+// for every container the conversation ever gets, because the agent
+// server's conversation lease names the host that holds it
+// (conversation_lease.py L40-44, L166-185 @v1.43.1: a lease is taken over
+// early only from a dead owner on the same hostname; any other owner keeps
+// it for its 45 s TTL, and the conversation answers 404 and closes its
+// sockets 4004 until then). The engine's default, the container id, would
+// change with every container ohd creates after a loss.
+func HostnameOf(conversationID string) string {
+	var b strings.Builder
+	b.WriteString("ohd-")
+	for _, r := range strings.ToLower(conversationID) {
+		if b.Len() == 63 {
+			break
+		}
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
 // withDefaults returns s with every zero field set to its default.
 func (s Spec) withDefaults() Spec {
 	if s.InnerPort == 0 {

@@ -31,6 +31,20 @@ func TestContainerName(t *testing.T) {
 	}
 }
 
+func TestHostnameOf(t *testing.T) {
+	tests := []struct{ id, want string }{
+		{"2b1b65f6-d4ed-42ed-84e6-1f55f7cfaede", "ohd-2b1b65f6d4ed42ed84e61f55f7cfaede"},
+		{"2B1B65F6-D4ED-42ED-84E6-1F55F7CFAEDE", "ohd-2b1b65f6d4ed42ed84e61f55f7cfaede"},
+		{"../../etc/passwd", "ohd-etcpasswd"},
+		{strings.Repeat("a", 100), "ohd-" + strings.Repeat("a", 59)},
+	}
+	for _, tt := range tests {
+		if got := HostnameOf(tt.id); got != tt.want {
+			t.Errorf("HostnameOf(%q) = %q, want %q", tt.id, got, tt.want)
+		}
+	}
+}
+
 // dockerName is the engine's rule for container names.
 var dockerName = regexp.MustCompile(`^/?[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
 

@@ -1,0 +1,97 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// TestSystemdUpstreamUnit runs packaging/systemd/openhands-upstream.service,
+// unchanged but for its paths (the server binary: the stand-in, which
+// keeps the agent server's relative defaults; the credential files; the
+// port), under a real systemd beside ohd.service with the README's
+// drop-in (OHD_UPSTREAM): the unit starts as its own user, the server runs
+// in its state directory with its conversations, persistence and
+// bash-events paths there, and ohd passes a client's non-conversation
+// routes to it (a terminal command runs and its events land in the
+// unit's state directory).
+func TestSystemdUpstreamUnit(t *testing.T) {
+	standin := buildStandin(t)
+	port := freePort(t)
+	_, portNum, _ := strings.Cut(port, ":")
+	credstore := testenv.TempDir(t)
+	key := "sd-upstream-key-" + randomHex(t, 16)
+	testenv.WriteFile(t, filepath.Join(credstore, "ohd-session-api-keys"), key+"\n")
+	testenv.WriteFile(t, filepath.Join(credstore, "ohd-upstream-secret-key"), randomHex(t, 32)+"\n")
+
+	shipped, err := os.ReadFile(filepath.Join(moduleRoot(), "packaging", "systemd", "openhands-upstream.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(shipped)
+	for old, new := range map[string]string{
+		"exec /usr/local/bin/openhands-agent-server ": "exec " + standin + " ",
+		"/etc/credstore/": "/run/credstore/",
+		"--port 18000'":   "--port " + portNum + "'",
+	} {
+		if !strings.Contains(unit, old) {
+			t.Fatalf("the shipped upstream unit has no %q", old)
+		}
+		unit = strings.ReplaceAll(unit, old, new)
+	}
+	box := bootSystemd(t, systemdOptions{
+		Credstore: credstore,
+		DropIn:    []string{"LoadCredential=ohd-session-api-keys", "Environment=OHD_UPSTREAM=http://" + port},
+		Units:     map[string]string{"openhands-upstream.service": unit},
+		Users:     []string{"openhands:x:10001:10001::/home/openhands:/usr/sbin/nologin"},
+		Mounts:    []string{filepath.Dir(standin) + ":" + filepath.Dir(standin) + ":ro"},
+	})
+	box.waitActive("ohd with an upstream")
+	if out, err := box.systemctl("start", "openhands-upstream.service"); err != nil {
+		status, _ := box.systemctl("status", "--no-pager", "openhands-upstream.service")
+		t.Fatalf("systemctl start openhands-upstream: %v %s\n%s", err, out, status)
+	}
+	in := func(args ...string) string {
+		out, _ := exec.Command("docker", append([]string{"exec", box.name}, args...)...).CombinedOutput()
+		return strings.TrimSpace(string(out))
+	}
+	waitFor(t, time.Minute, "the upstream to answer /health", func() bool {
+		resp, err := http.Get("http://" + port + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	props, _ := box.systemctl("show", "-p", "ActiveState", "-p", "User", "-p", "WorkingDirectory", "openhands-upstream.service")
+	for _, want := range []string{"ActiveState=active", "User=openhands", "WorkingDirectory=/var/lib/openhands-upstream"} {
+		if !strings.Contains(props+"\n", want+"\n") {
+			t.Errorf("openhands-upstream.service: want %s in\n%s", want, props)
+		}
+	}
+
+	// A terminal command through ohd (no cid: the upstream's).
+	r := box.d.call("POST", "/api/bash/execute_bash_command", map[string]any{"command": "pwd", "cwd": nil}, "X-Session-API-Key", key)
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"stdout":"/var/lib/openhands-upstream\n"`) {
+		t.Errorf("execute_bash_command through ohd = %d %s, want the upstream's answer, run in its state directory", r.Status, r.Body)
+	}
+	// Its paths: in the state directory, owned by the unit's user.
+	for _, dir := range []string{"conversations", "bash_events"} {
+		path := "/var/lib/openhands-upstream/" + dir
+		if got := in("stat", "-c", "%U %F", path); got != "openhands directory" {
+			t.Errorf("%s in the box: %q, want a directory of openhands", path, got)
+		}
+	}
+	if got := in("sh", "-c", "ls /var/lib/openhands-upstream/bash_events | wc -l"); got != "2" {
+		t.Errorf("the upstream's bash events dir holds %s files, want the command's 2", got)
+	}
+	if got := in("ls", "/var/lib/openhands-upstream"); strings.Contains(got, "workspace") {
+		t.Errorf("the upstream made a relative workspace/ in its directory (%s): a path is not set", got)
+	}
+}
