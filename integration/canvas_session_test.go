@@ -31,16 +31,17 @@ import (
 // agent-server-conversation-service.api.ts): start-up calls, the default
 // new conversation (a folder the server creates), a picked workspace,
 // the events and session sockets, a message and run, the terminal, the
-// git panel, files, delete; and no credential reaches a container.
+// git panel, files, a profile launch, a model switch, the VS Code tab,
+// delete; and no credential reaches a container.
 func TestCanvasWholeSession(t *testing.T) {
 	testenv.RequireRoot(t) // reading every process's environment; chown
 	sec := newCanvasSecrets()
 	prov := newFakeLLM(t)
 	bin := buildStandin(t)
-	up, home := upstreamServerHome(t, bin, sec.outerKey, sec.upstreamKey, map[string]any{
-		"llm":     map[string]any{"model": "openai/gpt-fake", "api_key": sec.llmKey, "base_url": prov.srv.URL + "/v1"},
-		"secrets": map[string]any{"GITHUB_TOKEN": map[string]any{"value": sec.saved, "description": "GitHub"}},
-	})
+	upSettings, profileKeys, agentProfileID := profileEntries(prov.srv.URL)
+	upSettings["llm"] = map[string]any{"model": "openai/gpt-fake", "api_key": sec.llmKey, "base_url": prov.srv.URL + "/v1"}
+	upSettings["secrets"] = map[string]any{"GITHUB_TOKEN": map[string]any{"value": sec.saved, "description": "GitHub"}}
+	up, home := upstreamServerHome(t, bin, sec.outerKey, sec.upstreamKey, upSettings)
 	// The upstream's home belongs to the user (uid 1000): what ohd makes
 	// under it must too.
 	if err := os.Chown(home, 1000, 1000); err != nil {
@@ -262,17 +263,51 @@ func TestCanvasWholeSession(t *testing.T) {
 		t.Errorf("the uploaded file on the host = %q, %v", b, err)
 	}
 
-	// TODO(profiles): Canvas's profile launch (agent_profile_id,
-	// title_llm_profile) — another helper builds it; extend here.
-	// TODO(switch_llm): the model picker's switch_llm / switch_profile.
-	// TODO(vscode): the VS Code tab's /api/conversations/{id}/vscode/url.
+	// 9. A profile launch (agent_profile_id, title_llm_profile) in a
+	// new folder: ohd resolves the upstream's profile; the inner server's
+	// LLM call reaches the provider with the profile's key.
+	profID := store.NewID()
+	profDir := filepath.Join(fileHome.Home, "workspace", "project", hexName+"p")
+	if r := call("POST", "/api/conversations", canvasProfileLaunch(profID, agentProfileID, profDir, "cheap")); r.Status != http.StatusCreated {
+		t.Fatalf("profile launch = %d %s\n%s", r.Status, r.Body, tail(d.logs.String(), 30))
+	}
+	if got := llmKeyUsed(t, call, prov, profID); got != bearer(profileKeys["main"]) {
+		t.Errorf("the profile launch's LLM call reached the provider as %q, want the profile's key", got)
+	}
+
+	// 10. The model picker in the picked workspace's conversation:
+	// switch_llm with the profile read encrypted; the next call uses it.
+	if r := canvasSwitchModel(t, call, pickedID, "other"); r.Status != 200 || strings.TrimSpace(string(r.Body)) != `{"success":true}` {
+		t.Errorf("switch_llm = %d %s, want 200 {\"success\":true}", r.Status, r.Body)
+	}
+	if got := llmKeyUsed(t, call, prov, pickedID); got != bearer(profileKeys["other"]) {
+		t.Errorf("after the model switch the provider got %q, want profile other's key", got)
+	}
+
+	// 11. The VS Code tab: the URL the inner server hands out is ohd's,
+	// without the inner key, and its page answers through ohd.
+	var vs struct{ URL string }
+	vr := call("GET", "/api/vscode/url?cid="+pickedID, nil)
+	vr.json(t, &vs)
+	innerKey, _ := os.ReadFile(filepath.Join(d.record(pickedID).BrokerDir, "session-api-key"))
+	if vr.Status != 200 || !strings.HasPrefix(vs.URL, "http://"+d.listen+"/api/conversations/"+pickedID+"/vscode/") ||
+		len(bytes.TrimSpace(innerKey)) == 0 || strings.Contains(vs.URL, strings.TrimSpace(string(innerKey))) {
+		t.Errorf("VS Code URL = %d %s, want ohd's URL for the conversation, without the inner key", vr.Status, vr.Body)
+	} else if resp, err := http.Get(vs.URL); err != nil || resp.StatusCode != 200 {
+		t.Errorf("opening the VS Code URL: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 
 	// No credential reached either container.
 	values := []secretValue{
 		{"LLM key", []byte(sec.llmKey)}, {"saved secret", []byte(sec.saved)}, {"outer session key", []byte(sec.outerKey)},
 		{"upstream's secret key", []byte(sec.upstreamKey)}, {"upstream's Fernet token", []byte(token)},
 	}
-	for _, id := range []string{newID, pickedID} {
+	for n, k := range profileKeys {
+		values = append(values, secretValue{"LLM key of profile " + n, []byte(k)})
+	}
+	for _, id := range []string{newID, pickedID, profID} {
 		c := d.record(id)
 		body := call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
 		inspected, _ := exec.Command("docker", "inspect", c.ContainerID).Output()
@@ -316,9 +351,9 @@ func TestCanvasWholeSession(t *testing.T) {
 		t.Errorf("count?status=running without a container = %s, want 0", r.Body)
 	}
 
-	// 9. Delete; a second delete is the agent server's 400; the id can
+	// 12. Delete; a second delete is the agent server's 400; the id can
 	// be used again, as on the real server.
-	for _, id := range []string{newID, pickedID} {
+	for _, id := range []string{newID, pickedID, profID} {
 		if r := call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 || !strings.Contains(string(r.Body), `"success":true`) {
 			t.Errorf("delete %s = %d %s", id, r.Status, r.Body)
 		}
