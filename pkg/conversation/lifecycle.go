@@ -157,7 +157,7 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	// before it stops (no sandbox container to start); anything else is
 	// saved through a sandbox container after.
 	var saved *worktree.RemoveResult
-	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && conv.AdminID != "" {
+	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && (conv.AdminID != "" || conv.InPlace) {
 		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
 		r, err := m.wt.SaveView(sctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
 		cancel()
@@ -186,7 +186,7 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	}
 	done("remove_broker")
 	failpoint.Hit("delete/after-broker")
-	if conv.Worktree != "" {
+	if conv.Worktree != "" || conv.InPlace {
 		wt, found, err := m.worktreeToRemove(ctx, conv)
 		if err != nil {
 			return res, fmt.Errorf("remove worktree: %w", err)
@@ -252,7 +252,7 @@ func dirExists(p string) bool {
 // without an admin id was written before git worktree add finished (a
 // crash in between): what git made is found on disk instead.
 func (m *Manager) worktreeToRemove(ctx context.Context, conv store.Conversation) (worktree.Worktree, bool, error) {
-	if conv.AdminID != "" {
+	if conv.AdminID != "" || conv.InPlace {
 		return worktreeOf(conv), true, nil
 	}
 	repo, err := m.wt.Inspect(ctx, conv.Workspace)

@@ -473,13 +473,17 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		replaceFailed = true
 	}
 	var plan worktree.Worktree
-	if repo.IsGit && req.Worktree {
-		if plan, err = m.wt.Plan(ctx, worktree.AddOptions{Repo: repo, Inspected: true, ConversationID: id, StartPoint: req.StartPoint, View: m.views()}); err != nil {
-			if errors.Is(err, worktree.ErrGit) {
-				return store.Conversation{}, &StepError{ID: id, Step: "worktree", Err: err}
-			}
-			return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	switch {
+	case repo.IsGit && req.Worktree:
+		plan, err = m.wt.Plan(ctx, worktree.AddOptions{Repo: repo, Inspected: true, ConversationID: id, StartPoint: req.StartPoint, View: m.views()})
+	case repo.IsGit && m.views():
+		plan, err = m.wt.PlanInPlace(ctx, repo, id)
+	}
+	if err != nil {
+		if errors.Is(err, worktree.ErrGit) {
+			return store.Conversation{}, &StepError{ID: id, Step: "worktree", Err: err}
 		}
+		return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	var img runtime.Image
 	if m.rt.Kind() != "local" {
@@ -503,7 +507,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	if req.Worktree && !repo.IsGit {
 		conv.Notes = append(conv.Notes, "the workspace is not a git repository: started without a worktree, the workspace is mounted at its own path")
 	}
-	if plan.Path != "" {
+	if plan.InPlace {
+		recordInPlace(&conv, plan)
+	} else if plan.Path != "" {
 		// Recorded before the worktree exists: a crash right after git
 		// worktree add still leaves reconcile enough to remove it.
 		conv.Repo, conv.CommonDir, conv.Worktree, conv.Branch = plan.Repo, plan.CommonDir, plan.Path, plan.Branch
@@ -520,6 +526,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	unlock := m.lock(id)
 	defer unlock()
+	if plan.InPlace {
+		// One in-place conversation per work tree: checked and recorded
+		// under one lock, so two concurrent creates cannot both pass.
+		unlockFolder := m.lockIn(m.locks, "in-place")
+		defer unlockFolder()
+		if err := m.folderFree(plan.Repo); err != nil {
+			return store.Conversation{}, err
+		}
+	}
 	if replaceFailed {
 		if err := m.st.DeleteConversation(id); err != nil {
 			return store.Conversation{}, fmt.Errorf("create conversation %s: replace the failed record: %w", id, err)
@@ -606,6 +621,12 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		conv.Branch, conv.StartPoint, conv.StartCommit = wt.Branch, wt.StartPoint, wt.StartCommit
 		conv.WorkingDir = filepath.Join(wt.Path, repo.Prefix)
 		conv.GitView, conv.Published = wt.View, wt.StartCommit
+		done("worktree")
+		failpoint.Hit("create/after-worktree")
+	} else if conv.InPlace {
+		if _, err := m.wt.AddInPlace(ctx, worktreeOf(conv)); err != nil {
+			return conv, &StepError{ID: id, Step: "worktree", Err: err}
+		}
 		done("worktree")
 		failpoint.Hit("create/after-worktree")
 	}
@@ -799,6 +820,9 @@ func brokerConversation(c store.Conversation) broker.Conversation {
 }
 
 func worktreeOf(c store.Conversation) worktree.Worktree {
+	if c.InPlace {
+		return inPlaceOf(c)
+	}
 	return worktree.Worktree{
 		ConversationID: c.ID, Repo: c.Repo, CommonDir: c.CommonDir, Path: c.Worktree,
 		AdminID: c.AdminID, AdminDir: filepath.Join(c.CommonDir, "worktrees", c.AdminID),
@@ -817,7 +841,7 @@ func (m *Manager) views() bool {
 // spec builds the container spec of conv.
 func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Spec, error) {
 	var mounts []runtime.Mount
-	if conv.Worktree != "" {
+	if conv.Worktree != "" || conv.InPlace {
 		plan, err := m.wt.MountPlan(worktreeOf(conv))
 		if err != nil {
 			return runtime.Spec{}, err
