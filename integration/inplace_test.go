@@ -219,3 +219,47 @@ func TestInPlaceSDKCreate(t *testing.T) {
 		}
 	}
 }
+
+// TestInPlaceLinkedWorktreeFolder: a folder that is itself a linked
+// worktree gets the view at the common dir's path, its .git file mounted
+// read-only (the agent cannot point the user's git elsewhere), HEAD on
+// the worktree's branch.
+func TestInPlaceLinkedWorktreeFolder(t *testing.T) {
+	d := dockerDaemon(t)
+	repo := ownedRepo(t)
+	linked := filepath.Join(filepath.Dir(repo), "linked")
+	hostGit(t, repo, "worktree", "add", "-q", "-b", "topic", linked)
+	testenv.ChownR(t, filepath.Dir(repo), attackOwner, attackOwner)
+	topic := hostGit(t, repo, "rev-parse", "topic")
+	dotGit, _ := os.ReadFile(filepath.Join(linked, ".git"))
+	config, _ := os.ReadFile(filepath.Join(repo, ".git", "config"))
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", linked)
+	if !c.InPlace || c.ViewBranch != "topic" || c.AdminID == "" {
+		t.Fatalf("create in a linked worktree = %+v", c)
+	}
+	if got := d.insideAt(c, linked, "git rev-parse --abbrev-ref HEAD && git status --porcelain"); got != "topic" {
+		t.Fatalf("inside: %q, want topic and a clean tree", got)
+	}
+	d.insideAt(c, linked, "echo l > l.txt && git add l.txt && "+gitID+"commit -q -m l")
+	waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, d.insideAt(c, linked, "git rev-parse HEAD"), 5*time.Second)
+	if got := hostGit(t, repo, "rev-parse", "topic"); got != topic {
+		t.Errorf("the host's topic moved to %s", got)
+	}
+	// The attacks: the .git file redirected, the config written.
+	d.execIn(c.ID, "sh", "-c", "cd "+linked+" && echo 'gitdir: /tmp' > .git; git config core.fsmonitor /bin/false; printf '[diff]\\n\\texternal = /bin/false\\n' >> "+filepath.Join(repo, ".git", "config"))
+	if b, _ := os.ReadFile(filepath.Join(linked, ".git")); string(b) != string(dotGit) {
+		t.Errorf("the agent rewrote the linked worktree's .git file: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, ".git", "config")); string(b) != string(config) {
+		t.Errorf("the agent wrote the host's config: %q", b)
+	}
+	var rm store.Conversation
+	d.ohctlJSON(&rm, "rm", c.ID)
+	if out := hostGit(t, repo, "worktree", "list", "--porcelain"); !strings.Contains(out, linked) {
+		t.Errorf("the user's linked worktree is no longer registered:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(linked, "l.txt")); err != nil {
+		t.Errorf("the folder lost the agent's file: %v", err)
+	}
+}
