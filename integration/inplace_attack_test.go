@@ -2,8 +2,10 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
@@ -38,7 +40,11 @@ type inPlace struct {
 	packedBefore string
 }
 
-func newInPlace(t *testing.T) *inPlace {
+func newInPlace(t *testing.T) *inPlace { t.Helper(); return newInPlaceWith(t) }
+
+// newInPlaceWith is newInPlace; before runs on the repository before it
+// is given to uid 1000.
+func newInPlaceWith(t *testing.T, before ...func(repo string)) *inPlace {
 	t.Helper()
 	testenv.RequireRoot(t)
 	a := &inPlace{t: t, d: dockerDaemon(t)}
@@ -54,6 +60,9 @@ func newInPlace(t *testing.T) *inPlace {
 	g("pack-refs", "--all")
 	g("branch", "loose")
 	testenv.WriteFile(t, filepath.Join(a.gitDir, "hooks", "post-commit"), "#!/bin/sh\nexit 0\n")
+	for _, f := range before {
+		f(a.repo)
+	}
 	testenv.ChownR(t, a.repo, attackOwner, attackOwner)
 	a.markerDir = mustTempDir(t, "ohd-marker-")
 	if err := os.Chmod(a.markerDir, 0o777); err != nil {
@@ -142,14 +151,20 @@ func (a *inPlace) check(stage string) {
 	a.t.Helper()
 	t := a.t
 	for _, args := range [][]string{{"diff"}, {"diff", "HEAD"}, {"status"}, {"log", "-p", "-1"}, {"show", "HEAD"}, {"branch", "-a"}} {
-		// As the user would: git's own environment, no ohd hardening.
-		hostRun(t, a.repo, []string{"GIT_PAGER=cat"}, "git", append([]string{"-c", "safe.directory=*"}, args...)...)
+		// As the user would: as the owner, git's own environment, no ohd
+		// hardening.
+		cmd := exec.Command("git", args...)
+		cmd.Dir, cmd.Env = a.repo, append(testenv.GitEnv(), "GIT_PAGER=cat")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackOwner, Gid: attackOwner}}
+		_, _ = cmd.CombinedOutput()
 	}
 	now := listTree(t, a.gitDir)
 	for rel, was := range a.before {
 		got, ok := now[rel]
 		switch {
-		case rel == "packed-refs" || rel == "index" || a.ohdWrote(rel):
+		case rel == "packed-refs" || rel == "index" || a.ohdWrote(rel) || (strings.HasPrefix(rel, "modules/") && strings.HasSuffix(rel, "/index")):
+			// The indexes: the user's own git (above) may refresh their
+			// stat data; the top one's entries are compared below.
 		case !ok:
 			t.Errorf("%s: %s was deleted from the real git dir", stage, rel)
 		case got != was:
@@ -304,5 +319,41 @@ func TestInPlaceAttackDotGitReplaced(t *testing.T) {
 	if code, out := a.d.execIn(a.conv.ID, "sh", "-c", "cd "+a.repo+" && [ -d .git ] && [ ! -L .git ]"); code != 0 {
 		t.Fatalf("the folder's .git is no longer the view's mount: %s", out)
 	}
+	a.finish()
+}
+
+// withSubmodule adds a submodule "sub" to repo (committed) and returns
+// nothing; the repository keeps its owner.
+func withSubmodule(t *testing.T, repo string) {
+	t.Helper()
+	other := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.Git(t, repo, "-c", "safe.directory=*", "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "sub")
+	testenv.Git(t, repo, "-c", "safe.directory=*", "commit", "-q", "-m", "submodule")
+}
+
+// submodulePlant points the submodule's .git file at a git dir the agent
+// makes, whose config runs the marker program as its fsmonitor.
+const submodulePlant = `git init -q .agent/evilrepo && git -C .agent/evilrepo config core.fsmonitor $WT/.agent/evil && git -C .agent/evilrepo config core.worktree $WT/sub &&
+	echo "gitdir: $WT/.agent/evilrepo/.git" > sub/.git; echo changed >> sub/README.md`
+
+// TestInPlaceAttackSubmoduleGitFile: the user's next `git status` on the
+// host recurses into the submodule through its .git file, which lies in
+// the agent's folder: the agent must not be able to redirect it.
+func TestInPlaceAttackSubmoduleGitFile(t *testing.T) {
+	testenv.RequireRoot(t)
+	// Control: the plant fires under a naive host git status.
+	scratch := testenv.NewRepo(t, testenv.RepoOptions{})
+	withSubmodule(t, scratch)
+	markers := mustTempDir(t, "ohd-control-")
+	r := strings.NewReplacer("$WT", scratch, "$MARKERS", markers)
+	out := hostRun(t, scratch, nil, "sh", "-c", "mkdir -p .agent && cat > .agent/evil <<'EOF'\n"+r.Replace(markerProgram)+"EOF\nchmod +x .agent/evil\n"+r.Replace(submodulePlant))
+	out += hostRun(t, scratch, nil, "git", "status")
+	if _, err := os.Stat(filepath.Join(markers, "fired")); err != nil {
+		t.Fatalf("control: the plant does not fire under host git status: %v\n%s", err, out)
+	}
+
+	a := newInPlaceWith(t, func(repo string) { withSubmodule(t, repo) })
+	a.plantMarker()
+	a.run(submodulePlant + "; cat sub/.git")
 	a.finish()
 }

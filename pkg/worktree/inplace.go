@@ -336,6 +336,49 @@ func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 	default:
 		return nil, fmt.Errorf("worktree mount plan %s: %w: %s is neither the git dir nor a .git file", wt.Path, ErrInvalidWorktree, dotGit)
 	}
+	// The user's submodules: their .git (a pointer into <CommonDir>/modules,
+	// which the view does not have, or an embedded git dir) read-only, so
+	// the agent cannot point the user's next recursive `git status` at a
+	// git dir it made.
+	subs, err := m.gitlinks(wt)
+	if err != nil {
+		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+	}
+	for _, p := range subs {
+		dg := filepath.Join(wt.Path, p, ".git")
+		st, err := os.Lstat(dg)
+		if err != nil || !(st.Mode().IsRegular() || st.IsDir()) {
+			continue // not populated (or no longer the user's: nothing of the user's to protect)
+		}
+		if real, err := filepath.EvalSymlinks(dg); err != nil || real != dg {
+			continue
+		}
+		mounts = append(mounts, Mount{Source: dg, Target: dg, ReadOnly: true})
+	}
 	sortMounts(mounts)
 	return mounts, nil
+}
+
+// gitlinks lists the submodule paths (gitlinks) of the host's index of
+// the folder, through hardened git (ls-files reads no file of the work
+// tree).
+func (m *Manager) gitlinks(wt Worktree) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	defer cancel()
+	gitDir := wt.CommonDir
+	if wt.AdminDir != "" {
+		gitDir = wt.AdminDir
+	}
+	out, err := m.git(ctx, gitTarget{dir: wt.Path, gitDir: gitDir, workTree: wt.Path, uid: wt.UID, gid: wt.GID}, runOpts{}, "ls-files", "--stage", "-z")
+	if err != nil {
+		return nil, fmt.Errorf("list the submodules: %w", err)
+	}
+	var paths []string
+	for _, e := range strings.Split(out, "\x00") {
+		meta, path, ok := strings.Cut(e, "\t")
+		if ok && strings.HasPrefix(meta, "160000 ") && cleanRelPath(path) {
+			paths = append(paths, path)
+		}
+	}
+	return paths, nil
 }
