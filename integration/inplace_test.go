@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -261,5 +262,67 @@ func TestInPlaceLinkedWorktreeFolder(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(linked, "l.txt")); err != nil {
 		t.Errorf("the folder lost the agent's file: %v", err)
+	}
+}
+
+// TestInPlaceCrash: an ohd killed at each step of an in-place create or
+// removal is finished by reconcile: a crashed create leaves neither a view
+// nor a branch nor a record that would refuse the next create (409); a
+// crashed removal still keeps the agent's commit and the folder's files.
+func TestInPlaceCrash(t *testing.T) {
+	testenv.RequireDocker(t)
+	img := testimage.Ensure(t)
+	dirs := newDirs(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	d := startDaemon(t, daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456"}})
+	t.Cleanup(func() { removeServerContainers(t, d) })
+	crashWith := func(point string, action func()) {
+		t.Helper()
+		d.stop()
+		d.opts.Env = []string{"OHD_FAILPOINTS=" + point}
+		d.start()
+		action()
+		if !d.waitExit(120e9) {
+			t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
+		}
+		d.opts.Env = nil
+		d.start() // reconcile
+	}
+	for _, point := range []string{"create/after-record", "create/after-worktree", "create/after-broker", "create/after-start"} {
+		crashWith(point, func() {
+			if _, err := d.ohctlErr("create", "--repo", repo); err == nil {
+				t.Errorf("%s: create succeeded through a crash", point)
+			}
+		})
+		checkInvariants(t, d, repo)
+		if refs := hostGit(t, repo, "for-each-ref", "--format=%(refname)", "refs/heads/openhands/"); refs != "" {
+			t.Errorf("%s: branches left: %s", point, refs)
+		}
+		if entries, _ := os.ReadDir(dirs.Worktrees); len(entries) != 0 {
+			t.Errorf("%s: views left: %v", point, entries)
+		}
+	}
+	for _, point := range []string{"delete/after-mark", "delete/after-container", "delete/after-broker", "delete/after-worktree"} {
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", repo)
+		tip := d.insideAt(c, repo, "echo "+strings.ReplaceAll(point, "/", "-")+" > crash.txt && git add crash.txt && "+gitID+"commit -q -m crash && git rev-parse HEAD")
+		waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, tip, 5*time.Second)
+		d.insideAt(c, repo, "echo unsaved > unsaved.txt")
+		crashWith(point, func() {
+			if _, err := d.ohctlErr("rm", c.ID); err == nil {
+				t.Errorf("%s: rm succeeded through a crash", point)
+			}
+		})
+		checkInvariants(t, d, repo)
+		after := d.record(c.ID)
+		if after.State != store.StateDeleted || after.Removal == nil || !after.Removal.Done {
+			t.Errorf("%s: removal not finished after restart: %s %+v", point, after.State, after.Removal)
+		}
+		if got := hostGit(t, repo, "rev-parse", "refs/heads/openhands/"+c.ID); got != tip {
+			t.Errorf("%s: openhands/<id> = %s, want %s", point, got, tip)
+		}
+		if b, err := os.ReadFile(filepath.Join(repo, "unsaved.txt")); err != nil || string(b) != "unsaved\n" {
+			t.Errorf("%s: the folder lost unsaved.txt: %q %v", point, b, err)
+		}
 	}
 }

@@ -230,7 +230,9 @@ func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, w
 		}
 		conv, wt, opts.Published = c, worktreeOf(c), c.Published
 	}
-	if wt.View == "" || !dirExists(wt.Path) {
+	if wt.View == "" || !dirExists(wt.Path) || (wt.InPlace && !dirExists(wt.View)) {
+		// Nothing to save through a sandbox (in place, the folder stays
+		// whatever happens; a view already removed was saved before).
 		return m.wt.Remove(ctx, wt, opts)
 	}
 	var res worktree.RemoveResult
