@@ -125,8 +125,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 	if plan.InPlace {
 		// One in-place conversation per work tree: checked and recorded
 		// under one lock, so two concurrent creates cannot both pass.
-		unlockFolder := m.lockIn(m.locks, "in-place")
-		defer unlockFolder()
+		m.inPlace.Lock()
+		defer m.inPlace.Unlock()
 		if err := m.folderFree(plan.Repo); err != nil {
 			return store.Conversation{}, err
 		}

@@ -181,6 +181,10 @@ type Manager struct {
 	// conversation.
 	pub      publisher
 	pubLocks map[string]*sync.Mutex
+
+	// inPlace serializes the check that a work tree has no in-place
+	// conversation with the writing of a new one's record.
+	inPlace sync.Mutex
 }
 
 type startCall struct {

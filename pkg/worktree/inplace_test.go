@@ -141,3 +141,39 @@ func TestInPlaceRemoveUnusedDeletesBranch(t *testing.T) {
 		t.Errorf("the folder lost README.md: %v", err)
 	}
 }
+
+func TestInPlaceUnbornBranch(t *testing.T) {
+	m := newManager(t)
+	dir := filepath.Join(testenv.TempDir(t), "empty")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Git(t, dir, "init", "-q", "-b", "main")
+	plan, err := m.PlanInPlace(testCtx(t), mustInspect(t, m, dir), newID(t))
+	if err != nil || plan.StartCommit != "" || plan.ViewBranch != "main" {
+		t.Fatalf("PlanInPlace on an unborn branch = %+v, %v", plan, err)
+	}
+	wt, err := m.AddInPlace(testCtx(t), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WriteFile(t, filepath.Join(dir, "first.txt"), "first\n")
+	inPlaceView(t, wt, "add", "first.txt")
+	inPlaceView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "first")
+	tip, err := m.ViewBranch(wt)
+	if err != nil || !isHexID(tip) {
+		t.Fatalf("ViewBranch = %q, %v", tip, err)
+	}
+	if _, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, ""); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != tip {
+		t.Errorf("host %s = %s, want %s", wt.Branch, host, tip)
+	}
+	if out, err := testenv.GitOutput(dir, "rev-parse", "--verify", "--quiet", "refs/heads/main"); err == nil {
+		t.Errorf("the host's unborn main was born: %s", out)
+	}
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: tip}); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+}
