@@ -64,6 +64,12 @@ func TestInPlaceEverydayGitAndPublish(t *testing.T) {
 		"git branch side && git stash list && echo wip >> README.md && git stash -q && git stash pop -q && git status --short")
 	tip := d.insideAt(c, repo, "git rev-parse HEAD")
 	waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, tip, 5*time.Second)
+	// How long a commit takes to reach the host (measured, not asserted
+	// beyond the 5 s above).
+	t0 := time.Now()
+	tip = d.insideAt(c, repo, gitID+"commit -q --allow-empty -m timed && git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, tip, 5*time.Second)
+	t.Logf("a commit inside reached the host's openhands/<id> %v after the exec started", time.Since(t0).Round(time.Millisecond))
 	if got := hostGit(t, repo, "rev-parse", "main"); got != main {
 		t.Errorf("the host's main moved to %s; want %s (the agent's commits go to openhands/<id> only)", got, main)
 	}
