@@ -32,6 +32,17 @@
 // is moved to its own view when its container next starts, or at its
 // removal.
 //
+// # In place
+//
+// A create without a worktree on a git repository, with a container
+// runtime (inplace.go), works in the folder itself with its own git view
+// over the folder's git dir (worktree.PlanInPlace, AddInPlace): the record
+// has InPlace set and Worktree "", it is published and saved like a
+// worktree's view, its removal never touches the folder, and one live
+// in-place conversation per work tree is allowed (ErrConflict names the
+// first). The files: request.go checks a create, create.go plans and
+// provisions it, manager.go holds the Manager and the container's spec.
+//
 // # Remove
 //
 // Remove first records the request (Removal) in the record. A running

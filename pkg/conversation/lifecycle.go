@@ -157,7 +157,7 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	// before it stops (no sandbox container to start); anything else is
 	// saved through a sandbox container after.
 	var saved *worktree.RemoveResult
-	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && conv.AdminID != "" {
+	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && (conv.AdminID != "" || conv.InPlace) {
 		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
 		r, err := m.wt.SaveView(sctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
 		cancel()
@@ -186,7 +186,7 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	}
 	done("remove_broker")
 	failpoint.Hit("delete/after-broker")
-	if conv.Worktree != "" {
+	if conv.Worktree != "" || conv.InPlace {
 		wt, found, err := m.worktreeToRemove(ctx, conv)
 		if err != nil {
 			return res, fmt.Errorf("remove worktree: %w", err)
@@ -230,7 +230,9 @@ func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, w
 		}
 		conv, wt, opts.Published = c, worktreeOf(c), c.Published
 	}
-	if wt.View == "" || !dirExists(wt.Path) {
+	if wt.View == "" || !dirExists(wt.Path) || (wt.InPlace && !dirExists(wt.View)) {
+		// Nothing to save through a sandbox (in place, the folder stays
+		// whatever happens; a view already removed was saved before).
 		return m.wt.Remove(ctx, wt, opts)
 	}
 	var res worktree.RemoveResult
@@ -252,7 +254,7 @@ func dirExists(p string) bool {
 // without an admin id was written before git worktree add finished (a
 // crash in between): what git made is found on disk instead.
 func (m *Manager) worktreeToRemove(ctx context.Context, conv store.Conversation) (worktree.Worktree, bool, error) {
-	if conv.AdminID != "" {
+	if conv.AdminID != "" || conv.InPlace {
 		return worktreeOf(conv), true, nil
 	}
 	repo, err := m.wt.Inspect(ctx, conv.Workspace)

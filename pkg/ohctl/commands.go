@@ -74,7 +74,7 @@ func (s *state) createCmd() *cli.Command {
 		Usage: "create a conversation for a workspace",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "repo", Usage: "absolute path of the workspace (a git repository for --worktree)", Required: true},
-			&cli.BoolFlag{Name: "worktree", Usage: "give the conversation its own git worktree on branch openhands/<id>"},
+			&cli.BoolFlag{Name: "worktree", Usage: "give the conversation its own git worktree on branch openhands/<id> (without it, the agent works in the folder itself, its git dir a view whose commits go to openhands/<id>)"},
 			&cli.StringFlag{Name: "start-point", Usage: "branch, tag or commit the worktree starts from (default: origin/HEAD, main, master, HEAD)"},
 			&cli.StringFlag{Name: "id", Usage: "conversation id (a UUID); default: a new one"},
 			&cli.StringSliceFlag{Name: "grant-secret", Usage: "grant a secret (repeatable)"},

@@ -121,6 +121,14 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	t.row("runtime", c.Runtime)
 	t.row("workspace", c.Workspace)
 	t.row("working dir", c.WorkingDir)
+	if c.InPlace {
+		t.row("repository", c.Repo)
+		t.row("in place", "the agent works in the folder itself; its git view "+c.GitView+" is mounted over the repository's git dir")
+		t.row("branch", fmt.Sprintf("%s (the view's %s)", c.Branch, c.ViewBranch))
+		if c.Published != "" {
+			t.row("published", short(c.Published)+" on "+c.Branch)
+		}
+	}
 	if c.Worktree != "" {
 		t.row("repository", c.Repo)
 		t.row("worktree", c.Worktree)

@@ -169,6 +169,12 @@ type Conversation struct {
 	// local-runtime conversations). "" without a worktree.
 	GitLayout string `json:"git_layout,omitempty"`
 	GitView   string `json:"git_view,omitempty"`
+	// InPlace says the agent works in the repository's own folder (Repo,
+	// the user's work tree; Worktree is ""), with its own git view over
+	// the folder's git dir; ViewBranch is the view's branch (the one the
+	// host had checked out) whose commits ohd publishes to Branch.
+	InPlace    bool   `json:"in_place,omitempty"`
+	ViewBranch string `json:"view_branch,omitempty"`
 	// Published is the commit ohd last wrote to the host's branch from the
 	// view. PublishConflict says the host branch was moved by someone else
 	// (the view's commits are then kept under refs/ohd/kept/<id>/);

@@ -71,6 +71,28 @@ type Worktree struct {
 	// the repository's git dir (a local-runtime conversation, or one
 	// created before views existed: see SeedView).
 	View string
+	// InPlace says the conversation works in the repository's own folder
+	// (see inplace.go): Path is Repo, the user's work tree, which ohd
+	// never removes or resets; AdminID and AdminDir name the folder's own
+	// admin dir when it is a linked worktree ("" for a main work tree);
+	// View is <Root>/<id>/.ohd/git.
+	InPlace bool
+	// ViewBranch is the view's branch whose commits Publish brings to the
+	// host's Branch; "" means Branch itself. In place it is the branch
+	// the host had checked out.
+	ViewBranch string
+	// Workdir is, in place, the folder the conversation was created for
+	// when it lies below Path: only it is mounted read-write, the rest of
+	// Path read-only. "" means Path.
+	Workdir string
+}
+
+// viewBranch is the view's branch that Publish publishes.
+func (wt Worktree) viewBranch() string {
+	if wt.ViewBranch != "" {
+		return wt.ViewBranch
+	}
+	return wt.Branch
 }
 
 // startCandidates is the start point order when none is given: the name

@@ -15,8 +15,13 @@
 // run inside the conversation's container). ContainerGitConfig is the git
 // configuration the container's environment must carry.
 //
+// PlanInPlace and AddInPlace give a conversation that works in the
+// repository's own folder ("in place", inplace.go) the same git view,
+// mounted over the folder's git dir; Publish, SaveView and Remove take
+// such a Worktree (Worktree.InPlace) as well and never touch the folder.
+//
 // The files: add.go, remove.go, snapshot.go, restore.go are the
-// lifecycle; view.go (seeding), publish.go (import and ref moves) and
+// lifecycle; inplace.go is in place; view.go (seeding), publish.go (import and ref moves) and
 // sandbox.go (the in-container side) are the git view; git.go is hardened
 // git; mounts.go the container's mounts.
 //
@@ -85,6 +90,12 @@
 // where git may run whatever the agent configured without reaching
 // anything the agent could not already reach. The host only imports
 // validated objects and moves refs it owns.
+//
+// In place (see inplace.go), the folder itself is the work tree: the view
+// is mounted at the common dir's path, which for a main work tree is the
+// folder's .git, its HEAD on the branch the host has checked out
+// (Worktree.ViewBranch), and Publish brings that branch's commits to the
+// host's openhands/<id>, never to the checked-out branch.
 //
 // Worktrees without a view (local-runtime conversations, whose agent runs
 // on the host as the user, and containerized ones made before views, until

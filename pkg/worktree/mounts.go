@@ -52,10 +52,13 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 	// in a sandbox, nor the container starting: a removal interrupted
 	// after it deleted the registration must still finish. `ohctl doctor`
 	// checks the host's side.
-	if wt.View == "" && (!dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path)) {
+	if wt.View == "" && !wt.InPlace && (!dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path)) {
 		return nil, fmt.Errorf("worktree mount plan %s: %w: its .git file and %s/gitdir do not point at each other: check `ohctl doctor`, or remove and recreate the conversation", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	var mounts []Mount
+	if wt.InPlace {
+		return m.inPlaceMounts(wt)
+	}
 	if wt.View != "" {
 		_, alt := viewPaths(wt.Path)
 		mounts = []Mount{

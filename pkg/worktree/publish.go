@@ -238,8 +238,9 @@ func (m *Manager) unpack(ctx context.Context, ct gitTarget, r io.Reader) (func()
 	return func() { _ = os.Remove(keepFile) }, nil
 }
 
-// ViewBranch reads the commit of the view's refs/heads/openhands/<id>
-// ("" if the ref does not exist), as a loose ref or in packed-refs. The
+// ViewBranch reads the commit of the view's branch (refs/heads/openhands/<id>,
+// or in place the branch the host had checked out: Worktree.ViewBranch;
+// "" if the ref does not exist), as a loose ref or in packed-refs. The
 // view is the agent's: every path component is opened relative to the
 // view without following a symlink, so nothing outside the view is ever
 // read, and packed-refs is read only when it changed and is not huge.
@@ -247,7 +248,7 @@ func (m *Manager) ViewBranch(wt Worktree) (string, error) {
 	if wt.View == "" {
 		return "", fmt.Errorf("worktree view branch: %w: %s has no git view", ErrInvalidWorktree, wt.Path)
 	}
-	ref := "refs/heads/" + wt.Branch
+	ref := "refs/heads/" + wt.viewBranch()
 	b, err := readBeneath(wt.View, ref, 4096)
 	switch {
 	case err == nil:

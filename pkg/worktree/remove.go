@@ -105,6 +105,9 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if err := m.checkRecord(wt, true); err != nil {
 		return res, fmt.Errorf("worktree remove: %w", err)
 	}
+	if wt.InPlace {
+		return m.removeInPlace(ctx, wt, opts)
+	}
 	fail := func(err error) (RemoveResult, error) {
 		return res, fmt.Errorf("worktree remove %s: %w", wt.Path, err)
 	}
@@ -236,7 +239,7 @@ func (m *Manager) SaveView(ctx context.Context, wt Worktree, sb Sandbox, publish
 		}
 		return res, fmt.Errorf("worktree save view: %w", err)
 	}
-	if !ownsAdmin(wt) {
+	if !wt.InPlace && !ownsAdmin(wt) {
 		return res, fmt.Errorf("worktree save view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	if err := m.saveView(ctx, wt, RemoveOptions{Sandbox: sb, Published: published}, &res); err != nil {
@@ -255,8 +258,13 @@ func (m *Manager) SaveView(ctx context.Context, wt Worktree, sb Sandbox, publish
 // whose commits the host lacked under refs/ohd/kept/<id>/.
 func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions, res *RemoveResult) error {
 	var out bytes.Buffer
-	admin := filepath.Join(wt.CommonDir, "worktrees", wt.AdminID)
-	if err := opts.Sandbox.View(ctx, []string{"collect", "--id", wt.ConversationID, "--worktree", wt.Path, "--admin", admin}, nil, &limitedWriter{w: &out, n: 16 << 20}); err != nil {
+	args := []string{"collect", "--id", wt.ConversationID, "--worktree", wt.Path, "--admin", filepath.Join(wt.CommonDir, "worktrees", wt.AdminID)}
+	if wt.InPlace {
+		// The folder's files stay where the agent left them: no
+		// snapshot, only the view's refs.
+		args = []string{"collect", "--id", wt.ConversationID, "--git-dir", wt.CommonDir, "--refs-only"}
+	}
+	if err := opts.Sandbox.View(ctx, args, nil, &limitedWriter{w: &out, n: 16 << 20}); err != nil {
 		return fmt.Errorf("save the conversation's work in its sandbox: %w", err)
 	}
 	var col Collected
@@ -268,7 +276,9 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	}
 	res.IgnoredFiles, res.IgnoredBytes = col.IgnoredFiles, col.IgnoredBytes
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	own := "refs/heads/" + wt.Branch
+	// own is the view's branch, published to the host's Branch (the same
+	// name but in place).
+	own, hostRef := "refs/heads/"+wt.viewBranch(), "refs/heads/"+wt.Branch
 	tip := col.Refs[own]
 	if tip != "" && !isHexID(tip) {
 		tip = ""
@@ -335,7 +345,7 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		return err
 	}
 	defer unlock()
-	cur, _, err := m.revParse(ctx, ct, own)
+	cur, _, err := m.revParse(ctx, ct, hostRef)
 	if err != nil {
 		return err
 	}
@@ -345,10 +355,10 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	}
 	if tip != "" && tip != cur {
 		if cur == opts.Published || opts.Published == "" {
-			fmt.Fprintf(&tx, "update %s %s %s\n", own, tip, cur)
+			fmt.Fprintf(&tx, "update %s %s %s\n", hostRef, tip, cur)
 			res.Published = tip
 		} else {
-			kept := KeptRef(wt.ConversationID, own)
+			kept := KeptRef(wt.ConversationID, hostRef)
 			fmt.Fprintf(&tx, "update %s %s\n", kept, tip)
 			res.Conflict = fmt.Sprintf("branch %s was moved on the host (to %s) since ohd published %s: the conversation's commit %s is kept as %s",
 				wt.Branch, shortOID(cur), shortOID(opts.Published), shortOID(tip), kept)

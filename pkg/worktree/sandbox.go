@@ -52,6 +52,8 @@ type Collected struct {
 //	collect --id ID --worktree PATH --admin DIR
 //	        records uncommitted work as a commit in the view, lists the
 //	        view's refs and counts ignored files; prints Collected as JSON
+//	collect --id ID --git-dir DIR --refs-only
+//	        lists the view's refs only (in place: the files stay)
 //	pack    --git-dir DIR
 //	        reads rev-list arguments (an object id, or ^ and one) from
 //	        stdin, one per line, and writes a pack of the objects they
@@ -73,6 +75,7 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	path := flags.String("worktree", "", "worktree path")
 	admin := flags.String("admin", "", "the view's admin dir of the worktree")
 	gitDir := flags.String("git-dir", "", "the view (the common dir's path in the sandbox)")
+	refsOnly := flags.Bool("refs-only", false, "collect: list the view's refs only (in place: no snapshot)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return fmt.Errorf("ohctl view %s: %w", args[0], err)
 	}
@@ -85,6 +88,16 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		<-ctx.Done()
 		return nil
 	case "collect":
+		if *refsOnly {
+			if ValidateID(*id) != nil || !filepath.IsAbs(*gitDir) {
+				return errors.New("ohctl view collect --refs-only: --id and --git-dir are required (an absolute path)")
+			}
+			var c Collected
+			if c.Refs, err = m.viewRefs(ctx, commonTarget(*gitDir, m.euid, os.Getegid())); err != nil {
+				return fmt.Errorf("ohctl view collect: %w", err)
+			}
+			return json.NewEncoder(stdout).Encode(c)
+		}
 		wt := Worktree{ConversationID: *id, Path: *path, AdminDir: *admin, UID: m.euid, GID: os.Getegid()}
 		if ValidateID(*id) != nil || !filepath.IsAbs(*path) || !filepath.IsAbs(*admin) {
 			return errors.New("ohctl view collect: --id, --worktree and --admin are required (absolute paths)")
@@ -166,21 +179,28 @@ func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 		return c, err
 	}
 	c.Snapshot, c.NestedRepos = snap, nested
-	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=%(objectname) %(refname)")
-	if err != nil {
-		return c, fmt.Errorf("list the view's refs: %w", err)
-	}
-	c.Refs = map[string]string{}
-	for _, line := range strings.Split(out, "\n") {
-		if oid, name, ok := strings.Cut(line, " "); ok && isHexID(oid) {
-			c.Refs[name] = oid
-		}
+	if c.Refs, err = m.viewRefs(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID)); err != nil {
+		return c, err
 	}
 	if c.IgnoredFiles, c.IgnoredBytes, err = sizeIgnored(wt, ignored); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// viewRefs lists the view's refs (name -> object id).
+func (m *Manager) viewRefs(ctx context.Context, ct gitTarget) (map[string]string, error) {
+	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=%(objectname) %(refname)")
+	if err != nil {
+		return nil, fmt.Errorf("list the view's refs: %w", err)
+	}
+	refs := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if oid, name, ok := strings.Cut(line, " "); ok && isHexID(oid) {
+			refs[name] = oid
+		}
+	}
+	return refs, nil
 }
 
 // countIgnored counts the worktree's ignored files and their bytes (regular

@@ -23,7 +23,7 @@ func (m *Manager) checkRecord(wt Worktree, noAdmin bool) error {
 		return fmt.Errorf("%w for conversation %s: %s", ErrInvalidWorktree, wt.ConversationID, fmt.Sprintf(format, args...))
 	}
 	paths := [][2]string{{"Repo", wt.Repo}, {"CommonDir", wt.CommonDir}, {"Path", wt.Path}}
-	adminless := noAdmin && wt.AdminID == "" && wt.AdminDir == ""
+	adminless := (noAdmin || wt.InPlace) && wt.AdminID == "" && wt.AdminDir == ""
 	if !adminless {
 		paths = append(paths, [2]string{"AdminDir", wt.AdminDir})
 	}
@@ -31,6 +31,9 @@ func (m *Manager) checkRecord(wt Worktree, noAdmin bool) error {
 		if p[1] == "" || !filepath.IsAbs(p[1]) || filepath.Clean(p[1]) != p[1] || strings.ContainsAny(p[1], "\x00\n\r") {
 			return bad("%s %q is not a clean absolute path", p[0], p[1])
 		}
+	}
+	if wt.InPlace {
+		return m.checkInPlace(wt, bad)
 	}
 	if want := filepath.Join(m.root, wt.ConversationID, filepath.Base(wt.Repo)); wt.Path != want {
 		return bad("Path %s is not %s", wt.Path, want)

@@ -71,8 +71,11 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	w.mkdir(parent, 0o700)
 	w.symlink(filepath.Join(wt.CommonDir, "objects"), alt)
 	v := wt.View
-	for _, d := range []string{"", "objects", "objects/info", "objects/pack", "refs", "refs/heads", "refs/tags",
-		"logs", "info", "hooks", "worktrees", filepath.Join("worktrees", wt.AdminID)} {
+	dirs := []string{"", "objects", "objects/info", "objects/pack", "refs", "refs/heads", "refs/tags", "logs", "info", "hooks", "worktrees"}
+	if wt.AdminID != "" {
+		dirs = append(dirs, filepath.Join("worktrees", wt.AdminID))
+	}
+	for _, d := range dirs {
 		w.mkdir(filepath.Join(v, d), 0o755)
 	}
 	w.write(filepath.Join(v, "objects", "info", "alternates"), []byte(alt+"\n"), 0o644)
@@ -81,14 +84,22 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	if cerr != nil {
 		return fmt.Errorf("seed view: %w", cerr)
 	}
-	upstream, uerr := m.upstreamConfig(ctx, wt)
-	if uerr != nil {
-		return fmt.Errorf("seed view: %w", uerr)
+	var upstream []byte
+	if !wt.InPlace { // in place, the branch's upstream is in the copied config already
+		var uerr error
+		if upstream, uerr = m.upstreamConfig(ctx, wt); uerr != nil {
+			return fmt.Errorf("seed view: %w", uerr)
+		}
 	}
 	w.write(filepath.Join(v, "config"), append(withNewline(config), upstream...), 0o644)
 	head, herr := readHostFile(filepath.Join(wt.CommonDir, "HEAD"), 4096)
 	if herr != nil {
 		return fmt.Errorf("seed view: %w", herr)
+	}
+	if wt.AdminID == "" {
+		// In place in a main work tree, the view's own HEAD is the
+		// folder's: on the view's branch.
+		head = []byte("ref: refs/heads/" + wt.viewBranch() + "\n")
 	}
 	w.write(filepath.Join(v, "HEAD"), head, 0o644)
 	if b, err := readHostFile(filepath.Join(wt.CommonDir, "shallow"), 64<<20); err == nil {
@@ -117,12 +128,18 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		w.write(filepath.Join(v, name), []byte("ref: "+target+"\n"), 0o644)
 	}
 
-	admin := filepath.Join(v, "worktrees", wt.AdminID)
-	w.write(filepath.Join(admin, "HEAD"), []byte("ref: refs/heads/"+wt.Branch+"\n"), 0o644)
-	w.write(filepath.Join(admin, "commondir"), []byte("../..\n"), 0o644)
-	w.write(filepath.Join(admin, "gitdir"), []byte(filepath.Join(wt.Path, ".git")+"\n"), 0o644)
-	w.write(filepath.Join(admin, "locked"), []byte(LockReason(wt.ConversationID)), 0o644)
-	if idx, err := readHostFile(filepath.Join(wt.AdminDir, "index"), 1<<30); err == nil {
+	// The work tree's own git dir in the view: its admin dir, or (in
+	// place in a main work tree) the view itself. Its index is seeded
+	// from the host's, which the agent never writes.
+	admin, hostIndex := v, filepath.Join(wt.CommonDir, "index")
+	if wt.AdminID != "" {
+		admin, hostIndex = filepath.Join(v, "worktrees", wt.AdminID), filepath.Join(wt.AdminDir, "index")
+		w.write(filepath.Join(admin, "HEAD"), []byte("ref: refs/heads/"+wt.viewBranch()+"\n"), 0o644)
+		w.write(filepath.Join(admin, "commondir"), []byte("../..\n"), 0o644)
+		w.write(filepath.Join(admin, "gitdir"), []byte(filepath.Join(wt.Path, ".git")+"\n"), 0o644)
+		w.write(filepath.Join(admin, "locked"), []byte(LockReason(wt.ConversationID)), 0o644)
+	}
+	if idx, err := readHostFile(hostIndex, 1<<30); err == nil {
 		w.write(filepath.Join(admin, "index"), idx, 0o644)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)

@@ -1,0 +1,179 @@
+package worktree
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// inPlaceView runs git as the agent does in place: in the folder, with
+// the view as its git dir (mounted over the folder's .git in the
+// container).
+func inPlaceView(t testing.TB, wt Worktree, args ...string) string {
+	t.Helper()
+	out, err := testenv.GitOutput(wt.Path, append([]string{"-c", "safe.directory=*", "--git-dir=" + wt.View, "--work-tree=" + wt.Path}, args...)...)
+	if err != nil {
+		t.Fatalf("git %v in the view: %v\n%s", args, err, out)
+	}
+	return out
+}
+
+func TestInPlaceSeedPublishRemove(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, dir, "branch", "feature")
+	repo := mustInspect(t, m, dir)
+	id := newID(t)
+	plan, err := m.PlanInPlace(testCtx(t), repo, id)
+	if err != nil {
+		t.Fatalf("PlanInPlace: %v", err)
+	}
+	main := hostGit(t, dir, "rev-parse", "main")
+	if !plan.InPlace || plan.Path != dir || plan.ViewBranch != "main" || plan.StartCommit != main || plan.AdminID != "" {
+		t.Fatalf("PlanInPlace = %+v", plan)
+	}
+	before := listing(t, filepath.Join(dir, ".git"))
+	wt, err := m.AddInPlace(testCtx(t), plan)
+	if err != nil {
+		t.Fatalf("AddInPlace: %v", err)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != main {
+		t.Errorf("host %s = %s, want %s", wt.Branch, host, main)
+	}
+	// Mounts: the folder, the view over its .git, the real store read-only.
+	mounts, err := m.MountPlan(wt)
+	if err != nil {
+		t.Fatalf("MountPlan: %v", err)
+	}
+	want := map[string]Mount{
+		dir:                        {Source: dir, Target: dir},
+		filepath.Join(dir, ".git"): {Source: wt.View, Target: filepath.Join(dir, ".git")},
+	}
+	for _, mt := range mounts {
+		if w, ok := want[mt.Target]; ok && w != mt {
+			t.Errorf("mount %s = %+v, want %+v", mt.Target, mt, w)
+		}
+		delete(want, mt.Target)
+		if mt.Source == filepath.Join(dir, ".git") && !mt.ReadOnly {
+			t.Errorf("the real git dir is mounted writable: %+v", mt)
+		}
+		if mt.Source == filepath.Join(dir, ".git", "objects") && !mt.ReadOnly {
+			t.Errorf("the real object store is mounted writable: %+v", mt)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("missing mounts: %v (got %+v)", want, mounts)
+	}
+	// The agent works: a commit on main in the view, a side branch.
+	if got := inPlaceView(t, wt, "symbolic-ref", "HEAD"); got != "refs/heads/main" {
+		t.Errorf("the view's HEAD = %q", got)
+	}
+	testenv.WriteFile(t, filepath.Join(dir, "new.txt"), "agent\n")
+	inPlaceView(t, wt, "add", "new.txt")
+	inPlaceView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "agent")
+	inPlaceView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "branch", "side")
+	tip, err := m.ViewBranch(wt)
+	if err != nil || !isHexID(tip) {
+		t.Fatalf("ViewBranch = %q, %v", tip, err)
+	}
+	if _, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != tip {
+		t.Errorf("host %s = %s, want %s", wt.Branch, host, tip)
+	}
+	if host := hostGit(t, dir, "rev-parse", "main"); host != main {
+		t.Errorf("the host's main moved to %s", host)
+	}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: tip})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	if !res.BranchKept {
+		t.Errorf("Remove = %+v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "new.txt")); err != nil || string(b) != "agent\n" {
+		t.Errorf("the folder lost new.txt: %q %v", b, err)
+	}
+	if exists(t, filepath.Join(m.Root(), id)) {
+		t.Errorf("%s is still there", filepath.Join(m.Root(), id))
+	}
+	// The real git dir: only ohd's own branch (and its reflog) and new
+	// objects; HEAD, index, config, other refs as they were.
+	after := listing(t, filepath.Join(dir, ".git"))
+	for _, l := range before {
+		found := false
+		for _, a := range after {
+			found = found || a == l
+		}
+		if !found {
+			t.Errorf("the real git dir lost or changed %s", l)
+		}
+	}
+}
+
+func TestInPlaceRemoveUnusedDeletesBranch(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, dir, "checkout", "-q", "--detach")
+	repo := mustInspect(t, m, dir)
+	plan, err := m.PlanInPlace(testCtx(t), repo, newID(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.ViewBranch != "" {
+		t.Errorf("a detached host HEAD gave the view branch %q, want the conversation's own", plan.ViewBranch)
+	}
+	wt, err := m.AddInPlace(testCtx(t), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := inPlaceView(t, wt, "symbolic-ref", "HEAD"); got != "refs/heads/"+wt.Branch {
+		t.Errorf("the view's HEAD = %q", got)
+	}
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit})
+	if err != nil || !res.BranchDeleted {
+		t.Fatalf("Remove = %+v, %v; want the unused branch deleted", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "README.md")); err != nil {
+		t.Errorf("the folder lost README.md: %v", err)
+	}
+}
+
+func TestInPlaceUnbornBranch(t *testing.T) {
+	m := newManager(t)
+	dir := filepath.Join(testenv.TempDir(t), "empty")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Git(t, dir, "init", "-q", "-b", "main")
+	plan, err := m.PlanInPlace(testCtx(t), mustInspect(t, m, dir), newID(t))
+	if err != nil || plan.StartCommit != "" || plan.ViewBranch != "main" {
+		t.Fatalf("PlanInPlace on an unborn branch = %+v, %v", plan, err)
+	}
+	wt, err := m.AddInPlace(testCtx(t), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WriteFile(t, filepath.Join(dir, "first.txt"), "first\n")
+	inPlaceView(t, wt, "add", "first.txt")
+	inPlaceView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "first")
+	tip, err := m.ViewBranch(wt)
+	if err != nil || !isHexID(tip) {
+		t.Fatalf("ViewBranch = %q, %v", tip, err)
+	}
+	if _, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, ""); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if host := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); host != tip {
+		t.Errorf("host %s = %s, want %s", wt.Branch, host, tip)
+	}
+	if out, err := testenv.GitOutput(dir, "rev-parse", "--verify", "--quiet", "refs/heads/main"); err == nil {
+		t.Errorf("the host's unborn main was born: %s", out)
+	}
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: tip}); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+}
