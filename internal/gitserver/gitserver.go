@@ -1,0 +1,133 @@
+package gitserver
+
+import (
+	"crypto/subtle"
+	"encoding/base64"
+	"net/http"
+	"net/http/cgi"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Username and Token are the credential the server demands: Basic
+	// with both, or, with Bearer, "Authorization: Bearer <Token>".
+	Username, Token string
+	Bearer          bool
+	// RedirectTo, if set, answers every request with a 302 to this URL
+	// (plus the request's path): a host sending git elsewhere.
+	RedirectTo string
+}
+
+// Server is a git smart-HTTP host on loopback.
+type Server struct {
+	*httptest.Server
+	// Host is "127.0.0.1:port".
+	Host string
+	// Root holds the bare repositories.
+	Root string
+	opts Options
+
+	mu   sync.Mutex
+	auth []string // every Authorization header received, in order
+}
+
+// Start starts a server with repositories under a temporary directory;
+// the test's cleanup stops it.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatalf("gitserver: git not found: %v", err)
+	}
+	s := &Server{Root: t.TempDir(), opts: opts}
+	backend := &cgi.Handler{
+		Path: git,
+		Args: []string{"http-backend"},
+		Dir:  s.Root,
+		Env: []string{
+			"GIT_PROJECT_ROOT=" + s.Root, "GIT_HTTP_EXPORT_ALL=1",
+			"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME=" + s.Root,
+			"REMOTE_USER=ohd-test",
+		},
+		InheritEnv: []string{"PATH"},
+	}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("Authorization")
+		s.mu.Lock()
+		s.auth = append(s.auth, got)
+		s.mu.Unlock()
+		if opts.RedirectTo != "" {
+			http.Redirect(w, r, opts.RedirectTo+r.URL.RequestURI(), http.StatusFound)
+			return
+		}
+		if !s.authorized(got) {
+			if opts.Bearer {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="git"`)
+			} else {
+				w.Header().Set("WWW-Authenticate", `Basic realm="git"`)
+			}
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		backend.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	s.Host = strings.TrimPrefix(s.URL, "http://")
+	return s
+}
+
+func (s *Server) authorized(h string) bool {
+	var want string
+	if s.opts.Bearer {
+		want = "Bearer " + s.opts.Token
+	} else {
+		want = "Basic " + base64.StdEncoding.EncodeToString([]byte(s.opts.Username+":"+s.opts.Token))
+	}
+	return subtle.ConstantTimeCompare([]byte(h), []byte(want)) == 1
+}
+
+// Authorizations returns every Authorization header the server received
+// ("" for none), in order.
+func (s *Server) Authorizations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.auth...)
+}
+
+// Repo creates the bare repository name (e.g. "acme/widgets.git") that
+// accepts pushes and partial clones (uploadpack.allowFilter), and returns
+// its directory.
+func (s *Server) Repo(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(s.Root, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	Git(t, "", "init", "-q", "--bare", "-b", "main", dir)
+	for _, kv := range [][2]string{{"http.receivepack", "true"}, {"uploadpack.allowFilter", "true"}, {"uploadpack.allowAnySHA1InWant", "true"}} {
+		Git(t, dir, "config", kv[0], kv[1])
+	}
+	return dir
+}
+
+// Git runs git in dir with no system or global configuration and fails
+// the test on error; it returns the output.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}

@@ -1,0 +1,134 @@
+package conversation
+
+import (
+	"fmt"
+	"net"
+
+	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// brokerGitOptions converts the store's git grant options for the broker.
+func brokerGitOptions(m map[string]store.GitGrantOptions) map[string]broker.GitOptions {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]broker.GitOptions, len(m))
+	for k, v := range m {
+		out[k] = broker.GitOptions{Push: v.Push, Helper: v.Helper}
+	}
+	return out
+}
+
+// gitRelayConfig is the git configuration that sends the conversation's
+// relayed git hosts through the broker relay inside the container
+// (url.<relay>/git/HOST/.insteadOf), one entry per host, from the grants
+// the conversation has when its container starts. A host whose every
+// grant is served through the credential helper (--git-relay=false), and
+// a host with no git-host configuration, get none.
+func (m *Manager) gitRelayConfig(g store.Grants) [][2]string {
+	var out [][2]string
+	seen := map[string]bool{}
+	helperOnly := map[string]bool{}
+	for _, name := range g.Git {
+		host, _, _ := strings.Cut(name, "/")
+		host = strings.ToLower(host)
+		if h, ok := helperOnly[host]; !ok || h {
+			helperOnly[host] = g.GitOptions[name].Helper
+		}
+	}
+	for _, name := range g.Git {
+		host, _, _ := strings.Cut(name, "/")
+		host = strings.ToLower(host)
+		if seen[host] || helperOnly[host] {
+			continue
+		}
+		seen[host] = true
+		cred, err := m.st.GitCredential(host)
+		if err != nil {
+			continue
+		}
+		out = append(out, broker.GitRelayConfig(cred.Scheme, host))
+	}
+	return out
+}
+
+// SetGitGrantOptions changes the options of a live conversation's git
+// grant (which must exist): its push patterns, and whether it is served
+// through the credential helper instead of the relay.
+func (m *Manager) SetGitGrantOptions(id, name string, opt store.GitGrantOptions) (store.Conversation, error) {
+	for _, p := range opt.Push {
+		if !broker.ValidPushPattern(p) {
+			return store.Conversation{}, fmt.Errorf("%w: push pattern %q: use a ref name under refs/, where * stands for any characters, e.g. 'refs/heads/feature/*'", ErrInvalid, p)
+		}
+	}
+	if _, err := m.liveConversation(id); err != nil {
+		return store.Conversation{}, err
+	}
+	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		if !containsString(c.Grants.Git, name) {
+			return fmt.Errorf("%w: conversation %s has no git grant %q", ErrNotFound, id, name)
+		}
+		c.Grants.SetGitOptions(name, opt)
+		return nil
+	})
+}
+
+func containsString(l []string, s string) bool {
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseGitHost reads `ohctl git-host set`'s [SCHEME://]HOST[:PORT] into
+// c.Host and c.Scheme, and checks c.Auth: https by default; http only for
+// a loopback host (a test server: the credential would cross the network
+// in the clear); auth basic (default) or bearer.
+func ParseGitHost(arg string, c *store.GitCredential) error {
+	host := arg
+	if scheme, rest, ok := strings.Cut(arg, "://"); ok {
+		scheme = strings.ToLower(scheme)
+		if scheme != "https" && scheme != "http" {
+			return fmt.Errorf("%w: git host %q: the scheme must be https or http", ErrInvalid, arg)
+		}
+		c.Scheme, host = scheme, strings.TrimSuffix(rest, "/")
+	}
+	host = strings.ToLower(host)
+	if err := ValidateGrant(store.KindGit, host); err != nil || strings.Contains(host, "/") {
+		return fmt.Errorf("%w: git host %q: use [https://]HOST[:PORT], e.g. github.com", ErrInvalid, arg)
+	}
+	if c.Scheme == "https" {
+		c.Scheme = ""
+	}
+	if c.Scheme == "http" && !loopbackHost(host) {
+		return fmt.Errorf("%w: git host %q: http:// is allowed for a loopback host only (the credential would cross the network in the clear); use https://", ErrInvalid, arg)
+	}
+	switch strings.ToLower(c.Auth) {
+	case "", "basic":
+		c.Auth = ""
+	case "bearer":
+		c.Auth = "bearer"
+	default:
+		return fmt.Errorf("%w: git host %s: --auth must be basic or bearer", ErrInvalid, host)
+	}
+	c.Host = host
+	return nil
+}
+
+func loopbackHost(hostport string) bool {
+	h := hostport
+	if sh, _, err := net.SplitHostPort(hostport); err == nil {
+		h = sh
+	}
+	h = strings.Trim(h, "[]")
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
