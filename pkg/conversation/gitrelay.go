@@ -55,10 +55,13 @@ func (m *Manager) gitRelayConfig(g store.Grants) [][2]string {
 	return out
 }
 
-// SetGitGrantOptions changes the options of a live conversation's git
-// grant (which must exist): its push patterns, and whether it is served
-// through the credential helper instead of the relay.
-func (m *Manager) SetGitGrantOptions(id, name string, opt store.GitGrantOptions) (store.Conversation, error) {
+// GrantGit adds (or keeps) the git grant name of a live conversation and
+// sets its options: its push patterns, and whether it is served through
+// the credential helper instead of the relay.
+func (m *Manager) GrantGit(id, name string, opt store.GitGrantOptions) (store.Conversation, error) {
+	if err := ValidateGrant(store.KindGit, name); err != nil {
+		return store.Conversation{}, err
+	}
 	for _, p := range opt.Push {
 		if !broker.ValidPushPattern(p) {
 			return store.Conversation{}, fmt.Errorf("%w: push pattern %q: use a ref name under refs/, where * stands for any characters, e.g. 'refs/heads/feature/*'", ErrInvalid, p)
@@ -68,9 +71,7 @@ func (m *Manager) SetGitGrantOptions(id, name string, opt store.GitGrantOptions)
 		return store.Conversation{}, err
 	}
 	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
-		if !containsString(c.Grants.Git, name) {
-			return fmt.Errorf("%w: conversation %s has no git grant %q", ErrNotFound, id, name)
-		}
+		c.Grants.Add(store.KindGit, name)
 		c.Grants.SetGitOptions(name, opt)
 		return nil
 	})
@@ -85,28 +86,26 @@ func containsString(l []string, s string) bool {
 	return false
 }
 
-// ParseGitHost reads `ohctl git-host set`'s [SCHEME://]HOST[:PORT] into
-// c.Host and c.Scheme, and checks c.Auth: https by default; http only for
-// a loopback host (a test server: the credential would cross the network
-// in the clear); auth basic (default) or bearer.
-func ParseGitHost(arg string, c *store.GitCredential) error {
-	host := arg
-	if scheme, rest, ok := strings.Cut(arg, "://"); ok {
-		scheme = strings.ToLower(scheme)
-		if scheme != "https" && scheme != "http" {
-			return fmt.Errorf("%w: git host %q: the scheme must be https or http", ErrInvalid, arg)
-		}
-		c.Scheme, host = scheme, strings.TrimSuffix(rest, "/")
+// ValidateGitHost checks and normalizes a git host's configuration
+// (`ohctl git-host set [SCHEME://]HOST[:PORT]`): the host lower-cased,
+// with an optional port; the scheme https (stored as "") or http, which
+// only a loopback host may use (a test server: the credential would cross
+// the network in the clear); auth basic (stored as "") or bearer.
+func ValidateGitHost(c *store.GitCredential) error {
+	c.Host = strings.ToLower(c.Host)
+	if err := ValidateGrant(store.KindGit, c.Host); err != nil || strings.Contains(c.Host, "/") {
+		return fmt.Errorf("%w: git host %q: use [https://]HOST[:PORT], e.g. github.com", ErrInvalid, c.Host)
 	}
-	host = strings.ToLower(host)
-	if err := ValidateGrant(store.KindGit, host); err != nil || strings.Contains(host, "/") {
-		return fmt.Errorf("%w: git host %q: use [https://]HOST[:PORT], e.g. github.com", ErrInvalid, arg)
-	}
-	if c.Scheme == "https" {
+	switch strings.ToLower(c.Scheme) {
+	case "", "https":
 		c.Scheme = ""
-	}
-	if c.Scheme == "http" && !loopbackHost(host) {
-		return fmt.Errorf("%w: git host %q: http:// is allowed for a loopback host only (the credential would cross the network in the clear); use https://", ErrInvalid, arg)
+	case "http":
+		if !loopbackHost(c.Host) {
+			return fmt.Errorf("%w: git host http://%s: http is allowed for a loopback host only (the credential would cross the network in the clear); use https://", ErrInvalid, c.Host)
+		}
+		c.Scheme = "http"
+	default:
+		return fmt.Errorf("%w: git host %s: the scheme must be https or http", ErrInvalid, c.Host)
 	}
 	switch strings.ToLower(c.Auth) {
 	case "", "basic":
@@ -114,9 +113,8 @@ func ParseGitHost(arg string, c *store.GitCredential) error {
 	case "bearer":
 		c.Auth = "bearer"
 	default:
-		return fmt.Errorf("%w: git host %s: --auth must be basic or bearer", ErrInvalid, host)
+		return fmt.Errorf("%w: git host %s: --auth must be basic or bearer", ErrInvalid, c.Host)
 	}
-	c.Host = host
 	return nil
 }
 
