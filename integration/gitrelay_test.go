@@ -171,3 +171,68 @@ func TestGitRelayBearerInsideAContainer(t *testing.T) {
 		t.Errorf("ohctl show does not say the grant's route:\n%s", show)
 	}
 }
+
+// TestGitRelayAttacksInsideAContainer: the agent, with git inside its
+// container, tries what the relay must refuse; each attempt fails, the
+// host's refs do not move, and the refusal is audited.
+func TestGitRelayAttacksInsideAContainer(t *testing.T) {
+	d := dockerDaemon(t)
+	srv := relayedRepo(t, d, "attack-"+fmt.Sprint(os.Getpid()), false)
+	bare := filepath.Join(srv.Root, "acme/widgets.git")
+	// other is a commit main does not contain: pushing main there is a
+	// force push.
+	otherTip := strings.TrimSpace(gitserver.Git(t, bare, "commit-tree", "main^{tree}", "-p", "main", "-m", "other"))
+	gitserver.Git(t, bare, "update-ref", "refs/heads/other", otherTip)
+	gitserver.Git(t, bare, "tag", "v1", "main")
+	srv.Repo(t, "secret/vault.git")
+	other := gitserver.Start(t, gitserver.Options{Username: "x", Token: "other"})
+	redirecting := gitserver.Start(t, gitserver.Options{RedirectTo: other.URL, Username: "x", Token: "y"})
+	if _, err := d.ohctlIn("redirect-token", "secret", "set", "gh2"); err != nil {
+		t.Fatal(err)
+	}
+	d.ohctl("git-host", "set", "http://"+redirecting.Host, "--secret", "gh2")
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree",
+		"--grant-git", srv.Host+"/acme", "--grant-git", redirecting.Host)
+	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+	remote := "http://" + srv.Host + "/acme/widgets.git"
+	relay := "http://127.0.0.1:8751/git/" + srv.Host
+	code, out := d.execIn(c.ID, "sh", "-c", "cd /tmp && git clone -q "+remote+" w && cd w && echo x > x && git add x && git -c user.name=a -c user.email=a@example.com commit -qm evil && echo ready")
+	if code != 0 || !strings.Contains(out, "ready") {
+		t.Fatalf("clone: %d %s", code, out)
+	}
+	refs := gitserver.Git(t, bare, "for-each-ref")
+	for _, tc := range []struct{ name, cmd, want string }{
+		{"push main", "git push origin HEAD:main", "(ohd: pushing refs/heads/main is not granted"},
+		{"delete", "git push origin :refs/heads/other", "(ohd: deleting refs/heads/other is never granted)"},
+		{"tag", "git push origin HEAD:refs/tags/v2", "(ohd: pushing refs/tags/v2 is not granted"},
+		{"move tag", "git push --force origin HEAD:refs/tags/v1", "(ohd: moving the existing tag refs/tags/v1 is never granted)"},
+		{"force push other", "git push --force origin HEAD~1:refs/heads/other", "(ohd: pushing refs/heads/other is not granted"},
+		{"atomic", "git push --atomic origin HEAD:refs/heads/openhands/a HEAD:main", "(ohd: atomic push refused: another ref in it is not granted)"},
+		{"outside the prefix", "git ls-remote http://" + srv.Host + "/secret/vault.git", "403"},
+		{"dot dot", "git ls-remote " + relay + "/acme/%2e%2e/secret/vault.git", "400"},
+		{"encoded slash", "git ls-remote " + relay + "/acme%2f..%2fsecret/vault.git", "400"},
+		{"redirect", "git ls-remote http://" + redirecting.Host + "/acme/widgets.git", "502"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := d.execIn(c.ID, "sh", "-c", "cd /tmp/w && "+tc.cmd+" 2>&1")
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Errorf("%s: %d\n%s\nwant %q", tc.cmd, code, out, tc.want)
+			}
+		})
+	}
+	if after := gitserver.Git(t, bare, "for-each-ref"); after != refs {
+		t.Errorf("refs moved on the host:\n%s\n->\n%s", refs, after)
+	}
+	for _, a := range other.Authorizations() {
+		if a != "" {
+			t.Error("the host a redirect pointed to got an Authorization header")
+		}
+	}
+	audit := d.ohctl("--json", "audit", c.ID, "--limit", "0")
+	for _, want := range []string{`"reason": "push_not_granted"`, `"reason": "not_granted"`, `"reason": "bad_path"`, `"reason": "redirect"`, "refused=refs/heads/other", "refused=refs/tags/v1"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("the audit lacks %s", want)
+		}
+	}
+}
