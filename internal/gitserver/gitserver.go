@@ -3,6 +3,7 @@ package gitserver
 import (
 	"crypto/subtle"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -42,11 +43,21 @@ type Server struct {
 // the test's cleanup stops it.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
+	s, err := New(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// New starts a server with repositories under root; Close stops it.
+func New(root string, opts Options) (*Server, error) {
 	git, err := exec.LookPath("git")
 	if err != nil {
-		t.Fatalf("gitserver: git not found: %v", err)
+		return nil, fmt.Errorf("gitserver: git not found: %w", err)
 	}
-	s := &Server{Root: t.TempDir(), opts: opts}
+	s := &Server{Root: root, opts: opts}
 	backend := &cgi.Handler{
 		Path: git,
 		Args: []string{"http-backend"},
@@ -78,9 +89,8 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 		backend.ServeHTTP(w, r)
 	}))
-	t.Cleanup(s.Close)
 	s.Host = strings.TrimPrefix(s.URL, "http://")
-	return s
+	return s, nil
 }
 
 func (s *Server) authorized(h string) bool {
@@ -106,28 +116,51 @@ func (s *Server) Authorizations() []string {
 // its directory.
 func (s *Server) Repo(t testing.TB, name string) string {
 	t.Helper()
-	dir := filepath.Join(s.Root, filepath.FromSlash(name))
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+	dir, err := s.NewRepo(name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	Git(t, "", "init", "-q", "--bare", "-b", "main", dir)
-	for _, kv := range [][2]string{{"http.receivepack", "true"}, {"uploadpack.allowFilter", "true"}, {"uploadpack.allowAnySHA1InWant", "true"}} {
-		Git(t, dir, "config", kv[0], kv[1])
-	}
 	return dir
+}
+
+// NewRepo is Repo returning its error.
+func (s *Server) NewRepo(name string) (string, error) {
+	dir := filepath.Join(s.Root, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", err
+	}
+	if _, err := Run("", "init", "-q", "--bare", "-b", "main", dir); err != nil {
+		return "", err
+	}
+	for _, kv := range [][2]string{{"http.receivepack", "true"}, {"uploadpack.allowFilter", "true"}, {"uploadpack.allowAnySHA1InWant", "true"}} {
+		if _, err := Run(dir, "config", kv[0], kv[1]); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // Git runs git in dir with no system or global configuration and fails
 // the test on error; it returns the output.
 func Git(t testing.TB, dir string, args ...string) string {
 	t.Helper()
+	out, err := Run(dir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Run runs git as Git does and returns its output, or an error holding
+// it.
+func Run(dir string, args ...string) (string, error) {
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0",
 		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+		return string(out), fmt.Errorf("git %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
