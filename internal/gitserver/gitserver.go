@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cgi"
 	"net/http/httptest"
@@ -87,6 +88,20 @@ func New(root string, opts Options) (*Server, error) {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
+		if r.ContentLength < 0 {
+			// Go's CGI handler refuses chunked bodies, which git sends
+			// for large pushes: spool the body so it has a length.
+			f, err := spool(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			defer os.Remove(f.Name())
+			defer f.Close()
+			st, _ := f.Stat()
+			r.Body, r.ContentLength, r.TransferEncoding = f, st.Size(), nil
+			r.Header.Set("Content-Length", fmt.Sprint(st.Size()))
+		}
 		backend.ServeHTTP(w, r)
 	}))
 	s.Host = strings.TrimPrefix(s.URL, "http://")
@@ -163,4 +178,22 @@ func Run(dir string, args ...string) (string, error) {
 		return string(out), fmt.Errorf("git %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out), nil
+}
+
+func spool(r io.Reader) (*os.File, error) {
+	f, err := os.CreateTemp("", "gitserver-body")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
 }

@@ -180,7 +180,14 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 			c.refusePush(w, r, rec, list, verdict)
 			return
 		}
-		body = io.MultiReader(strings.NewReader(string(raw)), body)
+		if len(list.Commands) == 0 {
+			// git's probe before a large push: the lone flush goes on,
+			// and nothing after it.
+			_, _ = io.Copy(io.Discard, body)
+			body, contentLength, encoding = strings.NewReader(string(raw)), int64(len(raw)), ""
+		} else {
+			body = io.MultiReader(strings.NewReader(string(raw)), body)
+		}
 	}
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
 	if err != nil {

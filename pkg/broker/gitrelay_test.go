@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net/http"
@@ -165,7 +166,13 @@ func TestGitRelayCloneFetchPush(t *testing.T) {
 	if cfg := gitserver.Git(t, filepath.Join(dir, "partial"), "config", "remote.origin.promisor"); strings.TrimSpace(cfg) != "true" {
 		t.Errorf("partial clone is not a promisor: %q", cfg)
 	}
-	if err := os.WriteFile(filepath.Join(work, "new.txt"), bytes.Repeat([]byte("x"), 200<<10), 0o644); err != nil {
+	// Over http.postBuffer (1 MiB) and incompressible: git probes with a
+	// lone flush first, then sends the pack chunked.
+	big := make([]byte, 3<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "new.bin"), big, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	gitserver.Git(t, work, "add", ".")

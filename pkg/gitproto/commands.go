@@ -54,8 +54,9 @@ var ErrPushCert = errors.New("git protocol: signed pushes (push-cert) are not su
 // ReadCommandList reads a receive-pack request's command list from r,
 // reading no byte beyond it, and returns it with the exact bytes read, so
 // that a caller can forward them followed by the rest of r (the pack).
-// More than max bytes is ErrTooLarge; a push certificate is ErrPushCert;
-// an empty list, a line that is not "old new ref", an object id that is
+// A lone flush (git's probe before a large push) is a list of no
+// commands. More than max bytes is ErrTooLarge; a push certificate is
+// ErrPushCert; a line that is not "old new ref", an object id that is
 // not 40 or 64 hex digits (one length for all), a ref name git itself
 // would refuse, or a delim or response-end pkt is an error wrapping
 // ErrSyntax; input that ends early is io.ErrUnexpectedEOF.
@@ -110,7 +111,12 @@ func ReadCommandList(r io.Reader, max int64) (*CommandList, []byte, error) {
 		l.Commands = append(l.Commands, c)
 	}
 	if len(l.Commands) == 0 {
-		return nil, nil, fmt.Errorf("%w: empty command list", ErrSyntax)
+		// git's probe before a large push (remote-curl's probe_rpc): a
+		// lone flush, after which receive-pack reads nothing more.
+		if len(l.Shallow) > 0 {
+			return nil, nil, fmt.Errorf("%w: shallow lines without commands", ErrSyntax)
+		}
+		return l, rec.buf.Bytes(), nil
 	}
 	if l.Has("push-options") {
 		for {

@@ -92,15 +92,15 @@ func TestReadCommandList(t *testing.T) {
 
 func TestReadCommandListRefuses(t *testing.T) {
 	cases := map[string][]byte{
-		"empty":      pkts(""),
-		"two fields": pkts(zero+" refs/heads/x", ""),
-		"bad id":     pkts("xyz "+idB+" refs/heads/x", ""),
-		"dotdot":     pkts(zero+" "+idB+" refs/heads/openhands/../../main", ""),
-		"no refs/":   pkts(zero+" "+idB+" HEAD", ""),
-		"lock":       pkts(zero+" "+idB+" refs/heads/a.lock", ""),
-		"nul later":  pkts(zero+" "+idB+" refs/heads/a\x00x", zero+" "+idB+" refs/heads/b\x00y", ""),
-		"delim":      append(pkts(zero+" "+idB+" refs/heads/a"), "0001"...),
-		"id lengths": pkts(zero+" "+idB+" refs/heads/a", strings.Repeat("1", 64)+" "+strings.Repeat("2", 64)+" refs/heads/b", ""),
+		"shallow only": pkts("shallow "+idA, ""),
+		"two fields":   pkts(zero+" refs/heads/x", ""),
+		"bad id":       pkts("xyz "+idB+" refs/heads/x", ""),
+		"dotdot":       pkts(zero+" "+idB+" refs/heads/openhands/../../main", ""),
+		"no refs/":     pkts(zero+" "+idB+" HEAD", ""),
+		"lock":         pkts(zero+" "+idB+" refs/heads/a.lock", ""),
+		"nul later":    pkts(zero+" "+idB+" refs/heads/a\x00x", zero+" "+idB+" refs/heads/b\x00y", ""),
+		"delim":        append(pkts(zero+" "+idB+" refs/heads/a"), "0001"...),
+		"id lengths":   pkts(zero+" "+idB+" refs/heads/a", strings.Repeat("1", 64)+" "+strings.Repeat("2", 64)+" refs/heads/b", ""),
 	}
 	for name, in := range cases {
 		if _, _, err := ReadCommandList(bytes.NewReader(in), 1<<20); !errors.Is(err, ErrSyntax) {
@@ -119,6 +119,13 @@ func TestReadCommandListRefuses(t *testing.T) {
 	}
 	if _, _, err := ReadCommandList(bytes.NewReader(big), 64<<10); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("oversized: %v", err)
+	}
+}
+
+func TestReadCommandListProbe(t *testing.T) {
+	l, raw, err := ReadCommandList(strings.NewReader("0000"), 1<<20)
+	if err != nil || len(l.Commands) != 0 || string(raw) != "0000" {
+		t.Fatalf("probe: %v %v %q", l, err, raw)
 	}
 }
 
@@ -183,8 +190,8 @@ func FuzzReadCommandList(f *testing.F) {
 		if !bytes.HasPrefix(in, raw) {
 			t.Fatal("raw is not a prefix of the input")
 		}
-		if len(l.Commands) == 0 {
-			t.Fatal("an empty list parsed")
+		if len(l.Commands) == 0 && (len(raw) != 4 || len(l.Caps) != 0) {
+			t.Fatalf("an empty list that is not a lone flush parsed: %q", raw)
 		}
 		for _, c := range l.Commands {
 			if !ValidRefName(c.Ref) || strings.Contains(c.Ref, "..") {
