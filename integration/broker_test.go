@@ -109,6 +109,9 @@ func TestGitCredentialsInsideAContainer(t *testing.T) {
 	// The credential-helper route (a relayed grant hands out no password:
 	// TestGitRelayInsideAContainer).
 	d.ohctl("grant", c.ID, "git", "github.com/my-org", "--git-relay=false")
+	if show := d.ohctl("show", c.ID); !strings.Contains(show, "github.com/my-org (credential helper: the token enters the container)") {
+		t.Errorf("ohctl show does not name the credential-helper route:\n%s", show)
+	}
 	fill := func(url string) (int, string) {
 		return d.execIn(c.ID, "sh", "-c", "printf 'url="+url+"\\n\\n' | GIT_TERMINAL_PROMPT=0 git -C "+c.Worktree+" credential fill")
 	}

@@ -33,6 +33,14 @@ const DefaultPushPattern = "refs/heads/openhands/*"
 // push, before the pack): 1 MiB holds about 8000 ref updates.
 const MaxCommandList = 1 << 20
 
+// GitStreamBuffer is the size of the reads with which the broker and the
+// relay copy git's answers: packs are large, and each write is a chunk.
+const GitStreamBuffer = 256 << 10
+
+// maxRefusedPushDrain bounds what the broker reads (and discards) of a
+// refused push's pack before it answers.
+const maxRefusedPushDrain = 4 << 30
+
 const routeGitProxyPattern = "ANY /v1/git/{host}/{path...}"
 
 var (
@@ -165,7 +173,6 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 		}
 		list, raw, err := gitproto.ReadCommandList(body, MaxCommandList)
 		if err != nil {
-			rec.Reason = "push_command_list"
 			switch {
 			case errors.Is(err, gitproto.ErrTooLarge):
 				c.refuse(w, rec, &refusal{http.StatusRequestEntityTooLarge, CodeTooLarge, "the push's command list is over ohd's limit of 1 MiB: push fewer refs at once", "push_too_large", 0})
@@ -183,7 +190,7 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 		if len(list.Commands) == 0 {
 			// git's probe before a large push: the lone flush goes on,
 			// and nothing after it.
-			_, _ = io.Copy(io.Discard, body)
+			_, _ = io.CopyN(io.Discard, body, maxRefusedPushDrain)
 			body, contentLength, encoding = strings.NewReader(string(raw)), int64(len(raw)), ""
 		} else {
 			body = io.MultiReader(strings.NewReader(string(raw)), body)
@@ -257,15 +264,22 @@ func (c *conversation) stream(w http.ResponseWriter, r *http.Request, rec *Audit
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	red := newRedactor(masked...)
+	red.buf = make([]byte, len(red.buf)-redactBufSize+GitStreamBuffer)
 	for {
-		n, rerr := resp.Body.Read(red.space())
+		space := red.space()
+		n, rerr := resp.Body.Read(space)
 		if n > 0 {
 			if chunk := red.advance(n); len(chunk) > 0 {
 				if _, werr := w.Write(chunk); werr != nil {
 					rec.Reason = "client_gone"
 					break
 				}
-				_ = rc.Flush()
+				// A read that filled the buffer has more behind it: flush
+				// when the host pauses (a short read), as for progress
+				// lines, not after every read of a pack.
+				if n < len(space) {
+					_ = rc.Flush()
+				}
 			}
 		}
 		if rerr != nil {
@@ -357,7 +371,9 @@ func (c *conversation) pushVerdict(conv *Conversation, matches []string, l *gitp
 // reading (and discarding) the rest of the request, so the client reads
 // the answer instead of a broken pipe.
 func (c *conversation) refusePush(w http.ResponseWriter, r *http.Request, rec *AuditRecord, l *gitproto.CommandList, v pushVerdict) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	// Bounded: a client that keeps sending is cut off (the answer may
+	// then not reach it; nothing reached the host either way).
+	_, _ = io.CopyN(io.Discard, r.Body, maxRefusedPushDrain)
 	rec.Allowed, rec.Status, rec.Code, rec.Reason = false, http.StatusOK, CodeNotGranted, "push_not_granted"
 	c.b.opts.Backend.Audit(*rec)
 	h := w.Header()

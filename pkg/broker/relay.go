@@ -150,14 +150,22 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
+	// git's packs come in large reads, flushed when the stream pauses (a
+	// short read); anything else is flushed after every read.
+	bulk := strings.HasPrefix(p, "/v1/git/")
 	buf := make([]byte, 32<<10)
+	if bulk {
+		buf = make([]byte, GitStreamBuffer)
+	}
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}
-			_ = rc.Flush()
+			if !bulk || n < len(buf) {
+				_ = rc.Flush()
+			}
 		}
 		if rerr != nil {
 			if !errors.Is(rerr, io.EOF) {
