@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -490,4 +491,69 @@ func TestGitCredentialRelayedHostNoPassword(t *testing.T) {
 	if got := get(); !strings.Contains(got, "password="+gitToken) {
 		t.Errorf("helper grant: git-credential get answered without the password")
 	}
+}
+
+func gzipped(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestGitRelayGzipBodies: a gzip push body is decoded before the policy
+// reads it (a push to main hidden in gzip is refused), and a gzip
+// upload-pack request passes to the host as git sent it.
+func TestGitRelayGzipBodies(t *testing.T) {
+	g := newGitRelay(t, gitserver.Options{})
+	g.seed(t, "acme/widgets.git")
+	bare := filepath.Join(g.srv.Root, "acme/widgets.git")
+	main := strings.TrimSpace(gitserver.Git(t, bare, "rev-parse", "main"))
+	first := strings.TrimSpace(gitserver.Git(t, bare, "rev-parse", "main~1"))
+
+	var push []byte
+	push = gitproto.AppendString(push, main+" "+first+" refs/heads/main\x00report-status")
+	push = gitproto.AppendFlush(push)
+	req, _ := http.NewRequest(http.MethodPost, g.relay+"/git/"+g.srv.Host+"/acme/widgets.git/git-receive-pack", bytes.NewReader(gzipped(t, push)))
+	req.Header.Set("Content-Type", "application/x-git-receive-pack-request")
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(ans, []byte("ng refs/heads/main ohd: pushing refs/heads/main is not granted")) {
+		t.Fatalf("gzip push to main: %d %q", resp.StatusCode, ans)
+	}
+
+	var fetch []byte
+	fetch = gitproto.AppendString(fetch, "want "+main+" ofs-delta\n")
+	fetch = gitproto.AppendFlush(fetch)
+	fetch = gitproto.AppendString(fetch, "done\n")
+	req, _ = http.NewRequest(http.MethodPost, g.relay+"/git/"+g.srv.Host+"/acme/widgets.git/git-upload-pack", bytes.NewReader(gzipped(t, fetch)))
+	req.Header.Set("Content-Type", "application/x-git-upload-pack-request")
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(ans, []byte("PACK")) {
+		t.Fatalf("gzip upload-pack: %d %q", resp.StatusCode, truncate(ans))
+	}
+	g.checkAuthorizations(t)
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 200 {
+		return b[:200]
+	}
+	return b
 }

@@ -55,6 +55,29 @@ func (m *Manager) gitRelayConfig(g store.Grants) [][2]string {
 	return out
 }
 
+// validateGitOptions checks that git options name git grants of g and
+// hold valid push patterns.
+func validateGitOptions(g store.Grants) error {
+	for name, opt := range g.GitOptions {
+		if !containsString(g.Git, name) {
+			return fmt.Errorf("%w: git_options names %q, which is not a git grant", ErrInvalid, name)
+		}
+		if err := validatePushPatterns(opt.Push); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validatePushPatterns(l []string) error {
+	for _, p := range l {
+		if !broker.ValidPushPattern(p) {
+			return fmt.Errorf("%w: push pattern %q: use a ref name under refs/, where * stands for any characters, e.g. 'refs/heads/feature/*'", ErrInvalid, p)
+		}
+	}
+	return nil
+}
+
 // GrantGit adds (or keeps) the git grant name of a live conversation and
 // sets its options: its push patterns, and whether it is served through
 // the credential helper instead of the relay.
@@ -62,10 +85,8 @@ func (m *Manager) GrantGit(id, name string, opt store.GitGrantOptions) (store.Co
 	if err := ValidateGrant(store.KindGit, name); err != nil {
 		return store.Conversation{}, err
 	}
-	for _, p := range opt.Push {
-		if !broker.ValidPushPattern(p) {
-			return store.Conversation{}, fmt.Errorf("%w: push pattern %q: use a ref name under refs/, where * stands for any characters, e.g. 'refs/heads/feature/*'", ErrInvalid, p)
-		}
+	if err := validatePushPatterns(opt.Push); err != nil {
+		return store.Conversation{}, err
 	}
 	if _, err := m.liveConversation(id); err != nil {
 		return store.Conversation{}, err

@@ -36,3 +36,19 @@ func TestValidateGitHost(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateGrantsGitOptions(t *testing.T) {
+	ok := store.Grants{Git: []string{"github.com/acme"}, GitOptions: map[string]store.GitGrantOptions{"github.com/acme": {Push: []string{"refs/heads/feature/*"}}}}
+	if err := ValidateGrants(ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []store.Grants{
+		{Git: []string{"github.com/acme"}, GitOptions: map[string]store.GitGrantOptions{"github.com": {Helper: true}}},
+		{Git: []string{"github.com"}, GitOptions: map[string]store.GitGrantOptions{"github.com": {Push: []string{"main"}}}},
+		{Git: []string{"github.com"}, GitOptions: map[string]store.GitGrantOptions{"github.com": {Push: []string{"refs/heads/../x"}}}},
+	} {
+		if err := ValidateGrants(g); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", g, err)
+		}
+	}
+}

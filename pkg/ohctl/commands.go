@@ -518,9 +518,16 @@ func (s *state) gitHostCmd() *cli.Command {
 					if s.json {
 						return printJSON(s.env.Stdout, nonNil(l))
 					}
-					t := newTable(s.env.Stdout, "HOST", "USERNAME", "SECRET")
+					t := newTable(s.env.Stdout, "HOST", "USERNAME", "SECRET", "AUTH")
 					for _, g := range l {
-						t.row(g.Host, g.Username, g.Secret)
+						host, auth := g.Host, "basic"
+						if g.Scheme != "" {
+							host = g.Scheme + "://" + host
+						}
+						if g.Auth != "" {
+							auth = g.Auth
+						}
+						t.row(host, g.Username, g.Secret, auth)
 					}
 					return t.flush()
 				},
