@@ -212,12 +212,15 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 	}
 	// Answers unencoded, so the credential can be masked in them.
 	out.Header.Set("Accept-Encoding", "identity")
+	// The token is masked in answers as sent and as Basic carries it.
+	masked := [][]byte{cred.Password}
 	if cred.Bearer {
 		out.Header.Set("Authorization", "Bearer "+string(cred.Password))
 	} else {
-		out.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(cred.Username+":"+string(cred.Password))))
+		basic := base64.StdEncoding.EncodeToString([]byte(cred.Username + ":" + string(cred.Password)))
+		out.Header.Set("Authorization", "Basic "+basic)
+		masked = append(masked, []byte(basic))
 	}
-	masked := [][]byte{cred.Password}
 	resp, err := c.b.hc.Do(out)
 	if err != nil {
 		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
