@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -556,4 +557,29 @@ func truncate(b []byte) []byte {
 		return b[:200]
 	}
 	return b
+}
+
+// TestGitRelayMasksEchoedToken: a host that echoes the credential (as
+// sent, or the Basic form of it) in its answer's headers and body gets it
+// masked before git sees it.
+func TestGitRelayMasksEchoedToken(t *testing.T) {
+	e := newEnv(t)
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		fmt.Fprintf(w, "auth=%s token=%s", r.Header.Get("Authorization"), gitToken)
+	}))
+	t.Cleanup(echo.Close)
+	host := strings.TrimPrefix(echo.URL, "http://")
+	e.be.SetGitCredential(host, broker.GitCredential{Username: "x-access-token", Password: []byte(gitToken), Scheme: "http"})
+	ep := e.open(broker.Conversation{ID: "conv-e", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: broker.Grants{Git: []string{host}}})
+	resp, body := e.request(ep.Socket, http.MethodGet, "/v1/git/"+host+"/r.git/info/refs?service=git-upload-pack", authed(e.token("conv-e", 1)), nil)
+	all := fmt.Sprint(resp.Header) + string(body)
+	e.watch(all)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "token=****") {
+		t.Fatalf("echo: %d %q", resp.StatusCode, body)
+	}
+	if strings.Contains(all, gitToken) || strings.Contains(all, base64.StdEncoding.EncodeToString([]byte("x-access-token:"+gitToken))) {
+		t.Errorf("the token came back: %s", all)
+	}
 }
