@@ -95,8 +95,8 @@ func TestBrokerThroughTheDaemon(t *testing.T) {
 
 // TestGitCredentialsInsideAContainer: real git in a conversation's
 // container, with ohd's credential helper (the static ohctl mounted at
-// /run/ohd/bin/ohctl), gets the password for a granted host and nothing
-// for another.
+// /run/ohd/bin/ohctl), gets the password for a host granted with
+// --git-relay=false and nothing for another.
 func TestGitCredentialsInsideAContainer(t *testing.T) {
 	d := dockerDaemon(t)
 	if _, err := d.ohctlIn("ghp-very-secret-token", "secret", "set", "gh"); err != nil {
@@ -106,6 +106,12 @@ func TestGitCredentialsInsideAContainer(t *testing.T) {
 	d.ohctl("git-host", "set", "gitlab.com", "--secret", "gh")
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree", "--grant-git", "github.com/my-org")
+	// The credential-helper route (a relayed grant hands out no password:
+	// TestGitRelayInsideAContainer).
+	d.ohctl("grant", c.ID, "git", "github.com/my-org", "--git-relay=false")
+	if show := d.ohctl("show", c.ID); !strings.Contains(show, "github.com/my-org (credential helper: the token enters the container)") {
+		t.Errorf("ohctl show does not name the credential-helper route:\n%s", show)
+	}
 	fill := func(url string) (int, string) {
 		return d.execIn(c.ID, "sh", "-c", "printf 'url="+url+"\\n\\n' | GIT_TERMINAL_PROMPT=0 git -C "+c.Worktree+" credential fill")
 	}

@@ -40,7 +40,7 @@ func TestGitCredentialsNeverRestInTheContainer(t *testing.T) {
 		{"repository store", "git config credential.helper store"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d.ohctl("grant", c.ID, "git", "github.com")
+			d.ohctl("grant", c.ID, "git", "github.com", "--git-relay=false")
 			// Each case starts clean: no helper configured, no stored file.
 			const reset = ": > $HOME/.git-credentials; git config --global --unset-all credential.helper; "
 			script := "cd " + c.Worktree + " && " + reset + tc.configure + " && " + fillApprove

@@ -156,6 +156,9 @@ func TestSecretHygiene(t *testing.T) {
 	for _, g := range [][2]string{{"secret", "api"}, {"git", "git.example.com"}, {"llm", "prov"}, {"oauth", "gh"}, {"oauth", "gh-bad"}} {
 		d.ohctl("grant", id, g[0], g[1])
 	}
+	// The credential-helper route hands the token to git; the relay's
+	// route (the default) is TestGitRelayInsideAContainer's.
+	d.ohctl("grant", id, "git", "git.example.com", "--git-relay=false")
 	c := d.record(id)
 	cl := newBrokerClient(c)
 	defer cl.Close()

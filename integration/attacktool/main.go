@@ -100,6 +100,8 @@ func main() {
 				return nil
 			}))
 		}
+	case "findstr":
+		fail(findstr(rest))
 	default:
 		fail(fmt.Errorf("unknown utility"))
 	}

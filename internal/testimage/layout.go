@@ -248,7 +248,8 @@ func hostLayout(ctx context.Context) (*layout, error) {
 	if dir := filepath.Dir(git); !slices.Contains(l.path, dir) {
 		l.path = append(l.path, dir)
 	}
-	if err := l.gitExecPath(ctx, git); err != nil {
+	execDir, err := l.gitExecPath(ctx, git)
+	if err != nil {
 		return nil, err
 	}
 	for _, d := range templateDirs {
@@ -263,6 +264,18 @@ func hostLayout(ctx context.Context) (*layout, error) {
 		return nil, fmt.Errorf("testimage: the image needs a /bin/sh for git's helpers: %w", err)
 	}
 	progs := []string{git, "/bin/sh"}
+	// git's smart-HTTP helper (and its libcurl), for the git relay's
+	// tests: git inside clones over http from 127.0.0.1:8751.
+	for _, name := range remoteHelpers {
+		p := filepath.Join(execDir, name)
+		if st, err := os.Lstat(p); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		if err := l.host(p); err != nil {
+			return nil, err
+		}
+		progs = append(progs, p)
+	}
 	// stty and tty let tests see, from inside, the terminal ohctl exec -t
 	// gives a command; the image does without them where the host has none.
 	for _, name := range terminalTools {
@@ -292,32 +305,38 @@ func hostLayout(ctx context.Context) (*layout, error) {
 	return l, nil
 }
 
+// remoteHelpers are the programs of git's exec-path the image keeps
+// besides git itself: the smart-HTTP transport (with the libraries it
+// needs), which the git relay's tests use inside a container.
+var remoteHelpers = []string{"git-remote-http", "git-remote-https"}
+
 // gitExecPath copies git's exec-path directory (git --exec-path), keeping
 // only what works in the image: entries that are git itself (as symlinks
 // to it), shell scripts and libraries, and symlinks to kept entries. Other
-// programs (git-remote-http, git-daemon, perl scripts) would drag in
-// libraries or interpreters the tests do not need.
-func (l *layout) gitExecPath(ctx context.Context, git string) error {
+// programs (git-daemon, perl scripts) would drag in libraries or
+// interpreters the tests do not need; the caller adds remoteHelpers. It
+// returns the directory.
+func (l *layout) gitExecPath(ctx context.Context, git string) (string, error) {
 	cmd := exec.CommandContext(ctx, git, "--exec-path")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("testimage: %s --exec-path: %w", git, err)
+		return "", fmt.Errorf("testimage: %s --exec-path: %w", git, err)
 	}
 	dir := strings.TrimSpace(string(out))
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("testimage: %s --exec-path = %q, want an absolute path", git, dir)
+		return "", fmt.Errorf("testimage: %s --exec-path = %q, want an absolute path", git, dir)
 	}
 	if err := l.host(dir); err != nil {
-		return err
+		return "", err
 	}
 	dirents, err := os.ReadDir(dir)
 	if err != nil {
-		return fmt.Errorf("testimage: %w", err)
+		return "", fmt.Errorf("testimage: %w", err)
 	}
 	gitSum, err := fileSum(git)
 	if err != nil {
-		return err
+		return "", err
 	}
 	kept := map[string]bool{}
 	var links []fs.DirEntry
@@ -329,19 +348,19 @@ func (l *layout) gitExecPath(ctx context.Context, git string) error {
 		case d.Type().IsRegular():
 			keep, asGit, err := classifyHelper(p, gitSum)
 			if err != nil {
-				return err
+				return "", err
 			}
 			switch {
 			case asGit:
 				if p != git {
 					if err := l.add(&entry{Path: p, Kind: kindSymlink, Mode: 0o777, Link: git}); err != nil {
-						return err
+						return "", err
 					}
 				}
 				kept[d.Name()] = true
 			case keep:
 				if err := l.host(p); err != nil {
-					return err
+					return "", err
 				}
 				kept[d.Name()] = true
 			}
@@ -357,18 +376,18 @@ func (l *layout) gitExecPath(ctx context.Context, git string) error {
 			p := filepath.Join(dir, d.Name())
 			target, err := os.Readlink(p)
 			if err != nil {
-				return fmt.Errorf("testimage: %w", err)
+				return "", fmt.Errorf("testimage: %w", err)
 			}
 			if !strings.Contains(target, "/") && kept[target] {
 				if err := l.add(&entry{Path: p, Kind: kindSymlink, Mode: 0o777, Link: target}); err != nil {
-					return err
+					return "", err
 				}
 				kept[d.Name()] = true
 				changed = true
 			}
 		}
 	}
-	return nil
+	return dir, nil
 }
 
 // classifyHelper says whether the exec-path file p is git itself (same

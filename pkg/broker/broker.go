@@ -152,6 +152,9 @@ type Grants struct {
 	LLM     []string `json:"llm"`
 	OAuth   []string `json:"oauth"`
 	MCP     []string `json:"mcp"`
+	// GitOptions are the options of Git entries that have any, by entry
+	// (see GitOptions).
+	GitOptions map[string]GitOptions `json:"-"`
 }
 
 // Conversation is what the broker needs to know about a conversation.
@@ -169,6 +172,12 @@ type Conversation struct {
 type GitCredential struct {
 	Username string
 	Password []byte
+	// Scheme is how the git relay reaches the host: "https" (also for
+	// "") or "http".
+	Scheme string
+	// Bearer sends Password as "Authorization: Bearer"; otherwise the
+	// relay sends Basic with Username and Password.
+	Bearer bool
 }
 
 // LLMProfile is an LLM provider and the key to reach it.
@@ -229,6 +238,9 @@ type AuditRecord struct {
 	// "peer_uid", "rate", "in_flight"); "" if allowed. The caller is told
 	// less (see doc.go).
 	Reason string
+	// Detail adds names the record is about, e.g. a push's refs asked,
+	// allowed and refused; never a value.
+	Detail string
 }
 
 // Backend is what the broker needs from ohd: the daemon implements it on

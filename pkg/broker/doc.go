@@ -103,6 +103,7 @@
 //	ANY  /v1/llm/{profile}/proxy/{path}  forwarded to the profile's base URL + path, the key injected
 //	GET  /v1/oauth/{server}/token        {"access_token","expires_at","token_type"} (expires_at omitted if unknown)
 //	ANY  /v1/mcp/{server}/proxy          forwarded to exactly the MCP server's URL (query joined), its headers injected
+//	ANY  /v1/git/{host}/{path...}        git smart-HTTP forwarded to the granted host, the credential injected (gitrelay.go)
 //
 // Git credentials. The request body is parsed strictly
 // ([ParseGitCredential]): NUL or CR anywhere, a line without "=", a bad
@@ -116,6 +117,35 @@
 // grants only match when git sends the path: set credential.useHttpPath=
 // true in the container. store and erase change nothing: operators own
 // credentials, on the host.
+//
+// Git without the token inside (DESIGN §5, gitrelay.go). Inside the
+// container git's URLs for a granted host are rewritten to the relay
+// (ANY /git/{host}/{path...}, see [GitRelayConfig]), which forwards to
+// /v1/git/{host}/{path...}. The broker accepts only git's smart-HTTP
+// endpoints (GET .../info/refs?service=git-upload-pack|git-receive-pack,
+// POST .../git-upload-pack, POST .../git-receive-pack), paths without
+// ".", "..", empty or percent-encoded segments, under a granted host or
+// path prefix; it forwards to the host's scheme (https unless configured
+// http for a loopback test server) with "Authorization: Basic" of the
+// host's username and token (or "Bearer <token>", [GitCredential].Bearer),
+// the caller's Authorization dropped, streaming both ways (no body limit:
+// nothing is buffered), the token masked in answers. A 3xx answer is
+// refused with 502 reason "redirect" (never followed, so the credential
+// reaches the granted host only); a 401 with 502 "upstream_unauthorized"
+// (passed on, git would ask its credential helper for the relay's
+// address). Before a push's pack is forwarded, its command list is read
+// ([gitproto.ReadCommandList], at most [MaxCommandList] bytes, 413
+// beyond; a gzip body is decoded first) and the push policy applied:
+// deleting a ref and moving an existing tag are never allowed; creating
+// or updating a ref needs [DefaultPushPattern] or one of the matching
+// grants' [GitOptions].Push patterns. A push with any refused ref is
+// refused whole, answered 200 with git's report-status (side-band when
+// negotiated): "ng <ref> <reason>" for every ref, so git prints
+// "! [remote rejected] ..."; the audit record has reason
+// "push_not_granted" and Detail naming the refs asked, allowed and
+// refused. git-credential get answers no password for a host whose
+// matching grants are all relayed; [GitOptions].Helper grants
+// (--git-relay=false) get it as before.
 //
 // The LLM proxy drops the caller's Authorization, X-Api-Key, Api-Key,
 // X-Goog-Api-Key, Cookie and the profile's own header, hop-by-hop headers
@@ -186,9 +216,12 @@
 //   - The proxy masks exact occurrences of the key. A provider that sends
 //     the key transformed (base64, JSON-escaped, split by encoding) is not
 //     caught; Content-Encoding is refused for that reason.
-//   - git credential get hands the password to the container: that is what
-//     git needs. Grant hosts (and path prefixes) narrowly; prefer tokens
-//     scoped to what the conversation needs.
+//   - git credential get hands the password to the container for grants
+//     served through the credential helper (--git-relay=false): that is
+//     what git needs then. Grant hosts (and path prefixes) narrowly; prefer
+//     tokens scoped to what the conversation needs.
+//   - The push policy sees ref names and old and new ids, not history: a
+//     force push to an allowed branch is allowed.
 //   - A socket path is at most 107 bytes: keep RuntimeDir short.
 //   - An ohd that does not run as root can only serve conversations of
 //     its own uid (it cannot chown to another).

@@ -337,6 +337,13 @@ func (c *conversation) gitCredential(w http.ResponseWriter, r *http.Request, rec
 		c.okType(w, rec, hvText, nil)
 		return
 	}
+	if !helperGrant(conv.Grants, req) {
+		// The host is served through the relay, which injects the
+		// credential: git inside never gets it (DESIGN §5).
+		rec.Detail = "relay: no password handed out"
+		c.okType(w, rec, hvText, nil)
+		return
+	}
 	cred, err := c.b.opts.Backend.GitCredential(r.Context(), req.Host)
 	if err != nil {
 		c.backendFailed(w, rec, err, KindGit, req.gitName())
@@ -361,4 +368,15 @@ func (c *conversation) gitCredential(w http.ResponseWriter, r *http.Request, rec
 	out = append(out, cred.Password...)
 	out = append(out, '\n')
 	c.okType(w, rec, hvText, out)
+}
+
+// helperGrant reports whether one of the grants that let req through is
+// served through the credential helper (--git-relay=false).
+func helperGrant(g Grants, req GitRequest) bool {
+	for _, name := range gitMatches(g.Git, req) {
+		if g.GitOptions[name].Helper {
+			return true
+		}
+	}
+	return false
 }

@@ -25,7 +25,7 @@ func gitEnv(t *testing.T) (*env, broker.Endpoint) {
 	e := newEnv(t)
 	ep := e.open(broker.Conversation{
 		ID: "conv-g", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
-		Grants: broker.Grants{Git: []string{"git.example.com", "code.example.org/acme"}},
+		Grants: broker.Grants{Git: []string{"git.example.com", "code.example.org/acme"}, GitOptions: helperOpts("git.example.com", "code.example.org/acme")},
 	})
 	e.be.SetGitCredential("git.example.com", broker.GitCredential{Username: "bot", Password: []byte("pw-" + marker + "-1")})
 	e.be.SetGitCredential("code.example.org", broker.GitCredential{Username: "acme-bot", Password: []byte("pw-" + marker + "-2")})
@@ -278,7 +278,7 @@ func TestStaticHelperInChroot(t *testing.T) {
 	}
 	e := newEnv(t, func(o *broker.Options) { o.RuntimeDir = filepath.Join(root, "r") })
 	uid := testenv.UnprivilegedUID
-	e.open(broker.Conversation{ID: "conv-s", UID: uid, GID: uid, Epoch: 1, Grants: broker.Grants{Git: []string{"git.example.com"}}})
+	e.open(broker.Conversation{ID: "conv-s", UID: uid, GID: uid, Epoch: 1, Grants: broker.Grants{Git: []string{"git.example.com"}, GitOptions: helperOpts("git.example.com")}})
 	e.be.SetGitCredential("git.example.com", broker.GitCredential{Username: "bot", Password: []byte("pw-" + marker)})
 	if err := os.Chmod(filepath.Join(root, "r"), 0o711); err != nil {
 		t.Fatal(err)
@@ -320,7 +320,7 @@ func TestStaticHelperInChroot(t *testing.T) {
 func TestGitCredentialStoredNewline(t *testing.T) {
 	e := newEnv(t)
 	ep := e.open(broker.Conversation{ID: "conv-n", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
-		Grants: broker.Grants{Git: []string{"git.example.com"}}})
+		Grants: broker.Grants{Git: []string{"git.example.com"}, GitOptions: helperOpts("git.example.com")}})
 	e.be.SetGitCredential("git.example.com", broker.GitCredential{Username: "bot", Password: []byte("pw-" + marker + "\nhost=evil.example")})
 	resp, body := e.request(ep.Socket, http.MethodPost, "/v1/git-credential?action=get", authed(e.token("conv-n", 1)),
 		strings.NewReader("protocol=https\nhost=git.example.com\n"))

@@ -27,6 +27,7 @@ const (
 	routeLLMProxy
 	routeOAuth
 	routeMCPProxy
+	routeGitProxy
 )
 
 // Per route: the pattern audit records carry, the grant kind, and the
@@ -42,6 +43,7 @@ var (
 		routeLLMProxy: "ANY /v1/llm/{profile}/proxy/{path...}",
 		routeOAuth:    "GET /v1/oauth/{server}/token",
 		routeMCPProxy: "ANY /v1/mcp/{server}/proxy",
+		routeGitProxy: routeGitProxyPattern,
 	}
 	routeKinds = [...]string{
 		routeSecret:   KindSecret,
@@ -50,6 +52,7 @@ var (
 		routeLLMProxy: KindLLM,
 		routeOAuth:    KindOAuth,
 		routeMCPProxy: KindMCP,
+		routeGitProxy: KindGit,
 	}
 	routeMethods = [...]string{
 		routeWhoami:   http.MethodGet,
@@ -58,7 +61,7 @@ var (
 		routeGit:      http.MethodPost,
 		routeLLM:      http.MethodGet,
 		routeOAuth:    http.MethodGet,
-		routeLLMProxy: "", routeMCPProxy: "", // any method
+		routeLLMProxy: "", routeMCPProxy: "", routeGitProxy: "", // any method
 	}
 )
 
@@ -110,6 +113,10 @@ func classify(path string) (routeID, string) {
 			return routeMCPProxy, name
 		}
 		return routeNone, ""
+	}
+	if q, ok := strings.CutPrefix(p, "git/"); ok {
+		host, _, _ := strings.Cut(q, "/")
+		return routeGitProxy, host
 	}
 	if q, ok := strings.CutPrefix(p, "oauth/"); ok {
 		name, ok := strings.CutSuffix(q, "/token")
@@ -206,6 +213,8 @@ func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.oauthToken(w, r, &rec, &conv, name)
 	case routeMCPProxy:
 		c.mcpProxy(w, r, &rec, &conv, name)
+	case routeGitProxy:
+		c.gitProxy(w, r, &rec, &conv)
 	}
 }
 

@@ -294,3 +294,13 @@ func copyTestBinary(t *testing.T, dir string) string {
 	}
 	return out
 }
+
+// helperOpts marks git grants as served through the credential helper
+// (--git-relay=false), for the tests of that route.
+func helperOpts(names ...string) map[string]broker.GitOptions {
+	m := map[string]broker.GitOptions{}
+	for _, n := range names {
+		m[n] = broker.GitOptions{Helper: true}
+	}
+	return m
+}

@@ -50,6 +50,7 @@ var routeBudgets = [...]int{
 	routeLLMProxy: budgetLLM,
 	routeOAuth:    budgetOAuth,
 	routeMCPProxy: budgetMCP,
+	routeGitProxy: budgetGit,
 }
 
 func clamp32(n int) int32 { return int32(min(n, math.MaxInt32)) }

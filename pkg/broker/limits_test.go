@@ -303,7 +303,7 @@ func TestOneBudgetCannotStarveAnother(t *testing.T) {
 	e.be.SetSecret("s", []byte("v-"+marker))
 	e.be.SetMCPServer(broker.MCPServer{Name: "m", URL: provider.URL + "/mcp"})
 	conv := broker.Conversation{ID: "conv-1", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
-		Grants: broker.Grants{LLM: []string{"p"}, OAuth: []string{"hung"}, Git: []string{"git.example.com"}, Secrets: []string{"s"}, MCP: []string{"m"}}}
+		Grants: broker.Grants{LLM: []string{"p"}, OAuth: []string{"hung"}, Git: []string{"git.example.com"}, Secrets: []string{"s"}, MCP: []string{"m"}, GitOptions: helperOpts("git.example.com")}}
 	ep := e.open(conv)
 	cl := e.client(ep)
 

@@ -21,6 +21,7 @@ import (
 //	ANY /llm/{profile}/{path...}   → ANY /v1/llm/{profile}/proxy/{path...} (query kept), streamed
 //	ANY /mcp/{server}              → ANY /v1/mcp/{server}/proxy (query kept), streamed; a longer path is refused
 //	GET /secrets/{name}            → GET /v1/secrets/{name}; the raw value as text/plain
+//	ANY /git/{host}/{path...}      → ANY /v1/git/{host}/{path...} (query kept), streamed both ways (gitrelay.go)
 //
 // The relay holds no credential: the caller's Authorization and x-api-key
 // (a placeholder) are dropped by the broker, which injects the real key
@@ -56,8 +57,10 @@ func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rl.mcp(w, r, strings.TrimPrefix(p, "/mcp/"))
 	case strings.HasPrefix(p, "/secrets/"):
 		rl.secret(w, r, strings.TrimPrefix(p, "/secrets/"))
+	case strings.HasPrefix(p, "/git/"):
+		rl.proxy(w, r, "/v1/git/"+strings.TrimPrefix(p, "/git/"))
 	default:
-		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/..., /mcp/{server} and /secrets/{name}")
+		relayError(w, http.StatusNotFound, "not_found", "the broker relay serves /llm/{profile}/..., /mcp/{server}, /secrets/{name} and /git/{host}/{repository}/...")
 	}
 }
 
@@ -147,14 +150,22 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
+	// git's packs come in large reads, flushed when the stream pauses (a
+	// short read); anything else is flushed after every read.
+	bulk := strings.HasPrefix(p, "/v1/git/")
 	buf := make([]byte, 32<<10)
+	if bulk {
+		buf = make([]byte, GitStreamBuffer)
+	}
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return
 			}
-			_ = rc.Flush()
+			if !bulk || n < len(buf) {
+				_ = rc.Flush()
+			}
 		}
 		if rerr != nil {
 			if !errors.Is(rerr, io.EOF) {

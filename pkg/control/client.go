@@ -149,6 +149,13 @@ func (c *Client) Grant(ctx context.Context, id, kind, name string) (store.Conver
 	return out, c.do(ctx, "POST", "/v1/conversations/"+esc(id)+"/grants", GrantRequest{Kind: kind, Name: name}, &out)
 }
 
+// GrantWith adds a grant with its options (GrantRequest's Push and
+// GitRelay).
+func (c *Client) GrantWith(ctx context.Context, id string, req GrantRequest) (store.Conversation, error) {
+	var out store.Conversation
+	return out, c.do(ctx, "POST", "/v1/conversations/"+esc(id)+"/grants", req, &out)
+}
+
 // Revoke removes a grant from a conversation.
 func (c *Client) Revoke(ctx context.Context, id, kind, name string) (store.Conversation, error) {
 	var out store.Conversation

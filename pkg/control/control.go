@@ -99,6 +99,13 @@ func mebibytes(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<2
 type GrantRequest struct {
 	Kind string `json:"kind"`
 	Name string `json:"name"`
+	// Push (git grants) lists ref patterns a push through the relay may
+	// create or update besides refs/heads/openhands/*.
+	Push []string `json:"push,omitempty"`
+	// GitRelay (git grants): false serves the grant through git's
+	// credential helper (the token enters the container); nil or true
+	// through the relay.
+	GitRelay *bool `json:"git_relay,omitempty"`
 }
 
 // ExecRequest runs a command in a conversation's container.

@@ -57,7 +57,7 @@ func (b Backend) GitCredential(_ context.Context, host string) (broker.GitCreden
 	if err != nil {
 		return broker.GitCredential{}, notFound(err)
 	}
-	return broker.GitCredential{Username: gc.Username, Password: pw}, nil
+	return broker.GitCredential{Username: gc.Username, Password: pw, Scheme: gc.Scheme, Bearer: gc.Auth == "bearer"}, nil
 }
 
 // LLMProfile returns a profile with its API key.
@@ -129,5 +129,6 @@ func (b Backend) Audit(r broker.AuditRecord) {
 	b.Store.AuditAsync(store.AuditRecord{
 		Time: r.Time, Source: "broker", Conversation: r.Conversation, Route: r.Route, Kind: r.Kind,
 		Name: r.Name, PeerPID: r.PeerPID, PeerUID: r.PeerUID, Allowed: r.Allowed, Status: r.Status, Code: r.Code, Reason: r.Reason,
+		Detail: r.Detail,
 	})
 }

@@ -43,6 +43,14 @@
 // first). The files: request.go checks a create, create.go plans and
 // provisions it, manager.go holds the Manager and the container's spec.
 //
+// # Git hosts
+//
+// gitrelay.go gives a container the git configuration that sends its
+// relayed git grants' hosts through the broker relay (GIT_CONFIG_*, from
+// the grants at container start), converts git grant options for the
+// broker, grants with options (GrantGit: push patterns, --git-relay) and
+// validates a git host's scheme and auth (ValidateGitHost).
+//
 // # Remove
 //
 // Remove first records the request (Removal) in the record. A running

@@ -385,7 +385,8 @@ func ownerOf(path string) (int, int, error) {
 func brokerConversation(c store.Conversation) broker.Conversation {
 	return broker.Conversation{
 		ID: c.ID, UID: c.UID, GID: c.GID, Epoch: c.BrokerEpoch,
-		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth, MCP: c.Grants.MCP},
+		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth, MCP: c.Grants.MCP,
+			GitOptions: brokerGitOptions(c.Grants.GitOptions)},
 	}
 }
 
@@ -500,6 +501,9 @@ func (m *Manager) env(conv store.Conversation) []string {
 		[2]string{"credential.helper", ""},
 		[2]string{"credential.helper", ContainerHelper + " git-credential"},
 		[2]string{"credential.useHttpPath", "true"})
+	// Relayed git hosts go through the broker relay, which injects the
+	// credential (DESIGN §5, gitrelay.go).
+	git = append(git, m.gitRelayConfig(conv.Grants)...)
 	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))

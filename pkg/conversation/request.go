@@ -108,7 +108,7 @@ func canonicalPaths(paths []string) []string {
 	return out
 }
 
-// ValidateGrants checks every granted name.
+// ValidateGrants checks every granted name, and the git grants' options.
 func ValidateGrants(g store.Grants) error {
 	for _, kind := range store.Kinds {
 		for _, name := range *g.List(kind) {
@@ -117,7 +117,7 @@ func ValidateGrants(g store.Grants) error {
 			}
 		}
 	}
-	return nil
+	return validateGitOptions(g)
 }
 
 // ValidateGrant checks one grant: kind is secret, git, llm, oauth or mcp;

@@ -294,7 +294,12 @@ func (d *Daemon) handleGrant(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	c, err := d.mgr.Grant(id, req.Kind, req.Name)
+	grant := d.mgr.Grant
+	if req.Kind == store.KindGit && (len(req.Push) > 0 || req.GitRelay != nil) {
+		opt := store.GitGrantOptions{Push: req.Push, Helper: req.GitRelay != nil && !*req.GitRelay}
+		grant = func(id, _, name string) (store.Conversation, error) { return d.mgr.GrantGit(id, name, opt) }
+	}
+	c, err := grant(id, req.Kind, req.Name)
 	if err != nil {
 		return err
 	}
@@ -659,9 +664,9 @@ func (d *Daemon) handlePutGitCredential(w http.ResponseWriter, r *http.Request) 
 		return err
 	}
 	// The broker asks for hosts lower-cased (with :port when given).
-	g.Host = strings.ToLower(r.PathValue("host"))
-	if err := conversation.ValidateGrant(store.KindGit, g.Host); err != nil || strings.Contains(g.Host, "/") {
-		return badRequest(control.CodeBadRequest, "git host %q: use a host name with an optional :port, e.g. github.com", g.Host)
+	g.Host = r.PathValue("host")
+	if err := conversation.ValidateGitHost(&g); err != nil {
+		return err
 	}
 	if g.Username == "" || strings.ContainsAny(g.Username, "\r\n\x00") {
 		return badRequest(control.CodeBadRequest, "git credential %s: --username is required and must be one line", g.Host)

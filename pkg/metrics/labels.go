@@ -53,6 +53,7 @@ var brokerRoutes = []struct {
 	{"ANY /v1/llm/{profile}/proxy/{path...}", "llm", true},
 	{"GET /v1/oauth/{server}/token", "oauth", true},
 	{"ANY /v1/mcp/{server}/proxy", "mcp", true},
+	{"ANY /v1/git/{host}/{path...}", "git", true},
 }
 
 var (

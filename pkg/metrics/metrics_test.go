@@ -132,6 +132,7 @@ func TestBrokerRequests(t *testing.T) {
 # TYPE ohd_broker_requests_total counter
 ohd_broker_requests_total{code="bad_gateway",kind="llm",result="refused",route="ANY /v1/llm/{profile}/proxy/{path...}"} 1
 ohd_broker_requests_total{code="bad_request",kind="git",result="refused",route="POST /v1/git-credential"} 1
+ohd_broker_requests_total{code="none",kind="git",result="allowed",route="ANY /v1/git/{host}/{path...}"} 0
 ohd_broker_requests_total{code="none",kind="git",result="allowed",route="POST /v1/git-credential?action=erase"} 0
 ohd_broker_requests_total{code="none",kind="git",result="allowed",route="POST /v1/git-credential?action=get"} 1
 ohd_broker_requests_total{code="none",kind="git",result="allowed",route="POST /v1/git-credential?action=store"} 0

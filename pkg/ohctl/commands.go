@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -391,13 +392,25 @@ func (s *state) done(v any, format string, args ...any) error {
 func (s *state) grantCmd() *cli.Command {
 	return &cli.Command{
 		Name: "grant", Usage: "let a conversation use a secret, git host, LLM profile, OAuth server or MCP server", ArgsUsage: "ID KIND NAME",
-		Description: "KIND is secret, git, llm, oauth or mcp. A git NAME is host[/path/prefix]. MCP servers are made by the conversation API from a create body's mcp_config.",
+		Description: "KIND is secret, git, llm, oauth or mcp. A git NAME is host[/path/prefix]: git reaches it through the broker's relay, which injects the credential, and a push may create or update refs/heads/openhands/* only (--push widens that). MCP servers are made by the conversation API from a create body's mcp_config.",
+		Flags: []cli.Flag{
+			&cli.StringSliceFlag{Name: "push", Usage: "git: a ref pattern a push may also create or update, e.g. 'refs/heads/feature/*' (* matches any characters; repeatable)"},
+			&cli.BoolFlag{Name: "git-relay", Value: true, Usage: "git: reach the host through the broker's relay (the token stays on the host); false hands the token to git's credential helper in the container, with no push policy"},
+		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a, err := args(cmd, "ID", "KIND", "NAME")
 			if err != nil {
 				return err
 			}
-			c, err := s.client().Grant(ctx, a[0], a[1], a[2])
+			req := control.GrantRequest{Kind: a[1], Name: a[2], Push: cmd.StringSlice("push")}
+			if cmd.IsSet("git-relay") {
+				v := cmd.Bool("git-relay")
+				req.GitRelay = &v
+			}
+			if a[1] != store.KindGit && (len(req.Push) > 0 || req.GitRelay != nil) {
+				return usagef("--push and --git-relay apply to git grants only")
+			}
+			c, err := s.client().GrantWith(ctx, a[0], req)
 			if err != nil {
 				return err
 			}
@@ -474,17 +487,21 @@ func (s *state) gitHostCmd() *cli.Command {
 		Name: "git-host", Usage: "configure the credential the broker answers for a git host",
 		Commands: []*cli.Command{
 			{
-				Name: "set", ArgsUsage: "HOST", Usage: "answer HOST with a username and the password held in a secret",
+				Name: "set", ArgsUsage: "[SCHEME://]HOST[:PORT]", Usage: "answer HOST with a username and the password held in a secret (https by default; http:// for a loopback test server only)",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "username", Value: "x-access-token", Usage: "username git sends"},
 					&cli.StringFlag{Name: "secret", Required: true, Usage: "name of the secret holding the password or token"},
+					&cli.StringFlag{Name: "auth", Value: "basic", Usage: "how the relay sends the token: basic (username and token) or bearer (Authorization: Bearer)"},
 				},
 				Action: func(ctx context.Context, cmd *cli.Command) error {
 					a, err := args(cmd, "HOST")
 					if err != nil {
 						return err
 					}
-					g := store.GitCredential{Host: a[0], Username: cmd.String("username"), Secret: cmd.String("secret")}
+					g := store.GitCredential{Host: a[0], Username: cmd.String("username"), Secret: cmd.String("secret"), Auth: cmd.String("auth")}
+					if scheme, host, ok := strings.Cut(a[0], "://"); ok {
+						g.Scheme, g.Host = scheme, strings.TrimSuffix(host, "/")
+					}
 					if err := s.client().PutGitCredential(ctx, g); err != nil {
 						return err
 					}
@@ -501,9 +518,16 @@ func (s *state) gitHostCmd() *cli.Command {
 					if s.json {
 						return printJSON(s.env.Stdout, nonNil(l))
 					}
-					t := newTable(s.env.Stdout, "HOST", "USERNAME", "SECRET")
+					t := newTable(s.env.Stdout, "HOST", "USERNAME", "SECRET", "AUTH")
 					for _, g := range l {
-						t.row(g.Host, g.Username, g.Secret)
+						host, auth := g.Host, "basic"
+						if g.Scheme != "" {
+							host = g.Scheme + "://" + host
+						}
+						if g.Auth != "" {
+							auth = g.Auth
+						}
+						t.row(host, g.Username, g.Secret, auth)
 					}
 					return t.flush()
 				},

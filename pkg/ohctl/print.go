@@ -161,7 +161,11 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	t.row("broker", c.BrokerDir)
 	t.row("broker epoch", fmt.Sprint(c.BrokerEpoch))
 	for _, kind := range store.Kinds {
-		t.row("grants "+kind, strings.Join(*c.Grants.List(kind), ", "))
+		l := *c.Grants.List(kind)
+		if kind == store.KindGit {
+			l = gitGrantRoutes(c.Grants)
+		}
+		t.row("grants "+kind, strings.Join(l, ", "))
 	}
 	t.row("created", fmt.Sprintf("%s (%s ago)", c.CreatedAt.UTC().Format(time.RFC3339), ago(now, c.CreatedAt)))
 	t.row("last active", fmt.Sprintf("%s ago", ago(now, c.LastActiveAt)))

@@ -28,6 +28,7 @@ type AuditRecord struct {
 	Status       int       `json:"status,omitempty"`
 	Code         string    `json:"code,omitempty"`   // the refusal's code, as the client saw it
 	Reason       string    `json:"reason,omitempty"` // the precise reason (e.g. stale_epoch, peer_uid)
+	Detail       string    `json:"detail,omitempty"` // names the record is about (a push's refs), never values
 }
 
 // AuditFilter selects audit records; zero fields match everything.

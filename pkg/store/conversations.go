@@ -53,6 +53,24 @@ type Grants struct {
 	LLM     []string `json:"llm,omitempty"`
 	OAuth   []string `json:"oauth,omitempty"`
 	MCP     []string `json:"mcp,omitempty"`
+	// GitOptions holds the options of git grants that have any, by the
+	// grant's name (an entry of Git).
+	GitOptions map[string]GitGrantOptions `json:"git_options,omitempty"`
+}
+
+// GitGrantOptions are a git grant's options. The zero value is the
+// default: git reaches the host through the broker's relay, which injects
+// the credential, and a push may create or update branches under
+// refs/heads/openhands/ only.
+type GitGrantOptions struct {
+	// Push lists ref patterns ("refs/heads/feature/*"; "*" matches any
+	// characters, "/" included) a push may create or update besides the
+	// default.
+	Push []string `json:"push,omitempty"`
+	// Helper serves the grant through git's credential helper instead of
+	// the relay (ohctl grant ... --git-relay=false): git inside the
+	// container then receives the token, and no push policy applies.
+	Helper bool `json:"helper,omitempty"`
 }
 
 // Merge returns g with every grant of o added.
@@ -62,6 +80,9 @@ func (g Grants) Merge(o Grants) Grants {
 		for _, name := range *o.List(kind) {
 			g.Add(kind, name)
 		}
+	}
+	for name, opt := range o.GitOptions {
+		g.SetGitOptions(name, opt)
 	}
 	return g
 }
@@ -105,7 +126,24 @@ func (g *Grants) Remove(kind, name string) bool {
 		return false
 	}
 	*l = slices.Delete(*l, i, i+1)
+	if kind == KindGit {
+		delete(g.GitOptions, name)
+	}
 	return true
+}
+
+// SetGitOptions sets the options of git grant name (the zero value
+// removes them).
+func (g *Grants) SetGitOptions(name string, opt GitGrantOptions) {
+	if !opt.Helper && len(opt.Push) == 0 {
+		delete(g.GitOptions, name)
+		return
+	}
+	if g.GitOptions == nil {
+		g.GitOptions = make(map[string]GitGrantOptions)
+	}
+	opt.Push = slices.Clone(opt.Push)
+	g.GitOptions[name] = opt
 }
 
 func (g Grants) clone() Grants {
@@ -115,6 +153,17 @@ func (g Grants) clone() Grants {
 		LLM:     slices.Clone(g.LLM),
 		OAuth:   slices.Clone(g.OAuth),
 		MCP:     slices.Clone(g.MCP),
+		GitOptions: func() map[string]GitGrantOptions {
+			if g.GitOptions == nil {
+				return nil
+			}
+			m := make(map[string]GitGrantOptions, len(g.GitOptions))
+			for k, v := range g.GitOptions {
+				v.Push = slices.Clone(v.Push)
+				m[k] = v
+			}
+			return m
+		}(),
 	}
 }
 

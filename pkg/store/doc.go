@@ -9,7 +9,7 @@
 //	    server_id           random id of this ohd installation; containers carry it as dev.ohd.server
 //	    key_check           a known value sealed with the master key: a wrong key is refused before anything is written
 //	conversations/
-//	    <id>                JSON Conversation (no secret values)
+//	    <id>                JSON Conversation (no secret values; git grants' push patterns and route in grants.git_options)
 //	conversation_keys/
 //	    <id>                inner session key, sealed ("conversation_keys|<id>")
 //	conversation_secret_keys/
@@ -17,7 +17,7 @@
 //	secrets/
 //	    <name>              JSON secretRecord: value sealed ("secrets|<name>"), timestamps
 //	git_credentials/
-//	    <host>              JSON GitCredential: username and the name of the secret holding the password
+//	    <host>              JSON GitCredential: username, the name of the secret holding the password, scheme and auth (relay)
 //	llm_profiles/
 //	    <name>              JSON LLMProfile: model, base URL, the name of the secret holding the API key
 //	mcp_servers/

@@ -117,6 +117,12 @@ type GitCredential struct {
 	Host     string `json:"host"`
 	Username string `json:"username"`
 	Secret   string `json:"secret"`
+	// Scheme is how the broker's git relay reaches the host: "" or
+	// "https"; "http" only for a loopback host (a test server).
+	Scheme string `json:"scheme,omitempty"`
+	// Auth is how the relay sends the credential: "" or "basic"
+	// (username and secret), "bearer" (the secret as a bearer token).
+	Auth string `json:"auth,omitempty"`
 }
 
 // LLMProfile is an LLM provider configuration. The API key is the secret

@@ -12,8 +12,10 @@
 // remove against git CLI and Docker Engine calls done directly; needs
 // Docker and builds the test image if it is missing), publish (how fast a
 // commit made inside a conversation's container reaches the host's
-// branch, and what a publish costs) and go (every Go benchmark under
-// pkg/, without a baseline).
+// branch, and what a publish costs), gitrelay (a 200 MiB clone and a
+// 50 MiB push through the broker's git relay against git directly at the
+// same git http-backend) and go (every Go benchmark under pkg/, without a
+// baseline).
 package main
 
 import (
@@ -46,7 +48,7 @@ func main() {
 }
 
 // all is every benchmark, in the order they run and are shown.
-var all = []string{"broker", "llm", "proxy", "create", "publish", "go"}
+var all = []string{"broker", "llm", "proxy", "create", "publish", "gitrelay", "go"}
 
 // config is the command line.
 type config struct {
@@ -190,6 +192,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			} else {
 				rows = append(rows, bench.PublishRows(res)...)
 				lines, details = append(lines, res.Line()), append(details, res.Detail())
+			}
+		case "gitrelay":
+			res, err := bench.GitRelay(ctx, bench.GitRelayOptions{})
+			if err != nil {
+				fail("gitrelay", err)
+			}
+			rows = append(rows, bench.GitRelayRows(res)...)
+			for _, r := range res {
+				lines, details = append(lines, r.Line()), append(details, r.Detail())
 			}
 		case "go":
 			opts := bench.GoOptions{Dir: root, Benchtime: cfg.goBenchtime}

@@ -1,0 +1,238 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/gitserver"
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// relayedRepo starts a git http-backend on the host's loopback demanding
+// token (Basic, or Bearer), seeds acme/widgets.git with a main branch and
+// configures it for ohd as http://HOST with the token in secret gh.
+func relayedRepo(t *testing.T, d *daemon, token string, bearer bool) *gitserver.Server {
+	t.Helper()
+	srv := gitserver.Start(t, gitserver.Options{Username: "x-access-token", Token: token, Bearer: bearer})
+	bare := srv.Repo(t, "acme/widgets.git")
+	work := t.TempDir()
+	gitserver.Git(t, work, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(work, "README"), bytes.Repeat([]byte("hello\n"), 1000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitserver.Git(t, work, "add", ".")
+	gitserver.Git(t, work, "commit", "-q", "-m", "first")
+	gitserver.Git(t, work, "push", "-q", bare, "main")
+	if _, err := d.ohctlIn(token, "secret", "set", "gh"); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"git-host", "set", "http://" + srv.Host, "--secret", "gh"}
+	if bearer {
+		args = append(args, "--auth", "bearer")
+	}
+	d.ohctl(args...)
+	return srv
+}
+
+// installFindstr puts integration/attacktool (as findstr) into the
+// conversation's git view, outside its worktree, and returns its path
+// inside the container, where the view is the repository's .git.
+func installFindstr(t *testing.T, c store.Conversation, repo string) string {
+	t.Helper()
+	bin := testenv.GoBuild(t, "./integration/attacktool", "CGO_ENABLED=0")
+	dir := filepath.Join(filepath.Dir(c.Worktree), ".ohd", "git", "relaytools")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "attacktool"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("attacktool", filepath.Join(dir, "findstr")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.ChownR(t, dir, c.UID, c.GID)
+	return filepath.Join(repo, ".git", "relaytools", "findstr")
+}
+
+// reversedB64 is how findstr is told the value to look for, so that the
+// value itself is on no command line.
+func reversedB64(s string) string {
+	b := []byte(s)
+	slices.Reverse(b)
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// TestGitRelayInsideAContainer: real git in a conversation's container
+// clones (protocol v2 and v0, shallow, partial), fetches and pushes
+// through the relay to a git http-backend on the host that demands the
+// token; a push to main is refused with git's own line and audited; and
+// the token is nowhere inside: not in any process's environment or
+// command line, not in any file of the container's root file system,
+// /tmp, /run/ohd, the worktree or HOME, not in git's curl and packet
+// traces (which hold every answer of the relay), and git-credential get
+// hands out no password for the host.
+func TestGitRelayInsideAContainer(t *testing.T) {
+	d := dockerDaemon(t)
+	token := "ghs_relay_" + fmt.Sprint(os.Getpid()) + "_never_inside"
+	srv := relayedRepo(t, d, token, false)
+	var c store.Conversation
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-git", srv.Host+"/acme")
+	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+	findstr := installFindstr(t, c, repo)
+	remote := "http://" + srv.Host + "/acme/widgets.git"
+
+	script := strings.Join([]string{
+		"set -e",
+		"export GIT_TRACE_CURL=/tmp/gr-trace GIT_TRACE_PACKET=/tmp/gr-trace",
+		"cd /tmp && git init -q gr && cd gr",
+		"git clone -q " + remote + " v2",
+		"git -c protocol.version=0 clone -q " + remote + " v0",
+		"git clone -q --depth 1 " + remote + " shallow",
+		"git clone -q --filter=blob:none " + remote + " partial",
+		"git -C partial config remote.origin.promisor",
+		"cd v2 && git fetch -q origin",
+		"echo work > agent.txt && git add agent.txt && git -c user.name=a -c user.email=a@example.com commit -qm 'agent work'",
+		"git push -q origin HEAD:refs/heads/openhands/agent",
+		"echo everyday-ok",
+	}, "\n")
+	code, out := d.execIn(c.ID, "sh", "-c", script)
+	if code != 0 || !strings.Contains(out, "everyday-ok") {
+		t.Fatalf("git through the relay: %d\n%s\n--- ohd log ---\n%s", code, out, tail(d.logs.String(), 30))
+	}
+	if got := strings.TrimSpace(gitserver.Git(t, filepath.Join(srv.Root, "acme/widgets.git"), "log", "-1", "--format=%s", "refs/heads/openhands/agent")); got != "agent work" {
+		t.Errorf("the push did not land: %q", got)
+	}
+
+	// The agent pushes to main: git prints the relay's rejection.
+	code, out = d.execIn(c.ID, "sh", "-c", "cd /tmp/gr/v2 && GIT_TRACE_PACKET=/tmp/gr-trace git push origin HEAD:main 2>&1")
+	want := "! [remote rejected] HEAD -> main (ohd: pushing refs/heads/main is not granted; ohctl grant " + c.ID + " git " + srv.Host + "/acme --push 'refs/heads/main')"
+	if code == 0 || !strings.Contains(out, want) {
+		t.Errorf("push to main: %d\n%s\nwant %q", code, out, want)
+	}
+	audit := d.ohctl("--json", "audit", c.ID, "--limit", "0")
+	if !strings.Contains(audit, "push asked=refs/heads/main allowed= refused=refs/heads/main") ||
+		!strings.Contains(audit, "push asked=refs/heads/openhands/agent allowed=refs/heads/openhands/agent refused=") {
+		t.Errorf("the pushes are not audited with their refs:\n%s", tail(audit, 20))
+	}
+
+	// git-credential get answers no password for the relayed host.
+	code, out = d.execIn(c.ID, "sh", "-c", "printf 'url="+remote+"\\n\\n' | "+"/run/ohd/bin/ohctl git-credential get; echo exit=$?")
+	if strings.Contains(out, "password") || !strings.Contains(out, "exit=0") {
+		t.Errorf("git-credential get for a relayed host: %d %q", code, out)
+	}
+
+	// The token is nowhere inside.
+	_, out = d.execIn(c.ID, "sh", "-c", findstr+" "+reversedB64(token)+" / /tmp /run/ohd "+c.Worktree+" $HOME")
+	t.Logf("search for the token inside: %s", strings.TrimSpace(out))
+	if !strings.Contains(out, " 0 hits") || strings.Contains(out, "searched 0 files") {
+		t.Errorf("searching the container for the token: %s", out)
+	}
+	// The search is able to find it: the trace names the relay.
+	_, out = d.execIn(c.ID, "sh", "-c", findstr+" "+reversedB64("/git/"+srv.Host+"/acme/widgets.git")+" /tmp")
+	if !strings.Contains(out, "hit /tmp/gr-trace") {
+		t.Errorf("findstr does not find what the trace holds: %s", out)
+	}
+	for _, a := range srv.Authorizations() {
+		if a == "" {
+			t.Error("the git host got a request without the credential")
+		}
+	}
+	if strings.Contains(d.logs.String(), token) || strings.Contains(audit, token) {
+		t.Error("the token is in ohd's log or audit")
+	}
+}
+
+// TestGitRelayBearerInsideAContainer: a host configured with --auth
+// bearer gets the token as a bearer token; git inside clones.
+func TestGitRelayBearerInsideAContainer(t *testing.T) {
+	d := dockerDaemon(t)
+	srv := relayedRepo(t, d, "bearer-"+fmt.Sprint(os.Getpid()), true)
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree", "--grant-git", srv.Host)
+	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+	code, out := d.execIn(c.ID, "sh", "-c", "cd /tmp && git clone -q http://"+srv.Host+"/acme/widgets.git gb && echo cloned")
+	if code != 0 || !strings.Contains(out, "cloned") {
+		t.Fatalf("bearer clone: %d %s", code, out)
+	}
+	show := d.ohctl("show", c.ID)
+	if !strings.Contains(show, srv.Host+" (relay; push refs/heads/openhands/*)") {
+		t.Errorf("ohctl show does not say the grant's route:\n%s", show)
+	}
+}
+
+// TestGitRelayAttacksInsideAContainer: the agent, with git inside its
+// container, tries what the relay must refuse; each attempt fails, the
+// host's refs do not move, and the refusal is audited.
+func TestGitRelayAttacksInsideAContainer(t *testing.T) {
+	d := dockerDaemon(t)
+	srv := relayedRepo(t, d, "attack-"+fmt.Sprint(os.Getpid()), false)
+	bare := filepath.Join(srv.Root, "acme/widgets.git")
+	// other is a commit main does not contain: pushing main there is a
+	// force push.
+	otherTip := strings.TrimSpace(gitserver.Git(t, bare, "commit-tree", "main^{tree}", "-p", "main", "-m", "other"))
+	gitserver.Git(t, bare, "update-ref", "refs/heads/other", otherTip)
+	gitserver.Git(t, bare, "tag", "v1", "main")
+	srv.Repo(t, "secret/vault.git")
+	other := gitserver.Start(t, gitserver.Options{Username: "x", Token: "other"})
+	redirecting := gitserver.Start(t, gitserver.Options{RedirectTo: other.URL, Username: "x", Token: "y"})
+	if _, err := d.ohctlIn("redirect-token", "secret", "set", "gh2"); err != nil {
+		t.Fatal(err)
+	}
+	d.ohctl("git-host", "set", "http://"+redirecting.Host, "--secret", "gh2")
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree",
+		"--grant-git", srv.Host+"/acme", "--grant-git", redirecting.Host)
+	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+	remote := "http://" + srv.Host + "/acme/widgets.git"
+	relay := "http://127.0.0.1:8751/git/" + srv.Host
+	code, out := d.execIn(c.ID, "sh", "-c", "cd /tmp && git clone -q "+remote+" w && cd w && echo x > x && git add x && git -c user.name=a -c user.email=a@example.com commit -qm evil && echo ready")
+	if code != 0 || !strings.Contains(out, "ready") {
+		t.Fatalf("clone: %d %s", code, out)
+	}
+	refs := gitserver.Git(t, bare, "for-each-ref")
+	for _, tc := range []struct{ name, cmd, want string }{
+		{"push main", "git push origin HEAD:main", "(ohd: pushing refs/heads/main is not granted"},
+		{"delete", "git push origin :refs/heads/other", "(ohd: deleting refs/heads/other is never granted)"},
+		{"tag", "git push origin HEAD:refs/tags/v2", "(ohd: pushing refs/tags/v2 is not granted"},
+		{"move tag", "git push --force origin HEAD:refs/tags/v1", "(ohd: moving the existing tag refs/tags/v1 is never granted)"},
+		{"force push other", "git push --force origin HEAD~1:refs/heads/other", "(ohd: pushing refs/heads/other is not granted"},
+		{"atomic", "git push --atomic origin HEAD:refs/heads/openhands/a HEAD:main", "(ohd: atomic push refused: another ref in it is not granted)"},
+		{"outside the prefix", "git ls-remote http://" + srv.Host + "/secret/vault.git", "403"},
+		{"dot dot", "git ls-remote " + relay + "/acme/%2e%2e/secret/vault.git", "400"},
+		{"encoded slash", "git ls-remote " + relay + "/acme%2f..%2fsecret/vault.git", "400"},
+		{"redirect", "git ls-remote http://" + redirecting.Host + "/acme/widgets.git", "502"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := d.execIn(c.ID, "sh", "-c", "cd /tmp/w && "+tc.cmd+" 2>&1")
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Errorf("%s: %d\n%s\nwant %q", tc.cmd, code, out, tc.want)
+			}
+		})
+	}
+	if after := gitserver.Git(t, bare, "for-each-ref"); after != refs {
+		t.Errorf("refs moved on the host:\n%s\n->\n%s", refs, after)
+	}
+	for _, a := range other.Authorizations() {
+		if a != "" {
+			t.Error("the host a redirect pointed to got an Authorization header")
+		}
+	}
+	audit := d.ohctl("--json", "audit", c.ID, "--limit", "0")
+	for _, want := range []string{`"reason": "push_not_granted"`, `"reason": "not_granted"`, `"reason": "bad_path"`, `"reason": "redirect"`, "refused=refs/heads/other", "refused=refs/tags/v1"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("the audit lacks %s", want)
+		}
+	}
+}
