@@ -27,6 +27,7 @@ const (
 	routeLLMProxy
 	routeOAuth
 	routeMCPProxy
+	routeEgress
 )
 
 // Per route: the pattern audit records carry, the grant kind, and the
@@ -42,6 +43,7 @@ var (
 		routeLLMProxy: "ANY /v1/llm/{profile}/proxy/{path...}",
 		routeOAuth:    "GET /v1/oauth/{server}/token",
 		routeMCPProxy: "ANY /v1/mcp/{server}/proxy",
+		routeEgress:   "GET /v1/egress/{dest}",
 	}
 	routeKinds = [...]string{
 		routeSecret:   KindSecret,
@@ -50,6 +52,7 @@ var (
 		routeLLMProxy: KindLLM,
 		routeOAuth:    KindOAuth,
 		routeMCPProxy: KindMCP,
+		routeEgress:   KindNet,
 	}
 	routeMethods = [...]string{
 		routeWhoami:   http.MethodGet,
@@ -58,6 +61,7 @@ var (
 		routeGit:      http.MethodPost,
 		routeLLM:      http.MethodGet,
 		routeOAuth:    http.MethodGet,
+		routeEgress:   http.MethodGet,
 		routeLLMProxy: "", routeMCPProxy: "", // any method
 	}
 )
@@ -69,6 +73,7 @@ const (
 	KindLLM    = "llm"
 	KindOAuth  = "oauth"
 	KindMCP    = "mcp"
+	KindNet    = "net"
 )
 
 // classify maps a (decoded) path to its route and the name in it, without
@@ -110,6 +115,12 @@ func classify(path string) (routeID, string) {
 			return routeMCPProxy, name
 		}
 		return routeNone, ""
+	}
+	if name, ok := strings.CutPrefix(p, "egress/"); ok {
+		if name == "" || strings.IndexByte(name, '/') >= 0 {
+			return routeNone, ""
+		}
+		return routeEgress, name
 	}
 	if q, ok := strings.CutPrefix(p, "oauth/"); ok {
 		name, ok := strings.CutSuffix(q, "/token")
@@ -206,6 +217,8 @@ func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.oauthToken(w, r, &rec, &conv, name)
 	case routeMCPProxy:
 		c.mcpProxy(w, r, &rec, &conv, name)
+	case routeEgress:
+		c.egress(w, r, &rec, &conv, name)
 	}
 }
 

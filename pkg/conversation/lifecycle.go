@@ -359,8 +359,8 @@ func (m *Manager) changeGrant(id, kind, name string, add bool) (store.Conversati
 	}
 	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		if add {
-			c.Grants.Add(kind, name)
-		} else if !c.Grants.Remove(kind, name) {
+			c.Grants.Add(kind, canonicalGrant(kind, name))
+		} else if !c.Grants.Remove(kind, canonicalGrant(kind, name)) && !c.Grants.Remove(kind, name) {
 			return fmt.Errorf("%w: conversation %s has no %s grant %q", ErrNotFound, id, kind, name)
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 )
 
@@ -90,6 +91,10 @@ type Config struct {
 	// (in flight per kind, open connections); zero fields take
 	// broker.Limits' defaults.
 	BrokerLimits broker.Limits
+	// EgressAllow are egress destinations (HOST[:PORT], *.DOMAIN[:PORT],
+	// IP:PORT; pkg/egress) granted to every conversation
+	// (--egress-allow); none by default.
+	EgressAllow []string
 	// Upstream is the operator's own agent server, in local mode
 	// (--upstream URL): every route of the conversation API that is not a
 	// conversation's passes to it. "" (default): those routes answer 404.
@@ -191,6 +196,11 @@ func (c *Config) Validate() error {
 	for _, kv := range c.InnerEnv {
 		if err := openhands.CheckExtraEnv(kv); err != nil {
 			return fmt.Errorf("--inner-env: %w", err)
+		}
+	}
+	for _, a := range c.EgressAllow {
+		if _, err := egress.ParseDest(a); err != nil {
+			return fmt.Errorf("--egress-allow: %w", err)
 		}
 	}
 	if c.Upstream != "" {

@@ -157,7 +157,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	d.br, err = broker.New(broker.Options{
 		RuntimeDir: cfg.RuntimeDir, Key: d.key.Derive("ohd-broker-key-v1"),
 		Backend: conversation.Backend{Store: d.store, Metrics: d.metrics}, Logger: log,
-		Limits: cfg.BrokerLimits,
+		Limits: cfg.BrokerLimits, EgressAllow: cfg.EgressAllow,
 	})
 	if err != nil {
 		return nil, err

@@ -390,8 +390,10 @@ func (s *state) done(v any, format string, args ...any) error {
 
 func (s *state) grantCmd() *cli.Command {
 	return &cli.Command{
-		Name: "grant", Usage: "let a conversation use a secret, git host, LLM profile, OAuth server or MCP server", ArgsUsage: "ID KIND NAME",
-		Description: "KIND is secret, git, llm, oauth or mcp. A git NAME is host[/path/prefix]. MCP servers are made by the conversation API from a create body's mcp_config.",
+		Name: "grant", Usage: "let a conversation use a secret, git host, LLM profile, OAuth server, MCP server or network destination", ArgsUsage: "ID KIND NAME",
+		Description: "KIND is secret, git, llm, oauth, mcp or net. A git NAME is host[/path/prefix]. A net NAME is HOST[:PORT]\n" +
+			"(port 443 when absent), *.example.com[:PORT] for that domain's hosts, or IP:PORT: the container may open\n" +
+			"connections to it through its broker (a revoke takes effect at the next connection). MCP servers are made by the conversation API from a create body's mcp_config.",
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a, err := args(cmd, "ID", "KIND", "NAME")
 			if err != nil {

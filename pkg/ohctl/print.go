@@ -296,6 +296,10 @@ func printAudit(w io.Writer, recs []store.AuditRecord) {
 				result += " (" + why + ")"
 			}
 		}
+		if r.Addr != "" {
+			// An egress connection: where it went and what it carried.
+			result += fmt.Sprintf(" via %s, %d B out, %d B in, %d ms", r.Addr, r.BytesOut, r.BytesIn, r.DurationMS)
+		}
 		peer := fmt.Sprintf("uid %d", r.PeerUID)
 		if r.PeerPID != 0 {
 			peer += fmt.Sprintf(" pid %d", r.PeerPID)

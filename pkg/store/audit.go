@@ -28,6 +28,12 @@ type AuditRecord struct {
 	Status       int       `json:"status,omitempty"`
 	Code         string    `json:"code,omitempty"`   // the refusal's code, as the client saw it
 	Reason       string    `json:"reason,omitempty"` // the precise reason (e.g. stale_epoch, peer_uid)
+	// Egress connections (kind net): the address dialled, bytes sent to
+	// it and received from it, and how long the connection was open.
+	Addr       string `json:"addr,omitempty"`
+	BytesOut   int64  `json:"bytes_out,omitempty"`
+	BytesIn    int64  `json:"bytes_in,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
 }
 
 // AuditFilter selects audit records; zero fields match everything.

@@ -40,10 +40,11 @@ const (
 	KindLLM    = "llm"
 	KindOAuth  = "oauth"
 	KindMCP    = "mcp"
+	KindNet    = "net"
 )
 
 // Kinds lists the grant kinds in display order.
-var Kinds = []string{KindSecret, KindGit, KindLLM, KindOAuth, KindMCP}
+var Kinds = []string{KindSecret, KindGit, KindLLM, KindOAuth, KindMCP, KindNet}
 
 // Grants are the names a conversation may use through its broker, per kind.
 // Git entries are "host" or "host/path/prefix".
@@ -53,6 +54,9 @@ type Grants struct {
 	LLM     []string `json:"llm,omitempty"`
 	OAuth   []string `json:"oauth,omitempty"`
 	MCP     []string `json:"mcp,omitempty"`
+	// Net are egress destinations: HOST[:PORT], *.DOMAIN[:PORT], IP:PORT
+	// (pkg/egress), stored in canonical form (with the port).
+	Net []string `json:"net,omitempty"`
 }
 
 // Merge returns g with every grant of o added.
@@ -79,6 +83,8 @@ func (g *Grants) List(kind string) *[]string {
 		return &g.OAuth
 	case KindMCP:
 		return &g.MCP
+	case KindNet:
+		return &g.Net
 	}
 	return nil
 }
@@ -115,6 +121,7 @@ func (g Grants) clone() Grants {
 		LLM:     slices.Clone(g.LLM),
 		OAuth:   slices.Clone(g.OAuth),
 		MCP:     slices.Clone(g.MCP),
+		Net:     slices.Clone(g.Net),
 	}
 }
 
