@@ -418,7 +418,7 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 	// The hot path (every proxied request): a running conversation, read
 	// without copying its record.
 	var r route
-	if m.st.Peek(id, func(c *store.Conversation) { r = route{c.State, c.ContainerID, c.HostPort} }) &&
+	if m.st.Peek(id, func(c *store.Conversation) { r = route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker} }) &&
 		r.state == store.StateRunning && (r.hostPort != 0 || m.rt.Kind() == "local") {
 		return m.target(ctx, id, r)
 	}
@@ -434,7 +434,7 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 			return Target{}, err
 		}
 	}
-	return m.target(ctx, id, route{c.State, c.ContainerID, c.HostPort})
+	return m.target(ctx, id, route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker})
 }
 
 // route is what Target needs of a record.
@@ -442,6 +442,9 @@ type route struct {
 	state       store.State
 	containerID string
 	hostPort    int
+	// noNetwork: the container has no network (egress broker), so its
+	// inner server is reached only inside its namespace.
+	noNetwork bool
 }
 
 func (m *Manager) target(ctx context.Context, id string, r route) (Target, error) {
@@ -454,6 +457,11 @@ func (m *Manager) target(ctx context.Context, id string, r route) (Target, error
 		t.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.hostPort))
 		if nd := m.innerDial(ctx, id, r); nd != nil {
 			t.Dial, t.DialAddr = nd.DialContext, nd.Addr
+		} else if r.noNetwork {
+			// Never the host's own 127.0.0.1:<inner port>.
+			t.Dial = func(context.Context) (net.Conn, error) {
+				return nil, fmt.Errorf("conversation %s: its container has no network and ohd cannot enter its network namespace", id)
+			}
 		}
 	}
 	return t, nil

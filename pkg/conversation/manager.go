@@ -86,6 +86,11 @@ type Config struct {
 	Image string
 	// InnerPort is the inner server's port in the container; 0 = 8000.
 	InnerPort int
+	// Egress is the egress mode of new containers: store.EgressBroker
+	// (network mode none, HTTP(S)_PROXY set to the relay's forward proxy;
+	// the runtime must implement runtime.NetnsOpener) or store.EgressOpen
+	// ("" means open: the engine's network).
+	Egress string
 	// HealthPath is polled for readiness; "" = "/health".
 	HealthPath string
 	// ReadyTimeout bounds the readiness wait; 0 = 60s.
@@ -511,7 +516,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Conversa
 		}
 	}
 	conv := store.Conversation{
-		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(),
+		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(), Egress: m.egressMode(),
 		Workspace: repo.Workspace, WorkingDir: repo.Workspace,
 		UID: uid, GID: gid, Grants: req.Grants, BrokerEpoch: 1,
 		Image: img.Ref, ImageID: img.ID, Request: req.Request,
@@ -651,6 +656,14 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		failpoint.Hit("create/after-start")
 		conv.ContainerID, conv.ContainerName, conv.HostPort = inst.ContainerID, inst.Name, inst.HostPort
 		target = Target{Addr: inst.Addr, InnerKey: innerKey}
+		if inst.NoNetwork {
+			nd, err := m.openNetns(ctx, inst.ContainerID)
+			if err != nil {
+				return conv, &StepError{ID: id, Step: "forward", Err: err}
+			}
+			defer nd.Close()
+			target.Dial, target.DialAddr = nd.DialContext, nd.Addr
+		}
 	}
 	if req.Forward != nil {
 		if err := req.Forward(ctx, conv, target); err != nil {
@@ -893,6 +906,7 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 			"--env-file", openhands.SecretKeyEnv + "=" + ContainerBrokerDir + "/" + InnerSecretKeyFile, "--"},
 		Cmd:            cmd,
 		InnerPort:      m.cfg.InnerPort,
+		NoNetwork:      conv.Egress == store.EgressBroker,
 		Resources:      m.cfg.Resources,
 		ReadOnlyRootfs: m.cfg.ReadOnlyRootfs,
 		HealthPath:     m.cfg.HealthPath,
@@ -925,12 +939,40 @@ func (m *Manager) env(conv store.Conversation) []string {
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
 	}
+	if conv.Egress == store.EgressBroker {
+		// The container's only way out: the relay's forward proxy
+		// (DESIGN §5). The relay itself is on loopback, so not proxied.
+		proxy := "http://" + broker.RelayAddr
+		env = append(env, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy, "http_proxy="+proxy, "https_proxy="+proxy,
+			"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
+	}
 	for _, name := range m.cfg.ForwardEnv {
 		if v, ok := lookupEnv(m.cfg.Getenv, name); ok {
 			env = append(env, name+"="+v)
 		}
 	}
 	return append(env, m.cfg.InnerEnv...)
+}
+
+// egressMode is the egress mode of a new conversation: none for the
+// local runtime.
+func (m *Manager) egressMode() string {
+	if m.rt.Kind() == "local" {
+		return ""
+	}
+	if m.cfg.Egress == store.EgressBroker {
+		return store.EgressBroker
+	}
+	return store.EgressOpen
+}
+
+// openNetns enters the network namespace of a container without network.
+func (m *Manager) openNetns(ctx context.Context, containerID string) (*runtime.NetnsDialer, error) {
+	opener, ok := m.rt.(runtime.NetnsOpener)
+	if !ok {
+		return nil, fmt.Errorf("the %s runtime cannot reach a container without network: run ohd serve --egress open", m.rt.Kind())
+	}
+	return opener.OpenNetns(ctx, containerID)
 }
 
 func lookupEnv(getenv func(string) string, name string) (string, bool) {

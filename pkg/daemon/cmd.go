@@ -112,6 +112,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "broker-llm-in-flight", Value: 32, Usage: "LLM requests and streams one conversation may have in progress (-1: no limit)", Sources: env("broker-llm-in-flight")},
 			&cli.IntFlag{Name: "broker-oauth-in-flight", Value: 8, Usage: "OAuth token requests one conversation may have in progress (-1: no limit)", Sources: env("broker-oauth-in-flight")},
 			&cli.IntFlag{Name: "broker-connections", Value: broker.DefaultMaxConns, Usage: "connections one conversation may hold open to its broker socket, idle keep-alive ones included; keep it above the sum of the in-flight budgets (default: their sum, 80, plus 48) (-1: no limit)", Sources: env("broker-connections")},
+			str("egress", "how containers reach the network: broker (no network but loopback; out only through the broker to granted destinations), open (the engine's network), or auto (default: broker where ohd can enter containers' network namespaces, else open with a warning)"),
 			&cli.StringSliceFlag{Name: "egress-allow", Usage: "egress destination HOST[:PORT] (port 443 when absent; *.example.com for a domain's hosts; IP:PORT) granted to every conversation (repeatable)", Sources: env("egress-allow")},
 			&cli.IntFlag{Name: "egress-connections", Value: broker.DefaultEgressConns, Usage: "egress connections one conversation may hold open through its broker (-1: no limit)", Sources: env("egress-connections")},
 			&cli.Float64Flag{Name: "egress-rate", Value: broker.DefaultEgressRate, Usage: "new egress connections per second one conversation may open, after a burst of --egress-burst (-1: no limit)", Sources: env("egress-rate")},
@@ -154,7 +155,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 					EgressConns: int(cmd.Int("egress-connections")), EgressRate: cmd.Float64("egress-rate"),
 					EgressBurst: int(cmd.Int("egress-burst")),
 				},
-				EgressAllow: cmd.StringSlice("egress-allow"),
+				Egress: cmd.String("egress"), EgressAllow: cmd.StringSlice("egress-allow"),
 				Upstream:    cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
 				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
 			}

@@ -91,6 +91,12 @@ type Config struct {
 	// (in flight per kind, open connections); zero fields take
 	// broker.Limits' defaults.
 	BrokerLimits broker.Limits
+	// Egress is how containers reach the network (--egress): "broker"
+	// (network mode none, out only through the broker's granted
+	// destinations), "open" (the engine's network), or "auto" (the
+	// default): broker where ohd can enter containers' network
+	// namespaces, else open with a warning.
+	Egress string
 	// EgressAllow are egress destinations (HOST[:PORT], *.DOMAIN[:PORT],
 	// IP:PORT; pkg/egress) granted to every conversation
 	// (--egress-allow); none by default.
@@ -140,6 +146,9 @@ func (c *Config) Defaults() error {
 	}
 	if c.Runtime == "" {
 		c.Runtime = "auto"
+	}
+	if c.Egress == "" {
+		c.Egress = "auto"
 	}
 	if c.Image == "" {
 		c.Image = openhands.DefaultImage
@@ -197,6 +206,11 @@ func (c *Config) Validate() error {
 		if err := openhands.CheckExtraEnv(kv); err != nil {
 			return fmt.Errorf("--inner-env: %w", err)
 		}
+	}
+	switch c.Egress {
+	case "auto", "broker", "open":
+	default:
+		return fmt.Errorf("--egress %q: use broker (no network but the broker's granted destinations), open (the engine's network) or auto", c.Egress)
 	}
 	for _, a := range c.EgressAllow {
 		if _, err := egress.ParseDest(a); err != nil {

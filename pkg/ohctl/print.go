@@ -119,6 +119,9 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	t.row("id", c.ID)
 	t.row("state", string(c.State))
 	t.row("runtime", c.Runtime)
+	if c.Egress != "" {
+		t.row("egress", c.Egress)
+	}
 	t.row("workspace", c.Workspace)
 	t.row("working dir", c.WorkingDir)
 	if c.Worktree != "" {

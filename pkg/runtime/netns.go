@@ -108,6 +108,22 @@ func (d *Docker) OpenNetns(ctx context.Context, containerID string) (*NetnsDiale
 	return nd, nil
 }
 
+// ProbeNetns reports whether this process can enter the network
+// namespaces of the engine's containers: the engine is on a local Unix
+// socket, runs on this machine (not Docker Desktop's VM), and this
+// process may enter a network namespace. It fails with an error wrapping
+// ErrNetnsUnavailable that says why not. ohd serve --egress broker needs
+// it: containers without network are reached only that way.
+func (d *Docker) ProbeNetns() error {
+	if !strings.HasPrefix(d.host, "unix://") {
+		return fmt.Errorf("%w: the engine at %s runs containers on another machine", ErrNetnsUnavailable, d.host)
+	}
+	if strings.Contains(d.engineOS, "Docker Desktop") {
+		return fmt.Errorf("%w: the engine runs in Docker Desktop's virtual machine", ErrNetnsUnavailable)
+	}
+	return probeOwnNetns()
+}
+
 // DialContext connects to the inner server.
 func (nd *NetnsDialer) DialContext(ctx context.Context) (net.Conn, error) {
 	nd.mu.RLock()

@@ -154,6 +154,11 @@ type Conversation struct {
 	ID      string `json:"id"`
 	State   State  `json:"state"`
 	Runtime string `json:"runtime"`
+	// Egress is how the conversation's container reaches the network:
+	// EgressBroker (no network but loopback; out only through the
+	// broker's granted destinations) or EgressOpen (the engine's bridge
+	// network); "" for the local runtime and records made before.
+	Egress string `json:"egress,omitempty"`
 
 	// Workspace is the canonical host directory the conversation was
 	// created for; WorkingDir is where the agent works (the worktree, or
@@ -215,6 +220,12 @@ type Conversation struct {
 	UpdatedAt    time.Time `json:"updated_at"`
 	LastActiveAt time.Time `json:"last_active_at"`
 }
+
+// Egress modes (Conversation.Egress).
+const (
+	EgressBroker = "broker"
+	EgressOpen   = "open"
+)
 
 // Git layouts (Conversation.GitLayout).
 const (
