@@ -418,7 +418,9 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 	// The hot path (every proxied request): a running conversation, read
 	// without copying its record.
 	var r route
-	if m.st.Peek(id, func(c *store.Conversation) { r = route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker} }) &&
+	if m.st.Peek(id, func(c *store.Conversation) {
+		r = route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker}
+	}) &&
 		r.state == store.StateRunning && (r.hostPort != 0 || m.rt.Kind() == "local") {
 		return m.target(ctx, id, r)
 	}

@@ -156,7 +156,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 					EgressBurst: int(cmd.Int("egress-burst")),
 				},
 				Egress: cmd.String("egress"), EgressAllow: cmd.StringSlice("egress-allow"),
-				Upstream:    cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
+				Upstream: cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
 				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
 			}
 			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections", "egress-connections"} {

@@ -180,7 +180,7 @@ type Container struct {
 	HostPort int
 	// NoNetwork says the container runs with network mode none.
 	NoNetwork bool
-	ImageID  string
+	ImageID   string
 	// ExitCode is the last exit code (meaningful when not running).
 	ExitCode int
 	// OOMKilled says the kernel killed it for exceeding its memory limit.
