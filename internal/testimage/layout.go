@@ -43,6 +43,9 @@ type entry struct {
 type layout struct {
 	entries map[string]*entry
 	path    []string
+	// remoteHTTP is git's git-remote-http, kept (with its libraries) so
+	// git reaches HTTP remotes through a container's egress proxy.
+	remoteHTTP string
 }
 
 // errConflict is returned when two sources want different objects at one
@@ -263,6 +266,9 @@ func hostLayout(ctx context.Context) (*layout, error) {
 		return nil, fmt.Errorf("testimage: the image needs a /bin/sh for git's helpers: %w", err)
 	}
 	progs := []string{git, "/bin/sh"}
+	if l.remoteHTTP != "" {
+		progs = append(progs, l.remoteHTTP)
+	}
 	// stty and tty let tests see, from inside, the terminal ohctl exec -t
 	// gives a command; the image does without them where the host has none.
 	for _, name := range terminalTools {
@@ -294,9 +300,10 @@ func hostLayout(ctx context.Context) (*layout, error) {
 
 // gitExecPath copies git's exec-path directory (git --exec-path), keeping
 // only what works in the image: entries that are git itself (as symlinks
-// to it), shell scripts and libraries, and symlinks to kept entries. Other
-// programs (git-remote-http, git-daemon, perl scripts) would drag in
-// libraries or interpreters the tests do not need.
+// to it), shell scripts and libraries, git-remote-http (git over HTTP,
+// through a container's egress proxy; its libraries are added with git's),
+// and symlinks to kept entries. Other programs (git-daemon, perl scripts)
+// would drag in libraries or interpreters the tests do not need.
 func (l *layout) gitExecPath(ctx context.Context, git string) error {
 	cmd := exec.CommandContext(ctx, git, "--exec-path")
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
@@ -326,6 +333,11 @@ func (l *layout) gitExecPath(ctx context.Context, git string) error {
 		switch {
 		case d.Type()&fs.ModeSymlink != 0:
 			links = append(links, d)
+		case d.Type().IsRegular() && d.Name() == "git-remote-http":
+			if err := l.host(p); err != nil {
+				return err
+			}
+			kept[d.Name()], l.remoteHTTP = true, p
 		case d.Type().IsRegular():
 			keep, asGit, err := classifyHelper(p, gitSum)
 			if err != nil {

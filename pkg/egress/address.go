@@ -35,7 +35,8 @@ var blockedRanges = []struct {
 // address: loopback, private (RFC 1918, ULA fc00::/7), link-local
 // (169.254.0.0/16, fe80::/10), CGNAT (100.64.0.0/10), the cloud metadata
 // addresses, unspecified, multicast and reserved ranges, and any of own
-// (the host's interface addresses). An IPv4-mapped IPv6 address is judged
+// (the host's interface addresses; "host_address" also for one inside a
+// private range, such as a bridge's gateway). An IPv4-mapped IPv6 address is judged
 // as its IPv4 address; IPv4 embedded in the NAT64 prefix 64:ff9b::/96
 // likewise.
 func Blocked(a netip.Addr, own []netip.Addr) string {
@@ -47,17 +48,25 @@ func Blocked(a netip.Addr, own []netip.Addr) string {
 			}
 		}
 	}
+	why := ""
 	for _, r := range blockedRanges {
 		if r.p.Contains(a) {
-			return r.reason
+			why = r.reason
+			break
 		}
 	}
+	switch why {
+	case "loopback", "metadata", "unspecified", "multicast":
+		return why
+	}
+	// A host address in a private range (a bridge's gateway) says what it
+	// is: the host itself.
 	for _, o := range own {
 		if o.Unmap() == a {
 			return "host_address"
 		}
 	}
-	return ""
+	return why
 }
 
 var nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")

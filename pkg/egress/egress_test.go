@@ -91,7 +91,8 @@ func TestMatches(t *testing.T) {
 }
 
 func TestBlockedEveryRange(t *testing.T) {
-	own := []netip.Addr{netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr("2001:db8::9")}
+	own := []netip.Addr{netip.MustParseAddr("203.0.113.9"), netip.MustParseAddr("2001:db8::9"),
+		netip.MustParseAddr("172.17.0.1"), netip.MustParseAddr("127.0.0.1")}
 	for _, tc := range []struct{ addr, want string }{
 		{"127.0.0.1", "loopback"}, {"127.255.255.254", "loopback"}, {"::1", "loopback"},
 		{"::ffff:127.0.0.1", "loopback"}, {"64:ff9b::7f00:1", "loopback"},
@@ -105,7 +106,7 @@ func TestBlockedEveryRange(t *testing.T) {
 		{"0.0.0.0", "unspecified"}, {"0.1.2.3", "unspecified"}, {"::", "unspecified"},
 		{"224.0.0.1", "multicast"}, {"239.255.255.250", "multicast"}, {"ff02::1", "multicast"},
 		{"255.255.255.255", "reserved"}, {"240.0.0.1", "reserved"}, {"198.18.0.1", "reserved"},
-		{"203.0.113.9", "host_address"}, {"2001:db8::9", "host_address"}, {"::ffff:203.0.113.9", "host_address"},
+		{"203.0.113.9", "host_address"}, {"172.17.0.1", "host_address"}, {"172.17.0.2", "private"}, {"2001:db8::9", "host_address"}, {"::ffff:203.0.113.9", "host_address"},
 		// Public addresses, and the neighbours of each range.
 		{"8.8.8.8", ""}, {"1.1.1.1", ""}, {"2606:4700::1111", ""},
 		{"11.0.0.1", ""}, {"172.15.255.255", ""}, {"172.32.0.0", ""}, {"192.167.255.255", ""},
