@@ -312,7 +312,7 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 				egressError(conn, err)
 				return
 			}
-			tunnelTo, tbr = h.authority, bufio.NewReader(tunnel)
+			tunnelTo, tbr = h.authority, bufio.NewReaderSize(tunnel, 32<<10)
 		}
 		for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
 			req.Header.Del(k)
