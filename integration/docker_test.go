@@ -158,7 +158,7 @@ func TestDockerContainerSettings(t *testing.T) {
 	}
 	// The default egress mode where ohd enters namespaces (it does, as
 	// root): no network but loopback, nothing published (DESIGN §5).
-	if c.Egress != store.EgressBroker || hc["NetworkMode"] != "none" || len(get(hc, "PortBindings").(map[string]any)) != 0 {
+	if pb, _ := get(hc, "PortBindings").(map[string]any); c.Egress != store.EgressBroker || hc["NetworkMode"] != "none" || len(pb) != 0 {
 		t.Errorf("egress %q, NetworkMode %v, port bindings %v; want broker, none and none", c.Egress, hc["NetworkMode"], get(hc, "PortBindings"))
 	}
 	if ports, _ := get(info, "NetworkSettings", "Ports").(map[string]any); len(ports) != 0 {

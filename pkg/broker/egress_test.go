@@ -177,3 +177,16 @@ func TestEgressCutOnClose(t *testing.T) {
 		t.Errorf("read after Close = %v, want the connection cut", err)
 	}
 }
+
+func TestEgressFailsClosedWithoutAudit(t *testing.T) {
+	e := newEnv(t)
+	echo := echoServer(t)
+	ep := e.open(egressConv("eg8", echo))
+	e.be.SetAuditErr(errors.New("disk full"))
+	_, err := e.client(ep).Egress(context.Background(), echo)
+	var ae *broker.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable {
+		t.Errorf("Egress while audit is unavailable = %v, want 503", err)
+	}
+	e.be.SetAuditErr(nil)
+}
