@@ -275,7 +275,10 @@ func testNetns(t *testing.T) {
 	ns := fmt.Sprintf("ohdeg%d", os.Getpid()%100000)
 	vh, vn := ns+"h", ns+"n"
 	run(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run(); _ = exec.Command("ip", "link", "del", vh).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "del", ns).Run()
+		_ = exec.Command("ip", "link", "del", vh).Run()
+	})
 	run(t, "ip", "link", "add", vh, "type", "veth", "peer", "name", vn)
 	run(t, "ip", "link", "set", vn, "netns", ns)
 	run(t, "ip", "addr", "add", privAddrA+"/30", "dev", vh)
