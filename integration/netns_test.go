@@ -166,10 +166,12 @@ func TestAPIReleasesNamespaces(t *testing.T) {
 		t.Errorf("ohd still holds %s after DELETE", nsDeleted)
 	}
 
-	// The stopped one starts again on the next request, in a new namespace.
-	if nsAgain := use(idle); nsAgain == nsIdle {
-		t.Errorf("restarted container in the old namespace %s", nsIdle)
-	}
+	// The stopped one starts again on the next request, in a new
+	// namespace: use checks that ohd holds the namespace of the new
+	// process, and ohd released the old one above. (The kernel may give
+	// the new namespace the old one's freed inode number, as it does for a
+	// container without network, so the numbers are not compared.)
+	use(idle)
 }
 
 // holdsNamespace reports whether process pid has a descriptor open on
