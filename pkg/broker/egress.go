@@ -194,7 +194,13 @@ func splice(client net.Conn, br *bufio.Reader, up net.Conn) (out, in int64) {
 	var wg sync.WaitGroup
 	var nOut atomic.Int64
 	wg.Go(func() {
-		n, err := io.Copy(up, io.MultiReader(io.LimitReader(br, int64(br.Buffered())), client))
+		// Nothing buffered (the client waits for the 101): copy from the
+		// connection itself, which lets the kernel splice.
+		var from io.Reader = client
+		if br.Buffered() > 0 {
+			from = io.MultiReader(io.LimitReader(br, int64(br.Buffered())), client)
+		}
+		n, err := io.Copy(up, from)
 		nOut.Store(n)
 		if err != nil {
 			_ = up.Close() // the client is gone: nobody reads the answer
