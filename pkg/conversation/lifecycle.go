@@ -457,12 +457,20 @@ func (m *Manager) target(ctx context.Context, id string, r route) (Target, error
 	t := Target{InnerKey: key}
 	if r.hostPort != 0 {
 		t.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.hostPort))
-		if nd := m.innerDial(ctx, id, r); nd != nil {
+		nd := m.innerDial(ctx, id, r)
+		if nd != nil {
 			t.Dial, t.DialAddr = nd.DialContext, nd.Addr
-		} else if r.noNetwork {
-			// Never the host's own 127.0.0.1:<inner port>.
-			t.Dial = func(context.Context) (net.Conn, error) {
-				return nil, fmt.Errorf("conversation %s: its container has no network and ohd cannot enter its network namespace", id)
+		}
+		if r.noNetwork {
+			// Every such container's inner server is 127.0.0.1:<inner
+			// port> in its own namespace: the target needs a name of its
+			// own, as connections are pooled by Addr.
+			t.Addr = netnsTargetAddr(nd, r.containerID, r.hostPort)
+			if nd == nil {
+				// Never the host's own 127.0.0.1:<inner port>.
+				t.Dial = func(context.Context) (net.Conn, error) {
+					return nil, fmt.Errorf("conversation %s: its container has no network and ohd cannot enter its network namespace", id)
+				}
 			}
 		}
 	}

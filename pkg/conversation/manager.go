@@ -450,7 +450,10 @@ func validGitGrant(s string) bool {
 
 // Target is where a running conversation's inner server answers.
 type Target struct {
-	// Addr is "127.0.0.1:<port>"; "" for the local runtime.
+	// Addr is "127.0.0.1:<port>"; for a container without network
+	// (egress broker) a name of its namespace that is never resolved
+	// ("ns<serial>.ohd-netns.invalid:<inner port>", see netnsTargetAddr),
+	// reached only through Dial; "" for the local runtime.
 	Addr string
 	// InnerKey is the inner session key the proxy sends.
 	InnerKey []byte
@@ -663,6 +666,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 			}
 			defer nd.Close()
 			target.Dial, target.DialAddr = nd.DialContext, nd.Addr
+			target.Addr = netnsTargetAddr(nd, inst.ContainerID, inst.HostPort)
 		}
 	}
 	if req.Forward != nil {

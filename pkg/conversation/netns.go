@@ -3,6 +3,8 @@ package conversation
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"sync"
 
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -108,4 +110,17 @@ func (m *Manager) dropNetns(containerID string) {
 func (m *Manager) Close() error {
 	m.dropNetns("")
 	return nil
+}
+
+// netnsTargetAddr is the Target.Addr of the inner server of a container
+// without network, reached through nd: a name no other namespace shares
+// (never resolved: the proxy dials through nd), so that no pooled
+// connection to one container's inner server is used for another's, nor
+// for this container's next start.
+func netnsTargetAddr(nd *runtime.NetnsDialer, containerID string, port int) string {
+	host := "unreachable-" + shortID(containerID)
+	if nd != nil {
+		host = "ns" + strconv.FormatUint(nd.Serial, 10)
+	}
+	return net.JoinHostPort(host+".ohd-netns.invalid", strconv.Itoa(port))
 }

@@ -46,6 +46,10 @@ type NetnsDialer struct {
 	// disconnected from its network, and Addr when loopback refuses (a
 	// server bound to that address only).
 	Addr string
+	// Serial is unique among the dialers this process opened: a name for
+	// this namespace that no other container, nor this container's next
+	// start, shares (ohd pools connections by it).
+	Serial uint64
 
 	addrs  [2]string
 	pref   atomic.Int32 // index in addrs that answered last
@@ -68,6 +72,9 @@ func netnsAddr(ins client.ContainerInspectResult, inner int) string {
 	}
 	return net.JoinHostPort(ip.String(), strconv.Itoa(inner))
 }
+
+// netnsSerial numbers the dialers OpenNetns makes.
+var netnsSerial atomic.Uint64
 
 // OpenNetns implements NetnsOpener.
 func (d *Docker) OpenNetns(ctx context.Context, containerID string) (*NetnsDialer, error) {
@@ -92,7 +99,7 @@ func (d *Docker) OpenNetns(ctx context.Context, containerID string) (*NetnsDiale
 	if err != nil {
 		return nil, err
 	}
-	nd := &NetnsDialer{ContainerID: ins.Container.ID, Addr: netnsAddr(ins, inner), fd: fd}
+	nd := &NetnsDialer{ContainerID: ins.Container.ID, Addr: netnsAddr(ins, inner), Serial: netnsSerial.Add(1), fd: fd}
 	nd.addrs = [2]string{net.JoinHostPort("127.0.0.1", strconv.Itoa(inner)), nd.Addr}
 	// The pid was read before the namespace was opened: make sure it is
 	// still this container's process (same start), so the namespace is its.
