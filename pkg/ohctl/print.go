@@ -148,7 +148,10 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	if c.Runtime != "local" {
 		t.row("image", fmt.Sprintf("%s (%s)", c.Image, short(strings.TrimPrefix(c.ImageID, "sha256:"))))
 		t.row("container", fmt.Sprintf("%s %s", c.ContainerName, short(c.ContainerID)))
-		if c.HostPort != 0 {
+		switch {
+		case c.HostPort != 0 && c.Egress == store.EgressBroker:
+			t.row("inner address", fmt.Sprintf("127.0.0.1:%d in the container's network namespace (no network)", c.HostPort))
+		case c.HostPort != 0:
 			t.row("inner address", fmt.Sprintf("127.0.0.1:%d", c.HostPort))
 		}
 	}
