@@ -114,29 +114,13 @@ func (e *egressEnv) newConversation() string {
 	return c.ID
 }
 
-var attackToolBin atomic.Pointer[string]
-
 // installTool copies the network attack tool into the conversation's
 // container.
 func (e *egressEnv) installTool(id string) string {
 	e.t.Helper()
-	bin := attackToolBin.Load()
-	if bin == nil {
-		b := testenv.GoBuild(e.t, "./integration/attacktool", "CGO_ENABLED=0")
-		// Keep a copy beyond this test's temp dir for the next tests.
-		dst := filepath.Join(os.TempDir(), fmt.Sprintf("ohd-egress-attacktool-%d", os.Getpid()))
-		data, err := os.ReadFile(b)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, data, 0o755); err != nil {
-			e.t.Fatal(err)
-		}
-		bin = &dst
-		attackToolBin.Store(bin)
-	}
+	bin := testenv.GoBuild(e.t, "./integration/attacktool", "CGO_ENABLED=0")
 	cid := e.d.record(id).ContainerID
-	run(e.t, "docker", "cp", *bin, cid+":/tmp/attacktool")
+	run(e.t, "docker", "cp", bin, cid+":/tmp/attacktool")
 	return "/tmp/attacktool"
 }
 
