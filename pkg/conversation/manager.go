@@ -641,6 +641,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	done("broker")
 	failpoint.Hit("create/after-broker")
 	var target Target
+	keep := func() {} // keeps the create's namespace dialer once the create is recorded
 	if m.rt.Kind() != "local" {
 		spec, err := m.spec(ctx, conv)
 		if err != nil {
@@ -664,9 +665,15 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 			if err != nil {
 				return conv, &StepError{ID: id, Step: "forward", Err: err}
 			}
-			defer nd.Close()
 			target.Dial, target.DialAddr = nd.DialContext, nd.Addr
 			target.Addr = netnsTargetAddr(nd, inst.ContainerID, inst.HostPort)
+			kept := false
+			defer func() {
+				if !kept {
+					nd.Close()
+				}
+			}()
+			keep = func() { kept = true; m.keepNetns(id, inst.ContainerID, inst.HostPort, nd) }
 		}
 	}
 	if req.Forward != nil {
@@ -686,6 +693,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	if err != nil {
 		return made, &StepError{ID: id, Step: "record", Err: err}
 	}
+	keep()
 	m.cfg.OnStep(id, "create_total", time.Since(t0))
 	m.log.Info("conversation created", "id", id, "runtime", conv.Runtime, "worktree", conv.Worktree, "container", shortID(conv.ContainerID))
 	return conv, nil

@@ -85,6 +85,26 @@ func (m *Manager) innerDial(ctx context.Context, id string, r route) *runtime.Ne
 	return d
 }
 
+// keepNetns hands the namespace dialer d of conversation id's container
+// (opened by a create) to the cache, so the conversation's requests reach
+// its inner server without asking the engine again: a container without
+// network stays reachable while the engine is away. It closes d instead
+// when the cache has another entry or is off.
+func (m *Manager) keepNetns(id, containerID string, hostPort int, d *runtime.NetnsDialer) {
+	nc := &m.netns
+	nc.mu.Lock()
+	if nc.off || nc.entries[id] != nil {
+		nc.mu.Unlock()
+		d.Close()
+		return
+	}
+	if nc.entries == nil {
+		nc.entries = map[string]*netnsEntry{}
+	}
+	nc.entries[id] = &netnsEntry{containerID: containerID, hostPort: hostPort, d: d}
+	nc.mu.Unlock()
+}
+
 // dropNetns releases the namespace of container containerID (all of them
 // for ""), which stopped, is stopping or is replaced.
 func (m *Manager) dropNetns(containerID string) {

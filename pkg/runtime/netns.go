@@ -11,8 +11,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/ohd-dev/ohd/pkg/peercred"
 )
 
 // ErrNetnsUnavailable: this process cannot enter containers' network
@@ -127,6 +130,19 @@ func (d *Docker) ProbeNetns() error {
 	}
 	if strings.Contains(d.engineOS, "Docker Desktop") {
 		return fmt.Errorf("%w: the engine runs in Docker Desktop's virtual machine", ErrNetnsUnavailable)
+	}
+	// The engine's (and so its containers') processes must be in this
+	// process's pid namespace: the kernel reports the peer pid of the
+	// engine's socket as 0 when it is not (ohd in a container of its own,
+	// given the host's engine socket).
+	c, err := net.DialTimeout("unix", strings.TrimPrefix(d.host, "unix://"), 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("%w: connect to the engine at %s: %v", ErrNetnsUnavailable, d.host, err)
+	}
+	cred, err := peercred.Get(c)
+	c.Close()
+	if err != nil || cred.PID <= 0 {
+		return fmt.Errorf("%w: the engine's processes are not visible from this process (another pid namespace)", ErrNetnsUnavailable)
 	}
 	return probeOwnNetns()
 }
