@@ -156,15 +156,13 @@ func TestDockerContainerSettings(t *testing.T) {
 	if hc["ReadonlyRootfs"] != true || get(hc, "Tmpfs", "/tmp") == nil {
 		t.Errorf("read-only root %v, tmpfs %v", hc["ReadonlyRootfs"], hc["Tmpfs"])
 	}
-	bindings := get(hc, "PortBindings", "8000/tcp").([]any)
-	if len(bindings) != 1 || get(bindings[0], "HostIp") != "127.0.0.1" {
-		t.Errorf("port bindings = %v, want 127.0.0.1 only", bindings)
+	// The default egress mode where ohd enters namespaces (it does, as
+	// root): no network but loopback, nothing published (DESIGN §5).
+	if pb, _ := get(hc, "PortBindings").(map[string]any); c.Egress != store.EgressBroker || hc["NetworkMode"] != "none" || len(pb) != 0 {
+		t.Errorf("egress %q, NetworkMode %v, port bindings %v; want broker, none and none", c.Egress, hc["NetworkMode"], get(hc, "PortBindings"))
 	}
-	ports := get(info, "NetworkSettings", "Ports", "8000/tcp").([]any)
-	for _, p := range ports {
-		if get(p, "HostIp") != "127.0.0.1" || get(p, "HostPort") != fmt.Sprint(c.HostPort) {
-			t.Errorf("published %v, want 127.0.0.1:%d", p, c.HostPort)
-		}
+	if ports, _ := get(info, "NetworkSettings", "Ports").(map[string]any); len(ports) != 0 {
+		t.Errorf("published ports %v, want none", ports)
 	}
 	labels := cfg["Labels"].(map[string]any)
 	if labels["dev.ohd.conversation"] != c.ID || labels["dev.ohd.server"] != d.serverID() {
@@ -388,17 +386,17 @@ func TestDockerParallelCreates(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	ports := map[int]bool{}
+	containers := map[string]bool{}
 	for _, id := range ids {
 		if id == "" {
 			continue
 		}
 		var c store.Conversation
 		d.ohctlJSON(&c, "show", id)
-		if c.State != store.StateRunning || ports[c.HostPort] {
-			t.Errorf("conversation %s: state %s port %d (duplicate %v)", id, c.State, c.HostPort, ports[c.HostPort])
+		if c.State != store.StateRunning || containers[c.ContainerID] {
+			t.Errorf("conversation %s: state %s container %s (duplicate %v)", id, c.State, c.ContainerID, containers[c.ContainerID])
 		}
-		ports[c.HostPort] = true
+		containers[c.ContainerID] = true
 	}
 	for _, id := range ids {
 		if id != "" {

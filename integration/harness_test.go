@@ -108,6 +108,11 @@ type daemonOptions struct {
 	// Dirs reuses the state and runtime directories of an earlier daemon
 	// (a restart).
 	Dirs *daemonDirs
+	// HostsFile, if set, is ohd's /etc/hosts: ohd runs in a mount
+	// namespace of its own (unshare) where the file is bind-mounted over
+	// /etc/hosts, so the names it lists resolve, for ohd only, to the
+	// addresses the test chose.
+	HostsFile string
 }
 
 // daemonDirs are the directories of one daemon's state.
@@ -190,6 +195,10 @@ func (d *daemon) start() {
 	}
 	args = append(args, d.opts.Args...)
 	d.cmd = exec.Command(bin, args...)
+	if d.opts.HostsFile != "" {
+		d.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$0" /etc/hosts && exec "$@"`, d.opts.HostsFile, bin}, args...)...)
+	}
 	d.cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + d.dirs.State}, d.opts.Env...)
 	if h := os.Getenv("DOCKER_HOST"); h != "" && !hasEnv(d.opts.Env, "DOCKER_HOST") {
 		d.cmd.Env = append(d.cmd.Env, "DOCKER_HOST="+h)

@@ -23,9 +23,12 @@ import (
 // reachable when its container is disconnected from its network; and a
 // container that is stopped behind ohd's back and started again is reached
 // in its new namespace, not the dead one.
+//
+// It runs with --egress open: a container on the engine's network, which
+// ohd still reaches inside its namespace.
 func TestAPIForwardsInsideTheContainer(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := dockerDaemon(t, "--egress", "open")
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
 
 	check := func(when string) {
@@ -83,9 +86,11 @@ func TestAPIForwardsInsideTheContainer(t *testing.T) {
 // containers on by default: one conversation's container cannot open a
 // connection to another's inner server (inter-container communication is
 // off), while each reaches its own and the host reaches its published port.
+// That is --egress open's network; with --egress broker (the default
+// here) a container has no network at all (TestEgressAttackRawTCPToHostLoopback).
 func TestConversationsCannotReachEachOther(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := dockerDaemon(t, "--egress", "open")
 	if icc := strings.TrimSpace(run(t, "docker", "network", "inspect", "-f", `{{index .Options "com.docker.network.bridge.enable_icc"}}`, "ohd")); icc != "false" {
 		t.Errorf("network ohd: enable_icc = %q, want false", icc)
 	}
@@ -161,10 +166,12 @@ func TestAPIReleasesNamespaces(t *testing.T) {
 		t.Errorf("ohd still holds %s after DELETE", nsDeleted)
 	}
 
-	// The stopped one starts again on the next request, in a new namespace.
-	if nsAgain := use(idle); nsAgain == nsIdle {
-		t.Errorf("restarted container in the old namespace %s", nsIdle)
-	}
+	// The stopped one starts again on the next request, in a new
+	// namespace: use checks that ohd holds the namespace of the new
+	// process, and ohd released the old one above. (The kernel may give
+	// the new namespace the old one's freed inode number, as it does for a
+	// container without network, so the numbers are not compared.)
+	use(idle)
 }
 
 // holdsNamespace reports whether process pid has a descriptor open on

@@ -16,4 +16,9 @@
 // /proc/*/cmdline; it prints "hit PATH" per file holding it and ends with
 // "searched N files, M hits". Errors are printed and make the exit status 1,
 // but every argument is tried.
+//
+// "attacktool net ..." (net.go) is the network attacker of the egress
+// tests (integration/egress_test.go): raw TCP and UDP, DNS, HTTP and TLS
+// through the environment's proxy, raw bytes to the proxy, a flood of
+// CONNECTs, and a small server the tests run in a network namespace.
 package main

@@ -16,6 +16,9 @@ func main() {
 	if name == "attacktool" && len(args) > 0 {
 		name, args = args[0], args[1:]
 	}
+	if name == "net" {
+		os.Exit(netTool(args))
+	}
 	flags, rest := splitFlags(args)
 	failed := false
 	fail := func(err error) {

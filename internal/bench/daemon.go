@@ -88,7 +88,11 @@ func startOHDWith(ctx context.Context, image string, create map[string]any) (_ *
 	d.cmd = exec.Command(filepath.Join(bin, "ohd"), "serve",
 		"--state-dir", filepath.Join(dir, "state"), "--runtime-dir", filepath.Join(dir, "run"),
 		"--worktree-root", filepath.Join(dir, "worktrees"), "--control-socket", socket,
-		"--runtime", "docker", "--image", image, "--listen", d.listen, "--log-format", "json")
+		"--runtime", "docker", "--image", image, "--listen", d.listen, "--log-format", "json",
+		// The baseline is the inner server at its published port, which
+		// a container without network (--egress broker) does not have;
+		// ohd's own path, inside the namespace, is the same in both modes.
+		"--egress", "open")
 	d.cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir}
 	if h := os.Getenv("DOCKER_HOST"); h != "" {
 		d.cmd.Env = append(d.cmd.Env, "DOCKER_HOST="+h)

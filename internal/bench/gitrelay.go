@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -186,12 +185,6 @@ func GitRelay(ctx context.Context, opts GitRelayOptions) ([]GitRelayResult, erro
 		r.Relay, r.Direct = median(r.RelayS), median(r.DirecS)
 	}
 	return []GitRelayResult{clone, push}, nil
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func timeGit(ctx context.Context, dir string, env []string, args ...string) (time.Duration, error) {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/peercred"
 )
 
@@ -39,6 +40,13 @@ type Options struct {
 	// environment's proxy settings. The broker never follows redirects
 	// with it (a redirect is passed to the caller).
 	HTTPClient *http.Client
+	// EgressAllow are egress destinations granted to every conversation
+	// (ohd serve --egress-allow), in egress.ParseDest's form; New refuses
+	// an invalid one.
+	EgressAllow []string
+	// EgressPolicy checks egress targets; nil means the host's resolver
+	// and interface addresses.
+	EgressPolicy *egress.Policy
 	// Now is the clock (tests). nil means time.Now.
 	Now func() time.Time
 }
@@ -71,6 +79,18 @@ type Limits struct {
 	// (128: the in-flight budgets' sum and headroom); negative means
 	// no limit. A connection over it gets 429 rate_limited and is closed.
 	MaxConns int
+	// EgressConns caps the egress connections (GET /v1/egress/{dest})
+	// one conversation may hold open at once; default
+	// DefaultEgressConns; negative means no limit. One over it is
+	// refused with 429 rate_limited (audit reason in_flight).
+	EgressConns int
+	// EgressRate is the refill rate per second of the conversation's
+	// bucket of new egress connections, and EgressBurst its size;
+	// defaults DefaultEgressRate and DefaultEgressBurst; a negative
+	// EgressRate means no limit. Egress connections also take a token of
+	// the conversation's request bucket (Rate).
+	EgressRate  float64
+	EgressBurst int
 	// Rate is the refill rate per second of the conversation's token
 	// bucket; default 50; negative means no limit.
 	Rate float64
@@ -122,7 +142,7 @@ func (l Limits) withDefaults() Limits {
 		{&l.MaxInFlight, defaultMaxInFlight}, {&l.GitInFlight, defaultGitInFlight},
 		{&l.SecretInFlight, defaultSecretInFlight}, {&l.LLMInFlight, defaultLLMInFlight},
 		{&l.OAuthInFlight, defaultOAuthInFlight}, {&l.MCPInFlight, defaultMCPInFlight},
-		{&l.MaxConns, DefaultMaxConns},
+		{&l.MaxConns, DefaultMaxConns}, {&l.EgressConns, DefaultEgressConns},
 	} {
 		if *f.v == 0 {
 			*f.v = f.def
@@ -133,6 +153,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Burst <= 0 {
 		l.Burst = defaultBurst
+	}
+	if l.EgressRate == 0 {
+		l.EgressRate = DefaultEgressRate
+	}
+	if l.EgressBurst <= 0 {
+		l.EgressBurst = DefaultEgressBurst
 	}
 	if l.ReadHeaderTimeout <= 0 {
 		l.ReadHeaderTimeout = defaultReadHeaderTimeout
@@ -155,6 +181,9 @@ type Grants struct {
 	// GitOptions are the options of Git entries that have any, by entry
 	// (see GitOptions).
 	GitOptions map[string]GitOptions `json:"-"`
+	// Net are egress destinations (egress.ParseDest): HOST[:PORT],
+	// *.DOMAIN[:PORT] or IP:PORT.
+	Net []string `json:"net"`
 }
 
 // Conversation is what the broker needs to know about a conversation.
@@ -241,6 +270,12 @@ type AuditRecord struct {
 	// Detail adds names the record is about, e.g. a push's refs asked,
 	// allowed and refused; never a value.
 	Detail string
+	// Egress connections only: Addr is the address dialled ("" if none
+	// was), BytesOut and BytesIn the bytes sent to it and received from
+	// it, Duration how long the connection was open.
+	Addr              string
+	BytesOut, BytesIn int64
+	Duration          time.Duration
 }
 
 // Backend is what the broker needs from ohd: the daemon implements it on
@@ -310,6 +345,9 @@ type Broker struct {
 	oauth  flights
 	root   string // <RuntimeDir>/conversations
 
+	egressAllow []egress.Dest // granted to every conversation
+	policy      *egress.Policy
+
 	ctx    context.Context // cancelled by Shutdown: ends OAuth refreshes
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // serve goroutines and OAuth refreshes
@@ -329,6 +367,7 @@ type conversation struct {
 	done chan struct{} // closed when Serve returned
 	lim  limiter
 	mac  atomic.Pointer[macEntry]
+	net  egressState
 }
 
 type macEntry struct {
@@ -363,6 +402,14 @@ func New(opts Options) (*Broker, error) {
 		b.now = time.Now
 	}
 	b.hc = noRedirects(opts.HTTPClient)
+	allow, err := egress.ParseDests(opts.EgressAllow)
+	if err != nil {
+		return nil, fmt.Errorf("new broker: egress allow: %w", err)
+	}
+	b.egressAllow, b.policy = allow, opts.EgressPolicy
+	if b.policy == nil {
+		b.policy = &egress.Policy{}
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b, nil
 }
@@ -415,6 +462,7 @@ func (b *Broker) Open(ctx context.Context, conv Conversation) (Endpoint, error) 
 	}
 	c := &conversation{b: b, id: conv.ID, ep: ep, ln: ln, done: make(chan struct{})}
 	c.lim.init(b.limits)
+	c.net.init(b.limits)
 	c.srv = &http.Server{
 		Handler:           c,
 		ConnContext:       peercred.ConnContext,
@@ -471,6 +519,7 @@ func (b *Broker) Close(id string) error {
 	if c := b.convs[id]; c != nil {
 		delete(b.convs, id)
 		c.srv.Close()
+		c.net.closeAll()
 		<-c.done
 	}
 	if err := removeAll(b.endpoint(id).Dir); err != nil {
@@ -503,6 +552,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	for _, c := range convs {
+		c.net.closeAll()
+	}
 	b.cancel()
 	b.wg.Wait()
 	return errors.Join(errs...)

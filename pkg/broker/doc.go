@@ -104,6 +104,21 @@
 //	GET  /v1/oauth/{server}/token        {"access_token","expires_at","token_type"} (expires_at omitted if unknown)
 //	ANY  /v1/mcp/{server}/proxy          forwarded to exactly the MCP server's URL (query joined), its headers injected
 //	ANY  /v1/git/{host}/{path...}        git smart-HTTP forwarded to the granted host, the credential injected (gitrelay.go)
+//	GET  /v1/egress/{host:port}          Upgrade: ohd-egress; 101, then a byte stream to the destination (egress.go)
+//
+// Egress. A container's way out (DESIGN §5): the relay's forward proxy
+// (forwardproxy.go, ServeWithForwardProxy) turns each CONNECT or
+// absolute-form request into an egress connection (Client.Egress). The
+// broker lets it through only if a net grant of the conversation or
+// Options.EgressAllow names the destination and egress.Policy accepts the
+// address it resolves to; it dials that address itself, answers 101 and
+// copies bytes both ways unread. A refusal is 403 not_granted whose
+// message names the grant command, the audit reason the policy's
+// (not_granted, loopback, private, metadata, host_address, ...). Each
+// connection is one audit record, written when it ends, with the address
+// dialled, the bytes each way and the duration. Limits.EgressConns caps
+// the connections open at once and Limits.EgressRate/EgressBurst the rate
+// of new ones, per conversation.
 //
 // Git credentials. The request body is parsed strictly
 // ([ParseGitCredential]): NUL or CR anywhere, a line without "=", a bad

@@ -28,6 +28,7 @@ const (
 	routeOAuth
 	routeMCPProxy
 	routeGitProxy
+	routeEgress
 )
 
 // Per route: the pattern audit records carry, the grant kind, and the
@@ -44,6 +45,7 @@ var (
 		routeOAuth:    "GET /v1/oauth/{server}/token",
 		routeMCPProxy: "ANY /v1/mcp/{server}/proxy",
 		routeGitProxy: routeGitProxyPattern,
+		routeEgress:   "GET /v1/egress/{dest}",
 	}
 	routeKinds = [...]string{
 		routeSecret:   KindSecret,
@@ -53,6 +55,7 @@ var (
 		routeOAuth:    KindOAuth,
 		routeMCPProxy: KindMCP,
 		routeGitProxy: KindGit,
+		routeEgress:   KindNet,
 	}
 	routeMethods = [...]string{
 		routeWhoami:   http.MethodGet,
@@ -61,6 +64,7 @@ var (
 		routeGit:      http.MethodPost,
 		routeLLM:      http.MethodGet,
 		routeOAuth:    http.MethodGet,
+		routeEgress:   http.MethodGet,
 		routeLLMProxy: "", routeMCPProxy: "", routeGitProxy: "", // any method
 	}
 )
@@ -72,6 +76,7 @@ const (
 	KindLLM    = "llm"
 	KindOAuth  = "oauth"
 	KindMCP    = "mcp"
+	KindNet    = "net"
 )
 
 // classify maps a (decoded) path to its route and the name in it, without
@@ -117,6 +122,12 @@ func classify(path string) (routeID, string) {
 	if q, ok := strings.CutPrefix(p, "git/"); ok {
 		host, _, _ := strings.Cut(q, "/")
 		return routeGitProxy, host
+	}
+	if name, ok := strings.CutPrefix(p, "egress/"); ok {
+		if name == "" || strings.IndexByte(name, '/') >= 0 {
+			return routeNone, ""
+		}
+		return routeEgress, name
 	}
 	if q, ok := strings.CutPrefix(p, "oauth/"); ok {
 		name, ok := strings.CutSuffix(q, "/token")
@@ -215,6 +226,8 @@ func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.mcpProxy(w, r, &rec, &conv, name)
 	case routeGitProxy:
 		c.gitProxy(w, r, &rec, &conv)
+	case routeEgress:
+		c.egress(w, r, &rec, &conv, name)
 	}
 }
 

@@ -98,6 +98,8 @@ func appendWhoami(dst []byte, id string, conv *Conversation) []byte {
 	dst = appendJSONList(dst, conv.Grants.OAuth)
 	dst = append(dst, `,"mcp":`...)
 	dst = appendJSONList(dst, conv.Grants.MCP)
+	dst = append(dst, `,"net":`...)
+	dst = appendJSONList(dst, conv.Grants.Net)
 	return append(dst, "}}\n"...)
 }
 

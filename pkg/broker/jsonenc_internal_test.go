@@ -10,7 +10,7 @@ func TestAppendWhoamiMatchesEncodingJSON(t *testing.T) {
 		Grants: Grants{Secrets: []string{"a", "<b>&\"c\"\n"}, Git: []string{"github.com/acme"}}}
 	got := string(appendWhoami(nil, "c", conv))
 	want, _ := json.Marshal(whoamiBody{ID: "c", Epoch: conv.Epoch, UID: 1000, GID: 1001,
-		Grants: Grants{Secrets: conv.Grants.Secrets, Git: conv.Grants.Git, LLM: []string{}, OAuth: []string{}, MCP: []string{}}})
+		Grants: Grants{Secrets: conv.Grants.Secrets, Git: conv.Grants.Git, LLM: []string{}, OAuth: []string{}, MCP: []string{}, Net: []string{}}})
 	if got != string(want)+"\n" {
 		t.Errorf("appendWhoami = %s, want %s", got, want)
 	}

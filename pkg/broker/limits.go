@@ -39,6 +39,7 @@ const (
 	budgetLLM
 	budgetOAuth
 	budgetMCP
+	budgetNet
 	numBudgets
 )
 
@@ -51,6 +52,7 @@ var routeBudgets = [...]int{
 	routeOAuth:    budgetOAuth,
 	routeMCPProxy: budgetMCP,
 	routeGitProxy: budgetGit,
+	routeEgress:   budgetNet,
 }
 
 func clamp32(n int) int32 { return int32(min(n, math.MaxInt32)) }
@@ -60,6 +62,7 @@ func (l *limiter) init(lim Limits) {
 		budgetOther: clamp32(lim.MaxInFlight), budgetGit: clamp32(lim.GitInFlight),
 		budgetSecret: clamp32(lim.SecretInFlight), budgetLLM: clamp32(lim.LLMInFlight),
 		budgetOAuth: clamp32(lim.OAuthInFlight), budgetMCP: clamp32(lim.MCPInFlight),
+		budgetNet: clamp32(lim.EgressConns),
 	}
 	l.maxConns = clamp32(lim.MaxConns)
 	l.rate = lim.Rate

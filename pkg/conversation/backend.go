@@ -126,9 +126,13 @@ func (b Backend) AuditErr() error { return b.Store.AuditErr() }
 // Audit queues a broker audit record.
 func (b Backend) Audit(r broker.AuditRecord) {
 	b.Metrics.BrokerRequest(r.Route, r.Kind, r.Allowed, r.Code)
+	if r.Kind == broker.KindNet {
+		b.Metrics.EgressConnection(r.Allowed, r.Reason, r.BytesOut, r.BytesIn)
+	}
 	b.Store.AuditAsync(store.AuditRecord{
 		Time: r.Time, Source: "broker", Conversation: r.Conversation, Route: r.Route, Kind: r.Kind,
 		Name: r.Name, PeerPID: r.PeerPID, PeerUID: r.PeerUID, Allowed: r.Allowed, Status: r.Status, Code: r.Code, Reason: r.Reason,
 		Detail: r.Detail,
+		Addr:   r.Addr, BytesOut: r.BytesOut, BytesIn: r.BytesIn, DurationMS: r.Duration.Milliseconds(),
 	})
 }

@@ -19,7 +19,10 @@ import (
 
 // Target is where a running conversation's inner server answers.
 type Target struct {
-	// Addr is "127.0.0.1:<port>"; "" for the local runtime.
+	// Addr is "127.0.0.1:<port>"; for a container without network
+	// (egress broker) a name of its namespace that is never resolved
+	// ("ns<serial>.ohd-netns.invalid:<inner port>", see netnsTargetAddr),
+	// reached only through Dial; "" for the local runtime.
 	Addr string
 	// InnerKey is the inner session key the proxy sends.
 	InnerKey []byte
@@ -113,7 +116,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 		}
 	}
 	conv := store.Conversation{
-		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(),
+		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(), Egress: m.egressMode(),
 		Workspace: repo.Workspace, WorkingDir: repo.Workspace,
 		UID: uid, GID: gid, Grants: req.Grants, BrokerEpoch: 1,
 		Image: img.Ref, ImageID: img.ID, Request: req.Request,
@@ -252,6 +255,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	done("broker")
 	failpoint.Hit("create/after-broker")
 	var target Target
+	keep := func() {} // keeps the create's namespace dialer once the create is recorded
 	if m.rt.Kind() != "local" {
 		spec, err := m.spec(ctx, conv)
 		if err != nil {
@@ -270,6 +274,21 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		failpoint.Hit("create/after-start")
 		conv.ContainerID, conv.ContainerName, conv.HostPort = inst.ContainerID, inst.Name, inst.HostPort
 		target = Target{Addr: inst.Addr, InnerKey: innerKey}
+		if inst.NoNetwork {
+			nd, err := m.openNetns(ctx, inst.ContainerID)
+			if err != nil {
+				return conv, &StepError{ID: id, Step: "forward", Err: err}
+			}
+			target.Dial, target.DialAddr, target.DialPort = nd.DialContext, nd.Addr, nd.DialPort
+			target.Addr = netnsTargetAddr(nd, inst.ContainerID, inst.HostPort)
+			kept := false
+			defer func() {
+				if !kept {
+					nd.Close()
+				}
+			}()
+			keep = func() { kept = true; m.keepNetns(id, inst.ContainerID, inst.HostPort, nd) }
+		}
 	}
 	if req.Forward != nil {
 		if err := req.Forward(ctx, conv, target); err != nil {
@@ -288,6 +307,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	if err != nil {
 		return made, &StepError{ID: id, Step: "record", Err: err}
 	}
+	keep()
 	m.cfg.OnStep(id, "create_total", time.Since(t0))
 	m.log.Info("conversation created", "id", id, "runtime", conv.Runtime, "worktree", conv.Worktree, "container", shortID(conv.ContainerID))
 	return conv, nil

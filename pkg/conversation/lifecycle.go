@@ -361,8 +361,8 @@ func (m *Manager) changeGrant(id, kind, name string, add bool) (store.Conversati
 	}
 	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		if add {
-			c.Grants.Add(kind, name)
-		} else if !c.Grants.Remove(kind, name) {
+			c.Grants.Add(kind, canonicalGrant(kind, name))
+		} else if !c.Grants.Remove(kind, canonicalGrant(kind, name)) && !c.Grants.Remove(kind, name) {
 			return fmt.Errorf("%w: conversation %s has no %s grant %q", ErrNotFound, id, kind, name)
 		}
 		return nil
@@ -420,7 +420,9 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 	// The hot path (every proxied request): a running conversation, read
 	// without copying its record.
 	var r route
-	if m.st.Peek(id, func(c *store.Conversation) { r = route{c.State, c.ContainerID, c.HostPort} }) &&
+	if m.st.Peek(id, func(c *store.Conversation) {
+		r = route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker}
+	}) &&
 		r.state == store.StateRunning && (r.hostPort != 0 || m.rt.Kind() == "local") {
 		return m.target(ctx, id, r)
 	}
@@ -436,7 +438,7 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 			return Target{}, err
 		}
 	}
-	return m.target(ctx, id, route{c.State, c.ContainerID, c.HostPort})
+	return m.target(ctx, id, route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker})
 }
 
 // route is what Target needs of a record.
@@ -444,6 +446,9 @@ type route struct {
 	state       store.State
 	containerID string
 	hostPort    int
+	// noNetwork: the container has no network (egress broker), so its
+	// inner server is reached only inside its namespace.
+	noNetwork bool
 }
 
 func (m *Manager) target(ctx context.Context, id string, r route) (Target, error) {
@@ -454,8 +459,21 @@ func (m *Manager) target(ctx context.Context, id string, r route) (Target, error
 	t := Target{InnerKey: key}
 	if r.hostPort != 0 {
 		t.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(r.hostPort))
-		if nd := m.innerDial(ctx, id, r); nd != nil {
+		nd := m.innerDial(ctx, id, r)
+		if nd != nil {
 			t.Dial, t.DialAddr, t.DialPort = nd.DialContext, nd.Addr, nd.DialPort
+		}
+		if r.noNetwork {
+			// Every such container's inner server is 127.0.0.1:<inner
+			// port> in its own namespace: the target needs a name of its
+			// own, as connections are pooled by Addr.
+			t.Addr = netnsTargetAddr(nd, r.containerID, r.hostPort)
+			if nd == nil {
+				// Never the host's own 127.0.0.1:<inner port>.
+				t.Dial = func(context.Context) (net.Conn, error) {
+					return nil, fmt.Errorf("conversation %s: its container has no network and ohd cannot enter its network namespace", id)
+				}
+			}
 		}
 	}
 	return t, nil

@@ -84,6 +84,11 @@ type Config struct {
 	Image string
 	// InnerPort is the inner server's port in the container; 0 = 8000.
 	InnerPort int
+	// Egress is the egress mode of new containers: store.EgressBroker
+	// (network mode none, HTTP(S)_PROXY set to the relay's forward proxy;
+	// the runtime must implement runtime.NetnsOpener) or store.EgressOpen
+	// ("" means open: the engine's network).
+	Egress string
 	// HealthPath is polled for readiness; "" = "/health".
 	HealthPath string
 	// ReadyTimeout bounds the readiness wait; 0 = 60s.
@@ -385,7 +390,7 @@ func ownerOf(path string) (int, int, error) {
 func brokerConversation(c store.Conversation) broker.Conversation {
 	return broker.Conversation{
 		ID: c.ID, UID: c.UID, GID: c.GID, Epoch: c.BrokerEpoch,
-		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth, MCP: c.Grants.MCP,
+		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth, MCP: c.Grants.MCP, Net: c.Grants.Net,
 			GitOptions: brokerGitOptions(c.Grants.GitOptions)},
 	}
 }
@@ -473,6 +478,7 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 			"--env-file", openhands.SecretKeyEnv + "=" + ContainerBrokerDir + "/" + InnerSecretKeyFile, "--"},
 		Cmd:            cmd,
 		InnerPort:      m.cfg.InnerPort,
+		NoNetwork:      conv.Egress == store.EgressBroker,
 		Resources:      m.cfg.Resources,
 		ReadOnlyRootfs: m.cfg.ReadOnlyRootfs,
 		HealthPath:     m.cfg.HealthPath,
@@ -508,12 +514,40 @@ func (m *Manager) env(conv store.Conversation) []string {
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
 	}
+	if conv.Egress == store.EgressBroker {
+		// The container's only way out: the relay's forward proxy
+		// (DESIGN §5). The relay itself is on loopback, so not proxied.
+		proxy := "http://" + broker.RelayAddr
+		env = append(env, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy, "http_proxy="+proxy, "https_proxy="+proxy,
+			"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
+	}
 	for _, name := range m.cfg.ForwardEnv {
 		if v, ok := lookupEnv(m.cfg.Getenv, name); ok {
 			env = append(env, name+"="+v)
 		}
 	}
 	return append(env, m.cfg.InnerEnv...)
+}
+
+// egressMode is the egress mode of a new conversation: none for the
+// local runtime.
+func (m *Manager) egressMode() string {
+	if m.rt.Kind() == "local" {
+		return ""
+	}
+	if m.cfg.Egress == store.EgressBroker {
+		return store.EgressBroker
+	}
+	return store.EgressOpen
+}
+
+// openNetns enters the network namespace of a container without network.
+func (m *Manager) openNetns(ctx context.Context, containerID string) (*runtime.NetnsDialer, error) {
+	opener, ok := m.rt.(runtime.NetnsOpener)
+	if !ok {
+		return nil, fmt.Errorf("the %s runtime cannot reach a container without network: run ohd serve --egress open", m.rt.Kind())
+	}
+	return opener.OpenNetns(ctx, containerID)
 }
 
 func lookupEnv(getenv func(string) string, name string) (string, bool) {

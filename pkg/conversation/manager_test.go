@@ -455,7 +455,7 @@ func TestNetnsUnavailableFallsBackOnce(t *testing.T) {
 	rt := &noNetns{Runtime: runtime.NewLocal()}
 	e.m.rt = rt
 	for range 3 {
-		if nd := e.m.innerDial(context.Background(), store.NewID(), route{store.StateRunning, "c0ffee", 32768}); nd != nil {
+		if nd := e.m.innerDial(context.Background(), store.NewID(), route{store.StateRunning, "c0ffee", 32768, false}); nd != nil {
 			t.Fatalf("innerDial = %v, want nil (published port)", nd)
 		}
 	}
@@ -464,7 +464,7 @@ func TestNetnsUnavailableFallsBackOnce(t *testing.T) {
 	}
 	// A container id or port missing: nothing to open.
 	e.m.netns.off = false
-	if nd := e.m.innerDial(context.Background(), store.NewID(), route{store.StateRunning, "", 32768}); nd != nil || rt.opens.Load() != 1 {
+	if nd := e.m.innerDial(context.Background(), store.NewID(), route{store.StateRunning, "", 32768, false}); nd != nil || rt.opens.Load() != 1 {
 		t.Errorf("innerDial without a container = %v (%d opens)", nd, rt.opens.Load())
 	}
 }

@@ -3,6 +3,8 @@ package conversation
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"sync"
 
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -83,6 +85,26 @@ func (m *Manager) innerDial(ctx context.Context, id string, r route) *runtime.Ne
 	return d
 }
 
+// keepNetns hands the namespace dialer d of conversation id's container
+// (opened by a create) to the cache, so the conversation's requests reach
+// its inner server without asking the engine again: a container without
+// network stays reachable while the engine is away. It closes d instead
+// when the cache has another entry or is off.
+func (m *Manager) keepNetns(id, containerID string, hostPort int, d *runtime.NetnsDialer) {
+	nc := &m.netns
+	nc.mu.Lock()
+	if nc.off || nc.entries[id] != nil {
+		nc.mu.Unlock()
+		d.Close()
+		return
+	}
+	if nc.entries == nil {
+		nc.entries = map[string]*netnsEntry{}
+	}
+	nc.entries[id] = &netnsEntry{containerID: containerID, hostPort: hostPort, d: d}
+	nc.mu.Unlock()
+}
+
 // dropNetns releases the namespace of container containerID (all of them
 // for ""), which stopped, is stopping or is replaced.
 func (m *Manager) dropNetns(containerID string) {
@@ -108,4 +130,17 @@ func (m *Manager) dropNetns(containerID string) {
 func (m *Manager) Close() error {
 	m.dropNetns("")
 	return nil
+}
+
+// netnsTargetAddr is the Target.Addr of the inner server of a container
+// without network, reached through nd: a name no other namespace shares
+// (never resolved: the proxy dials through nd), so that no pooled
+// connection to one container's inner server is used for another's, nor
+// for this container's next start.
+func netnsTargetAddr(nd *runtime.NetnsDialer, containerID string, port int) string {
+	host := "unreachable-" + shortID(containerID)
+	if nd != nil {
+		host = "ns" + strconv.FormatUint(nd.Serial, 10)
+	}
+	return net.JoinHostPort(host+".ohd-netns.invalid", strconv.Itoa(port))
 }

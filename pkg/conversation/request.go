@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ohd-dev/ohd/pkg/egress"
 	"path/filepath"
 	"strings"
 
@@ -128,6 +129,10 @@ func ValidateGrant(kind, name string) error {
 		if !store.ValidName(name) {
 			return fmt.Errorf("%w: %s name %q: use 1-128 characters of A-Z a-z 0-9 . _ - (not starting with . or -)", ErrInvalid, kind, name)
 		}
+	case store.KindNet:
+		if _, err := egress.ParseDest(name); err != nil {
+			return fmt.Errorf("%w: net grant: %v", ErrInvalid, err)
+		}
 	case store.KindGit:
 		if !validGitGrant(name) {
 			return fmt.Errorf("%w: git grant %q: use host[:port][/path/prefix], e.g. github.com/my-org", ErrInvalid, name)
@@ -136,6 +141,17 @@ func ValidateGrant(kind, name string) error {
 		return fmt.Errorf("%w: grant kind %q: use one of %s", ErrInvalid, kind, strings.Join(store.Kinds, ", "))
 	}
 	return nil
+}
+
+// canonicalGrant returns a valid grant in the form it is stored in: a net
+// destination with its port ("example.com" is "example.com:443").
+func canonicalGrant(kind, name string) string {
+	if kind == store.KindNet {
+		if d, err := egress.ParseDest(name); err == nil {
+			return d.String()
+		}
+	}
+	return name
 }
 
 func validGitGrant(s string) bool {

@@ -112,6 +112,11 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "broker-llm-in-flight", Value: 32, Usage: "LLM requests and streams one conversation may have in progress (-1: no limit)", Sources: env("broker-llm-in-flight")},
 			&cli.IntFlag{Name: "broker-oauth-in-flight", Value: 8, Usage: "OAuth token requests one conversation may have in progress (-1: no limit)", Sources: env("broker-oauth-in-flight")},
 			&cli.IntFlag{Name: "broker-connections", Value: broker.DefaultMaxConns, Usage: "connections one conversation may hold open to its broker socket, idle keep-alive ones included; keep it above the sum of the in-flight budgets (default: their sum, 80, plus 48) (-1: no limit)", Sources: env("broker-connections")},
+			str("egress", "how containers reach the network: broker (no network but loopback; out only through the broker to granted destinations), open (the engine's network), or auto (default: broker where ohd can enter containers' network namespaces, else open with a warning)"),
+			&cli.StringSliceFlag{Name: "egress-allow", Usage: "egress destination HOST[:PORT] (port 443 when absent; *.example.com for a domain's hosts; IP:PORT) granted to every conversation (repeatable)", Sources: env("egress-allow")},
+			&cli.IntFlag{Name: "egress-connections", Value: broker.DefaultEgressConns, Usage: "egress connections one conversation may hold open through its broker (-1: no limit)", Sources: env("egress-connections")},
+			&cli.Float64Flag{Name: "egress-rate", Value: broker.DefaultEgressRate, Usage: "new egress connections per second one conversation may open, after a burst of --egress-burst (-1: no limit)", Sources: env("egress-rate")},
+			&cli.IntFlag{Name: "egress-burst", Value: broker.DefaultEgressBurst, Usage: "egress connections one conversation may open at once before --egress-rate applies", Sources: env("egress-burst")},
 			str("upstream", "the operator's own agent server (local mode, on loopback), e.g. http://127.0.0.1:18000: routes that are not a conversation's pass to it"),
 			str("upstream-secret-key-file", "file holding the upstream's OH_SECRET_KEY, to open the encrypted settings Agent Canvas copies into a create (default: the systemd credential ohd-upstream-secret-key)"),
 			&cli.BoolFlag{Name: "upstream-allow-remote", Usage: "allow an --upstream that is not on loopback (it receives the clients' session keys)", Sources: env("upstream-allow-remote")},
@@ -148,16 +153,25 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				BrokerLimits: broker.Limits{
 					GitInFlight: int(cmd.Int("broker-git-in-flight")), SecretInFlight: int(cmd.Int("broker-secret-in-flight")),
 					LLMInFlight: int(cmd.Int("broker-llm-in-flight")), OAuthInFlight: int(cmd.Int("broker-oauth-in-flight")),
-					MaxConns: int(cmd.Int("broker-connections")),
+					MaxConns:    int(cmd.Int("broker-connections")),
+					EgressConns: int(cmd.Int("egress-connections")), EgressRate: cmd.Float64("egress-rate"),
+					EgressBurst: int(cmd.Int("egress-burst")),
 				},
+				Egress: cmd.String("egress"), EgressAllow: cmd.StringSlice("egress-allow"),
 				Upstream: cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
 				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
 				CORSOrigins:         cmd.StringSlice("cors-origin"), WorkspaceRoots: cmd.StringSlice("workspace-root"),
 			}
-			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections"} {
+			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections", "egress-connections"} {
 				if n := cmd.Int(name); n == 0 || n < -1 {
 					return usageError{fmt.Errorf("--%s %d: want a positive number, or -1 for no limit", name, n)}
 				}
+			}
+			if r := cmd.Float64("egress-rate"); r == 0 || r < 0 && r != -1 {
+				return usageError{fmt.Errorf("--egress-rate %v: want a positive number, or -1 for no limit", r)}
+			}
+			if n := cmd.Int("egress-burst"); n <= 0 {
+				return usageError{fmt.Errorf("--egress-burst %d: want a positive number", n)}
 			}
 			// (Start checks the settings too; the logger needs the defaults.)
 			if err := cfg.Defaults(); err != nil {

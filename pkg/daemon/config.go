@@ -11,6 +11,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 )
@@ -91,6 +92,16 @@ type Config struct {
 	// (in flight per kind, open connections); zero fields take
 	// broker.Limits' defaults.
 	BrokerLimits broker.Limits
+	// Egress is how containers reach the network (--egress): "broker"
+	// (network mode none, out only through the broker's granted
+	// destinations), "open" (the engine's network), or "auto" (the
+	// default): broker where ohd can enter containers' network
+	// namespaces, else open with a warning.
+	Egress string
+	// EgressAllow are egress destinations (HOST[:PORT], *.DOMAIN[:PORT],
+	// IP:PORT; pkg/egress) granted to every conversation
+	// (--egress-allow); none by default.
+	EgressAllow []string
 	// Upstream is the operator's own agent server, in local mode
 	// (--upstream URL): every route of the conversation API that is not a
 	// conversation's passes to it. "" (default): those routes answer 404.
@@ -143,6 +154,9 @@ func (c *Config) Defaults() error {
 	}
 	if c.Runtime == "" {
 		c.Runtime = "auto"
+	}
+	if c.Egress == "" {
+		c.Egress = "auto"
 	}
 	if c.Image == "" {
 		c.Image = openhands.DefaultImage
@@ -199,6 +213,16 @@ func (c *Config) Validate() error {
 	for _, kv := range c.InnerEnv {
 		if err := openhands.CheckExtraEnv(kv); err != nil {
 			return fmt.Errorf("--inner-env: %w", err)
+		}
+	}
+	switch c.Egress {
+	case "auto", "broker", "open":
+	default:
+		return fmt.Errorf("--egress %q: use broker (no network but the broker's granted destinations), open (the engine's network) or auto", c.Egress)
+	}
+	for _, a := range c.EgressAllow {
+		if _, err := egress.ParseDest(a); err != nil {
+			return fmt.Errorf("--egress-allow: %w", err)
 		}
 	}
 	if c.Upstream != "" {

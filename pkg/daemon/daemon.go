@@ -37,14 +37,15 @@ import (
 // Daemon is a running ohd. Build it with Start; stop it by cancelling the
 // context given to Start and calling Wait.
 type Daemon struct {
-	cfg   Config
-	log   *slog.Logger
-	key   *masterkey.Key
-	store *store.Store
-	mgr   *conversation.Manager
-	br    *broker.Broker
-	rt    runtime.Runtime
-	lock  *os.File
+	cfg    Config
+	log    *slog.Logger
+	key    *masterkey.Key
+	store  *store.Store
+	mgr    *conversation.Manager
+	br     *broker.Broker
+	rt     runtime.Runtime
+	egress string // store.EgressBroker or store.EgressOpen for new containers; "" for the local runtime
+	lock   *os.File
 
 	metrics        *metrics.Metrics
 	keysConfigured bool // the API keys were given, not generated
@@ -134,6 +135,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	if d.rt, err = d.selectRuntime(ctx); err != nil {
 		return nil, err
 	}
+	if d.egress, err = d.selectEgress(); err != nil {
+		return nil, err
+	}
 	if d.key, err = masterkey.Load(cfg.StateDir, cfg.Getenv); err != nil {
 		return nil, err
 	}
@@ -157,7 +161,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	d.br, err = broker.New(broker.Options{
 		RuntimeDir: cfg.RuntimeDir, Key: d.key.Derive("ohd-broker-key-v1"),
 		Backend: conversation.Backend{Store: d.store, Metrics: d.metrics}, Logger: log,
-		Limits: cfg.BrokerLimits,
+		Limits: cfg.BrokerLimits, EgressAllow: cfg.EgressAllow,
 	})
 	if err != nil {
 		return nil, err
@@ -167,7 +171,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		Image: cfg.Image, HealthPath: cfg.HealthPath, ReadyTimeout: cfg.ReadyTimeout,
 		Resources:      runtime.Resources{MemoryBytes: cfg.MemoryBytes, NanoCPUs: cfg.NanoCPUs, PidsLimit: cfg.PidsLimit},
 		ReadOnlyRootfs: cfg.ReadOnlyRootfs, ForwardEnv: cfg.ForwardEnv, Getenv: cfg.Getenv,
-		InnerRoot: filepath.Join(cfg.StateDir, "inner"), InnerEnv: cfg.InnerEnv,
+		InnerRoot: filepath.Join(cfg.StateDir, "inner"), InnerEnv: cfg.InnerEnv, Egress: d.egress,
 		Helper: cfg.Helper, HelperDir: filepath.Join(cfg.StateDir, "bin"), IdleTimeout: cfg.IdleTimeout, Logger: log,
 		Metrics: d.metrics, OnStep: d.observeStep, Protected: d.protectedPaths(),
 	})
@@ -196,7 +200,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	}
 	log.Info("ohd serving", "version", version.Version, "state_dir", cfg.StateDir,
 		"control_socket", d.control.Addr().String(), "listen", listen, "socket_activated", len(d.activated) > 0,
-		"runtime", d.rt.Kind(), "server_id", d.store.ServerID())
+		"runtime", d.rt.Kind(), "egress", d.egress, "server_id", d.store.ServerID())
 	return d, nil
 }
 
@@ -284,6 +288,33 @@ func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
 		return runtime.NewLocal(), nil
 	}
 	return rt, nil
+}
+
+// selectEgress decides the egress mode of new containers: broker needs a
+// runtime whose containers' network namespaces ohd can enter (a container
+// without network is reached only there); auto picks it where it can,
+// else open with a warning.
+func (d *Daemon) selectEgress() (string, error) {
+	if d.rt.Kind() == "local" {
+		return "", nil
+	}
+	if d.cfg.Egress == store.EgressOpen {
+		return store.EgressOpen, nil
+	}
+	var err error
+	if p, ok := d.rt.(interface{ ProbeNetns() error }); ok {
+		err = p.ProbeNetns()
+	} else {
+		err = fmt.Errorf("%w: the %s runtime", runtime.ErrNetnsUnavailable, d.rt.Kind())
+	}
+	switch {
+	case err == nil:
+		return store.EgressBroker, nil
+	case d.cfg.Egress == store.EgressBroker:
+		return "", fmt.Errorf("--egress broker: %w; use --egress open (containers keep the engine's network)", err)
+	}
+	d.log.Warn("containers keep the engine's network (--egress open): ohd cannot enter their network namespaces, so the broker cannot be their only way out", "why", err)
+	return store.EgressOpen, nil
 }
 
 // checkRuntimeFits refuses a local runtime (chosen by auto because the

@@ -17,6 +17,8 @@
 //	ohd_conversation_create_step_duration_seconds  histogram  step                       time of each completed create step; step="total" is a whole successful create
 //	ohd_conversation_creates_total                 counter    result, step               creates by result, and the step that failed
 //	ohd_broker_requests_total                      counter    route, kind, result, code  credential broker requests (one per audit record)
+//	ohd_egress_connections_total                   counter    verdict                    egress connections by verdict: allowed, or the refusal's reason (loopback, not_granted, ...)
+//	ohd_egress_bytes_total                         counter    direction                  bytes of egress connections, out (to the destination) and in
 //	ohd_proxy_requests_total                       counter    route, code                conversation API requests by route and HTTP status answered
 //	ohd_proxy_request_duration_seconds             histogram  route, class               conversation API request duration; for events, how long the WebSocket was open
 //	ohd_proxy_websockets_open                      gauge                                 client WebSockets open now

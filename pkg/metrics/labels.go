@@ -54,6 +54,7 @@ var brokerRoutes = []struct {
 	{"GET /v1/oauth/{server}/token", "oauth", true},
 	{"ANY /v1/mcp/{server}/proxy", "mcp", true},
 	{"ANY /v1/git/{host}/{path...}", "git", true},
+	{"GET /v1/egress/{dest}", "net", true},
 }
 
 var (
@@ -64,11 +65,17 @@ var (
 		}
 		return m
 	}()
-	brokerKinds = set("secret", "git", "llm", "oauth", "mcp")
+	brokerKinds = set("secret", "git", "llm", "oauth", "mcp", "net")
 	// The broker's error codes (pkg/broker's Code* constants).
 	brokerCodes = set("unauthenticated", "not_granted", "not_found", "bad_request",
 		"too_large", "rate_limited", "internal", "bad_gateway", "audit_unavailable")
 )
+
+// Verdicts of egress connections: allowed, or the broker's audit reason
+// for a refusal (pkg/egress's address classes and the broker's own).
+var egressVerdicts = set("allowed", "not_granted", "resolve_failed", "own_addresses", "loopback", "private",
+	"link_local", "cgnat", "metadata", "unspecified", "multicast", "reserved", "host_address",
+	"dial_failed", "in_flight", "egress_rate", "rate", "bad_request", "upgrade", "audit_unavailable")
 
 // Route labels of pkg/proxy's Observer.
 var proxyRoutes = set("create", "get", "batch_get", "count", "search", "delete",

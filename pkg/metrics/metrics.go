@@ -40,6 +40,8 @@ type Metrics struct {
 	wsClosed      *prometheus.CounterVec
 	starts        *prometheus.CounterVec
 	deaths        *prometheus.CounterVec
+	egress        *prometheus.CounterVec
+	egressBytes   *prometheus.CounterVec
 }
 
 // Metric names; doc.go describes each.
@@ -48,6 +50,8 @@ const (
 	NameCreateStepDuration = "ohd_conversation_create_step_duration_seconds"
 	NameCreates            = "ohd_conversation_creates_total"
 	NameBrokerRequests     = "ohd_broker_requests_total"
+	NameEgressConnections  = "ohd_egress_connections_total"
+	NameEgressBytes        = "ohd_egress_bytes_total"
 	NameProxyRequests      = "ohd_proxy_requests_total"
 	NameProxyDuration      = "ohd_proxy_request_duration_seconds"
 	NameWebSocketsOpen     = "ohd_proxy_websockets_open"
@@ -113,13 +117,24 @@ func New(opts Options) *Metrics {
 			Name: NameContainerDeaths,
 			Help: "Containers of running conversations that died or were removed behind ohd's back, by engine action (die, oom, destroy).",
 		}, []string{"action"}),
+		egress: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameEgressConnections,
+			Help: "Egress connections through the broker by verdict: allowed, or the refusal's reason (not_granted, loopback, private, metadata, ...).",
+		}, []string{"verdict"}),
+		egressBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NameEgressBytes,
+			Help: "Bytes carried by egress connections, by direction (out: to the destination, in: from it).",
+		}, []string{"direction"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.createStep, m.creates, m.broker, m.proxyRequests, m.proxyDuration,
-		m.wsOpen, m.wsClosed, m.starts, m.deaths,
+		m.wsOpen, m.wsClosed, m.starts, m.deaths, m.egress, m.egressBytes,
 	)
+	for v := range egressVerdicts {
+		m.egress.WithLabelValues(v)
+	}
 	if opts.Conversations != nil {
 		m.reg.MustRegister(&conversationCollector{count: opts.Conversations})
 	}
@@ -219,6 +234,26 @@ func (m *Metrics) BrokerRequest(route, kind string, allowed bool, code string) {
 	m.broker.WithLabelValues(bounded(brokerRouteSet, route), bounded(brokerKinds, kind), result, c).Inc()
 }
 
+// EgressConnection counts an egress connection that ended: allowed, or
+// refused for reason (pkg/broker's audit reason; one outside the known
+// set is "other"), and its bytes each way.
+func (m *Metrics) EgressConnection(allowed bool, reason string, out, in int64) {
+	if m == nil {
+		return
+	}
+	v := "allowed"
+	if !allowed {
+		v = bounded(egressVerdicts, reason)
+	}
+	m.egress.WithLabelValues(v).Inc()
+	if out > 0 {
+		m.egressBytes.WithLabelValues("out").Add(float64(out))
+	}
+	if in > 0 {
+		m.egressBytes.WithLabelValues("in").Add(float64(in))
+	}
+}
+
 // ContainerStart counts a container start (a create's or a restart's):
 // ok, or failed at step (runtime.StartError's Step: create, start or
 // ready; anything else is "other"). step is ignored when ok.
@@ -240,4 +275,9 @@ func (m *Metrics) ContainerGone(action string) {
 		return
 	}
 	m.deaths.WithLabelValues(bounded(containerActionSet, action)).Inc()
+}
+
+// EgressCounter returns the egress connections counter of verdict (tests).
+func (m *Metrics) EgressCounter(verdict string) prometheus.Counter {
+	return m.egress.WithLabelValues(verdict)
 }

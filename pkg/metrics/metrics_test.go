@@ -139,6 +139,7 @@ ohd_broker_requests_total{code="none",kind="git",result="allowed",route="POST /v
 ohd_broker_requests_total{code="none",kind="llm",result="allowed",route="ANY /v1/llm/{profile}/proxy/{path...}"} 0
 ohd_broker_requests_total{code="none",kind="llm",result="allowed",route="GET /v1/llm/{profile}"} 0
 ohd_broker_requests_total{code="none",kind="mcp",result="allowed",route="ANY /v1/mcp/{server}/proxy"} 0
+ohd_broker_requests_total{code="none",kind="net",result="allowed",route="GET /v1/egress/{dest}"} 0
 ohd_broker_requests_total{code="none",kind="none",result="allowed",route="GET /v1/secrets"} 0
 ohd_broker_requests_total{code="none",kind="none",result="allowed",route="GET /v1/whoami"} 1
 ohd_broker_requests_total{code="none",kind="oauth",result="allowed",route="GET /v1/oauth/{server}/token"} 0
@@ -483,5 +484,20 @@ func BenchmarkObserveRequest(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		o.ObserveRequest("forward", http.StatusOK, time.Millisecond)
+	}
+}
+
+func TestEgressConnection(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	m.EgressConnection(true, "", 10, 20)
+	m.EgressConnection(false, "loopback", 0, 0)
+	m.EgressConnection(false, "a reason from a newer broker", 0, 0)
+	if got := testutil.ToFloat64(m.EgressCounter("allowed")); got != 1 {
+		t.Errorf("allowed = %v, want 1", got)
+	}
+	for v, want := range map[string]float64{"loopback": 1, "other": 1, "private": 0} {
+		if got := testutil.ToFloat64(m.EgressCounter(v)); got != want {
+			t.Errorf("verdict %s = %v, want %v", v, got, want)
+		}
 	}
 }

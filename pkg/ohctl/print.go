@@ -119,6 +119,9 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	t.row("id", c.ID)
 	t.row("state", string(c.State))
 	t.row("runtime", c.Runtime)
+	if c.Egress != "" {
+		t.row("egress", c.Egress)
+	}
 	t.row("workspace", c.Workspace)
 	t.row("working dir", c.WorkingDir)
 	if c.InPlace {
@@ -153,7 +156,10 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	if c.Runtime != "local" {
 		t.row("image", fmt.Sprintf("%s (%s)", c.Image, short(strings.TrimPrefix(c.ImageID, "sha256:"))))
 		t.row("container", fmt.Sprintf("%s %s", c.ContainerName, short(c.ContainerID)))
-		if c.HostPort != 0 {
+		switch {
+		case c.HostPort != 0 && c.Egress == store.EgressBroker:
+			t.row("inner address", fmt.Sprintf("127.0.0.1:%d in the container's network namespace (no network)", c.HostPort))
+		case c.HostPort != 0:
 			t.row("inner address", fmt.Sprintf("127.0.0.1:%d", c.HostPort))
 		}
 	}
@@ -307,6 +313,10 @@ func printAudit(w io.Writer, recs []store.AuditRecord) {
 				}
 				result += " (" + why + ")"
 			}
+		}
+		if r.Addr != "" {
+			// An egress connection: where it went and what it carried.
+			result += fmt.Sprintf(" via %s, %d B out, %d B in, %d ms", r.Addr, r.BytesOut, r.BytesIn, r.DurationMS)
 		}
 		peer := fmt.Sprintf("uid %d", r.PeerUID)
 		if r.PeerPID != 0 {

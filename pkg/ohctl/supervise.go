@@ -38,7 +38,9 @@ func superviseInner(ctx context.Context, path string, argv, env []string, getenv
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
-	go func() { _ = srv.Serve(ln) }()
+	// The relay's address is also the container's HTTP(S)_PROXY: proxy
+	// requests go out through the broker's egress route.
+	go func() { _ = broker.ServeWithForwardProxy(srv, ln, bc) }()
 	defer srv.Close()
 
 	cmd := exec.Command(path)

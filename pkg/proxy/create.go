@@ -240,6 +240,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		b, source := it.json()
 		w.Header().Set("X-Ohd-Conversation-Id", c.ID)
 		w.Header().Set("X-Ohd-Source", source)
+		setEgressHeader(w.Header(), c)
 		writeRaw(w, http.StatusOK, b)
 		return
 	}
@@ -305,6 +306,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	h.Set("X-Ohd-Conversation-Id", c.ID)
+	setEgressHeader(h, c)
 	if c.Worktree != "" {
 		h.Set("X-Ohd-Worktree", c.Worktree)
 		h.Set("X-Ohd-Branch", c.Branch)

@@ -76,6 +76,8 @@ type ohdInfo struct {
 	Worktree  string      `json:"worktree,omitempty"`
 	Branch    string      `json:"branch,omitempty"`
 	Notes     []string    `json:"notes,omitempty"`
+	// Egress is the container's egress mode: broker or open (DESIGN §5).
+	Egress string `json:"egress,omitempty"`
 }
 
 func render(c store.Conversation) conversationInfo {
@@ -88,7 +90,7 @@ func render(c store.Conversation) conversationInfo {
 		UpdatedAt:       c.UpdatedAt,
 		OHD: ohdInfo{
 			State: c.State, Workspace: c.Workspace, Worktree: c.Worktree, Branch: c.Branch,
-			Notes: scrubNotes(c.Notes),
+			Notes: scrubNotes(c.Notes), Egress: c.Egress,
 		},
 	}
 }
@@ -265,7 +267,16 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	s.fill(r.Context(), []*item{it})
 	b, source := it.json()
 	w.Header().Set("X-Ohd-Source", source)
+	setEgressHeader(w.Header(), c)
 	writeRaw(w, http.StatusOK, b)
+}
+
+// setEgressHeader says the container's egress mode (broker or open) in
+// X-Ohd-Egress, also on answers that are the inner server's own.
+func setEgressHeader(h http.Header, c store.Conversation) {
+	if c.Egress != "" {
+		h.Set("X-Ohd-Egress", c.Egress)
+	}
 }
 
 func writeRaw(w http.ResponseWriter, code int, b []byte) {

@@ -14,7 +14,12 @@
 // mounts, environment, limits. [Docker.Start] creates it, starts it and
 // waits until GET http://127.0.0.1:<port>/health answers 200; it returns an
 // [Instance] with the published address and the create/start/ready
-// [Timings]. The runtime keeps no state of its own: the engine's labels are
+// [Timings]. A Spec with NoNetwork (ohd serve --egress broker) runs with
+// network mode none and publishes nothing: the health check and every
+// connection to the inner server go through the container's own network
+// namespace ([Docker.OpenNetns]; [Docker.ProbeNetns] says whether this
+// process can), the Instance's port being the inner port there, and the
+// label dev.ohd.network=none says so to a later ohd. The runtime keeps no state of its own: the engine's labels are
 // the record, which is what lets ohd adopt its containers after a restart
 // ([Docker.List]) and follow them ([Docker.Events]).
 //

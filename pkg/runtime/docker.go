@@ -94,6 +94,7 @@ type Docker struct {
 	network    string
 	logConfig  container.LogConfig
 	ncpu       int
+	engineOS   string // the engine's OperatingSystem ("Docker Desktop", ...)
 	// cpuCapLogged: prepare logged that it capped the CPU limit (once).
 	cpuCapLogged atomic.Bool
 	cgroup       string // "1" or "2"
@@ -169,6 +170,7 @@ func newDocker(ctx context.Context, api engine, opts DockerOptions) (*Docker, er
 		log.Warn("docker runtime: engine info unavailable; using conservative defaults", "host", d.host, "err", err)
 	} else {
 		d.ncpu = info.Info.NCPU
+		d.engineOS = info.Info.OperatingSystem
 		d.cgroup = info.Info.CgroupVersion
 		d.logConfig = logConfigFor(info.Info.LoggingDriver, opts.LogMaxSize)
 		if d.logConfig.Config == nil && opts.LogMaxSize != "-" {
@@ -256,6 +258,9 @@ func (d *Docker) containerConfig(s Spec) (*container.Config, *container.HostConf
 	labels[LabelServer] = s.ServerID
 	labels[LabelConversation] = s.ConversationID
 	labels[LabelInnerPort] = strconv.Itoa(s.InnerPort)
+	if s.NoNetwork {
+		labels[LabelNetwork] = "none"
+	}
 
 	cfg := &container.Config{
 		Image:        s.Image,
@@ -315,6 +320,12 @@ func (d *Docker) containerConfig(s Spec) (*container.Config, *container.HostConf
 			NanoCPUs:   s.Resources.NanoCPUs,
 			PidsLimit:  &pids,
 		},
+	}
+	if s.NoNetwork {
+		// Loopback only: the broker socket is the way out, and ohd
+		// reaches the inner server inside the namespace.
+		cfg.ExposedPorts, hc.PortBindings, hc.ExtraHosts = nil, nil, nil
+		hc.NetworkMode = container.NetworkMode("none")
 	}
 	if s.ReadOnlyRootfs {
 		// exec: agents build and run programs under /tmp (go test does).
@@ -380,12 +391,12 @@ func (d *Docker) Start(ctx context.Context, s Spec) (Instance, error) {
 	if err != nil {
 		return Instance{}, d.failStart(ctx, startStep(err), name, res.ID, err, true)
 	}
-	inst.HostPort = port
+	inst.HostPort, inst.NoNetwork = port, s.NoNetwork
 	inst.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	d.step("started")
 
 	t2 := time.Now()
-	err = d.waitReady(ctx, res.ID, inst.Addr, s)
+	err = d.waitReady(ctx, res.ID, inst.Addr, s, s.NoNetwork)
 	inst.Timings.Ready = time.Since(t2)
 	if err != nil {
 		return Instance{}, d.failStart(ctx, StepReady, name, res.ID, err, true)
@@ -414,6 +425,7 @@ func (d *Docker) Restart(ctx context.Context, id string, s Spec) (Instance, erro
 	t1 := time.Now()
 	port, ins, err := d.startAndPort(ctx, id, inner)
 	inst.Timings.Start = time.Since(t1)
+	inst.NoNetwork = ins.NoNetwork
 	if ins.Name != "" {
 		inst.Name = ins.Name
 	}
@@ -426,7 +438,7 @@ func (d *Docker) Restart(ctx context.Context, id string, s Spec) (Instance, erro
 	inst.HostPort = port
 	inst.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	t2 := time.Now()
-	err = d.waitReady(ctx, id, inst.Addr, s)
+	err = d.waitReady(ctx, id, inst.Addr, s, inst.NoNetwork)
 	inst.Timings.Ready = time.Since(t2)
 	if err != nil {
 		return Instance{}, d.failStart(ctx, StepReady, inst.Name, id, err, false)
@@ -448,6 +460,9 @@ func (d *Docker) startAndPort(ctx context.Context, id string, innerPort int) (in
 	}
 	ci := res.Container
 	c := Container{ID: ci.ID, Name: strings.TrimPrefix(ci.Name, "/")}
+	if ci.Config != nil {
+		c.NoNetwork = ci.Config.Labels[LabelNetwork] == "none"
+	}
 	if innerPort == 0 && ci.Config != nil {
 		innerPort, _ = strconv.Atoi(ci.Config.Labels[LabelInnerPort])
 	}
@@ -456,6 +471,9 @@ func (d *Docker) startAndPort(ctx context.Context, id string, innerPort int) (in
 	}
 	if st := ci.State; st != nil && !st.Running {
 		return 0, c, fmt.Errorf("%w with code %d right after start", ErrExited, st.ExitCode)
+	}
+	if c.NoNetwork {
+		return innerPort, c, nil
 	}
 	port := publishedPort(ci.NetworkSettings, innerPort)
 	if port == 0 {
@@ -617,8 +635,12 @@ func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
 		c.ServerID = ci.Config.Labels[LabelServer]
 		c.ConversationID = ci.Config.Labels[LabelConversation]
 		c.Role = ci.Config.Labels[LabelRole]
+		c.NoNetwork = ci.Config.Labels[LabelNetwork] == "none"
 		if p, err := strconv.Atoi(ci.Config.Labels[LabelInnerPort]); err == nil {
 			c.HostPort = publishedPort(ci.NetworkSettings, p)
+			if c.NoNetwork {
+				c.HostPort = p
+			}
 		}
 	}
 	if st := ci.State; st != nil {
@@ -657,7 +679,10 @@ func (d *Docker) List(ctx context.Context, serverID string) ([]Container, error)
 		if len(s.Names) > 0 {
 			c.Name = strings.TrimPrefix(s.Names[0], "/")
 		}
-		if p, err := strconv.Atoi(s.Labels[LabelInnerPort]); err == nil && c.Running {
+		c.NoNetwork = s.Labels[LabelNetwork] == "none"
+		if p, err := strconv.Atoi(s.Labels[LabelInnerPort]); err == nil && c.Running && c.NoNetwork {
+			c.HostPort = p
+		} else if err == nil && c.Running {
 			for _, ps := range s.Ports {
 				if int(ps.PrivatePort) == p && ps.Type == "tcp" && ps.PublicPort != 0 && (!ps.IP.IsValid() || ps.IP.IsLoopback()) {
 					c.HostPort = int(ps.PublicPort)

@@ -11,8 +11,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/ohd-dev/ohd/pkg/peercred"
 )
 
 // ErrNetnsUnavailable: this process cannot enter containers' network
@@ -46,6 +49,10 @@ type NetnsDialer struct {
 	// disconnected from its network, and Addr when loopback refuses (a
 	// server bound to that address only).
 	Addr string
+	// Serial is unique among the dialers this process opened: a name for
+	// this namespace that no other container, nor this container's next
+	// start, shares (ohd pools connections by it).
+	Serial uint64
 
 	addrs  [2]string
 	pref   atomic.Int32 // index in addrs that answered last
@@ -68,6 +75,9 @@ func netnsAddr(ins client.ContainerInspectResult, inner int) string {
 	}
 	return net.JoinHostPort(ip.String(), strconv.Itoa(inner))
 }
+
+// netnsSerial numbers the dialers OpenNetns makes.
+var netnsSerial atomic.Uint64
 
 // OpenNetns implements NetnsOpener.
 func (d *Docker) OpenNetns(ctx context.Context, containerID string) (*NetnsDialer, error) {
@@ -92,7 +102,7 @@ func (d *Docker) OpenNetns(ctx context.Context, containerID string) (*NetnsDiale
 	if err != nil {
 		return nil, err
 	}
-	nd := &NetnsDialer{ContainerID: ins.Container.ID, Addr: netnsAddr(ins, inner), fd: fd}
+	nd := &NetnsDialer{ContainerID: ins.Container.ID, Addr: netnsAddr(ins, inner), Serial: netnsSerial.Add(1), fd: fd}
 	nd.addrs = [2]string{net.JoinHostPort("127.0.0.1", strconv.Itoa(inner)), nd.Addr}
 	// The pid was read before the namespace was opened: make sure it is
 	// still this container's process (same start), so the namespace is its.
@@ -106,6 +116,35 @@ func (d *Docker) OpenNetns(ctx context.Context, containerID string) (*NetnsDiale
 		return nil, fmt.Errorf("container %s stopped or restarted while its network namespace was opened", shortID(containerID))
 	}
 	return nd, nil
+}
+
+// ProbeNetns reports whether this process can enter the network
+// namespaces of the engine's containers: the engine is on a local Unix
+// socket, runs on this machine (not Docker Desktop's VM), and this
+// process may enter a network namespace. It fails with an error wrapping
+// ErrNetnsUnavailable that says why not. ohd serve --egress broker needs
+// it: containers without network are reached only that way.
+func (d *Docker) ProbeNetns() error {
+	if !strings.HasPrefix(d.host, "unix://") {
+		return fmt.Errorf("%w: the engine at %s runs containers on another machine", ErrNetnsUnavailable, d.host)
+	}
+	if strings.Contains(d.engineOS, "Docker Desktop") {
+		return fmt.Errorf("%w: the engine runs in Docker Desktop's virtual machine", ErrNetnsUnavailable)
+	}
+	// The engine's (and so its containers') processes must be in this
+	// process's pid namespace: the kernel reports the peer pid of the
+	// engine's socket as 0 when it is not (ohd in a container of its own,
+	// given the host's engine socket).
+	c, err := net.DialTimeout("unix", strings.TrimPrefix(d.host, "unix://"), 5*time.Second)
+	if err != nil {
+		return fmt.Errorf("%w: connect to the engine at %s: %v", ErrNetnsUnavailable, d.host, err)
+	}
+	cred, err := peercred.Get(c)
+	c.Close()
+	if err != nil || cred.PID <= 0 {
+		return fmt.Errorf("%w: the engine's processes are not visible from this process (another pid namespace)", ErrNetnsUnavailable)
+	}
+	return probeOwnNetns()
 }
 
 // DialContext connects to the inner server.

@@ -118,3 +118,13 @@ func dialInNetns(ctx context.Context, fd int, addr string) (net.Conn, error) {
 	})
 	return c, err
 }
+
+// probeOwnNetns enters this process's own network namespace: it needs
+// the same privilege (CAP_SYS_ADMIN) as entering a container's.
+func probeOwnNetns() error {
+	fd, err := hostNetnsOnce()
+	if err != nil {
+		return netnsErr("open this process's network namespace", err)
+	}
+	return inNetns(fd, func() error { return nil })
+}

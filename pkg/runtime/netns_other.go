@@ -18,3 +18,7 @@ func closeNetns(int) error { return nil }
 func dialInNetns(context.Context, int, string) (net.Conn, error) {
 	return nil, ErrNetnsUnavailable
 }
+
+func probeOwnNetns() error {
+	return fmt.Errorf("%w: network namespaces are a Linux feature (this is %s)", ErrNetnsUnavailable, goruntime.GOOS)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 
@@ -36,9 +37,24 @@ const (
 // watching the container: if it stops running first, waitReady returns an
 // error wrapping ErrExited at once; after s.ReadyTimeout, one wrapping
 // ErrNotReady.
-func (d *Docker) waitReady(ctx context.Context, id, addr string, s Spec) error {
+//
+// With inNetns (a container without network), the polls connect inside
+// the container's network namespace.
+func (d *Docker) waitReady(ctx context.Context, id, addr string, s Spec, inNetns bool) error {
 	readyCtx, cancelReady := context.WithTimeout(ctx, s.ReadyTimeout)
 	defer cancelReady()
+	hc := d.httpc
+	if inNetns {
+		nd, err := d.OpenNetns(readyCtx, id)
+		if err != nil {
+			return fmt.Errorf("reach the inner server of a container without network: %w", err)
+		}
+		defer nd.Close()
+		hc = &http.Client{Transport: &http.Transport{
+			DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return nd.DialContext(ctx) },
+			DisableKeepAlives: true,
+		}}
+	}
 	watchCtx, stopWatch := context.WithCancelCause(readyCtx)
 
 	// The watcher ends the polls as soon as the container stops running.
@@ -70,7 +86,7 @@ func (d *Docker) waitReady(ctx context.Context, id, addr string, s Spec) error {
 	delay := readyFirstDelay
 	var last error
 	for {
-		ok, err := d.healthy(watchCtx, url)
+		ok, err := d.healthy(watchCtx, hc, url)
 		if ok {
 			return nil
 		}
@@ -115,14 +131,14 @@ func readyFailure(ctx, watchCtx context.Context, s Spec, url string, last error)
 }
 
 // healthy makes one GET; it reports whether it answered 200, or why not.
-func (d *Docker) healthy(ctx context.Context, url string) (bool, error) {
+func (d *Docker) healthy(ctx context.Context, hc *http.Client, url string) (bool, error) {
 	actx, cancel := context.WithTimeout(ctx, readyAttempt)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, url, nil)
 	if err != nil {
 		return false, err
 	}
-	resp, err := d.httpc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return false, err
 	}

@@ -21,6 +21,8 @@ const (
 	// LabelInnerPort records the container port the inner agent server
 	// listens on, so Inspect and List can find its published host port.
 	LabelInnerPort = "dev.ohd.inner-port"
+	// LabelNetwork is "none" on a container made with Spec.NoNetwork.
+	LabelNetwork = "dev.ohd.network"
 
 	reservedLabelPrefix = "dev.ohd."
 )
@@ -103,8 +105,16 @@ type Spec struct {
 	// Cmd, if set, replaces the image's command.
 	Cmd []string
 	// InnerPort is the port the inner server listens on; 0 means 8000. It
-	// is published on 127.0.0.1 with a port the engine picks.
+	// is published on 127.0.0.1 with a port the engine picks (unless
+	// NoNetwork).
 	InnerPort int
+	// NoNetwork runs the container with network mode none: loopback
+	// only, no port published, no way out but the broker socket. ohd
+	// reaches the inner server inside the container's network namespace
+	// (NetnsOpener), so the runtime must be able to enter it; the
+	// Instance's HostPort is then the inner port on the namespace's
+	// loopback, not a port of the host.
+	NoNetwork bool
 	// Resources are the limits; zero fields take the defaults.
 	Resources Resources
 	// ReadOnlyRootfs makes the root filesystem read-only and mounts a
@@ -138,10 +148,15 @@ func (t Timings) Total() time.Duration { return t.Create + t.Start + t.Ready }
 type Instance struct {
 	ContainerID string
 	Name        string
-	// HostPort is the port on 127.0.0.1 that reaches the inner server.
+	// HostPort is the port on 127.0.0.1 that reaches the inner server;
+	// for a NoNetwork container, the inner port on the loopback of the
+	// container's own network namespace.
 	HostPort int
 	// Addr is "127.0.0.1:<HostPort>".
 	Addr string
+	// NoNetwork says the container has no network (Spec.NoNetwork): Addr
+	// is reached only inside its namespace.
+	NoNetwork bool
 	// Timings is the breakdown of this start (Restart leaves Create zero).
 	Timings Timings
 }
@@ -159,10 +174,13 @@ type Container struct {
 	// State is the engine's state: created, running, paused, restarting,
 	// removing, exited or dead.
 	State string
-	// HostPort is the published port of the inner server; 0 when the
-	// container is not running.
+	// HostPort is the published port of the inner server (the inner
+	// port in its namespace when NoNetwork); 0 when the container is not
+	// running.
 	HostPort int
-	ImageID  string
+	// NoNetwork says the container runs with network mode none.
+	NoNetwork bool
+	ImageID   string
 	// ExitCode is the last exit code (meaningful when not running).
 	ExitCode int
 	// OOMKilled says the kernel killed it for exceeding its memory limit.

@@ -29,6 +29,12 @@ type AuditRecord struct {
 	Code         string    `json:"code,omitempty"`   // the refusal's code, as the client saw it
 	Reason       string    `json:"reason,omitempty"` // the precise reason (e.g. stale_epoch, peer_uid)
 	Detail       string    `json:"detail,omitempty"` // names the record is about (a push's refs), never values
+	// Egress connections (kind net): the address dialled, bytes sent to
+	// it and received from it, and how long the connection was open.
+	Addr       string `json:"addr,omitempty"`
+	BytesOut   int64  `json:"bytes_out,omitempty"`
+	BytesIn    int64  `json:"bytes_in,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
 }
 
 // AuditFilter selects audit records; zero fields match everything.

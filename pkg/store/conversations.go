@@ -40,10 +40,11 @@ const (
 	KindLLM    = "llm"
 	KindOAuth  = "oauth"
 	KindMCP    = "mcp"
+	KindNet    = "net"
 )
 
 // Kinds lists the grant kinds in display order.
-var Kinds = []string{KindSecret, KindGit, KindLLM, KindOAuth, KindMCP}
+var Kinds = []string{KindSecret, KindGit, KindLLM, KindOAuth, KindMCP, KindNet}
 
 // Grants are the names a conversation may use through its broker, per kind.
 // Git entries are "host" or "host/path/prefix".
@@ -53,6 +54,9 @@ type Grants struct {
 	LLM     []string `json:"llm,omitempty"`
 	OAuth   []string `json:"oauth,omitempty"`
 	MCP     []string `json:"mcp,omitempty"`
+	// Net are egress destinations: HOST[:PORT], *.DOMAIN[:PORT], IP:PORT
+	// (pkg/egress), stored in canonical form (with the port).
+	Net []string `json:"net,omitempty"`
 	// GitOptions holds the options of git grants that have any, by the
 	// grant's name (an entry of Git).
 	GitOptions map[string]GitGrantOptions `json:"git_options,omitempty"`
@@ -100,6 +104,8 @@ func (g *Grants) List(kind string) *[]string {
 		return &g.OAuth
 	case KindMCP:
 		return &g.MCP
+	case KindNet:
+		return &g.Net
 	}
 	return nil
 }
@@ -164,6 +170,7 @@ func (g Grants) clone() Grants {
 			}
 			return m
 		}(),
+		Net: slices.Clone(g.Net),
 	}
 }
 
@@ -196,6 +203,11 @@ type Conversation struct {
 	ID      string `json:"id"`
 	State   State  `json:"state"`
 	Runtime string `json:"runtime"`
+	// Egress is how the conversation's container reaches the network:
+	// EgressBroker (no network but loopback; out only through the
+	// broker's granted destinations) or EgressOpen (the engine's bridge
+	// network); "" for the local runtime and records made before.
+	Egress string `json:"egress,omitempty"`
 
 	// Workspace is the canonical host directory the conversation was
 	// created for; WorkingDir is where the agent works (the worktree, or
@@ -263,6 +275,12 @@ type Conversation struct {
 	UpdatedAt    time.Time `json:"updated_at"`
 	LastActiveAt time.Time `json:"last_active_at"`
 }
+
+// Egress modes (Conversation.Egress).
+const (
+	EgressBroker = "broker"
+	EgressOpen   = "open"
+)
 
 // Git layouts (Conversation.GitLayout).
 const (

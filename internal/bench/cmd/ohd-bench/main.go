@@ -4,7 +4,10 @@
 // `make bench` runs, from the module's checkout.
 //
 // Benchmarks (-only selects some): broker (the credential broker against a
-// plain Unix-socket HTTP server), llm (an LLM stream through the broker
+// plain Unix-socket HTTP server), egress (a container's way out: the
+// relay's forward proxy and the broker's egress route against the origin
+// reached directly: a 100 MiB download, 32 clients of small requests,
+// connection set-up), llm (an LLM stream through the broker
 // relay a container's inner server uses and the broker's key-injecting
 // proxy, against the provider directly: time to first byte with 1 MiB
 // prompts, a 60 s stream, git credential requests during it), proxy (the conversation API against the
@@ -48,7 +51,7 @@ func main() {
 }
 
 // all is every benchmark, in the order they run and are shown.
-var all = []string{"broker", "llm", "proxy", "create", "publish", "gitrelay", "go"}
+var all = []string{"broker", "egress", "llm", "proxy", "create", "publish", "gitrelay", "go"}
 
 // config is the command line.
 type config struct {
@@ -155,6 +158,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			rows = append(rows, bench.BrokerRows(res)...)
 			for _, r := range res {
 				lines, details = append(lines, r.Line()), append(details, r.Detail())
+			}
+		case "egress":
+			res, err := bench.Egress(ctx, bench.EgressOptions{Duration: cfg.duration})
+			if err != nil {
+				fail("egress", err)
+			} else {
+				rows = append(rows, bench.EgressRows(res)...)
+				lines, details = append(lines, res.Line()), append(details, res.Detail())
 			}
 		case "llm":
 			res, err := bench.LLM(ctx, bench.LLMOptions{Stream: cfg.llmStream, Image: cfg.image})

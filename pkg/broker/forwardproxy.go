@@ -1,0 +1,431 @@
+package broker
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The forward proxy is the container's way out (DESIGN §5): the relay's
+// address (RelayAddr) is the container's HTTP_PROXY and HTTPS_PROXY, and
+// a connection whose first request is a proxy request — CONNECT
+// host:port, or an absolute-form http:// URL — is served here rather than
+// by the Relay. Each destination becomes an egress connection of the
+// broker (Client.Egress): the broker checks the grant, dials on the host
+// and audits. A refusal is answered with the broker's status and its one
+// line (naming the grant command) as text, and the connection is closed.
+//
+// The proxy reads every request head itself before net/http's parser
+// sees it, and refuses what two parsers could read differently (request
+// smuggling): a Host header other than the CONNECT target or the absolute
+// URL's authority, more than one Host or Content-Length, a
+// Transfer-Encoding other than exactly "chunked" or beside a
+// Content-Length, a body on a CONNECT, a line ending in a bare LF, and
+// bytes sent after a CONNECT before its answer (a pipelined request). A
+// forwarded request's body is passed to the destination as data: a
+// request inside a chunked body is never read as one here.
+const (
+	maxProxyHead     = 64 << 10
+	proxyHeadTimeout = 30 * time.Second
+)
+
+// ServeWithForwardProxy serves the forward proxy on ln, handing every
+// connection whose first request is not a proxy request to srv (the
+// Relay). It returns when ln fails or srv is closed; closing srv (Close
+// or Shutdown) also closes ln and every proxied connection.
+func ServeWithForwardProxy(srv *http.Server, ln net.Listener, c *Client) error {
+	fp := &forwardProxy{c: c, inner: newChanListener(ln), conns: map[net.Conn]struct{}{}}
+	srv.RegisterOnShutdown(fp.closeAll)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(fp.inner) }()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			fp.inner.Close()
+			fp.closeAll()
+			fp.wg.Wait()
+			if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+				return serr
+			}
+			return err
+		}
+		fp.wg.Add(1)
+		go func() {
+			defer fp.wg.Done()
+			fp.route(conn)
+		}()
+	}
+}
+
+type forwardProxy struct {
+	c     *Client
+	inner *chanListener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	done  bool
+}
+
+func (fp *forwardProxy) track(c net.Conn) bool {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.done {
+		return false
+	}
+	fp.conns[c] = struct{}{}
+	return true
+}
+
+func (fp *forwardProxy) untrack(c net.Conn) {
+	fp.mu.Lock()
+	delete(fp.conns, c)
+	fp.mu.Unlock()
+}
+
+func (fp *forwardProxy) closeAll() {
+	fp.mu.Lock()
+	fp.done = true
+	conns := fp.conns
+	fp.conns = map[net.Conn]struct{}{}
+	fp.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+}
+
+// route reads the first request line of conn and serves it as a proxy
+// request or hands it to the Relay's server.
+func (fp *forwardProxy) route(conn net.Conn) {
+	br := bufio.NewReaderSize(conn, maxProxyHead)
+	_ = conn.SetReadDeadline(time.Now().Add(proxyHeadTimeout))
+	line, err := peekLine(br)
+	if err != nil && len(line) == 0 {
+		_ = conn.Close()
+		return
+	}
+	method, target, _ := strings.Cut(string(line), " ")
+	if method != http.MethodConnect && (strings.HasPrefix(target, "/") || strings.HasPrefix(target, "* ") || err != nil) {
+		_ = conn.SetReadDeadline(time.Time{})
+		if !fp.inner.hand(&bufferedConn{Conn: conn, r: br}) {
+			_ = conn.Close()
+		}
+		return
+	}
+	if !fp.track(conn) {
+		_ = conn.Close()
+		return
+	}
+	defer fp.untrack(conn)
+	defer conn.Close()
+	fp.serveProxy(conn, br)
+}
+
+// peekLine returns the first line of br (without consuming it).
+func peekLine(br *bufio.Reader) ([]byte, error) {
+	b, err := peekUntil(br, []byte("\n"))
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return b[:i], nil
+	}
+	return b, err
+}
+
+// peekUntil reads into br's buffer, without consuming, until it holds
+// sep, the buffer is full or the connection fails, and returns what it
+// holds.
+func peekUntil(br *bufio.Reader, sep []byte) ([]byte, error) {
+	for {
+		b, err := br.Peek(br.Buffered())
+		if bytes.Contains(b, sep) {
+			return b, nil
+		}
+		if len(b) == br.Size() {
+			return b, bufio.ErrBufferFull
+		}
+		if _, err = br.Peek(len(b) + 1); err != nil {
+			b, _ = br.Peek(br.Buffered())
+			return b, err
+		}
+	}
+}
+
+// proxyHead is a request head as the proxy reads it, checked.
+type proxyHead struct {
+	method, target string
+	authority      string // host:port to dial
+}
+
+// readHead peeks at the next request head in br and checks it; the head
+// stays in br for net/http to read.
+func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
+	b, err := peekUntil(br, []byte("\r\n\r\n"))
+	i := bytes.Index(b, []byte("\r\n\r\n"))
+	switch {
+	case i < 0 && errors.Is(err, bufio.ErrBufferFull):
+		return proxyHead{}, perr(http.StatusRequestHeaderFieldsTooLarge, "request head over 64 KiB")
+	case i < 0:
+		return proxyHead{}, errClosed
+	}
+	raw := b[:i+2]
+	if bytes.ContainsAny(bytes.ReplaceAll(raw, []byte("\r\n"), nil), "\r\n") {
+		return proxyHead{}, perr(http.StatusBadRequest, "a line of the request head does not end in CRLF")
+	}
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\r\n"), "\r\n")
+	parts := strings.Split(lines[0], " ")
+	if len(parts) != 3 || (parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0") {
+		return proxyHead{}, perr(http.StatusBadRequest, "malformed request line")
+	}
+	h := proxyHead{method: parts[0], target: parts[1]}
+	var hosts, lengths, encodings []string
+	for _, l := range lines[1:] {
+		name, value, ok := strings.Cut(l, ":")
+		if !ok || name == "" || strings.TrimSpace(name) != name {
+			return proxyHead{}, perr(http.StatusBadRequest, "malformed header line")
+		}
+		value = strings.TrimSpace(value)
+		switch strings.ToLower(name) {
+		case "host":
+			hosts = append(hosts, value)
+		case "content-length":
+			lengths = append(lengths, value)
+		case "transfer-encoding":
+			encodings = append(encodings, value)
+		}
+	}
+	if len(hosts) > 1 || len(lengths) > 1 || len(encodings) > 1 {
+		return proxyHead{}, perr(http.StatusBadRequest, "more than one Host, Content-Length or Transfer-Encoding header")
+	}
+	if len(encodings) == 1 && (!strings.EqualFold(encodings[0], "chunked") || len(lengths) == 1) {
+		return proxyHead{}, perr(http.StatusBadRequest, "Transfer-Encoding must be exactly chunked, without a Content-Length")
+	}
+	if h.method == http.MethodConnect {
+		if len(encodings) == 1 || len(lengths) == 1 && lengths[0] != "0" {
+			return proxyHead{}, perr(http.StatusBadRequest, "a CONNECT request has no body")
+		}
+		host, port, err := net.SplitHostPort(h.target)
+		if err != nil || host == "" || port == "" {
+			return proxyHead{}, perr(http.StatusBadRequest, "CONNECT needs host:port")
+		}
+		h.authority = h.target
+	} else {
+		u, err := url.ParseRequestURI(h.target)
+		if err != nil || u.Host == "" || u.User != nil {
+			return proxyHead{}, perr(http.StatusBadRequest, "a proxy request needs an absolute http:// URL without credentials")
+		}
+		if !strings.EqualFold(u.Scheme, "http") {
+			return proxyHead{}, perr(http.StatusBadRequest, "only http:// URLs are forwarded; for https, use CONNECT (HTTPS_PROXY)")
+		}
+		h.authority = withPort(u.Host, "80")
+	}
+	if len(hosts) == 1 && !strings.EqualFold(withPort(hosts[0], portOf(h.authority)), h.authority) {
+		return proxyHead{}, perr(http.StatusBadRequest, "the Host header "+strconv.Quote(hosts[0])+" differs from the request's target "+h.authority)
+	}
+	return h, nil
+}
+
+func withPort(hostport, def string) string {
+	if _, _, err := net.SplitHostPort(hostport); err == nil {
+		return hostport
+	}
+	return net.JoinHostPort(strings.Trim(hostport, "[]"), def)
+}
+
+func portOf(authority string) string {
+	_, p, _ := net.SplitHostPort(authority)
+	return p
+}
+
+type proxyError struct {
+	status int
+	msg    string
+}
+
+var errClosed = &proxyError{}
+
+func perr(status int, msg string) *proxyError { return &proxyError{status, msg} }
+
+// writeProxyError answers a refusal with one line of text and closes.
+func writeProxyError(w io.Writer, status int, msg string) {
+	body := "ohd egress proxy: " + msg + "\n"
+	_, _ = io.WriteString(w, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+}
+
+// egressError answers the broker's refusal of an egress connection.
+func egressError(w io.Writer, err error) {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		writeProxyError(w, ae.Status, ae.Message)
+		return
+	}
+	writeProxyError(w, http.StatusBadGateway, "the conversation's broker is unreachable")
+}
+
+func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
+	var tunnel net.Conn
+	var tunnelTo string
+	var tbr *bufio.Reader
+	defer func() {
+		if tunnel != nil {
+			_ = tunnel.Close()
+		}
+	}()
+	for first := true; ; first = false {
+		_ = conn.SetReadDeadline(time.Now().Add(proxyHeadTimeout))
+		h, pe := readHead(br)
+		if pe == errClosed {
+			return
+		}
+		if pe != nil {
+			writeProxyError(conn, pe.status, pe.msg)
+			return
+		}
+		if h.method == http.MethodConnect {
+			if !first {
+				writeProxyError(conn, http.StatusBadRequest, "CONNECT on a connection that already forwarded a request")
+				return
+			}
+			fp.connect(conn, br, h)
+			return
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			writeProxyError(conn, http.StatusBadRequest, "malformed request")
+			return
+		}
+		_ = conn.SetReadDeadline(time.Time{})
+		if tunnel == nil || tunnelTo != h.authority {
+			if tunnel != nil {
+				_ = tunnel.Close()
+			}
+			tunnel, err = fp.c.Egress(context.Background(), h.authority)
+			if err != nil {
+				tunnel = nil
+				egressError(conn, err)
+				return
+			}
+			tunnelTo, tbr = h.authority, bufio.NewReaderSize(tunnel, 32<<10)
+		}
+		for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
+			req.Header.Del(k)
+		}
+		if err := req.Write(tunnel); err != nil {
+			writeProxyError(conn, http.StatusBadGateway, "sending the request to "+h.authority+" failed")
+			return
+		}
+		resp, err := http.ReadResponse(tbr, req)
+		if err != nil {
+			writeProxyError(conn, http.StatusBadGateway, "no answer from "+h.authority)
+			return
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// A WebSocket or other upgrade: from now on a stream.
+			_ = resp.Write(conn)
+			pipe(conn, br, tunnel, tbr)
+			return
+		}
+		werr := resp.Write(conn)
+		_ = resp.Body.Close()
+		if werr != nil || req.Close || resp.Close {
+			return
+		}
+	}
+}
+
+func (fp *forwardProxy) connect(conn net.Conn, br *bufio.Reader, h proxyHead) {
+	if _, err := br.Discard(headLen(br)); err != nil {
+		return
+	}
+	if br.Buffered() > 0 {
+		writeProxyError(conn, http.StatusBadRequest, "data sent after CONNECT before its answer (a pipelined request) is refused")
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	tunnel, err := fp.c.Egress(context.Background(), h.authority)
+	if err != nil {
+		egressError(conn, err)
+		return
+	}
+	defer tunnel.Close()
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	pipe(conn, br, tunnel, nil)
+}
+
+// headLen is the length of the request head at the start of br (already
+// checked by readHead).
+func headLen(br *bufio.Reader) int {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.Index(b, []byte("\r\n\r\n")) + 4
+}
+
+// pipe copies a to b and b to a (each read through its buffered reader
+// when it has one) until both directions end.
+func pipe(a net.Conn, abr *bufio.Reader, b net.Conn, bbr *bufio.Reader) {
+	var ar, brd io.Reader = a, b
+	if abr != nil {
+		ar = abr
+	}
+	if bbr != nil {
+		brd = bbr
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := io.Copy(b, ar); err != nil {
+			_ = b.Close()
+			return
+		}
+		closeWrite(b)
+	})
+	_, _ = io.Copy(a, brd)
+	closeWrite(a)
+	wg.Wait()
+}
+
+// chanListener is a net.Listener of connections handed to it: the Relay's
+// server serves those the proxy does not.
+type chanListener struct {
+	ln     net.Listener
+	ch     chan net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newChanListener(ln net.Listener) *chanListener {
+	return &chanListener{ln: ln, ch: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *chanListener) hand(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.closed:
+		return false
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close stops the listener and the real one beneath it.
+func (l *chanListener) Close() error {
+	l.once.Do(func() { close(l.closed); _ = l.ln.Close() })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.ln.Addr() }
