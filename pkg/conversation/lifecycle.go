@@ -435,9 +435,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	for _, c := range m.st.Conversations() {
 		switch {
 		case c.Removal != nil && !c.Removal.Done:
-			m.log.Info("reconcile: finishing an interrupted removal", "id", c.ID)
-			_, err := m.finishRemoval(ctx, c)
-			note(err)
+			// Finished in the background (RunUndoRetries), so that ohd
+			// answers at once: a removal saves the work first, which takes
+			// as long as the work is large. Until then what it owns stays.
+			m.log.Info("reconcile: an interrupted removal finishes in the background", "id", c.ID)
+			live[c.ID] = true
 		case c.State == store.StateFailed && c.UndoPending:
 			m.log.Info("reconcile: finishing the undo of a failed create", "id", c.ID)
 			note(m.retryUndo(ctx, c))
@@ -479,7 +481,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 // when Config.UndoRetryInterval is 0.
 const DefaultUndoRetry = 30 * time.Second
 
-// RunUndoRetries retries, until ctx ends, the undo of every failed create
+// RunUndoRetries finishes every interrupted removal (see retryRemovals)
+// at once and then retries, until ctx ends, those and the undo of every failed create
 // whose undo did not finish (UndoPending), so what such a create left
 // (a container, a socket, a worktree) is removed as soon as it can be.
 // It also finishes a provisioning record that no create is working on
@@ -490,7 +493,11 @@ func (m *Manager) RunUndoRetries(ctx context.Context) {
 	if interval <= 0 {
 		interval = DefaultUndoRetry
 	}
+	// Interrupted removals are finished at once: reconcile, which ran
+	// before ohd listened, left them to this loop.
+	m.retryRemovals(ctx)
 	every(ctx, interval, func() {
+		m.retryRemovals(ctx)
 		for _, c := range m.st.Conversations() {
 			switch {
 			case c.State == store.StateFailed && c.UndoPending:

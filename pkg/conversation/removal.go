@@ -26,6 +26,12 @@ type RemoveOptions struct {
 // Remove ends a conversation: container, broker, worktree (after a
 // snapshot of uncommitted work), identity. It returns the final record,
 // whose Removal says what was kept.
+//
+// Nothing the agent made before Remove returns is lost: the agent is
+// stopped first (its container frozen), then its work is saved, then
+// everything is torn down. A removal that cannot save changes nothing:
+// the container is thawed, the conversation runs on, and its record says
+// why (RemovalFailed) and how to get the work out.
 func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (store.Conversation, error) {
 	if !store.ValidID(id) {
 		return store.Conversation{}, fmt.Errorf("%w: conversation id %q is not a UUID", ErrInvalid, id)
@@ -43,6 +49,7 @@ func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (st
 		if c.Removal == nil || !c.Removal.Done {
 			c.Removal = &store.Removal{RequestedAt: time.Now().UTC(), Discard: opts.Discard}
 		}
+		c.RemovalFailed = ""
 		return nil
 	})
 	if err != nil {
@@ -75,13 +82,19 @@ func removable(conv store.Conversation, opts RemoveOptions) error {
 	return nil
 }
 
-// finishRemoval tears conv down and marks it deleted.
+// finishRemoval tears conv down and marks it deleted. When the work
+// could not be saved (nothing was torn down), the removal is called off:
+// the record is live again, with RemovalFailed saying why.
 func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (store.Conversation, error) {
 	mode := keepWork
 	if conv.Removal.Discard {
 		mode = discardWork
 	}
 	res, err := m.teardown(ctx, conv, mode)
+	var se *saveError
+	if errors.As(err, &se) {
+		return m.removalFailed(conv, se)
+	}
 	if err != nil {
 		return conv, fmt.Errorf("remove conversation %s: %w (run the removal again, or restart ohd, to finish it)", conv.ID, err)
 	}
@@ -109,6 +122,34 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 	return conv, nil
 }
 
+// saveError is a teardown that stopped at saving the work: nothing was
+// torn down.
+type saveError struct{ err error }
+
+func (e *saveError) Error() string { return e.err.Error() }
+func (e *saveError) Unwrap() error { return e.err }
+
+// removalFailed calls off conv's removal, whose save failed (nothing was
+// torn down): the record is live again and says why and how to get the
+// work out. The returned error (ErrConflict) says the same.
+func (m *Manager) removalFailed(conv store.Conversation, se *saveError) (store.Conversation, error) {
+	why := fmt.Sprintf("removal failed: %v; nothing was removed and the conversation runs on: fix the cause and run `ohctl rm %s` again", se.err, conv.ID)
+	if conv.Worktree != "" {
+		why += fmt.Sprintf(", or get the work out first (copy the files of %s; its published commits are on branch %s of %s) and then remove it with `ohctl rm --discard %s`",
+			conv.Worktree, conv.Branch, conv.Repo, conv.ID)
+	}
+	c, err := m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
+		c.Removal = nil
+		c.RemovalFailed = why
+		return nil
+	})
+	if err != nil {
+		return conv, err
+	}
+	m.log.Warn("removal failed; nothing was removed", "id", conv.ID, "err", se.err)
+	return c, fmt.Errorf("%w: conversation %s: %s", ErrConflict, conv.ID, why)
+}
+
 // teardownMode says what a teardown does with the conversation's work.
 type teardownMode int
 
@@ -125,6 +166,8 @@ const (
 
 // teardown removes conv's container(s), broker directory and worktree. It
 // is idempotent: each step tolerates what an earlier run already removed.
+// With keepWork the work is saved first (see saveWork); a failed save is
+// a *saveError and nothing is torn down.
 func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode teardownMode) (worktree.RemoveResult, error) {
 	var res worktree.RemoveResult
 	t0, step := time.Now(), time.Now()
@@ -139,22 +182,20 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	if cur, err := m.st.Conversation(conv.ID); err == nil {
 		conv.Published = cur.Published
 	}
-	// A running conversation's work is saved through its own container
-	// before it stops (no sandbox container to start); anything else is
-	// saved through a sandbox container after.
 	var saved *worktree.RemoveResult
-	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && conv.AdminID != "" {
-		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
-		r, err := m.wt.SaveView(sctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
-		cancel()
+	frozen := false
+	if mode == keepWork {
+		r, f, err := m.saveWork(ctx, conv)
 		if err != nil {
-			m.log.Warn("saving the work through the running container failed; a sandbox will", "id", conv.ID, "err", err)
-		} else {
-			saved = &r
+			return res, &saveError{err}
 		}
-		done("save_view")
+		saved, frozen = r, f
+		if saved != nil {
+			done("save_view")
+		}
+		failpoint.Hit("delete/after-save")
 	}
-	if err := m.removeContainers(ctx, conv); err != nil {
+	if err := m.removeContainers(ctx, conv, !frozen); err != nil {
 		return res, fmt.Errorf("remove container: %w", err)
 	}
 	done("remove_container")
@@ -198,6 +239,50 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	}
 	m.cfg.OnStep(conv.ID, "remove_total", time.Since(t0))
 	return res, nil
+}
+
+// saveWork saves the work of conv, whose git view is in place, before
+// anything is torn down: the agent is stopped first, by freezing its
+// running container (Pause: no process in it runs, and an exec cannot
+// either), then a sandbox container of the conversation (same image,
+// user, worktree and view mounts, no network, see withSandbox) saves the
+// work (worktree.SaveView). frozen says the container is left frozen for
+// the teardown to remove. If the save fails, the container is thawed:
+// the conversation is as it was. A conversation without a view to save
+// through (the local runtime; a record made before views, saved after
+// its container stopped, see removeWorktree) returns nil.
+func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved *worktree.RemoveResult, frozen bool, err error) {
+	if m.rt.Kind() == "local" || conv.GitLayout != store.GitLayoutView || conv.Worktree == "" || conv.AdminID == "" || !dirExists(conv.Worktree) {
+		return nil, false, nil
+	}
+	if conv.ContainerID != "" {
+		switch err := m.rt.Pause(ctx, conv.ContainerID); {
+		case err == nil:
+			frozen = true
+		case errors.Is(err, runtime.ErrNotRunning), errors.Is(err, runtime.ErrNotFound):
+			// Nothing of the agent runs.
+		default:
+			return nil, false, fmt.Errorf("stop the agent before saving its work: %w", err)
+		}
+	}
+	thaw := func() {
+		if frozen {
+			if err := m.rt.Unpause(context.WithoutCancel(ctx), conv.ContainerID); err != nil {
+				m.log.Warn("thaw the conversation's container after a failed save", "id", conv.ID, "err", err)
+			}
+		}
+	}
+	var r worktree.RemoveResult
+	err = m.withSandbox(ctx, conv, func(ctx context.Context, sb worktree.Sandbox) error {
+		var err error
+		r, err = m.wt.SaveView(ctx, worktreeOf(conv), sb, conv.Published)
+		return err
+	})
+	if err != nil {
+		thaw()
+		return nil, false, err
+	}
+	return &r, frozen, nil
 }
 
 // removeWorktree removes conv's worktree. A worktree with a git view has
@@ -261,7 +346,10 @@ func (m *Manager) worktreeToRemove(ctx context.Context, conv store.Conversation)
 // removeContainers removes every container of conv: the recorded one and
 // any other the engine has with its label (a crash between create and
 // record leaves one unrecorded).
-func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation) error {
+//
+// graceful stops each first (the inner server ends its way); a removal
+// whose agent is frozen and its work saved removes them at once.
+func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation, graceful bool) error {
 	if m.rt.Kind() == "local" {
 		return nil
 	}
@@ -280,15 +368,58 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation)
 	}
 	for id := range ids {
 		m.retire(id)
-		err := m.rt.Stop(ctx, id, m.cfg.StopTimeout)
-		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			m.log.Warn("container stop failed; removing it by force", "id", conv.ID, "container", shortID(id), "err", err)
+		if graceful {
+			err := m.rt.Stop(ctx, id, m.cfg.StopTimeout)
+			if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				m.log.Warn("container stop failed; removing it by force", "id", conv.ID, "container", shortID(id), "err", err)
+			}
 		}
-		err = m.rt.Remove(ctx, id)
-		if err != nil {
+		if err := m.rt.Remove(ctx, id); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+
+// retryRemovals finishes every interrupted removal (its record marked, not
+// done: ohd stopped or failed mid-way). A retry whose save fails calls
+// the removal off (see removalFailed), and the conversation is adopted
+// again as reconcile would have: its broker reopened, its record matched
+// with its container.
+func (m *Manager) retryRemovals(ctx context.Context) {
+	for _, c := range m.st.Conversations() {
+		if c.Removal == nil || c.Removal.Done || ctx.Err() != nil {
+			continue
+		}
+		m.retryRemoval(ctx, c.ID)
+	}
+}
+
+func (m *Manager) retryRemoval(ctx context.Context, id string) {
+	unlock := m.lock(id)
+	defer unlock()
+	c, err := m.st.Conversation(id)
+	if err != nil || c.Removal == nil || c.Removal.Done {
+		return
+	}
+	m.log.Info("finishing an interrupted removal", "id", id)
+	if _, err = m.finishRemoval(ctx, c); err == nil {
+		return
+	}
+	m.log.Warn("an interrupted removal did not finish", "id", id, "err", err)
+	c, rerr := m.st.Conversation(id)
+	if rerr != nil || c.Removal != nil || !c.State.Live() {
+		return // still pending: retried later
+	}
+	var containers []runtime.Container
+	if m.rt.Kind() != "local" {
+		if containers, rerr = m.rt.List(ctx, m.st.ServerID()); rerr != nil {
+			m.log.Warn("adopt a conversation whose removal failed", "id", id, "err", rerr)
+			return
+		}
+	}
+	if rerr := m.adopt(ctx, c, containers); rerr != nil {
+		m.log.Warn("adopt a conversation whose removal failed", "id", id, "err", rerr)
+	}
+}
