@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -242,47 +243,70 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 }
 
 // saveWork saves the work of conv, whose git view is in place, before
-// anything is torn down: the agent is stopped first, by freezing its
-// running container (Pause: no process in it runs, and an exec cannot
-// either), then a sandbox container of the conversation (same image,
-// user, worktree and view mounts, no network, see withSandbox) saves the
-// work (worktree.SaveView). frozen says the container is left frozen for
-// the teardown to remove. If the save fails, the container is thawed:
-// the conversation is as it was. A conversation without a view to save
-// through (the local runtime; a record made before views, saved after
-// its container stopped, see removeWorktree) returns nil.
+// anything is torn down, with the agent stopped first:
+//
+//   - a running container: `ohctl view freeze` in it stops every process
+//     of the agent (SIGSTOP to all but itself, pkg/freeze), then the work
+//     is saved there as before (worktree.SaveView over exec);
+//   - if that exec fails, the container is frozen by the engine (Pause;
+//     no exec runs in a paused container) and a sandbox container of the
+//     conversation (same image, user, worktree and view mounts, no
+//     network, see withSandbox) saves the work;
+//   - a stopped container: the sandbox saves it.
+//
+// frozen says the container is left stopped for the teardown to remove at
+// once. If the save fails, the container is thawed: the conversation is as
+// it was. A conversation without a view to save through (the local
+// runtime; a record made before views, saved after its container stopped,
+// see removeWorktree) returns nil.
 func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved *worktree.RemoveResult, frozen bool, err error) {
 	if m.rt.Kind() == "local" || conv.GitLayout != store.GitLayoutView || conv.Worktree == "" || conv.AdminID == "" || !dirExists(conv.Worktree) {
 		return nil, false, nil
 	}
+	wt := worktreeOf(conv)
+	if conv.ContainerID != "" && conv.State == store.StateRunning {
+		in := containerSandbox{rt: m.rt, id: conv.ContainerID}
+		if ferr := in.View(ctx, []string{"freeze"}, nil, io.Discard); ferr == nil {
+			sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+			r, err := m.wt.SaveView(sctx, wt, in, conv.Published)
+			cancel()
+			if err != nil {
+				if terr := in.View(context.WithoutCancel(ctx), []string{"thaw"}, nil, io.Discard); terr != nil {
+					m.log.Warn("thaw the conversation's processes after a failed save", "id", conv.ID, "err", terr)
+				}
+				return nil, false, err
+			}
+			return &r, true, nil
+		} else if ctx.Err() == nil {
+			m.log.Warn("freezing the agent in its container failed; the engine pauses the container and a sandbox saves the work", "id", conv.ID, "err", ferr)
+		}
+	}
+	paused := false
 	if conv.ContainerID != "" {
 		switch err := m.rt.Pause(ctx, conv.ContainerID); {
 		case err == nil:
-			frozen = true
+			paused = true
 		case errors.Is(err, runtime.ErrNotRunning), errors.Is(err, runtime.ErrNotFound):
 			// Nothing of the agent runs.
 		default:
 			return nil, false, fmt.Errorf("stop the agent before saving its work: %w", err)
 		}
 	}
-	thaw := func() {
-		if frozen {
-			if err := m.rt.Unpause(context.WithoutCancel(ctx), conv.ContainerID); err != nil {
-				m.log.Warn("thaw the conversation's container after a failed save", "id", conv.ID, "err", err)
-			}
-		}
-	}
 	var r worktree.RemoveResult
 	err = m.withSandbox(ctx, conv, func(ctx context.Context, sb worktree.Sandbox) error {
 		var err error
-		r, err = m.wt.SaveView(ctx, worktreeOf(conv), sb, conv.Published)
+		r, err = m.wt.SaveView(ctx, wt, sb, conv.Published)
 		return err
 	})
 	if err != nil {
-		thaw()
+		if paused {
+			if uerr := m.rt.Unpause(context.WithoutCancel(ctx), conv.ContainerID); uerr != nil {
+				m.log.Warn("thaw the conversation's container after a failed save", "id", conv.ID, "err", uerr)
+			}
+		}
 		return nil, false, err
 	}
-	return &r, frozen, nil
+	return &r, paused, nil
 }
 
 // removeWorktree removes conv's worktree. A worktree with a git view has
@@ -380,7 +404,6 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation,
 	}
 	return nil
 }
-
 
 // retryRemovals finishes every interrupted removal (its record marked, not
 // done: ohd stopped or failed mid-way). A retry whose save fails calls

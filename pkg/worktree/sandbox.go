@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ohd-dev/ohd/pkg/freeze"
 )
 
 // Sandbox runs `ohctl view ARGS...` where it can reach this conversation's
@@ -58,6 +60,10 @@ type Collected struct {
 //	        need that the view holds itself (not those of its alternate,
 //	        the host's store): `git pack-objects --revs --local --stdout`
 //	idle    waits until killed (the command of a sandbox container)
+//	freeze  stops every other process of the container (see pkg/freeze):
+//	        a removal runs it in the conversation's own container before
+//	        it saves the work, so the agent changes nothing after
+//	thaw    resumes them (the save failed: the conversation runs on)
 //
 // It runs git as the current user with the same hardened environment as
 // on the host: not because the agent's configuration could do harm here
@@ -65,7 +71,7 @@ type Collected struct {
 // reads is what the host would have read.
 func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("ohctl view: a subcommand is required: collect, pack or idle")
+		return errors.New("ohctl view: a subcommand is required: collect, pack, idle, freeze or thaw")
 	}
 	flags := flag.NewFlagSet("ohctl view "+args[0], flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
@@ -75,6 +81,14 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	gitDir := flags.String("git-dir", "", "the view (the common dir's path in the sandbox)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return fmt.Errorf("ohctl view %s: %w", args[0], err)
+	}
+	switch args[0] {
+	case "freeze":
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return freeze.All(fctx)
+	case "thaw":
+		return freeze.Thaw()
 	}
 	m, err := insideManager()
 	if err != nil {
@@ -111,7 +125,7 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		}
 		return nil
 	}
-	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack or idle", args[0])
+	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack, idle, freeze or thaw", args[0])
 }
 
 // insideManager is a Manager for the sandbox: git as the current user, no
