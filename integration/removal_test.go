@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"crypto/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,6 +137,12 @@ func TestRemovalLosesNothingMadeBeforeItReturns(t *testing.T) {
 			}
 			wrote, committed := a.snapshot()
 			checkKept(t, d, repo, c, wrote, committed)
+			// The agent was stopped in its own container (ohctl view
+			// freeze), not by the engine's pause and a sandbox: the
+			// fallback costs a container start.
+			if strings.Contains(d.logs.String(), "saving the work in the conversation's container failed") {
+				t.Errorf("the removal fell back to pausing the container:\n%s", tail(d.logs.String(), 20))
+			}
 		})
 	}
 }
@@ -199,7 +206,22 @@ func TestRemovalThatCannotSaveChangesNothing(t *testing.T) {
 		// Work the host lacks: an unpublished side branch and
 		// uncommitted, incompressible files (the worktree lives under
 		// ohd's state directory, not on the full file system).
-		d.inside(c, "git switch -q -c side && head -c 300000 /dev/urandom > big.bin && git add big.bin && git -c user.name=a -c user.email=a@x commit -q -m big && head -c 300000 /dev/urandom > more.bin")
+		random := func(name string) {
+			b := make([]byte, 300_000)
+			if _, err := rand.Read(b); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(c.Worktree, name)
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(p, c.UID, c.GID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		random("big.bin")
+		d.inside(c, "git switch -q -c side && git add big.bin && git -c user.name=a -c user.email=a@x commit -q -m big")
+		random("more.bin")
 		fill, err := os.Create(filepath.Join(mnt, "fill"))
 		if err != nil {
 			t.Fatal(err)

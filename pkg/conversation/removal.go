@@ -245,13 +245,15 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 // saveWork saves the work of conv, whose git view is in place, before
 // anything is torn down, with the agent stopped first:
 //
-//   - a running container: `ohctl view freeze` in it stops every process
-//     of the agent (SIGSTOP to all but itself, pkg/freeze), then the work
+//   - a running container: the save's first command there, `ohctl view
+//     collect --freeze`, stops every process of the agent (SIGSTOP to
+//     all but itself, pkg/freeze) before it reads anything, and the work
 //     is saved there as before (worktree.SaveView over exec);
-//   - if that exec fails, the container is frozen by the engine (Pause;
-//     no exec runs in a paused container) and a sandbox container of the
-//     conversation (same image, user, worktree and view mounts, no
-//     network, see withSandbox) saves the work;
+//   - if that fails, the agent is resumed (`ohctl view thaw`), the
+//     container is frozen by the engine (Pause; no exec runs in a paused
+//     container) and a sandbox container of the conversation (same image,
+//     user, worktree and view mounts, no network, see withSandbox) saves
+//     the work;
 //   - a stopped container: the sandbox saves it.
 //
 // frozen says the container is left stopped for the teardown to remove at
@@ -266,20 +268,21 @@ func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved 
 	wt := worktreeOf(conv)
 	if conv.ContainerID != "" && conv.State == store.StateRunning {
 		in := containerSandbox{rt: m.rt, id: conv.ContainerID}
-		if ferr := in.View(ctx, []string{"freeze"}, nil, io.Discard); ferr == nil {
-			sctx, cancel := context.WithTimeout(ctx, saveTimeout)
-			r, err := m.wt.SaveView(sctx, wt, in, conv.Published)
-			cancel()
-			if err != nil {
-				if terr := in.View(context.WithoutCancel(ctx), []string{"thaw"}, nil, io.Discard); terr != nil {
-					m.log.Warn("thaw the conversation's processes after a failed save", "id", conv.ID, "err", terr)
-				}
-				return nil, false, err
-			}
+		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+		r, err := m.wt.SaveView(sctx, wt, freezingSandbox{in}, conv.Published)
+		cancel()
+		if err == nil {
 			return &r, true, nil
-		} else if ctx.Err() == nil {
-			m.log.Warn("freezing the agent in its container failed; the engine pauses the container and a sandbox saves the work", "id", conv.ID, "err", ferr)
 		}
+		// The agent may be stopped: it runs on, and the engine's pause and
+		// a sandbox try again (a save that fails for good fails there too).
+		if terr := in.View(context.WithoutCancel(ctx), []string{"thaw"}, nil, io.Discard); terr != nil {
+			m.log.Warn("thaw the conversation's processes after a failed save", "id", conv.ID, "err", terr)
+		}
+		if ctx.Err() != nil {
+			return nil, false, err
+		}
+		m.log.Warn("saving the work in the conversation's container failed; the engine pauses the container and a sandbox tries again", "id", conv.ID, "err", err)
 	}
 	paused := false
 	if conv.ContainerID != "" {
@@ -403,6 +406,18 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation,
 		}
 	}
 	return nil
+}
+
+// freezingSandbox is the conversation's own container, whose collect
+// (the first command of a save) stops every other process in it first:
+// `ohctl view collect --freeze`, one exec for both.
+type freezingSandbox struct{ containerSandbox }
+
+func (s freezingSandbox) View(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "collect" {
+		args = append([]string{"collect", "--freeze"}, args[1:]...)
+	}
+	return s.containerSandbox.View(ctx, args, stdin, stdout)
 }
 
 // retryRemovals finishes every interrupted removal (its record marked, not

@@ -51,9 +51,10 @@ type Collected struct {
 
 // RunView is `ohctl view` inside the sandbox. Its subcommands:
 //
-//	collect --id ID --worktree PATH --admin DIR
+//	collect --id ID --worktree PATH --admin DIR [--freeze]
 //	        records uncommitted work as a commit in the view, lists the
-//	        view's refs and counts ignored files; prints Collected as JSON
+//	        view's refs and counts ignored files; prints Collected as JSON;
+//	        with --freeze, first stops every other process (as freeze)
 //	pack    --git-dir DIR
 //	        reads rev-list arguments (an object id, or ^ and one) from
 //	        stdin, one per line, and writes a pack of the objects they
@@ -79,6 +80,7 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	path := flags.String("worktree", "", "worktree path")
 	admin := flags.String("admin", "", "the view's admin dir of the worktree")
 	gitDir := flags.String("git-dir", "", "the view (the common dir's path in the sandbox)")
+	freezeFirst := flags.Bool("freeze", false, "collect: stop every other process first (see freeze)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return fmt.Errorf("ohctl view %s: %w", args[0], err)
 	}
@@ -104,6 +106,14 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			return errors.New("ohctl view collect: --id, --worktree and --admin are required (absolute paths)")
 		}
 		wt.CommonDir = filepath.Dir(filepath.Dir(*admin))
+		if *freezeFirst {
+			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := freeze.All(fctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("ohctl view collect: %w", err)
+			}
+		}
 		c, err := m.collect(ctx, wt)
 		if err != nil {
 			return fmt.Errorf("ohctl view collect: %w", err)
