@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -38,7 +39,8 @@ type RestoreResult struct {
 	Branches []string
 	// Stash is the stash commit kept from the view, pushed onto the
 	// repository's stash (refs/stash: `git stash list` shows it), or "".
-	Stash string
+	Stash        string
+	StashEntries int
 }
 
 // Restore recreates an ended conversation's work on the host, in a new
@@ -215,12 +217,31 @@ func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs
 		}
 	}
 	if stash := refs[KeptRef(id, "refs/stash")]; stash != "" {
-		// What `git stash store` does: refs/stash moves to the commit with
-		// a reflog entry, so the stash the user had stays below it.
-		if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "--create-reflog", "-m", "ohd: stash of conversation "+id, "refs/stash", stash); err != nil {
+		// Oldest first (stash@{n} ... stash@{1}, then refs/stash): what
+		// `git stash store` does for each, refs/stash moving to the commit
+		// with a reflog entry, so the stash the user had stays below.
+		var older []int
+		entries := KeptPrefix(id) + "stash-entries/" // see stashEntryRef
+		for ref := range refs {
+			if n, err := strconv.Atoi(strings.TrimPrefix(ref, entries)); strings.HasPrefix(ref, entries) && err == nil && n > 0 {
+				older = append(older, n)
+			}
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(older)))
+		push := func(oid string) error {
+			_, err := m.git(ctx, ct, runOpts{}, "update-ref", "--create-reflog", "-m", "ohd: stash of conversation "+id, "refs/stash", oid)
+			return err
+		}
+		for _, n := range older {
+			if err := push(refs[entries+strconv.Itoa(n)]); err != nil {
+				return fmt.Errorf("restore the stash: %w", err)
+			}
+		}
+		if err := push(stash); err != nil {
 			return fmt.Errorf("restore the stash: %w", err)
 		}
 		res.Stash = stash
+		res.StashEntries = len(older) + 1
 	}
 	return nil
 }

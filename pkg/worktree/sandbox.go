@@ -47,7 +47,14 @@ type Collected struct {
 	// snapshot holds (paths relative to the worktree); their own history
 	// is not kept.
 	NestedRepos []string `json:"nested_repos,omitempty"`
+	// Stash are the view's stash entries, newest first (stash@{0}, the
+	// value of refs/stash, then the older ones of its reflog), at most
+	// maxStashEntries.
+	Stash []string `json:"stash,omitempty"`
 }
+
+// maxStashEntries bounds the stash entries a removal keeps.
+const maxStashEntries = 100
 
 // RunView is `ohctl view` inside the sandbox. Its subcommands:
 //
@@ -199,6 +206,17 @@ func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 	for _, line := range strings.Split(out, "\n") {
 		if oid, name, ok := strings.Cut(line, " "); ok && isHexID(oid) {
 			c.Refs[name] = oid
+		}
+	}
+	if _, ok := c.Refs["refs/stash"]; ok {
+		out, err := m.git(ctx, ct, runOpts{}, "reflog", "show", "--format=%H", "refs/stash", "--")
+		if err != nil {
+			return c, fmt.Errorf("list the view's stash: %w", err)
+		}
+		for _, oid := range strings.Fields(out) {
+			if len(c.Stash) < maxStashEntries && isHexID(oid) {
+				c.Stash = append(c.Stash, oid)
+			}
 		}
 	}
 	if c.IgnoredFiles, c.IgnoredBytes, err = sizeIgnored(wt, ignored); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -704,7 +705,10 @@ func TestRestoreInFull(t *testing.T) {
 	inView(t, wt, "branch", "feature")
 	inView(t, wt, "update-ref", "refs/heads/main", "HEAD")
 	inView(t, wt, "reset", "-q", "--hard", "HEAD~1")
-	// A stash.
+	// Two stash entries.
+	testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "older\n")
+	inView(t, wt, "add", "stashed.txt")
+	inView(t, wt, append(ident, "stash", "push", "-q", "-m", "older stash")...)
 	testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "stashed\n")
 	inView(t, wt, "add", "stashed.txt")
 	inView(t, wt, append(ident, "stash", "push", "-q", "-m", "agent stash")...)
@@ -746,8 +750,11 @@ func TestRestoreInFull(t *testing.T) {
 			t.Errorf("branch %s = %q, want the view's commit", b, got)
 		}
 	}
-	if got := hostGit(t, into, "stash", "list", "--format=%s"); !strings.Contains(got, "agent stash") || res.Stash == "" {
-		t.Errorf("stash list = %q (result %q), want the agent's stash", got, res.Stash)
+	if got := hostGit(t, into, "stash", "list", "--format=%s"); !regexp.MustCompile(`^On [^\n]*: agent stash\nOn [^\n]*: older stash$`).MatchString(got) || res.StashEntries != 2 {
+		t.Errorf("stash list = %q (result %q, %d entries), want the agent's two stash entries, newest first", got, res.Stash, res.StashEntries)
+	}
+	if got := hostGit(t, into, "show", "stash@{1}:stashed.txt"); got != "older" {
+		t.Errorf("the restored stash@{1}'s stashed.txt = %q", got)
 	}
 	if got := hostGit(t, into, "show", "stash@{0}:stashed.txt"); got != "stashed" {
 		t.Errorf("the restored stash's stashed.txt = %q", got)
