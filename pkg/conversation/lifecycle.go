@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -259,7 +261,7 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	}
 	m.cfg.Metrics.ContainerStart(err == nil, startFailedStep(err))
 	if err != nil {
-		return c, fmt.Errorf("start conversation %s: %w", id, err)
+		return c, fmt.Errorf("start conversation %s: %w", id, contractHint(err, c.Image))
 	}
 	m.unretire(inst.ContainerID)
 	c, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
@@ -618,4 +620,16 @@ func (m *Manager) adopt(ctx context.Context, c store.Conversation, containers []
 		m.log.Info("reconcile: adopted a running container", "id", c.ID, "container", shortID(found.ID))
 	}
 	return err
+}
+
+// contractHint adds to a start error of a container that exited before it
+// was ready what ohd asks of the image: an image made for an ohd that
+// started the inner server without arguments (the stand-in of releases up
+// to 8b00fe3 refused any) exits at once when given them.
+func contractHint(err error, image string) error {
+	if !errors.Is(err, runtime.ErrExited) {
+		return err
+	}
+	return fmt.Errorf("%w; the image %s must run the OpenHands agent server, which ohd starts with the arguments %q after the image's entrypoint and the environment OH_CONVERSATIONS_PATH and OH_PERSISTENCE_DIR (the agent server's contract: README, \"Running the real agent server\"): an image that refuses them (one made for an earlier ohd) must be rebuilt, or choose another with --image",
+		err, image, strings.Join(openhands.Args(8000), " "))
 }

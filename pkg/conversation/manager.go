@@ -625,7 +625,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		inst, err := m.rt.Start(ctx, spec)
 		if err != nil {
 			m.cfg.Metrics.ContainerStart(false, startFailedStep(err))
-			return conv, &StepError{ID: id, Step: "container", Err: err}
+			return conv, &StepError{ID: id, Step: "container", Err: contractHint(err, conv.Image)}
 		}
 		m.cfg.Metrics.ContainerStart(true, "")
 		m.cfg.OnStep(id, "container_create", inst.Timings.Create)
