@@ -19,9 +19,12 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 	switch {
 	case err == nil:
 		return nil
-	case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already paused"):
+	case cerrdefs.IsNotFound(err):
+		return d.wrap("pause container", shortID(id), err)
+	// The engine's words (Docker 20.10 answers these with a 409 or a 500).
+	case strings.Contains(err.Error(), "already paused"):
 		return nil
-	case cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "not running"):
+	case strings.Contains(err.Error(), "not running"):
 		return fmt.Errorf("pause container %s: %w", shortID(id), ErrNotRunning)
 	}
 	return d.wrap("pause container", shortID(id), err)
@@ -30,7 +33,7 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 // Unpause thaws a paused container; one that is not paused is no error.
 func (d *Docker) Unpause(ctx context.Context, id string) error {
 	_, err := d.api.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
-	if err == nil || (cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "not paused")) {
+	if err == nil || (!cerrdefs.IsNotFound(err) && strings.Contains(err.Error(), "is not paused")) {
 		return nil
 	}
 	return d.wrap("unpause container", shortID(id), err)
