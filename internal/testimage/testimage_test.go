@@ -202,7 +202,7 @@ func TestStandinRefusesOhdsOldEnvironment(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "Application startup failed") || !strings.Contains(err.Error(), "workspace/conversations") {
 		t.Fatalf("the stand-in under ohd's old environment: %v\nwant it to exit at start-up on workspace/conversations", err)
 	}
-	if code, _ := dockerOutput("inspect", "-f", "{{.State.ExitCode}}", "ohd-old-env-"+strconv.Itoa(os.Getpid())); code != "1" {
+	if code, _ := dockerOutput("inspect", "-f", "{{.State.ExitCode}}", name); code != "1" {
 		t.Errorf("exit code = %s, want 1", code)
 	}
 	// STANDIN_EXIT_AFTER ends it with status 3 once it has served a while.
