@@ -61,17 +61,17 @@ const maxStashEntries = 100
 //	collect --id ID --worktree PATH --admin DIR [--freeze]
 //	        records uncommitted work as a commit in the view, lists the
 //	        view's refs and counts ignored files; prints Collected as JSON;
-//	        with --freeze, first stops every other process (as freeze)
+//	        with --freeze, first stops every other process of the
+//	        container (pkg/freeze): a removal runs it in the conversation's
+//	        own container, so the agent changes nothing after
 //	pack    --git-dir DIR
 //	        reads rev-list arguments (an object id, or ^ and one) from
 //	        stdin, one per line, and writes a pack of the objects they
 //	        need that the view holds itself (not those of its alternate,
 //	        the host's store): `git pack-objects --revs --local --stdout`
 //	idle    waits until killed (the command of a sandbox container)
-//	freeze  stops every other process of the container (see pkg/freeze):
-//	        a removal runs it in the conversation's own container before
-//	        it saves the work, so the agent changes nothing after
-//	thaw    resumes them (the save failed: the conversation runs on)
+//	thaw    resumes the processes collect --freeze stopped (the save
+//	        failed: the conversation runs on)
 //
 // It runs git as the current user with the same hardened environment as
 // on the host: not because the agent's configuration could do harm here
@@ -79,7 +79,7 @@ const maxStashEntries = 100
 // reads is what the host would have read.
 func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("ohctl view: a subcommand is required: collect, pack, idle, freeze or thaw")
+		return errors.New("ohctl view: a subcommand is required: collect, pack, idle or thaw")
 	}
 	flags := flag.NewFlagSet("ohctl view "+args[0], flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
@@ -92,10 +92,6 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		return fmt.Errorf("ohctl view %s: %w", args[0], err)
 	}
 	switch args[0] {
-	case "freeze":
-		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		return freeze.All(fctx)
 	case "thaw":
 		return freeze.Thaw()
 	}
@@ -142,7 +138,7 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		}
 		return nil
 	}
-	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack, idle, freeze or thaw", args[0])
+	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack, idle or thaw", args[0])
 }
 
 // insideManager is a Manager for the sandbox: git as the current user, no
