@@ -177,7 +177,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 		"create/after-container-created", "create/after-container-started", "create/after-start",
 	}
 	deletePoints := []string{
-		"delete/after-mark", "delete/after-container", "delete/after-broker", "delete/mid-snapshot", "delete/after-worktree",
+		"delete/after-mark", "delete/mid-snapshot", "delete/after-save", "delete/after-container", "delete/after-broker", "delete/after-worktree",
 	}
 	runs := crashRuns()
 	dirs := newDirs(t)
@@ -234,6 +234,12 @@ func TestCrashAtEveryStep(t *testing.T) {
 					t.Errorf("%s: rm succeeded through a crash", point)
 				}
 			})
+			// ohd answers at once (the removal finishes in the
+			// background, not before ohd listens), and finishes it.
+			if _, err := d.ohctlErr("ls"); err != nil {
+				t.Errorf("%s: ohd does not answer right after its restart: %v", point, err)
+			}
+			waitForState(t, d, c.ID, store.StateDeleted, 2*time.Minute)
 			checkInvariants(t, d, repo)
 			var after store.Conversation
 			d.ohctlJSON(&after, "show", c.ID)

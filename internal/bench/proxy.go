@@ -115,8 +115,10 @@ func (r ProxyResult) Detail() string {
 	return s
 }
 
-// proxyBenchID is the bench conversation.
-const proxyBenchID = "5d0e05be-01b2-441e-9f76-975d9f00673c"
+// proxyBenchID is the bench conversation: a new id per run, so that a
+// second run on the same engine, or the leftover container of a killed
+// one, never collides with this run's container name.
+var proxyBenchID = store.NewID()
 
 // proxyBenchKey is the outer key of the bench proxy.
 const proxyBenchKey = "ohd-bench-outer-session-key"

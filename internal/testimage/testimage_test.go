@@ -193,13 +193,16 @@ func TestStandinRefusesOhdsOldEnvironment(t *testing.T) {
 	ref := Ensure(t)
 	old := []string{"-e", "OH_CONVERSATION_RUNTIME=local", "-e", "OH_SESSION_API_KEYS_0=k",
 		"-e", "OHD_CONVERSATION_ID=6f9619ff-8b86-d011-b42d-00c04fc964ff", "-e", "GIT_CONFIG_COUNT=0"}
-	args := append(append([]string{"run", "--name", "ohd-old-env-" + strconv.Itoa(os.Getpid())}, hardened...), old...)
+	// A name of its own per run: a leftover of a killed run (or another
+	// run on the engine) never collides with it.
+	name := "ohd-old-env-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	args := append(append([]string{"run", "--name", name}, hardened...), old...)
 	_, err := dockerOutput(append(args, ref)...)
-	t.Cleanup(func() { _, _ = dockerOutput("rm", "-f", "ohd-old-env-"+strconv.Itoa(os.Getpid())) })
+	t.Cleanup(func() { _, _ = dockerOutput("rm", "-f", name) })
 	if err == nil || !strings.Contains(err.Error(), "Application startup failed") || !strings.Contains(err.Error(), "workspace/conversations") {
 		t.Fatalf("the stand-in under ohd's old environment: %v\nwant it to exit at start-up on workspace/conversations", err)
 	}
-	if code, _ := dockerOutput("inspect", "-f", "{{.State.ExitCode}}", "ohd-old-env-"+strconv.Itoa(os.Getpid())); code != "1" {
+	if code, _ := dockerOutput("inspect", "-f", "{{.State.ExitCode}}", name); code != "1" {
 		t.Errorf("exit code = %s, want 1", code)
 	}
 	// STANDIN_EXIT_AFTER ends it with status 3 once it has served a while.

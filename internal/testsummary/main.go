@@ -4,8 +4,11 @@
 // the list of skipped tests with their reasons (a test skips when this
 // machine lacks what it needs; see internal/testenv). It exits 1 if any
 // test or package failed, and passes non-JSON lines (build errors)
-// through. Its last line counts the tests (subtests included):
-// "tests: N passed, N failed, N skipped".
+// through. A package that ended without its running tests finishing (it
+// hit -timeout, or a goroutine panicked: go test then reports no outcome
+// for them) is shown with its panic line and the names of the tests that
+// were running, each counted as failed. Its last line counts the tests
+// (subtests included): "tests: N passed, N failed, N skipped".
 //
 //	go test -race -json ./... | go run ./internal/testsummary
 package main
@@ -34,6 +37,7 @@ type key struct{ pkg, test string }
 
 func run(in io.Reader, out io.Writer) int {
 	outputs := map[key][]string{}
+	running := map[key]bool{} // started, no outcome yet
 	var skipped []string
 	failed := false
 	var passes, fails int
@@ -48,6 +52,8 @@ func run(in io.Reader, out io.Writer) int {
 		}
 		k := key{e.Package, e.Test}
 		switch e.Action {
+		case "run":
+			running[k] = true
 		case "output":
 			if e.Test != "" || !strings.HasPrefix(e.Output, "=== ") {
 				outputs[k] = append(outputs[k], e.Output)
@@ -59,6 +65,7 @@ func run(in io.Reader, out io.Writer) int {
 				fmt.Fprintf(out, "?    %s (no tests)\n", e.Package)
 			}
 			delete(outputs, k)
+			delete(running, k)
 		case "pass":
 			if e.Test != "" {
 				passes++
@@ -67,6 +74,7 @@ func run(in io.Reader, out io.Writer) int {
 				fmt.Fprintf(out, "ok   %s %.1fs\n", e.Package, e.Elapsed)
 			}
 			delete(outputs, k)
+			delete(running, k)
 		case "fail":
 			failed = true
 			if e.Test != "" {
@@ -74,8 +82,10 @@ func run(in io.Reader, out io.Writer) int {
 				fmt.Fprintf(out, "--- FAIL: %s %s (%.1fs)\n%s", e.Package, e.Test, e.Elapsed, strings.Join(outputs[k], ""))
 			} else {
 				fmt.Fprintf(out, "FAIL %s %.1fs\n%s", e.Package, e.Elapsed, strings.Join(outputs[k], ""))
+				fails += unfinished(out, e.Package, running, outputs)
 			}
 			delete(outputs, k)
+			delete(running, k)
 		}
 	}
 	if len(skipped) > 0 {
@@ -92,6 +102,53 @@ func run(in io.Reader, out io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// maxUnfinishedLines bounds the output shown of a package's unfinished
+// tests (a timeout's goroutine dump runs to thousands of lines).
+const maxUnfinishedLines = 200
+
+// unfinished reports the tests of pkg that were running when the package
+// failed (no pass, fail or skip came for them: the test binary died of a
+// -timeout or a panic), prints their names with the panic line and their
+// output (bounded), forgets them, and returns how many there were: each
+// counts as failed.
+func unfinished(out io.Writer, pkg string, running map[key]bool, outputs map[key][]string) int {
+	var names []string
+	for k := range running {
+		if k.pkg == pkg && k.test != "" {
+			names = append(names, k.test)
+		}
+	}
+	sort.Strings(names)
+	var lines []string
+	cause := ""
+	for _, n := range names {
+		k := key{pkg, n}
+		for _, l := range outputs[k] {
+			if cause == "" && strings.HasPrefix(l, "panic: ") {
+				cause = strings.TrimSpace(l)
+			}
+			if !strings.HasPrefix(l, "=== ") {
+				lines = append(lines, l)
+			}
+		}
+		delete(running, k)
+		delete(outputs, k)
+	}
+	if len(names) == 0 {
+		return 0
+	}
+	if cause == "" {
+		cause = "the test binary ended without their outcome"
+	}
+	fmt.Fprintf(out, "--- FAIL: %s: %s; tests that never finished: %s\n", pkg, cause, strings.Join(names, ", "))
+	if len(lines) > maxUnfinishedLines {
+		more := len(lines) - maxUnfinishedLines
+		lines = append(lines[:maxUnfinishedLines], fmt.Sprintf("... (%d more lines)\n", more))
+	}
+	fmt.Fprint(out, strings.Join(lines, ""))
+	return len(names)
 }
 
 // reason is what a skipped test said: its output without go test's own

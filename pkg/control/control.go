@@ -166,6 +166,15 @@ type RestoreResult struct {
 	// Snapshot is the snapshot commit applied as uncommitted changes, "" if
 	// there was none.
 	Snapshot string `json:"snapshot,omitempty"`
+	// Staged says what was staged is staged again (the snapshot's index).
+	Staged bool `json:"staged,omitempty"`
+	// Branches are local branches made from the view's side branches
+	// (same name if free, else restored-<id prefix>/<name>).
+	Branches []string `json:"branches,omitempty"`
+	// Stash is the view's stash commit, pushed onto refs/stash with the
+	// older entries of its stash below it (StashEntries in all).
+	Stash        string `json:"stash,omitempty"`
+	StashEntries int    `json:"stash_entries,omitempty"`
 	// Kept lists the other refs of the conversation's git view kept in the
 	// repository (refs/ohd/kept/<id>/...), for the user to look at.
 	Kept []string `json:"kept,omitempty"`

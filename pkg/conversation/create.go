@@ -259,12 +259,12 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	if m.rt.Kind() != "local" {
 		spec, err := m.spec(ctx, conv)
 		if err != nil {
-			return conv, &StepError{ID: id, Step: "container", Err: err}
+			return conv, &StepError{ID: id, Step: "container", Err: contractHint(err, conv.Image)}
 		}
 		inst, err := m.rt.Start(ctx, spec)
 		if err != nil {
 			m.cfg.Metrics.ContainerStart(false, startFailedStep(err))
-			return conv, &StepError{ID: id, Step: "container", Err: err}
+			return conv, &StepError{ID: id, Step: "container", Err: contractHint(err, conv.Image)}
 		}
 		m.cfg.Metrics.ContainerStart(true, "")
 		m.cfg.OnStep(id, "container_create", inst.Timings.Create)

@@ -53,21 +53,27 @@
 //
 // # Remove
 //
-// Remove first records the request (Removal) in the record. A running
-// conversation's work is then saved through its own container
-// (worktree.SaveView: snapshot, last publish, the view's refs the host
-// lacks); the container is stopped and removed, the broker closed, and the
-// worktree removed, its work saved first through a sandbox container (same
-// image and mounts, no network, no broker directory) if it was not saved
-// already; the record is marked deleted with what was kept. Each step is
-// idempotent, so a removal interrupted by a crash is finished by
-// Reconcile. A create that fails or is interrupted is undone without a
-// snapshot: it never ran an agent.
+// Remove (removal.go) first records the request (Removal) in the record,
+// then stops the agent and saves its work before it tears anything down
+// (saveWork): in a running container one exec, `ohctl view collect
+// --freeze`, stops every process there and saves (worktree.SaveView:
+// snapshot, last publish, the view's refs the host lacks); if that fails,
+// the engine pauses the container and a sandbox container (same image and
+// mounts, no network, no broker directory) saves, as for a stopped one.
+// A save that fails resumes the agent, tears nothing down, drops the
+// Removal mark and records RemovalFailed (why, and how to get the work
+// out). After the save the container is removed, the broker closed, the
+// worktree removed, and the record marked deleted with what was kept.
+// Each step is idempotent, so a removal interrupted by a crash is finished
+// by RunUndoRetries (at once after start-up, then periodically), not by
+// Reconcile: ohd listens first. A create that fails or is interrupted is
+// undone without a snapshot: it never ran an agent.
 //
 // # Reconcile
 //
 // At start-up Reconcile makes the world match the records: creates that
-// were interrupted are undone; removals that were interrupted are finished;
+// were interrupted are undone; removals that were interrupted keep what
+// they own for RunUndoRetries to finish;
 // live conversations get their broker socket back (same directory, same
 // token) and adopt their container if it kept running; containers and
 // socket directories without a live record are removed. Worktree folders are

@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
-	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
 // Get returns the record of id; deleted conversations are ErrNotFound.
@@ -29,284 +27,6 @@ func (m *Manager) Get(id string) (store.Conversation, error) {
 
 // List returns every record, oldest first (deleted ones too).
 func (m *Manager) List() []store.Conversation { return m.st.Conversations() }
-
-// RemoveOptions say how Remove ends a conversation.
-type RemoveOptions struct {
-	// Discard deletes the branch and any snapshot: the user's work in the
-	// worktree is lost.
-	Discard bool
-}
-
-// Remove ends a conversation: container, broker, worktree (after a
-// snapshot of uncommitted work), identity. It returns the final record,
-// whose Removal says what was kept.
-func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (store.Conversation, error) {
-	if !store.ValidID(id) {
-		return store.Conversation{}, fmt.Errorf("%w: conversation id %q is not a UUID", ErrInvalid, id)
-	}
-	unlock := m.lock(id)
-	defer unlock()
-	conv, err := m.Get(id)
-	if err != nil {
-		return conv, err
-	}
-	if err := removable(conv, opts); err != nil {
-		return conv, err
-	}
-	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
-		if c.Removal == nil || !c.Removal.Done {
-			c.Removal = &store.Removal{RequestedAt: time.Now().UTC(), Discard: opts.Discard}
-		}
-		return nil
-	})
-	if err != nil {
-		return conv, err
-	}
-	failpoint.Hit("delete/after-mark")
-	return m.finishRemoval(ctx, conv)
-}
-
-// removable checks, before anything is torn down, what the removal will
-// need: a refused removal changes nothing (container, broker and worktree
-// stay as they were). --discard needs no repository to save into.
-func removable(conv store.Conversation, opts RemoveOptions) error {
-	if conv.Worktree == "" || conv.CommonDir == "" || opts.Discard {
-		return nil
-	}
-	if _, err := os.Stat(conv.CommonDir); err != nil {
-		return fmt.Errorf("%w: conversation %s: its repository's git directory %s is not there (%v): the work is saved into that repository, so move the repository back to %s and run the removal again (or copy what you need from %s and remove with --discard); nothing was removed",
-			ErrConflict, conv.ID, conv.CommonDir, errors.Unwrap(err), conv.Workspace, conv.Worktree)
-	}
-	// The work is saved through the conversation's git view, or (without
-	// one) through the host's registration of its worktree.
-	if gone := viewGone(conv); gone != "" {
-		return fmt.Errorf("%w: conversation %s: %s, so its work cannot be saved: %s; nothing was removed", ErrConflict, conv.ID, gone, discardAction(conv))
-	}
-	if conv.GitView == "" && registrationGone(conv) {
-		return fmt.Errorf("%w: conversation %s: the host repository's registration %s of its worktree is gone, so its uncommitted work cannot be snapshotted: %s; nothing was removed",
-			ErrConflict, conv.ID, filepath.Join(conv.CommonDir, "worktrees", conv.AdminID), discardAction(conv))
-	}
-	return nil
-}
-
-// finishRemoval tears conv down and marks it deleted.
-func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (store.Conversation, error) {
-	mode := keepWork
-	if conv.Removal.Discard {
-		mode = discardWork
-	}
-	res, err := m.teardown(ctx, conv, mode)
-	if err != nil {
-		return conv, fmt.Errorf("remove conversation %s: %w (run the removal again, or restart ohd, to finish it)", conv.ID, err)
-	}
-	conv, err = m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
-		c.State = store.StateDeleted
-		c.BrokerEpoch++ // revoke: no token of this conversation verifies again
-		c.ContainerID, c.HostPort = "", 0
-		c.Removal.Done = true
-		c.Removal.SnapshotRef, c.Removal.SnapshotCommit = res.SnapshotRef, res.SnapshotCommit
-		c.Removal.BranchKept, c.Removal.Message = res.BranchKept, res.Message
-		c.Removal.Kept, c.Removal.IgnoredFiles, c.Removal.IgnoredBytes = res.Kept, res.IgnoredFiles, res.IgnoredBytes
-		c.Removal.NestedRepos = res.NestedRepos
-		if res.Published != "" {
-			c.Published = res.Published
-		}
-		if res.Conflict != "" {
-			c.PublishConflict = res.Conflict
-		}
-		return nil
-	})
-	if err != nil {
-		return conv, err
-	}
-	m.log.Info("conversation removed", "id", conv.ID, "snapshot", res.SnapshotRef, "branch_kept", res.BranchKept)
-	return conv, nil
-}
-
-// teardownMode says what a teardown does with the conversation's work.
-type teardownMode int
-
-const (
-	// keepWork saves everything (a removal).
-	keepWork teardownMode = iota
-	// discardWork drops it (a removal with --discard).
-	discardWork
-	// undoCreate undoes a create that never reached running: no agent
-	// work exists, so nothing is snapshotted (a half-made checkout is not
-	// work) and the branch goes if it is still at its start.
-	undoCreate
-)
-
-// teardown removes conv's container(s), broker directory and worktree. It
-// is idempotent: each step tolerates what an earlier run already removed.
-func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode teardownMode) (worktree.RemoveResult, error) {
-	var res worktree.RemoveResult
-	t0, step := time.Now(), time.Now()
-	done := func(name string) {
-		m.cfg.OnStep(conv.ID, name, time.Since(step))
-		step = time.Now()
-	}
-	// No publish runs during the teardown, and the teardown starts from
-	// what the last one recorded (one in flight may have just finished).
-	unlockPub := m.publishLock(conv.ID)
-	defer unlockPub()
-	if cur, err := m.st.Conversation(conv.ID); err == nil {
-		conv.Published = cur.Published
-	}
-	// A running conversation's work is saved through its own container
-	// before it stops (no sandbox container to start); anything else is
-	// saved through a sandbox container after.
-	var saved *worktree.RemoveResult
-	if mode == keepWork && conv.GitLayout == store.GitLayoutView && conv.State == store.StateRunning && conv.ContainerID != "" && (conv.AdminID != "" || conv.InPlace) {
-		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
-		r, err := m.wt.SaveView(sctx, worktreeOf(conv), containerSandbox{rt: m.rt, id: conv.ContainerID}, conv.Published)
-		cancel()
-		if err != nil {
-			m.log.Warn("saving the work through the running container failed; a sandbox will", "id", conv.ID, "err", err)
-		} else {
-			saved = &r
-		}
-		done("save_view")
-	}
-	if err := m.removeContainers(ctx, conv); err != nil {
-		return res, fmt.Errorf("remove container: %w", err)
-	}
-	done("remove_container")
-	failpoint.Hit("delete/after-container")
-	if err := m.br.Close(conv.ID); err != nil {
-		return res, fmt.Errorf("close broker: %w", err)
-	}
-	if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
-		return res, fmt.Errorf("remove broker directory: %w", err)
-	}
-	// The credentials mediated from the conversation's create (its own
-	// LLM profiles and secrets, "<id>.<name>") end with it.
-	if _, err := m.st.DeleteScoped(conv.ID); err != nil {
-		return res, fmt.Errorf("remove the conversation's secrets: %w", err)
-	}
-	done("remove_broker")
-	failpoint.Hit("delete/after-broker")
-	if conv.Worktree != "" || conv.InPlace {
-		wt, found, err := m.worktreeToRemove(ctx, conv)
-		if err != nil {
-			return res, fmt.Errorf("remove worktree: %w", err)
-		}
-		if found {
-			if res, err = m.removeWorktree(ctx, conv, wt, mode, saved); err != nil {
-				return res, fmt.Errorf("remove worktree: %w", err)
-			}
-		}
-		done("remove_worktree")
-		failpoint.Hit("delete/after-worktree")
-	}
-	if m.cfg.InnerRoot != "" {
-		// The inner server's state (events, its settings) ends with the
-		// conversation, as the agent server's own DELETE removes its
-		// conversation directory (ref §5, route disposition); last, since
-		// the worktree's removal may run a sandbox with the conversation's
-		// mounts. RemoveAll unlinks symlinks the agent planted; it never
-		// follows them.
-		if err := os.RemoveAll(openhands.DirsOf(m.cfg.InnerRoot, conv.ID).Root); err != nil {
-			return res, fmt.Errorf("remove inner state: %w", err)
-		}
-	}
-	m.cfg.OnStep(conv.ID, "remove_total", time.Since(t0))
-	return res, nil
-}
-
-// removeWorktree removes conv's worktree. A worktree with a git view has
-// its work saved through a sandbox container (the agent's files are read
-// only there); one made before views (GitLayoutShared) is given a view
-// first, so that no host git reads what its agent wrote either.
-func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, wt worktree.Worktree, mode teardownMode, saved *worktree.RemoveResult) (worktree.RemoveResult, error) {
-	opts := worktree.RemoveOptions{Discard: mode == discardWork, Undo: mode == undoCreate, Published: conv.Published, Saved: saved}
-	if mode != keepWork || m.rt.Kind() == "local" || saved != nil {
-		return m.wt.Remove(ctx, wt, opts)
-	}
-	if wt.View == "" && conv.AdminID != "" {
-		c, err := m.moveToView(ctx, conv)
-		if err != nil {
-			return worktree.RemoveResult{}, err
-		}
-		conv, wt, opts.Published = c, worktreeOf(c), c.Published
-	}
-	if wt.View == "" || !dirExists(wt.Path) || (wt.InPlace && !dirExists(wt.View)) {
-		// Nothing to save through a sandbox (in place, the folder stays
-		// whatever happens; a view already removed was saved before).
-		return m.wt.Remove(ctx, wt, opts)
-	}
-	var res worktree.RemoveResult
-	err := m.withSandbox(ctx, conv, func(ctx context.Context, sb worktree.Sandbox) error {
-		opts.Sandbox = sb
-		var err error
-		res, err = m.wt.Remove(ctx, wt, opts)
-		return err
-	})
-	return res, err
-}
-
-func dirExists(p string) bool {
-	st, err := os.Lstat(p)
-	return err == nil && st.IsDir()
-}
-
-// worktreeToRemove returns conv's worktree as Remove needs it. A record
-// without an admin id was written before git worktree add finished (a
-// crash in between): what git made is found on disk instead.
-func (m *Manager) worktreeToRemove(ctx context.Context, conv store.Conversation) (worktree.Worktree, bool, error) {
-	if conv.AdminID != "" || conv.InPlace {
-		return worktreeOf(conv), true, nil
-	}
-	repo, err := m.wt.Inspect(ctx, conv.Workspace)
-	if err != nil || !repo.IsGit {
-		return worktree.Worktree{}, false, err
-	}
-	wt, err := m.wt.Find(ctx, repo, conv.ID)
-	if errors.Is(err, fs.ErrNotExist) {
-		return worktree.Worktree{}, false, nil
-	}
-	if err != nil {
-		return worktree.Worktree{}, false, err
-	}
-	if wt.StartCommit == "" {
-		wt.StartCommit = conv.StartCommit
-	}
-	return wt, true, nil
-}
-
-// removeContainers removes every container of conv: the recorded one and
-// any other the engine has with its label (a crash between create and
-// record leaves one unrecorded).
-func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation) error {
-	if m.rt.Kind() == "local" {
-		return nil
-	}
-	ids := map[string]bool{}
-	if conv.ContainerID != "" {
-		ids[conv.ContainerID] = true
-	}
-	list, err := m.rt.List(ctx, m.st.ServerID())
-	if err != nil {
-		return err
-	}
-	for _, c := range list {
-		if c.ConversationID == conv.ID {
-			ids[c.ID] = true
-		}
-	}
-	for id := range ids {
-		m.retire(id)
-		err := m.rt.Stop(ctx, id, m.cfg.StopTimeout)
-		if err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			m.log.Warn("container stop failed; removing it by force", "id", conv.ID, "container", shortID(id), "err", err)
-		}
-		err = m.rt.Remove(ctx, id)
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // retire marks a container ohd itself is about to stop or remove: the
 // engine's events about it arrive later, asynchronously, and must not be
@@ -559,7 +279,7 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	}
 	m.cfg.Metrics.ContainerStart(err == nil, startFailedStep(err))
 	if err != nil {
-		return c, fmt.Errorf("start conversation %s: %w", id, err)
+		return c, fmt.Errorf("start conversation %s: %w", id, contractHint(err, c.Image))
 	}
 	m.unretire(inst.ContainerID)
 	c, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
@@ -735,9 +455,11 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	for _, c := range m.st.Conversations() {
 		switch {
 		case c.Removal != nil && !c.Removal.Done:
-			m.log.Info("reconcile: finishing an interrupted removal", "id", c.ID)
-			_, err := m.finishRemoval(ctx, c)
-			note(err)
+			// Finished in the background (RunUndoRetries), so that ohd
+			// answers at once: a removal saves the work first, which takes
+			// as long as the work is large. Until then what it owns stays.
+			m.log.Info("reconcile: an interrupted removal finishes in the background", "id", c.ID)
+			live[c.ID] = true
 		case c.State == store.StateFailed && c.UndoPending:
 			m.log.Info("reconcile: finishing the undo of a failed create", "id", c.ID)
 			note(m.retryUndo(ctx, c))
@@ -779,7 +501,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 // when Config.UndoRetryInterval is 0.
 const DefaultUndoRetry = 30 * time.Second
 
-// RunUndoRetries retries, until ctx ends, the undo of every failed create
+// RunUndoRetries finishes every interrupted removal (see retryRemovals)
+// at once and then retries, until ctx ends, those and the undo of every failed create
 // whose undo did not finish (UndoPending), so what such a create left
 // (a container, a socket, a worktree) is removed as soon as it can be.
 // It also finishes a provisioning record that no create is working on
@@ -790,7 +513,11 @@ func (m *Manager) RunUndoRetries(ctx context.Context) {
 	if interval <= 0 {
 		interval = DefaultUndoRetry
 	}
+	// Interrupted removals are finished at once: reconcile, which ran
+	// before ohd listened, left them to this loop.
+	m.retryRemovals(ctx)
 	every(ctx, interval, func() {
+		m.retryRemovals(ctx)
 		for _, c := range m.st.Conversations() {
 			switch {
 			case c.State == store.StateFailed && c.UndoPending:
@@ -911,4 +638,16 @@ func (m *Manager) adopt(ctx context.Context, c store.Conversation, containers []
 		m.log.Info("reconcile: adopted a running container", "id", c.ID, "container", shortID(found.ID))
 	}
 	return err
+}
+
+// contractHint adds to a start error of a container that exited before it
+// was ready what ohd asks of the image: an image made for an ohd that
+// started the inner server without arguments (the stand-in of releases up
+// to 8b00fe3 refused any) exits at once when given them.
+func contractHint(err error, image string) error {
+	if !errors.Is(err, runtime.ErrExited) {
+		return err
+	}
+	return fmt.Errorf("%w; the image %s must run the OpenHands agent server, which ohd starts with the arguments %q after the image's entrypoint and the environment OH_CONVERSATIONS_PATH and OH_PERSISTENCE_DIR (the agent server's contract: README, \"Running the real agent server\"): an image that refuses them (one made for an earlier ohd) must be rebuilt, or choose another with --image",
+		err, image, strings.Join(openhands.Args(8000), " "))
 }

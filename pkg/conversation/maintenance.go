@@ -157,7 +157,7 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 		}
 		return control.RestoreResult{}, err
 	}
-	out := control.RestoreResult{ID: id, Path: res.Path, Branch: res.Branch, Snapshot: res.Snapshot}
+	out := control.RestoreResult{ID: id, Path: res.Path, Branch: res.Branch, Snapshot: res.Snapshot, Staged: res.Staged, Branches: res.Branches, Stash: res.Stash, StashEntries: res.StashEntries}
 	if kept, err := m.wt.ListKept(ctx, c.CommonDir, id); err == nil {
 		for name := range kept {
 			if strings.HasPrefix(name, worktree.KeptPrefix(id)) {

@@ -245,6 +245,12 @@ func TestReconcileAfterCrashes(t *testing.T) {
 	if c, _ := e.st.Conversation(crashed.ID); c.State != store.StateFailed || exists(crashed.Worktree) || exists(crashed.BrokerDir) {
 		t.Errorf("interrupted create not undone: state %s, worktree %v, broker %v", c.State, exists(crashed.Worktree), exists(crashed.BrokerDir))
 	}
+	// Reconcile (before ohd listens) leaves the interrupted removal to the
+	// background, which finishes it at once (RunUndoRetries).
+	if c, _ := e.st.Conversation(removing.ID); c.State == store.StateDeleted || !exists(removing.Worktree) {
+		t.Errorf("reconcile did the interrupted removal itself (%s): ohd would not listen until it is done", c.State)
+	}
+	e.m.retryRemovals(ctx)
 	c, _ := e.st.Conversation(removing.ID)
 	if c.State != store.StateDeleted || c.Removal.SnapshotRef == "" {
 		t.Errorf("interrupted removal not finished with a snapshot: %+v", c.Removal)

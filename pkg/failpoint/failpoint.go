@@ -13,9 +13,10 @@ var Steps = []string{
 	"create/after-start",
 	"create/after-forward",
 	"delete/after-mark",
+	"delete/mid-snapshot",
+	"delete/after-save",
 	"delete/after-container",
 	"delete/after-broker",
-	"delete/mid-snapshot",
 	"delete/after-worktree",
 	"publish/after-import",
 }

@@ -171,6 +171,15 @@ func (s *state) restoreCmd() *cli.Command {
 			if res.Snapshot != "" {
 				fmt.Fprintf(s.env.Stdout, "its uncommitted work (snapshot %s) is applied as uncommitted changes: see git -C %s status\n", short(res.Snapshot), res.Path)
 			}
+			if res.Staged {
+				fmt.Fprintln(s.env.Stdout, "what was staged is staged again")
+			}
+			for _, b := range res.Branches {
+				fmt.Fprintf(s.env.Stdout, "side branch of its git view restored as local branch %s\n", b)
+			}
+			if res.Stash != "" {
+				fmt.Fprintf(s.env.Stdout, "its stash (%d entries, newest %s) is on the repository's stash: git -C %s stash list\n", res.StashEntries, short(res.Stash), res.Path)
+			}
 			for _, k := range res.Kept {
 				fmt.Fprintf(s.env.Stdout, "also kept from its git view: %s (git log %s)\n", k, k)
 			}

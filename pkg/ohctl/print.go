@@ -92,6 +92,11 @@ func printConversations(w io.Writer, convs []store.Conversation, now time.Time) 
 		t.row(row...)
 	}
 	_ = t.flush()
+	for _, c := range convs {
+		if c.RemovalFailed != "" && c.State.Live() {
+			fmt.Fprintf(w, "%s: %s\n", c.ID, c.RemovalFailed)
+		}
+	}
 }
 
 // keptSummary says what an ended conversation left in its repository:
@@ -180,6 +185,9 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	}
 	if c.Error != "" {
 		t.row("error", c.Error)
+	}
+	if c.RemovalFailed != "" && c.State.Live() {
+		t.row("removal", c.RemovalFailed)
 	}
 	if r := c.Removal; r != nil {
 		t.row("removal", removalSummary(c))

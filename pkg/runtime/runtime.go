@@ -59,6 +59,8 @@ var (
 	// ErrNoContainer: the local runtime has no container to run a command
 	// in or read logs from.
 	ErrNoContainer = errors.New("the local runtime has no container")
+	// ErrNotRunning: the container exists but does not run (Pause).
+	ErrNotRunning = errors.New("container not running")
 )
 
 // Mount is a bind mount of a host path into the container.
@@ -278,6 +280,13 @@ type Runtime interface {
 	Stop(ctx context.Context, containerID string, timeout time.Duration) error
 	// Remove force-removes the container; a missing container is no error.
 	Remove(ctx context.Context, containerID string) error
+	// Pause freezes every process of the running container (the engine's
+	// cgroup freezer: nothing in it runs, its state stays); Unpause thaws
+	// it. Pausing a paused container, or unpausing one that is not, is no
+	// error; a container that does not run gives ErrNotRunning, a missing
+	// one ErrNotFound.
+	Pause(ctx context.Context, containerID string) error
+	Unpause(ctx context.Context, containerID string) error
 	// Inspect describes the container; ErrNotFound if it does not exist.
 	Inspect(ctx context.Context, containerID string) (Container, error)
 	// List returns all containers (running or not) labelled with serverID.

@@ -270,6 +270,10 @@ type Conversation struct {
 	// start-up and periodically) until it is done.
 	UndoPending bool     `json:"undo_pending,omitempty"`
 	Removal     *Removal `json:"removal,omitempty"`
+	// RemovalFailed says why the last removal of this live conversation
+	// could not save its work (so it removed nothing) and how to get the
+	// work out: "removal failed: <why>; ...". A later removal clears it.
+	RemovalFailed string `json:"removal_failed,omitempty"`
 
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`

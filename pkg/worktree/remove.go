@@ -296,6 +296,16 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 			candidates = append(candidates, name)
 		}
 	}
+	// The stash's older entries (its reflog: stash@{1}, ...) are kept as
+	// refs/ohd/kept/<id>/stash-entries/<n>; restore stacks them again.
+	for i, oid := range col.Stash {
+		if i == 0 || i > maxStashEntries || !isHexID(oid) {
+			continue // stash@{0} is refs/stash itself
+		}
+		name := stashEntryRef(i)
+		col.Refs[name] = oid
+		candidates = append(candidates, name)
+	}
 	sort.Strings(candidates)
 	var tips []string
 	seen := map[string]bool{}
@@ -384,6 +394,10 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		"kept", len(res.Kept), "ignored_files", res.IgnoredFiles)
 	return nil
 }
+
+// stashEntryRef names stash@{n} of the view among the refs saveView
+// keeps (KeptRef turns it into refs/ohd/kept/<id>/stash-entries/<n>).
+func stashEntryRef(n int) string { return "refs/stash-entries/" + strconv.Itoa(n) }
 
 // unreachable reports which of the named view refs point (peeled to a
 // commit) at commits no host ref reaches, ignoring what ohd kept of this

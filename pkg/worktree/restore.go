@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -27,8 +29,18 @@ type RestoreResult struct {
 	// Path is the new worktree; Branch is checked out in it.
 	Path, Branch string
 	// Snapshot is the snapshot commit whose files were applied as
-	// uncommitted changes ("" if there was none).
+	// uncommitted changes ("" if there was none); Staged says its index
+	// state (what was staged) was recreated too.
 	Snapshot string
+	Staged   bool
+	// Branches are the local branches made from the side branches kept
+	// from the conversation's view (refs/ohd/kept/<id>/heads/<name>): the
+	// same name when it was free, else restored-<id prefix>/<name>.
+	Branches []string
+	// Stash is the stash commit kept from the view, pushed onto the
+	// repository's stash (refs/stash: `git stash list` shows it), or "".
+	Stash        string
+	StashEntries int
 }
 
 // Restore recreates an ended conversation's work on the host, in a new
@@ -60,6 +72,11 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 	if !filepath.IsAbs(into) || filepath.Clean(into) != into || strings.ContainsAny(into, "\x00\n\r") {
 		return res, fmt.Errorf("worktree restore %s: %w: --into %q must be a clean absolute path", id, ErrInvalidPath, into)
 	}
+	branch := "refs/heads/" + BranchName(id)
+	if where := checkedOutIn(opts.CommonDir, branch); where != "" {
+		return res, fmt.Errorf("worktree restore %s: %w: the conversation's work is already restored in %s (branch %s is checked out there): work there, or remove that worktree (git worktree remove %s) to restore again",
+			id, ErrExists, where, BranchName(id), where)
+	}
 	if ok, err := lexists(into); err != nil || ok {
 		if err == nil {
 			err = fmt.Errorf("%w: %s exists: choose another --into", ErrExists, into)
@@ -79,8 +96,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		return res, fmt.Errorf("worktree restore %s: %w", id, ownerError(uid, m.euid))
 	}
 	ct := commonTarget(opts.CommonDir, uid, gid)
-	branch := "refs/heads/" + BranchName(id)
-	refs, err := m.readRefsUnder(ctx, ct, branch, KeptRef(id, branch), SnapshotRef(id))
+	refs, err := m.readRefsUnder(ctx, ct, branch, KeptPrefix(id), SnapshotRef(id))
 	if err != nil {
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
@@ -139,11 +155,93 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		if _, err := m.git(ctx, t, runOpts{filters: memo}, "read-tree", "-m", "-u", "HEAD", res.Snapshot); err != nil {
 			return res, fmt.Errorf("worktree restore %s: apply snapshot %s in %s: %w", id, res.Snapshot, into, err)
 		}
-		if _, err := m.git(ctx, t, runOpts{filters: memo}, "reset", "--quiet", "--no-recurse-submodules"); err != nil {
+		// The index as it was: the snapshot's second parent, if it has
+		// one, records what was staged; otherwise nothing was.
+		idx, staged, err := m.revParse(ctx, t, res.Snapshot+"^2^{tree}")
+		if err != nil {
 			return res, fmt.Errorf("worktree restore %s: %w", id, err)
 		}
+		if staged {
+			_, err = m.git(ctx, t, runOpts{}, "read-tree", idx)
+		} else {
+			_, err = m.git(ctx, t, runOpts{filters: memo}, "reset", "--quiet", "--no-recurse-submodules")
+		}
+		if err != nil {
+			return res, fmt.Errorf("worktree restore %s: recreate the index: %w", id, err)
+		}
+		res.Staged = staged
+	}
+	if err := m.restoreKept(ctx, ct, id, refs, &res); err != nil {
+		return res, fmt.Errorf("worktree restore %s in %s: %w", id, into, err)
 	}
 	res.Path = into
-	m.log.Info("conversation work restored", "conversation", id, "path", into, "branch", res.Branch, "snapshot", res.Snapshot)
+	m.log.Info("conversation work restored", "conversation", id, "path", into, "branch", res.Branch, "snapshot", res.Snapshot,
+		"branches", len(res.Branches), "stash", res.Stash)
 	return res, nil
+}
+
+// restoreKept makes local branches of the side branches kept from the
+// conversation's view (same name if free, else restored-<id prefix>/name)
+// and pushes the kept stash onto the repository's stash. refs are the
+// refs read under KeptPrefix(id).
+func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs map[string]string, res *RestoreResult) error {
+	heads := KeptPrefix(id) + "heads/"
+	var names []string
+	for ref := range refs {
+		if name, ok := strings.CutPrefix(ref, heads); ok && name != BranchName(id) {
+			names = append(names, name)
+		}
+	}
+	if len(names) > 0 {
+		sort.Strings(names)
+		have, err := m.readRefsUnder(ctx, ct, "refs/heads/")
+		if err != nil {
+			return err
+		}
+		var tx strings.Builder
+		for _, name := range names {
+			local := name
+			if _, taken := have["refs/heads/"+local]; taken {
+				local = "restored-" + id[:8] + "/" + name
+			}
+			if _, taken := have["refs/heads/"+local]; taken || !validRefName("refs/heads/"+local) {
+				continue // restored before: the branch is there
+			}
+			fmt.Fprintf(&tx, "create refs/heads/%s %s\n", local, refs[heads+name])
+			res.Branches = append(res.Branches, local)
+		}
+		if tx.Len() > 0 {
+			if _, err := m.git(ctx, ct, runOpts{stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: restore conversation "+id, "--stdin"); err != nil {
+				return fmt.Errorf("make the side branches: %w", err)
+			}
+		}
+	}
+	if stash := refs[KeptRef(id, "refs/stash")]; stash != "" {
+		// Oldest first (stash@{n} ... stash@{1}, then refs/stash): what
+		// `git stash store` does for each, refs/stash moving to the commit
+		// with a reflog entry, so the stash the user had stays below.
+		var older []int
+		entries := KeptPrefix(id) + "stash-entries/" // see stashEntryRef
+		for ref := range refs {
+			if n, err := strconv.Atoi(strings.TrimPrefix(ref, entries)); strings.HasPrefix(ref, entries) && err == nil && n > 0 {
+				older = append(older, n)
+			}
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(older)))
+		push := func(oid string) error {
+			_, err := m.git(ctx, ct, runOpts{}, "update-ref", "--create-reflog", "-m", "ohd: stash of conversation "+id, "refs/stash", oid)
+			return err
+		}
+		for _, n := range older {
+			if err := push(refs[entries+strconv.Itoa(n)]); err != nil {
+				return fmt.Errorf("restore the stash: %w", err)
+			}
+		}
+		if err := push(stash); err != nil {
+			return fmt.Errorf("restore the stash: %w", err)
+		}
+		res.Stash = stash
+		res.StashEntries = len(older) + 1
+	}
+	return nil
 }

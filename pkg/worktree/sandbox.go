@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/ohd-dev/ohd/pkg/freeze"
 )
 
 // Sandbox runs `ohctl view ARGS...` where it can reach this conversation's
@@ -45,14 +47,24 @@ type Collected struct {
 	// snapshot holds (paths relative to the worktree); their own history
 	// is not kept.
 	NestedRepos []string `json:"nested_repos,omitempty"`
+	// Stash are the view's stash entries, newest first (stash@{0}, the
+	// value of refs/stash, then the older ones of its reflog), at most
+	// maxStashEntries.
+	Stash []string `json:"stash,omitempty"`
 }
+
+// maxStashEntries bounds the stash entries a removal keeps.
+const maxStashEntries = 100
 
 // RunView is `ohctl view` inside the sandbox. Its subcommands:
 //
-//	collect --id ID --worktree PATH --admin DIR
+//	collect --id ID --worktree PATH --admin DIR [--freeze]
 //	        records uncommitted work as a commit in the view, lists the
-//	        view's refs and counts ignored files; prints Collected as JSON
-//	collect --id ID --git-dir DIR --refs-only
+//	        view's refs and counts ignored files; prints Collected as JSON;
+//	        with --freeze, first stops every other process of the
+//	        container (pkg/freeze): a removal runs it in the conversation's
+//	        own container, so the agent changes nothing after
+//	collect --id ID --git-dir DIR --refs-only [--freeze]
 //	        lists the view's refs only (in place: the files stay)
 //	pack    --git-dir DIR
 //	        reads rev-list arguments (an object id, or ^ and one) from
@@ -60,6 +72,8 @@ type Collected struct {
 //	        need that the view holds itself (not those of its alternate,
 //	        the host's store): `git pack-objects --revs --local --stdout`
 //	idle    waits until killed (the command of a sandbox container)
+//	thaw    resumes the processes collect --freeze stopped (the save
+//	        failed: the conversation runs on)
 //
 // It runs git as the current user with the same hardened environment as
 // on the host: not because the agent's configuration could do harm here
@@ -67,7 +81,7 @@ type Collected struct {
 // reads is what the host would have read.
 func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("ohctl view: a subcommand is required: collect, pack or idle")
+		return errors.New("ohctl view: a subcommand is required: collect, pack, idle or thaw")
 	}
 	flags := flag.NewFlagSet("ohctl view "+args[0], flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
@@ -76,8 +90,13 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	admin := flags.String("admin", "", "the view's admin dir of the worktree")
 	gitDir := flags.String("git-dir", "", "the view (the common dir's path in the sandbox)")
 	refsOnly := flags.Bool("refs-only", false, "collect: list the view's refs only (in place: no snapshot)")
+	freezeFirst := flags.Bool("freeze", false, "collect: stop every other process first (see freeze)")
 	if err := flags.Parse(args[1:]); err != nil {
 		return fmt.Errorf("ohctl view %s: %w", args[0], err)
+	}
+	switch args[0] {
+	case "thaw":
+		return freeze.Thaw()
 	}
 	m, err := insideManager()
 	if err != nil {
@@ -88,12 +107,22 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		<-ctx.Done()
 		return nil
 	case "collect":
+		// The agent is stopped first (a removal): in place too, where only
+		// the refs are collected, so that it moves none after.
+		if *freezeFirst {
+			fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := freeze.All(fctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("ohctl view collect: %w", err)
+			}
+		}
 		if *refsOnly {
 			if ValidateID(*id) != nil || !filepath.IsAbs(*gitDir) {
 				return errors.New("ohctl view collect --refs-only: --id and --git-dir are required (an absolute path)")
 			}
 			var c Collected
-			if c.Refs, err = m.viewRefs(ctx, commonTarget(*gitDir, m.euid, os.Getegid())); err != nil {
+			if err := m.collectRefs(ctx, commonTarget(*gitDir, m.euid, os.Getegid()), &c); err != nil {
 				return fmt.Errorf("ohctl view collect: %w", err)
 			}
 			return json.NewEncoder(stdout).Encode(c)
@@ -124,7 +153,7 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		}
 		return nil
 	}
-	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack or idle", args[0])
+	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack, idle or thaw", args[0])
 }
 
 // insideManager is a Manager for the sandbox: git as the current user, no
@@ -179,13 +208,33 @@ func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 		return c, err
 	}
 	c.Snapshot, c.NestedRepos = snap, nested
-	if c.Refs, err = m.viewRefs(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID)); err != nil {
+	if err := m.collectRefs(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), &c); err != nil {
 		return c, err
 	}
 	if c.IgnoredFiles, c.IgnoredBytes, err = sizeIgnored(wt, ignored); err != nil {
 		return c, err
 	}
 	return c, nil
+}
+
+// collectRefs lists the view's refs and its stash entries into c.
+func (m *Manager) collectRefs(ctx context.Context, ct gitTarget, c *Collected) error {
+	var err error
+	if c.Refs, err = m.viewRefs(ctx, ct); err != nil {
+		return err
+	}
+	if _, ok := c.Refs["refs/stash"]; ok {
+		out, err := m.git(ctx, ct, runOpts{}, "reflog", "show", "--format=%H", "refs/stash", "--")
+		if err != nil {
+			return fmt.Errorf("list the view's stash: %w", err)
+		}
+		for _, oid := range strings.Fields(out) {
+			if len(c.Stash) < maxStashEntries && isHexID(oid) {
+				c.Stash = append(c.Stash, oid)
+			}
+		}
+	}
+	return nil
 }
 
 // viewRefs lists the view's refs (name -> object id).

@@ -22,8 +22,8 @@ import (
 // temporary index that starts as a copy of the worktree's index (so staged
 // files count and the worktree's own index is never touched). Its first
 // parent is the worktree's HEAD (none if HEAD is unborn). When the index
-// held staged content that differs from both HEAD and the working tree, a
-// second parent records that index state, as `git stash` does.
+// held staged content (it differs from HEAD), a second parent records
+// that index state, as `git stash` does.
 //
 // Call it with the container stopped: the agent must not change the
 // worktree (or the config files it can reach) while ohd reads it.
@@ -157,7 +157,10 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox boo
 		parents = append(parents, "-p", head)
 	}
 	when := time.Now().UTC().Format(time.RFC3339)
-	if indexTree != "" && indexTree != headTree && indexTree != workTree {
+	// The index is a second parent whenever something is staged, even
+	// when it equals the working tree: restore recreates the staged state
+	// from it (without it, everything staged would come back unstaged).
+	if indexTree != "" && indexTree != headTree {
 		msg := fmt.Sprintf("ohd: index of conversation %s at %s", wt.ConversationID, when)
 		args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, indexTree)
 		out, err := m.git(ctx, t, runOpts{}, args...)

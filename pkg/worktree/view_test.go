@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -686,5 +687,84 @@ func TestRemoveWithViewChecksPlantedNestedRepos(t *testing.T) {
 	}
 	if strings.ContainsAny(res.Message, "\x1b\n\u202e") {
 		t.Errorf("the removal message carries control characters: %q", res.Message)
+	}
+}
+
+// TestRestoreInFull (issue 19, acceptance 8): the index (what was
+// staged), the stash and the side branches of the view come back, and a
+// second restore says where the work already is.
+func TestRestoreInFull(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	ident := []string{"-c", "user.name=agent", "-c", "user.email=a@x"}
+	// A side branch with a commit of its own, and one named like a host
+	// branch (main) on another commit: the name is taken on the host.
+	inView(t, wt, append(ident, "commit", "-q", "--allow-empty", "-m", "on feature")...)
+	inView(t, wt, "branch", "feature")
+	inView(t, wt, "update-ref", "refs/heads/main", "HEAD")
+	inView(t, wt, "reset", "-q", "--hard", "HEAD~1")
+	// Two stash entries.
+	testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "older\n")
+	inView(t, wt, "add", "stashed.txt")
+	inView(t, wt, append(ident, "stash", "push", "-q", "-m", "older stash")...)
+	testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "stashed\n")
+	inView(t, wt, "add", "stashed.txt")
+	inView(t, wt, append(ident, "stash", "push", "-q", "-m", "agent stash")...)
+	// Staged, all of it (index == working tree), and one more file staged
+	// beside an unstaged change.
+	testenv.WriteFile(t, filepath.Join(wt.Path, "staged.txt"), "staged\n")
+	inView(t, wt, "add", "staged.txt")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "README.md"), "unstaged change\n")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "new.txt"), "untracked\n")
+	res0, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	t.Logf("kept: %v", res0.Kept)
+	into := filepath.Join(testenv.TempDir(t), "restored")
+	opts := RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, StartCommit: wt.StartCommit, Into: into}
+	res, err := m.Restore(testCtx(t), opts)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	status := hostGit(t, into, "status", "--porcelain")
+	for _, want := range []string{"A  staged.txt", "M README.md", "?? new.txt"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("restored status lacks %q:\n%s", want, status)
+		}
+	}
+	if strings.Contains(status, "M  README.md") {
+		t.Errorf("the unstaged README.md came back staged:\n%s", status)
+	}
+	if !res.Staged {
+		t.Error("Restore does not say the staged state came back")
+	}
+	wantBranches := []string{"feature", "restored-" + wt.ConversationID[:8] + "/main"}
+	if strings.Join(res.Branches, " ") != strings.Join(wantBranches, " ") {
+		t.Errorf("restored branches = %v, want %v", res.Branches, wantBranches)
+	}
+	for _, b := range wantBranches {
+		if got := hostGit(t, dir, "log", "-1", "--format=%s", b); got != "on feature" {
+			t.Errorf("branch %s = %q, want the view's commit", b, got)
+		}
+	}
+	if got := hostGit(t, into, "stash", "list", "--format=%s"); !regexp.MustCompile(`^On [^\n]*: agent stash\nOn [^\n]*: older stash$`).MatchString(got) || res.StashEntries != 2 {
+		t.Errorf("stash list = %q (result %q, %d entries), want the agent's two stash entries, newest first", got, res.Stash, res.StashEntries)
+	}
+	if got := hostGit(t, into, "show", "stash@{1}:stashed.txt"); got != "older" {
+		t.Errorf("the restored stash@{1}'s stashed.txt = %q", got)
+	}
+	if got := hostGit(t, into, "show", "stash@{0}:stashed.txt"); got != "stashed" {
+		t.Errorf("the restored stash's stashed.txt = %q", got)
+	}
+	// Again, into the same place and elsewhere: a clear message.
+	for _, again := range []string{into, filepath.Join(testenv.TempDir(t), "again")} {
+		opts.Into = again
+		_, err := m.Restore(testCtx(t), opts)
+		if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "already restored in "+into) {
+			t.Errorf("a second Restore into %s = %v, want ErrExists saying it is already restored in %s", again, err, into)
+		}
 	}
 }

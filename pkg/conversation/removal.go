@@ -1,0 +1,474 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+	"github.com/ohd-dev/ohd/pkg/worktree"
+)
+
+// RemoveOptions say how Remove ends a conversation.
+type RemoveOptions struct {
+	// Discard deletes the branch and any snapshot: the user's work in the
+	// worktree is lost.
+	Discard bool
+}
+
+// Remove ends a conversation: container, broker, worktree (after a
+// snapshot of uncommitted work), identity. It returns the final record,
+// whose Removal says what was kept.
+//
+// Nothing the agent made before Remove returns is lost: the agent is
+// stopped first (its container frozen), then its work is saved, then
+// everything is torn down. A removal that cannot save changes nothing:
+// the container is thawed, the conversation runs on, and its record says
+// why (RemovalFailed) and how to get the work out.
+func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (store.Conversation, error) {
+	if !store.ValidID(id) {
+		return store.Conversation{}, fmt.Errorf("%w: conversation id %q is not a UUID", ErrInvalid, id)
+	}
+	unlock := m.lock(id)
+	defer unlock()
+	conv, err := m.Get(id)
+	if err != nil {
+		return conv, err
+	}
+	if err := removable(conv, opts); err != nil {
+		return conv, err
+	}
+	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		if c.Removal == nil || !c.Removal.Done {
+			c.Removal = &store.Removal{RequestedAt: time.Now().UTC(), Discard: opts.Discard}
+		}
+		c.RemovalFailed = ""
+		return nil
+	})
+	if err != nil {
+		return conv, err
+	}
+	failpoint.Hit("delete/after-mark")
+	return m.finishRemoval(ctx, conv)
+}
+
+// removable checks, before anything is torn down, what the removal will
+// need: a refused removal changes nothing (container, broker and worktree
+// stay as they were). --discard needs no repository to save into.
+func removable(conv store.Conversation, opts RemoveOptions) error {
+	if (conv.Worktree == "" && !conv.InPlace) || conv.CommonDir == "" || opts.Discard {
+		return nil
+	}
+	if _, err := os.Stat(conv.CommonDir); err != nil {
+		return fmt.Errorf("%w: conversation %s: its repository's git directory %s is not there (%v): the work is saved into that repository, so move the repository back to %s and run the removal again (or copy what you need from %s and remove with --discard); nothing was removed",
+			ErrConflict, conv.ID, conv.CommonDir, errors.Unwrap(err), conv.Workspace, conv.Worktree)
+	}
+	// The work is saved through the conversation's git view, or (without
+	// one) through the host's registration of its worktree.
+	if gone := viewGone(conv); gone != "" {
+		return fmt.Errorf("%w: conversation %s: %s, so its work cannot be saved: %s; nothing was removed", ErrConflict, conv.ID, gone, discardAction(conv))
+	}
+	if conv.GitView == "" && registrationGone(conv) {
+		return fmt.Errorf("%w: conversation %s: the host repository's registration %s of its worktree is gone, so its uncommitted work cannot be snapshotted: %s; nothing was removed",
+			ErrConflict, conv.ID, filepath.Join(conv.CommonDir, "worktrees", conv.AdminID), discardAction(conv))
+	}
+	return nil
+}
+
+// finishRemoval tears conv down and marks it deleted. When the work
+// could not be saved (nothing was torn down), the removal is called off:
+// the record is live again, with RemovalFailed saying why.
+func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (store.Conversation, error) {
+	mode := keepWork
+	if conv.Removal.Discard {
+		mode = discardWork
+	}
+	res, err := m.teardown(ctx, conv, mode)
+	var se *saveError
+	if errors.As(err, &se) {
+		return m.removalFailed(conv, se)
+	}
+	if err != nil {
+		return conv, fmt.Errorf("remove conversation %s: %w (run the removal again, or restart ohd, to finish it)", conv.ID, err)
+	}
+	conv, err = m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
+		c.State = store.StateDeleted
+		c.BrokerEpoch++ // revoke: no token of this conversation verifies again
+		c.ContainerID, c.HostPort = "", 0
+		c.Removal.Done = true
+		c.Removal.SnapshotRef, c.Removal.SnapshotCommit = res.SnapshotRef, res.SnapshotCommit
+		c.Removal.BranchKept, c.Removal.Message = res.BranchKept, res.Message
+		c.Removal.Kept, c.Removal.IgnoredFiles, c.Removal.IgnoredBytes = res.Kept, res.IgnoredFiles, res.IgnoredBytes
+		c.Removal.NestedRepos = res.NestedRepos
+		if res.Published != "" {
+			c.Published = res.Published
+		}
+		if res.Conflict != "" {
+			c.PublishConflict = res.Conflict
+		}
+		return nil
+	})
+	if err != nil {
+		return conv, err
+	}
+	m.log.Info("conversation removed", "id", conv.ID, "snapshot", res.SnapshotRef, "branch_kept", res.BranchKept)
+	return conv, nil
+}
+
+// saveError is a teardown that stopped at saving the work: nothing was
+// torn down.
+type saveError struct{ err error }
+
+func (e *saveError) Error() string { return e.err.Error() }
+func (e *saveError) Unwrap() error { return e.err }
+
+// removalFailed calls off conv's removal, whose save failed (nothing was
+// torn down): the record is live again and says why and how to get the
+// work out. The returned error (ErrConflict) says the same.
+func (m *Manager) removalFailed(conv store.Conversation, se *saveError) (store.Conversation, error) {
+	why := fmt.Sprintf("removal failed: %v; nothing was removed and the conversation runs on: fix the cause and run `ohctl rm %s` again", se.err, conv.ID)
+	if conv.Worktree != "" {
+		why += fmt.Sprintf(", or get the work out first (copy the files of %s; its published commits are on branch %s of %s) and then remove it with `ohctl rm --discard %s`",
+			conv.Worktree, conv.Branch, conv.Repo, conv.ID)
+	}
+	c, err := m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
+		c.Removal = nil
+		c.RemovalFailed = why
+		return nil
+	})
+	if err != nil {
+		return conv, err
+	}
+	m.log.Warn("removal failed; nothing was removed", "id", conv.ID, "err", se.err)
+	return c, fmt.Errorf("%w: conversation %s: %s", ErrConflict, conv.ID, why)
+}
+
+// teardownMode says what a teardown does with the conversation's work.
+type teardownMode int
+
+const (
+	// keepWork saves everything (a removal).
+	keepWork teardownMode = iota
+	// discardWork drops it (a removal with --discard).
+	discardWork
+	// undoCreate undoes a create that never reached running: no agent
+	// work exists, so nothing is snapshotted (a half-made checkout is not
+	// work) and the branch goes if it is still at its start.
+	undoCreate
+)
+
+// teardown removes conv's container(s), broker directory and worktree. It
+// is idempotent: each step tolerates what an earlier run already removed.
+// With keepWork the work is saved first (see saveWork); a failed save is
+// a *saveError and nothing is torn down.
+func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode teardownMode) (worktree.RemoveResult, error) {
+	var res worktree.RemoveResult
+	t0, step := time.Now(), time.Now()
+	done := func(name string) {
+		m.cfg.OnStep(conv.ID, name, time.Since(step))
+		step = time.Now()
+	}
+	// No publish runs during the teardown, and the teardown starts from
+	// what the last one recorded (one in flight may have just finished).
+	unlockPub := m.publishLock(conv.ID)
+	defer unlockPub()
+	if cur, err := m.st.Conversation(conv.ID); err == nil {
+		conv.Published = cur.Published
+	}
+	var saved *worktree.RemoveResult
+	frozen := false
+	if mode == keepWork {
+		r, f, err := m.saveWork(ctx, conv)
+		if err != nil {
+			return res, &saveError{err}
+		}
+		saved, frozen = r, f
+		if saved != nil {
+			done("save_view")
+		}
+		failpoint.Hit("delete/after-save")
+	}
+	if err := m.removeContainers(ctx, conv, !frozen); err != nil {
+		return res, fmt.Errorf("remove container: %w", err)
+	}
+	done("remove_container")
+	failpoint.Hit("delete/after-container")
+	if err := m.br.Close(conv.ID); err != nil {
+		return res, fmt.Errorf("close broker: %w", err)
+	}
+	if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
+		return res, fmt.Errorf("remove broker directory: %w", err)
+	}
+	// The credentials mediated from the conversation's create (its own
+	// LLM profiles and secrets, "<id>.<name>") end with it.
+	if _, err := m.st.DeleteScoped(conv.ID); err != nil {
+		return res, fmt.Errorf("remove the conversation's secrets: %w", err)
+	}
+	done("remove_broker")
+	failpoint.Hit("delete/after-broker")
+	if conv.Worktree != "" || conv.InPlace {
+		wt, found, err := m.worktreeToRemove(ctx, conv)
+		if err != nil {
+			return res, fmt.Errorf("remove worktree: %w", err)
+		}
+		if found {
+			if res, err = m.removeWorktree(ctx, conv, wt, mode, saved); err != nil {
+				return res, fmt.Errorf("remove worktree: %w", err)
+			}
+		}
+		done("remove_worktree")
+		failpoint.Hit("delete/after-worktree")
+	}
+	if m.cfg.InnerRoot != "" {
+		// The inner server's state (events, its settings) ends with the
+		// conversation, as the agent server's own DELETE removes its
+		// conversation directory (ref §5, route disposition); last, since
+		// the worktree's removal may run a sandbox with the conversation's
+		// mounts. RemoveAll unlinks symlinks the agent planted; it never
+		// follows them.
+		if err := os.RemoveAll(openhands.DirsOf(m.cfg.InnerRoot, conv.ID).Root); err != nil {
+			return res, fmt.Errorf("remove inner state: %w", err)
+		}
+	}
+	m.cfg.OnStep(conv.ID, "remove_total", time.Since(t0))
+	return res, nil
+}
+
+// saveWork saves the work of conv, whose git view is in place, before
+// anything is torn down, with the agent stopped first:
+//
+//   - a running container: the save's first command there, `ohctl view
+//     collect --freeze`, stops every process of the agent (SIGSTOP to
+//     all but itself, pkg/freeze) before it reads anything, and the work
+//     is saved there as before (worktree.SaveView over exec);
+//   - if that fails, the agent is resumed (`ohctl view thaw`), the
+//     container is frozen by the engine (Pause; no exec runs in a paused
+//     container) and a sandbox container of the conversation (same image,
+//     user, worktree and view mounts, no network, see withSandbox) saves
+//     the work;
+//   - a stopped container: the sandbox saves it.
+//
+// frozen says the container is left stopped for the teardown to remove at
+// once. If the save fails, the container is thawed: the conversation is as
+// it was. A conversation without a view to save through (the local
+// runtime; a record made before views, saved after its container stopped,
+// see removeWorktree) returns nil.
+func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved *worktree.RemoveResult, frozen bool, err error) {
+	if m.rt.Kind() == "local" || conv.GitLayout != store.GitLayoutView {
+		return nil, false, nil
+	}
+	if conv.InPlace {
+		// In place: the folder stays whatever happens; its view is saved
+		// (refs) as a worktree's is, while there is one.
+		if conv.GitView == "" || !dirExists(conv.GitView) || !dirExists(conv.Workspace) {
+			return nil, false, nil
+		}
+	} else if conv.Worktree == "" || conv.AdminID == "" || !dirExists(conv.Worktree) {
+		return nil, false, nil
+	}
+	wt := worktreeOf(conv)
+	if conv.ContainerID != "" && conv.State == store.StateRunning {
+		in := containerSandbox{rt: m.rt, id: conv.ContainerID}
+		sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+		r, err := m.wt.SaveView(sctx, wt, freezingSandbox{in}, conv.Published)
+		cancel()
+		if err == nil {
+			return &r, true, nil
+		}
+		// The agent may be stopped: it runs on, and the engine's pause and
+		// a sandbox try again (a save that fails for good fails there too).
+		if terr := in.View(context.WithoutCancel(ctx), []string{"thaw"}, nil, io.Discard); terr != nil {
+			m.log.Warn("thaw the conversation's processes after a failed save", "id", conv.ID, "err", terr)
+		}
+		if ctx.Err() != nil {
+			return nil, false, err
+		}
+		m.log.Warn("saving the work in the conversation's container failed; the engine pauses the container and a sandbox tries again", "id", conv.ID, "err", err)
+	}
+	paused := false
+	if conv.ContainerID != "" {
+		switch err := m.rt.Pause(ctx, conv.ContainerID); {
+		case err == nil:
+			paused = true
+		case errors.Is(err, runtime.ErrNotRunning), errors.Is(err, runtime.ErrNotFound):
+			// Nothing of the agent runs.
+		default:
+			return nil, false, fmt.Errorf("stop the agent before saving its work: %w", err)
+		}
+	}
+	var r worktree.RemoveResult
+	err = m.withSandbox(ctx, conv, func(ctx context.Context, sb worktree.Sandbox) error {
+		var err error
+		r, err = m.wt.SaveView(ctx, wt, sb, conv.Published)
+		return err
+	})
+	if err != nil {
+		if paused {
+			if uerr := m.rt.Unpause(context.WithoutCancel(ctx), conv.ContainerID); uerr != nil {
+				m.log.Warn("thaw the conversation's container after a failed save", "id", conv.ID, "err", uerr)
+			}
+		}
+		return nil, false, err
+	}
+	return &r, paused, nil
+}
+
+// removeWorktree removes conv's worktree. A worktree with a git view has
+// its work saved through a sandbox container (the agent's files are read
+// only there); one made before views (GitLayoutShared) is given a view
+// first, so that no host git reads what its agent wrote either.
+func (m *Manager) removeWorktree(ctx context.Context, conv store.Conversation, wt worktree.Worktree, mode teardownMode, saved *worktree.RemoveResult) (worktree.RemoveResult, error) {
+	opts := worktree.RemoveOptions{Discard: mode == discardWork, Undo: mode == undoCreate, Published: conv.Published, Saved: saved}
+	if mode != keepWork || m.rt.Kind() == "local" || saved != nil {
+		return m.wt.Remove(ctx, wt, opts)
+	}
+	if wt.View == "" && conv.AdminID != "" {
+		c, err := m.moveToView(ctx, conv)
+		if err != nil {
+			return worktree.RemoveResult{}, err
+		}
+		conv, wt, opts.Published = c, worktreeOf(c), c.Published
+	}
+	if wt.View == "" || !dirExists(wt.Path) || (wt.InPlace && !dirExists(wt.View)) {
+		// Nothing to save through a sandbox (in place, the folder stays
+		// whatever happens; a view already removed was saved before).
+		return m.wt.Remove(ctx, wt, opts)
+	}
+	var res worktree.RemoveResult
+	err := m.withSandbox(ctx, conv, func(ctx context.Context, sb worktree.Sandbox) error {
+		opts.Sandbox = sb
+		var err error
+		res, err = m.wt.Remove(ctx, wt, opts)
+		return err
+	})
+	return res, err
+}
+
+func dirExists(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.IsDir()
+}
+
+// worktreeToRemove returns conv's worktree as Remove needs it. A record
+// without an admin id was written before git worktree add finished (a
+// crash in between): what git made is found on disk instead.
+func (m *Manager) worktreeToRemove(ctx context.Context, conv store.Conversation) (worktree.Worktree, bool, error) {
+	if conv.AdminID != "" || conv.InPlace {
+		return worktreeOf(conv), true, nil
+	}
+	repo, err := m.wt.Inspect(ctx, conv.Workspace)
+	if err != nil || !repo.IsGit {
+		return worktree.Worktree{}, false, err
+	}
+	wt, err := m.wt.Find(ctx, repo, conv.ID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return worktree.Worktree{}, false, nil
+	}
+	if err != nil {
+		return worktree.Worktree{}, false, err
+	}
+	if wt.StartCommit == "" {
+		wt.StartCommit = conv.StartCommit
+	}
+	return wt, true, nil
+}
+
+// removeContainers removes every container of conv: the recorded one and
+// any other the engine has with its label (a crash between create and
+// record leaves one unrecorded).
+//
+// graceful stops each first (the inner server ends its way); a removal
+// whose agent is frozen and its work saved removes them at once.
+func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation, graceful bool) error {
+	if m.rt.Kind() == "local" {
+		return nil
+	}
+	ids := map[string]bool{}
+	if conv.ContainerID != "" {
+		ids[conv.ContainerID] = true
+	}
+	list, err := m.rt.List(ctx, m.st.ServerID())
+	if err != nil {
+		return err
+	}
+	for _, c := range list {
+		if c.ConversationID == conv.ID {
+			ids[c.ID] = true
+		}
+	}
+	for id := range ids {
+		m.retire(id)
+		if graceful {
+			err := m.rt.Stop(ctx, id, m.cfg.StopTimeout)
+			if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				m.log.Warn("container stop failed; removing it by force", "id", conv.ID, "container", shortID(id), "err", err)
+			}
+		}
+		if err := m.rt.Remove(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freezingSandbox is the conversation's own container, whose collect
+// (the first command of a save) stops every other process in it first:
+// `ohctl view collect --freeze`, one exec for both.
+type freezingSandbox struct{ containerSandbox }
+
+func (s freezingSandbox) View(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "collect" {
+		args = append([]string{"collect", "--freeze"}, args[1:]...)
+	}
+	return s.containerSandbox.View(ctx, args, stdin, stdout)
+}
+
+// retryRemovals finishes every interrupted removal (its record marked, not
+// done: ohd stopped or failed mid-way). A retry whose save fails calls
+// the removal off (see removalFailed), and the conversation is adopted
+// again as reconcile would have: its broker reopened, its record matched
+// with its container.
+func (m *Manager) retryRemovals(ctx context.Context) {
+	for _, c := range m.st.Conversations() {
+		if c.Removal == nil || c.Removal.Done || ctx.Err() != nil {
+			continue
+		}
+		m.retryRemoval(ctx, c.ID)
+	}
+}
+
+func (m *Manager) retryRemoval(ctx context.Context, id string) {
+	unlock := m.lock(id)
+	defer unlock()
+	c, err := m.st.Conversation(id)
+	if err != nil || c.Removal == nil || c.Removal.Done {
+		return
+	}
+	m.log.Info("finishing an interrupted removal", "id", id)
+	if _, err = m.finishRemoval(ctx, c); err == nil {
+		return
+	}
+	m.log.Warn("an interrupted removal did not finish", "id", id, "err", err)
+	c, rerr := m.st.Conversation(id)
+	if rerr != nil || c.Removal != nil || !c.State.Live() {
+		return // still pending: retried later
+	}
+	var containers []runtime.Container
+	if m.rt.Kind() != "local" {
+		if containers, rerr = m.rt.List(ctx, m.st.ServerID()); rerr != nil {
+			m.log.Warn("adopt a conversation whose removal failed", "id", id, "err", rerr)
+			return
+		}
+	}
+	if rerr := m.adopt(ctx, c, containers); rerr != nil {
+		m.log.Warn("adopt a conversation whose removal failed", "id", id, "err", rerr)
+	}
+}
