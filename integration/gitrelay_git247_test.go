@@ -124,8 +124,8 @@ func TestGitRelayGit247InsideAContainer(t *testing.T) {
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-git", srv.Host+"/acme")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
 	execPath := installGit247(t, c, repo)
-	// The trace and the clones go to the git view, where the host reads
-	// them (the image has no grep).
+	// The trace goes to the git view, where the host reads it (the image
+	// has no grep).
 	work := filepath.Join(repo, ".git", "git247")
 	hostWork := filepath.Join(filepath.Dir(c.Worktree), ".ohd", "git", "git247")
 	env := "export GIT_EXEC_PATH=" + execPath + " PATH=" + execPath + ":$PATH GIT_TRACE_CURL=" + work + "/trace GIT_TRACE_PACKET=" + work + "/trace GIT_TRACE_CURL_NO_DATA=1"
@@ -135,19 +135,33 @@ func TestGitRelayGit247InsideAContainer(t *testing.T) {
 		"set -e",
 		env,
 		"git version",
-		"mkdir " + work + "/w && cd " + work + "/w",
+		// One command a line: set -e stops at any that fails (the image
+		// has no mkdir; git init makes the directory).
+		"cd /tmp",
+		"git init -q g247",
+		"cd g247",
 		"git clone -q " + remote + " v2",
 		"git -c protocol.version=0 clone -q " + remote + " v0",
-		"git clone -q --depth 1 " + remote + " shallow",
-		"test \"$(git -C shallow rev-parse --is-shallow-repository)\" = true",
 		"git clone -q --filter=blob:none " + remote + " partial",
 		"git -C partial config remote.origin.promisor",
-		"cd v2 && git fetch -q origin",
-		"echo work > agent.txt && git add agent.txt && git -c user.name=a -c user.email=a@example.com commit -qm 'agent work 2.47'",
+		"cd v2",
+		"git fetch -q origin",
+		"echo work > agent.txt",
+		"git add agent.txt",
+		"git -c user.name=a -c user.email=a@example.com commit -qm 'agent work 2.47'",
 		"git push -q origin HEAD:refs/heads/openhands/git247",
-		"cd ../shallow && git fetch -q --deepen 1 origin",
+		"cd ..",
+		// The pushed branch has two commits: a shallow clone gets one,
+		// --deepen 1 the other.
+		"git clone -q --depth 1 -b openhands/git247 " + remote + " shallow",
+		"cd shallow",
+		"test \"$(git rev-parse --is-shallow-repository)\" = true",
+		"test \"$(git rev-list --count HEAD)\" = 1",
+		"git fetch -q --deepen 1 origin",
+		"test \"$(git rev-list --count HEAD)\" = 2",
 		"echo everyday-ok",
-		"cd ../v2 && git push origin HEAD:main 2>&1 || echo main-refused=$?",
+		"cd ../v2",
+		"git push origin HEAD:main 2>&1 || echo main-refused=$?",
 	}, "\n")
 	code, out := d.execIn(c.ID, "sh", "-c", script)
 	if code != 0 || !strings.Contains(out, "everyday-ok") {
