@@ -18,27 +18,34 @@ import (
 // and their runtime libraries (.deb files), which .ci/run downloads.
 const git247DebsEnv = "OHD_GIT247_DEBS"
 
-// installGit247 unpacks the .deb files in $OHD_GIT247_DEBS and puts
-// trixie's git into the conversation's git view, outside its worktree:
+// git247Debs returns the .deb files in $OHD_GIT247_DEBS, or stops t
+// (a failure when CI=true) when there are none or dpkg-deb is missing.
+func git247Debs(t *testing.T) []string {
+	t.Helper()
+	debsDir := os.Getenv(git247DebsEnv)
+	if debsDir == "" {
+		testenv.Missing(t, "%s is not set: it names the directory of Debian trixie's git .deb files (OHD_GIT247_DEBS=$(.ci/git247-debs) downloads them)", git247DebsEnv)
+	}
+	debs, _ := filepath.Glob(filepath.Join(debsDir, "*.deb"))
+	if len(debs) == 0 {
+		testenv.Missing(t, "%s=%s holds no .deb files: run .ci/git247-debs %s", git247DebsEnv, debsDir, debsDir)
+	}
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		testenv.Missing(t, "dpkg-deb is not installed: it unpacks the git 2.47 packages")
+	}
+	return debs
+}
+
+// installGit247 unpacks debs (from git247Debs) and puts trixie's git into
+// the conversation's git view, outside its worktree:
 // lib/ holds trixie's dynamic loader and every shared library of the
 // packages, bin/ git and git-remote-http, and x/ (git's exec path) small
 // scripts named git, git-remote-http and git-remote-https that run them
 // through that loader, so the container's own glibc and git play no part.
 // It returns the path of x/ inside the container, where the view is the
 // repository's .git.
-func installGit247(t *testing.T, c store.Conversation, repo string) string {
+func installGit247(t *testing.T, debs []string, c store.Conversation, repo string) string {
 	t.Helper()
-	debsDir := os.Getenv(git247DebsEnv)
-	if debsDir == "" {
-		testenv.Missing(t, "%s is not set: it names the directory of Debian trixie's git .deb files (.ci/run downloads them)", git247DebsEnv)
-	}
-	debs, _ := filepath.Glob(filepath.Join(debsDir, "*.deb"))
-	if len(debs) == 0 {
-		testenv.Missing(t, "%s=%s holds no .deb files: run the download in .ci/run", git247DebsEnv, debsDir)
-	}
-	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		testenv.Missing(t, "dpkg-deb is not installed: it unpacks the git 2.47 packages")
-	}
 	root := t.TempDir()
 	for _, deb := range debs {
 		if out, err := exec.Command("dpkg-deb", "-x", deb, root).CombinedOutput(); err != nil {
@@ -70,7 +77,7 @@ func installGit247(t *testing.T, c store.Conversation, repo string) string {
 	copyPreservingLink(t, filepath.Join(root, "usr/bin/git"), filepath.Join(dir, "bin", "git"))
 	copyPreservingLink(t, filepath.Join(root, "usr/lib/git-core/git-remote-http"), filepath.Join(dir, "bin", "git-remote-http"))
 	if _, err := os.Stat(filepath.Join(dir, "lib", "ld-linux-x86-64.so.2")); err != nil || copied == 0 {
-		t.Fatalf("the packages in %s lack trixie's loader or libraries (%d copied): %v; the download in .ci/run fetches libc6 and the rest", debsDir, copied, err)
+		t.Fatalf("the packages in %s lack trixie's loader or libraries (%d copied): %v; .ci/git247-debs fetches libc6 and the rest", os.Getenv(git247DebsEnv), copied, err)
 	}
 	inside := filepath.Join(repo, ".git", "git247")
 	for name, bin := range map[string]string{"git": "git", "git-remote-http": "git-remote-http", "git-remote-https": "git-remote-http"} {
@@ -117,13 +124,14 @@ func copyPreservingLink(t *testing.T, src, dst string) {
 // request the relay got came from git 2.47: the curl trace of the run
 // names its User-Agent and never another.
 func TestGitRelayGit247InsideAContainer(t *testing.T) {
+	debs := git247Debs(t)
 	d := dockerDaemon(t)
 	srv := relayedRepo(t, d, "git247-"+store.NewID(), false)
 	var c store.Conversation
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-git", srv.Host+"/acme")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
-	execPath := installGit247(t, c, repo)
+	execPath := installGit247(t, debs, c, repo)
 	// The trace goes to the git view, where the host reads it (the image
 	// has no grep).
 	work := filepath.Join(repo, ".git", "git247")
