@@ -119,17 +119,20 @@ func copyPreservingLink(t *testing.T, src, dst string) {
 // TestGitRelayGit247InsideAContainer: Debian trixie's git 2.47 (the
 // container's own git is the host's, 2.39, which
 // TestGitRelayInsideAContainer uses) runs in a conversation's container
-// and clones (protocol v2 and v0, shallow, partial), fetches and pushes
-// through the relay; a push to main gets git's own rejection line. Every
+// and clones (protocol v2 and v0, shallow, partial, and from a host that
+// asks a bearer token), fetches and pushes through the relay; a push to main gets git's own rejection line. Every
 // request the relay got came from git 2.47: the curl trace of the run
 // names its User-Agent and never another.
 func TestGitRelayGit247InsideAContainer(t *testing.T) {
 	debs := git247Debs(t)
 	d := dockerDaemon(t)
-	srv := relayedRepo(t, d, "git247-"+store.NewID(), false)
+	token := "git247-" + store.NewID()
+	srv := relayedRepo(t, d, token, false)
+	// A second host asks the same token (secret gh) as a bearer token.
+	bearer := relayedRepo(t, d, token, true)
 	var c store.Conversation
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-git", srv.Host+"/acme")
+	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-git", srv.Host+"/acme", "--grant-git", bearer.Host)
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
 	execPath := installGit247(t, debs, c, repo)
 	// The trace goes to the git view, where the host reads it (the image
@@ -152,6 +155,7 @@ func TestGitRelayGit247InsideAContainer(t *testing.T) {
 		"git -c protocol.version=0 clone -q " + remote + " v0",
 		"git clone -q --filter=blob:none " + remote + " partial",
 		"git -C partial config remote.origin.promisor",
+		"git clone -q http://" + bearer.Host + "/acme/widgets.git bearer",
 		"cd v2",
 		"git fetch -q origin",
 		"echo work > agent.txt",
@@ -209,6 +213,15 @@ func TestGitRelayGit247InsideAContainer(t *testing.T) {
 	}
 	if !bytes.Contains(trace, []byte("git< version 2")) {
 		t.Error("the trace shows no protocol v2 exchange")
+	}
+	auths := bearer.Authorizations()
+	if len(auths) == 0 {
+		t.Error("the bearer host got no request")
+	}
+	for _, a := range auths {
+		if a != "Bearer "+token {
+			t.Error("the bearer host got a request without the bearer token")
+		}
 	}
 	audit := d.ohctl("--json", "audit", c.ID, "--limit", "0")
 	if !strings.Contains(audit, "push asked=refs/heads/main allowed= refused=refs/heads/main") ||
