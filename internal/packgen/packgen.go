@@ -43,6 +43,8 @@ type Writer struct {
 	h   hash.Hash
 	off int64
 	err error
+	buf bytes.Buffer
+	zw  *zlib.Writer
 }
 
 // Begin writes the header of a pack declaring count objects.
@@ -77,19 +79,25 @@ func entryHeader(typ int, size int64) []byte {
 	return append(out, c)
 }
 
-func deflate(b []byte) []byte {
-	var buf bytes.Buffer
-	zw, _ := zlib.NewWriterLevel(&buf, zlib.BestCompression)
-	zw.Write(b)
-	zw.Close()
-	return buf.Bytes()
+// deflate compresses b, reusing the Writer's zlib state (making one per
+// object is what costs).
+func (p *Writer) deflate(b []byte) []byte {
+	p.buf.Reset()
+	if p.zw == nil {
+		p.zw, _ = zlib.NewWriterLevel(&p.buf, zlib.BestCompression)
+	} else {
+		p.zw.Reset(&p.buf)
+	}
+	p.zw.Write(b)
+	p.zw.Close()
+	return p.buf.Bytes()
 }
 
 // Object adds a whole object and returns its offset in the pack.
 func (p *Writer) Object(typ int, content []byte) int64 {
 	off := p.off
 	p.write(entryHeader(typ, int64(len(content))))
-	p.write(deflate(content))
+	p.write(p.deflate(content))
 	return off
 }
 
@@ -104,7 +112,7 @@ func (p *Writer) OfsDelta(base int64, delta []byte) int64 {
 		enc = append([]byte{0x80 | byte(ofs&0x7f)}, enc...)
 	}
 	p.write(enc)
-	p.write(deflate(delta))
+	p.write(p.deflate(delta))
 	return off
 }
 

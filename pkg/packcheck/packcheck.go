@@ -26,7 +26,7 @@ package packcheck
 
 import (
 	"bufio"
-		"compress/zlib"
+	"compress/zlib"
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/binary"

@@ -16,7 +16,8 @@
 // configuration the container's environment must carry.
 //
 // The files: add.go, remove.go, snapshot.go, restore.go are the
-// lifecycle; view.go (seeding), publish.go (import and ref moves) and
+// lifecycle; view.go (seeding), publish.go (ref moves), import.go (the
+// bounded, quarantined import) and
 // sandbox.go (the in-container side) are the git view; git.go is hardened
 // git; mounts.go the container's mounts.
 //
@@ -71,10 +72,15 @@
 // file read that opens every path component relative to the view with
 // O_NOFOLLOW: nothing outside the view is ever read). Publish brings that
 // commit to the host: inside the sandbox, `git pack-objects --revs --local`
-// packs what the view holds itself; on the host the pack enters the real
-// store only through `git unpack-objects --strict` or `git index-pack
-// --strict` (git's validation of a push), the commit must then be complete
-// (`rev-list --objects`), and the branch moves with its expected old
+// packs what the view holds itself; on the host the pack is imported as a
+// received push is (import.go): bounded (package packcheck refuses it from
+// its entry and delta headers when it declares too many objects or too
+// large a result, before git reads it), quarantined (`git index-pack
+// --strict` or `unpack-objects --strict` into objects/incoming-ohd-*, the
+// real store its alternate), checked (every tip complete, no tree deeper
+// than Options.MaxTreeDepth, a branch names a commit) and only then
+// migrated into the real store; a refused import leaves nothing there
+// (RefusalReason says why). The branch then moves with its expected old
 // value. A branch moved by someone else is left alone and the commit is
 // kept under refs/ohd/kept/<id>/heads/openhands/<id> instead.
 //

@@ -1,9 +1,7 @@
 package worktree
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +20,6 @@ func KeptPrefix(id string) string { return "refs/ohd/kept/" + id + "/" }
 // KeptRef is where ohd keeps the view's ref (a full name, refs/...):
 // refs/ohd/kept/<id>/heads/foo for refs/heads/foo.
 func KeptRef(id, ref string) string { return KeptPrefix(id) + strings.TrimPrefix(ref, "refs/") }
-
-// DefaultMaxPackBytes is Options.MaxPackBytes when it is 0.
-const DefaultMaxPackBytes = 8 << 30
 
 // maxKept bounds the refs one removal keeps: an agent that makes a million
 // tags must not make a million refs in the user's repository.
@@ -71,7 +66,7 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 		return res, nil
 	}
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	keep, err := m.importObjects(ctx, wt, sb, []string{tip}, []string{published, wt.StartCommit})
+	keep, err := m.importObjects(ctx, wt, sb, []string{tip}, []string{published, wt.StartCommit}, []string{tip})
 	defer keep()
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
@@ -113,129 +108,6 @@ func shortOID(s string) string {
 		return s[:12]
 	}
 	return s
-}
-
-// importObjects brings the objects tips need into the host's store: the
-// sandbox packs what the view holds itself (its alternate is the host's
-// store, whose objects are not packed again), minus what nots reach, and
-// the host feeds that pack to git's validating importers. It then checks
-// that every tip is complete on the host. The returned func drops the
-// pack's .keep (call it after the refs are moved, or always: a pack whose
-// refs never moved is an unreachable one for gc to collect).
-func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, tips, nots []string) (func(), error) {
-	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	noop := func() {}
-	present, err := m.present(ctx, ct, append(append([]string{}, tips...), nots...))
-	if err != nil {
-		return noop, err
-	}
-	var revs strings.Builder
-	need := false
-	for _, t := range tips {
-		if !present[t] {
-			need = true
-		}
-		revs.WriteString(t + "\n")
-	}
-	if !need {
-		return noop, nil // everything is on the host already (a fast-forward to a host commit)
-	}
-	for _, n := range nots {
-		if isHexID(n) && present[n] {
-			revs.WriteString("^" + n + "\n")
-		}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := sb.View(ctx, []string{"pack", "--git-dir", wt.CommonDir}, strings.NewReader(revs.String()), pw)
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	keep, ierr := m.unpack(ctx, ct, pr)
-	if ierr != nil {
-		cancel()
-	}
-	pr.CloseWithError(io.ErrClosedPipe)
-	serr := <-done
-	if serr != nil && ierr == nil {
-		ierr = fmt.Errorf("pack the view's objects in the sandbox: %w", serr)
-	}
-	if ierr != nil {
-		return keep, ierr
-	}
-	// The tips go through stdin (there can be many; argv has a limit).
-	// rev-list reads them where --stdin stands, before --not, which
-	// applies to --all only (git 2.39 takes no options in stdin).
-	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(strings.Join(tips, "\n") + "\n")},
-		"rev-list", "--objects", "--quiet", "--stdin", "--not", "--all", "--"); err != nil {
-		return keep, fmt.Errorf("%w: the view's objects for %s are incomplete or corrupt after import: %v", ErrRefused, truncate(strings.Join(tips, ", "), 200), err)
-	}
-	return keep, nil
-}
-
-// present reports which of oids exist in the host's store.
-func (m *Manager) present(ctx context.Context, ct gitTarget, oids []string) (map[string]bool, error) {
-	var in bytes.Buffer
-	var ask []string
-	for _, o := range oids {
-		if isHexID(o) {
-			in.WriteString(o + "\n")
-			ask = append(ask, o)
-		}
-	}
-	got := map[string]bool{}
-	if len(ask) == 0 {
-		return got, nil
-	}
-	out, err := m.git(ctx, ct, runOpts{stdin: in.Bytes()}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
-	if err != nil {
-		return nil, fmt.Errorf("look up objects: %w", err)
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if oid, typ, ok := strings.Cut(line, " "); ok && typ != "missing" && isHexID(oid) {
-			got[oid] = true
-		}
-	}
-	return got, nil
-}
-
-// unpack feeds a pack stream to git: unpack-objects --strict for a small
-// one, index-pack --strict --keep otherwise, as receive-pack does (it
-// reads the 12-byte header itself and passes it on).
-func (m *Manager) unpack(ctx context.Context, ct gitTarget, r io.Reader) (func(), error) {
-	noop := func() {}
-	var hdr [12]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return noop, fmt.Errorf("%w: the sandbox sent no pack: %v", ErrRefused, err)
-	}
-	if string(hdr[:4]) != "PACK" {
-		return noop, fmt.Errorf("%w: the sandbox's output is not a pack", ErrRefused)
-	}
-	version, count := binary.BigEndian.Uint32(hdr[4:8]), binary.BigEndian.Uint32(hdr[8:12])
-	if version != 2 && version != 3 {
-		return noop, fmt.Errorf("%w: pack version %d", ErrRefused, version)
-	}
-	header := fmt.Sprintf("--pack_header=%d,%d", version, count)
-	limit := fmt.Sprintf("--max-input-size=%d", m.maxPack)
-	if count < 100 {
-		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", limit, header); err != nil {
-			return noop, fmt.Errorf("%w: git unpack-objects: %v", ErrRefused, err)
-		}
-		return noop, nil
-	}
-	out, err := m.git(ctx, ct, runOpts{in: r}, "index-pack", "--stdin", "--strict", "--keep=ohd import", limit, header)
-	if err != nil {
-		return noop, fmt.Errorf("%w: git index-pack: %v", ErrRefused, err)
-	}
-	kind, hash, _ := strings.Cut(strings.TrimSpace(out), "\t")
-	if kind != "keep" || !isHexID(hash) {
-		return noop, nil
-	}
-	keepFile := filepath.Join(ct.gitDir, "objects", "pack", "pack-"+hash+".keep")
-	return func() { _ = os.Remove(keepFile) }, nil
 }
 
 // ViewBranch reads the commit of the view's refs/heads/openhands/<id>

@@ -305,7 +305,13 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		return err
 	}
 	tips = slices.DeleteFunc(tips, func(o string) bool { return have[o] })
-	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit})
+	var commits []string
+	for _, c := range []string{tip, col.Snapshot} {
+		if c != "" && !have[c] {
+			commits = append(commits, c)
+		}
+	}
+	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit}, commits)
 	defer dropKeep()
 	if err != nil {
 		return err
