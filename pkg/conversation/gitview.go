@@ -98,10 +98,11 @@ func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn f
 }
 
 // publisher is RunPublisher's state: which conversations are being
-// published now, and the last view commit that failed per conversation:
-// one git's validation refused is not tried again until the view moves
-// on; one that failed otherwise (the container's exec, a timeout) is
-// retried after publishRetry, not at every tick.
+// published now, and each conversation's last failure. A conversation
+// whose publish failed is not tried again before its backoff ends,
+// whatever its agent commits meanwhile (a refused commit under every new
+// one would otherwise cost an import per commit); the failure is logged
+// once while it stays the same.
 type publisher struct {
 	mu       sync.Mutex
 	inflight map[string]bool
@@ -109,20 +110,33 @@ type publisher struct {
 	wg       sync.WaitGroup
 }
 
-// failedPublish is a view commit whose publish failed.
+// failedPublish is a conversation's failing publish.
 type failedPublish struct {
-	tip   string
-	until time.Time // zero: refused, never retried for this tip
+	tip, reason string
+	attempts    int
+	next        time.Time // no attempt before
 }
 
-// publishRetry is how long a publish that failed for a reason other
-// than validation waits before the same commit is tried again.
-const publishRetry = 5 * time.Second
+// publishBackoff is the wait after the first failure of a publish; it
+// doubles with each further failure, up to publishBackoffMax.
+const (
+	publishBackoff    = 2 * time.Second
+	publishBackoffMax = time.Minute
+)
 
-// holds reports whether f keeps tip from being published now.
-func (f failedPublish) holds(tip string, now time.Time) bool {
-	return f.tip == tip && (f.until.IsZero() || now.Before(f.until))
+// again is f after one more failure at now: the wait doubles from
+// publishBackoff with each failure, up to publishBackoffMax, whatever the
+// tip (a new commit on top of a refused one does not skip the wait).
+func (f failedPublish) again(tip, reason string, now time.Time) failedPublish {
+	f.tip, f.reason = tip, reason
+	f.attempts++
+	wait := publishBackoff << min(f.attempts-1, 6)
+	f.next = now.Add(min(wait, publishBackoffMax))
+	return f
 }
+
+// holds reports whether f keeps the conversation from being published now.
+func (f failedPublish) holds(now time.Time) bool { return now.Before(f.next) }
 
 // RunPublisher keeps every running conversation's host branch
 // (refs/heads/openhands/<id>) equal to its git view's, until ctx ends: it
@@ -138,6 +152,11 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		interval = DefaultPublishInterval
 	}
 	defer m.pub.wg.Wait()
+	for _, c := range m.st.Conversations() {
+		if c.Publishing != "" {
+			m.settlePublishing(ctx, c)
+		}
+	}
 	every(ctx, interval, func() {
 		for _, c := range m.st.Conversations() {
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
@@ -148,7 +167,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 				continue
 			}
 			m.pub.mu.Lock()
-			busy := m.pub.inflight[c.ID] || m.pub.failed[c.ID].holds(tip, time.Now())
+			busy := m.pub.inflight[c.ID] || m.pub.failed[c.ID].holds(time.Now())
 			if !busy {
 				m.pub.inflight[c.ID] = true
 			}
@@ -164,17 +183,51 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 					delete(m.pub.inflight, id)
 					m.pub.mu.Unlock()
 				}()
-				if _, err := m.publish(ctx, id, tip); err != nil && ctx.Err() == nil {
-					m.log.Warn("publish failed", "id", id, "commit", tip, "err", err)
-				}
+				_, _ = m.publish(ctx, id, tip)
 			}(c.ID, tip)
 		}
 	})
 }
 
+// settlePublishing resolves a publish an earlier ohd was killed in: if the
+// host branch is the commit it was about to write, that commit is what
+// ohd published.
+func (m *Manager) settlePublishing(ctx context.Context, c store.Conversation) store.Conversation {
+	if c.Publishing == "" || c.Worktree == "" {
+		return c
+	}
+	host, err := m.wt.HostBranch(ctx, worktreeOf(c))
+	if err != nil {
+		return c
+	}
+	nc, err := m.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
+		if host != "" && host == r.Publishing {
+			r.Published = host
+		}
+		r.Publishing = ""
+		return nil
+	})
+	if err != nil {
+		return c
+	}
+	return nc
+}
+
+// publishReason is the metrics label of a failed publish.
+func publishReason(err error) string {
+	switch {
+	case errors.Is(err, worktree.ErrLocked):
+		return "locked"
+	case errors.Is(err, worktree.ErrRefused):
+		return worktree.RefusalReason(err)
+	}
+	return "error"
+}
+
 // publish publishes the view commit tip of conversation id through its
-// running container and records the outcome. A refused publish is recorded
-// (PublishError) and not tried again for the same commit.
+// running container and records the outcome: a failure in PublishError
+// (shown by `ohctl show` and `doctor`), counted by reason, logged once
+// while it stays the same, and retried after a backoff.
 func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversation, error) {
 	unlock := m.publishLock(id)
 	defer unlock()
@@ -187,29 +240,64 @@ func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversati
 	// stop waiting for it, for ever.
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
+	// The commit about to be written is recorded before the ref moves (a
+	// kill between the move and the record must not make the next publish
+	// see a foreign move); an earlier intent is settled first.
+	c = m.settlePublishing(ctx, c)
+	if c, err = m.st.UpdateConversation(id, func(r *store.Conversation) error {
+		r.Publishing = tip
+		return nil
+	}); err != nil {
+		return c, err
+	}
 	t0 := time.Now()
 	res, err := m.wt.Publish(ctx, worktreeOf(c), containerSandbox{rt: m.rt, id: c.ContainerID}, tip, c.Published)
 	m.cfg.OnStep(id, "publish", time.Since(t0))
+	if res.ClearedLock != "" {
+		m.cfg.Metrics.PublishFailed("stale_lock")
+	}
 	if err != nil {
-		f := failedPublish{tip: tip}
-		if !errors.Is(err, worktree.ErrRefused) {
-			f.until = time.Now().Add(publishRetry)
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return c, err // ohd is stopping
 		}
-		m.pub.mu.Lock()
-		m.pub.failed[id] = f
-		m.pub.mu.Unlock()
-		if errors.Is(err, worktree.ErrRefused) {
-			_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
-				r.PublishError = err.Error()
-				return nil
-			})
-		}
+		m.publishFailed(id, tip, err)
 		return c, err
+	}
+	m.pub.mu.Lock()
+	delete(m.pub.failed, id)
+	m.pub.mu.Unlock()
+	if res.Conflict != "" && res.Conflict != c.PublishConflict {
+		m.cfg.Metrics.PublishFailed("conflict")
 	}
 	return m.st.UpdateConversation(id, func(r *store.Conversation) error {
 		r.Published = res.Published
+		r.Publishing = ""
 		r.PublishError = ""
 		r.PublishConflict = res.Conflict
+		return nil
+	})
+}
+
+// publishFailed records a failed publish: in the store (PublishError), in
+// the metrics, in the log (at warning level only when it differs from the
+// last failure), and in the backoff.
+func (m *Manager) publishFailed(id, tip string, err error) {
+	reason := publishReason(err)
+	m.cfg.Metrics.PublishFailed(reason)
+	now := time.Now()
+	m.pub.mu.Lock()
+	prev := m.pub.failed[id]
+	f := prev.again(tip, reason, now)
+	same := prev.reason == reason && prev.attempts > 0
+	m.pub.failed[id] = f
+	m.pub.mu.Unlock()
+	if same {
+		m.log.Debug("publish failed again", "id", id, "commit", tip, "reason", reason, "attempts", f.attempts, "err", err)
+	} else {
+		m.log.Warn("publish failed", "id", id, "commit", tip, "reason", reason, "retry", f.next.Sub(now).Round(time.Second), "err", err)
+	}
+	_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
+		r.PublishError = fmt.Sprintf("%s (%s; retried with backoff, next in %s)", err.Error(), reason, f.next.Sub(now).Round(time.Second))
 		return nil
 	})
 }

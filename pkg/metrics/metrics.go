@@ -40,6 +40,7 @@ type Metrics struct {
 	wsClosed      *prometheus.CounterVec
 	starts        *prometheus.CounterVec
 	deaths        *prometheus.CounterVec
+	publishFails  *prometheus.CounterVec
 }
 
 // Metric names; doc.go describes each.
@@ -54,6 +55,7 @@ const (
 	NameWebSocketsClosed   = "ohd_proxy_websockets_closed_total"
 	NameContainerStarts    = "ohd_container_starts_total"
 	NameContainerDeaths    = "ohd_container_deaths_total"
+	NamePublishFailures    = "ohd_publish_failures_total"
 	NameBuildInfo          = "ohd_build_info"
 )
 
@@ -113,12 +115,16 @@ func New(opts Options) *Metrics {
 			Name: NameContainerDeaths,
 			Help: "Containers of running conversations that died or were removed behind ohd's back, by engine action (die, oom, destroy).",
 		}, []string{"action"}),
+		publishFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NamePublishFailures,
+			Help: "Publishes of a git view (and saves at removal) that failed, by reason: a refusal by the import's bounds or validation, a conflict, a stale lock, or an error.",
+		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.createStep, m.creates, m.broker, m.proxyRequests, m.proxyDuration,
-		m.wsOpen, m.wsClosed, m.starts, m.deaths,
+		m.wsOpen, m.wsClosed, m.starts, m.deaths, m.publishFails,
 	)
 	if opts.Conversations != nil {
 		m.reg.MustRegister(&conversationCollector{count: opts.Conversations})
@@ -150,6 +156,9 @@ func (m *Metrics) initSeries() {
 	m.starts.WithLabelValues("ok", LabelNone)
 	for _, a := range containerActions {
 		m.deaths.WithLabelValues(a)
+	}
+	for _, r := range publishReasons {
+		m.publishFails.WithLabelValues(r)
 	}
 }
 
@@ -231,6 +240,16 @@ func (m *Metrics) ContainerStart(ok bool, step string) {
 		return
 	}
 	m.starts.WithLabelValues("failed", bounded(containerSteps, step)).Inc()
+}
+
+// PublishFailed counts a failed publish of a git view by reason
+// (pkg/worktree's RefusalReason values, "conflict", "stale_lock",
+// "error").
+func (m *Metrics) PublishFailed(reason string) {
+	if m == nil {
+		return
+	}
+	m.publishFails.WithLabelValues(bounded(publishReasonSet, reason)).Inc()
 }
 
 // ContainerGone counts a running conversation's container that went away

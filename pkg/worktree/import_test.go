@@ -223,3 +223,118 @@ func TestImportMigratesLooseAndPacked(t *testing.T) {
 	var out bytes.Buffer
 	out.WriteString(hostGit(t, dir, "fsck", "--strict", "--no-dangling"))
 }
+
+// commitInView makes a commit in the view and returns it.
+func commitInView(t *testing.T, m *Manager, wt Worktree, name string) string {
+	t.Helper()
+	testenv.WriteFile(t, filepath.Join(wt.Path, name), name+"\n")
+	inView(t, wt, "add", name)
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", name)
+	tip, err := m.ViewBranch(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tip
+}
+
+// TestPublishClearsAStaleLock: a kill during a publish can leave
+// refs/heads/openhands/<id>.lock; one older than this ohd is its own and
+// is removed, one younger is someone else's (ErrLocked, nothing moves).
+func TestPublishClearsAStaleLock(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	sb := &hostSandbox{wt: wt}
+	lock := filepath.Join(repo.CommonDir, "refs", "heads", wt.Branch+".lock")
+	testenv.WriteFile(t, lock, wt.StartCommit+"\n")
+	tip := commitInView(t, m, wt, "a.txt")
+	if _, err := m.Publish(testCtx(t), wt, sb, tip, wt.StartCommit); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Publish with a fresh lock = %v, want ErrLocked", err)
+	}
+	if got := m.StaleLocks(wt); len(got) != 0 {
+		t.Errorf("StaleLocks of a fresh lock = %v, want none yet", got)
+	}
+	old := m.started.Add(-time.Minute)
+	if err := os.Chtimes(lock, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.StaleLocks(wt); len(got) != 1 {
+		t.Errorf("StaleLocks = %v, want the lock", got)
+	}
+	res, err := m.Publish(testCtx(t), wt, sb, tip, wt.StartCommit)
+	if err != nil || res.Published != tip || res.ClearedLock != lock {
+		t.Fatalf("Publish with a lock an earlier ohd left = %+v, %v; want published, lock cleared", res, err)
+	}
+	if got := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); got != tip {
+		t.Errorf("host branch = %s, want %s", got, tip)
+	}
+}
+
+// TestPublishAfterAKillIsNotAConflict: ohd moved the host branch to tip1
+// and was killed before recording it; the next publish, told tip1 was
+// what it was about to write, publishes on top with no conflict and
+// nothing kept. A real foreign move still is a conflict.
+func TestPublishAfterAKillIsNotAConflict(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	sb := &hostSandbox{wt: wt}
+	tip1 := commitInView(t, m, wt, "a.txt")
+	if _, err := m.Publish(testCtx(t), wt, sb, tip1, wt.StartCommit); err != nil {
+		t.Fatal(err)
+	}
+	tip2 := commitInView(t, m, wt, "b.txt")
+	res, err := m.Publish(testCtx(t), wt, sb, tip2, wt.StartCommit, tip1) // the record still says the start commit
+	if err != nil || res.Conflict != "" || res.Published != tip2 {
+		t.Fatalf("Publish after a kill = %+v, %v; want published, no conflict", res, err)
+	}
+	if out := hostGit(t, dir, "for-each-ref", KeptPrefix(wt.ConversationID)); out != "" {
+		t.Errorf("kept refs after a kill: %s", out)
+	}
+	hostGit(t, dir, "update-ref", "refs/heads/"+wt.Branch, wt.StartCommit)
+	tip3 := commitInView(t, m, wt, "c.txt")
+	res, err = m.Publish(testCtx(t), wt, sb, tip3, tip2, tip1)
+	if err != nil || res.Conflict == "" || res.Kept == "" {
+		t.Fatalf("Publish after a foreign move = %+v, %v; want a conflict", res, err)
+	}
+}
+
+// TestRestoreAKeptTip: the host branch was moved by someone else, so the
+// agent's commits were kept under refs/ohd/kept; restore checks out that
+// kept history on a branch of its own (not the moved branch with the
+// agent's commits as uncommitted changes).
+func TestRestoreAKeptTip(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	sb := &hostSandbox{wt: wt}
+	tip1 := commitInView(t, m, wt, "a.txt")
+	if _, err := m.Publish(testCtx(t), wt, sb, tip1, wt.StartCommit); err != nil {
+		t.Fatal(err)
+	}
+	user := hostGit(t, dir, "commit-tree", "-p", wt.StartCommit, "-m", "the user's", wt.StartCommit+"^{tree}")
+	hostGit(t, dir, "update-ref", "refs/heads/"+wt.Branch, user) // the user moves it
+	commitInView(t, m, wt, "b.txt")
+	tip3 := commitInView(t, m, wt, "c.txt")
+	rres, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: sb, Published: tip1})
+	if err != nil || rres.Conflict == "" {
+		t.Fatalf("Remove = %+v, %v; want a conflict", rres, err)
+	}
+	into := filepath.Join(testenv.TempDir(t), "restored")
+	res, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, StartCommit: wt.StartCommit, Into: into})
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if res.Branch != wt.Branch+"-kept" {
+		t.Errorf("Restore branch = %s, want %s-kept", res.Branch, wt.Branch)
+	}
+	if got := hostGit(t, into, "rev-parse", "HEAD"); got != tip3 {
+		t.Errorf("restored HEAD = %s, want the kept tip %s", got, tip3)
+	}
+	if st := hostGit(t, into, "status", "--porcelain"); st != "" {
+		t.Errorf("restored worktree has uncommitted changes: %q", st)
+	}
+}

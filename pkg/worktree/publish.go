@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,7 +38,14 @@ type PublishResult struct {
 	// (refs/ohd/kept/<id>/heads/openhands/<id>); Conflict says so in a
 	// sentence. Both empty when the branch was published.
 	Kept, Conflict string
+	// ClearedLock is a lock file of the branch an earlier, killed ohd
+	// left, which Publish removed.
+	ClearedLock string
 }
+
+// ErrLocked is returned when a ref ohd moves is locked by someone else
+// (a lock file younger than this ohd): the publish is retried later.
+var ErrLocked = errors.New("ref locked")
 
 // ErrRefused wraps a publish whose objects git's validation refused (a
 // corrupt or incomplete object from the view): nothing was imported.
@@ -48,10 +57,14 @@ var ErrRefused = errors.New("refused by validation")
 // enter the host's store only through `git unpack-objects --strict` or
 // `git index-pack --strict` (git's validation of a push), and only if tip
 // is then complete; the ref moves with published as its expected old
-// value. If the host branch was moved by someone else (it is no longer
-// published), it is left alone: tip is kept under KeptRef and
-// PublishResult.Conflict says so.
-func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, published string) (PublishResult, error) {
+// value. A host branch equal to one of alsoOurs (a commit ohd was about
+// to publish when it was killed) counts as published. If the host branch
+// was moved by someone else (it is no longer published), it is left
+// alone: tip is kept under KeptRef and PublishResult.Conflict says so. A
+// lock of the branch's ref that an earlier ohd left (older than this
+// Manager) is removed first (PublishResult.ClearedLock); a younger one is
+// someone else's, and Publish fails with ErrLocked.
+func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, published string, alsoOurs ...string) (PublishResult, error) {
 	res := PublishResult{Commit: tip, Published: published}
 	if err := m.checkWorktree(wt); err != nil || wt.View == "" {
 		if err == nil {
@@ -82,6 +95,16 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
 	}
+	if cur != "" && slices.Contains(alsoOurs, cur) {
+		published = cur // ohd wrote it, then was killed before recording it
+	}
+	if res.ClearedLock, err = m.clearStaleLock(wt.CommonDir, ref); err != nil {
+		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
+	if cur == tip {
+		res.Published = tip
+		return res, nil
+	}
 	if cur != published && published != "" {
 		res.Kept = KeptRef(wt.ConversationID, ref)
 		res.Conflict = fmt.Sprintf("branch %s was moved on the host (to %s) since ohd published %s: the conversation's commit %s is kept as %s",
@@ -98,6 +121,44 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	res.Published = tip
 	m.log.Debug("published", "conversation", wt.ConversationID, "branch", wt.Branch, "commit", tip)
 	return res, nil
+}
+
+// clearStaleLock removes ref's lock file (and packed-refs.lock) in the
+// common dir if an earlier ohd left it: older than this Manager, while
+// this ohd holds the repository's lock, so no ohd is using it. It returns
+// the removed path, or ErrLocked for a younger lock.
+func (m *Manager) clearStaleLock(commonDir, ref string) (string, error) {
+	var cleared []string
+	for _, p := range []string{filepath.Join(commonDir, filepath.FromSlash(ref)+".lock"), filepath.Join(commonDir, "packed-refs.lock")} {
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if !st.Mode().IsRegular() || !st.ModTime().Before(m.started) {
+			return "", fmt.Errorf("%w: %s exists (another git is updating it, or it was left behind: remove it if no git runs in the repository)", ErrLocked, p)
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		m.log.Warn("removed a ref lock an earlier ohd left", "lock", p, "modified", st.ModTime())
+		cleared = append(cleared, p)
+	}
+	return strings.Join(cleared, ", "), nil
+}
+
+// StaleLocks lists the lock files of wt's branch (and packed-refs) that
+// exist in the host repository now: `ohctl doctor` reports them.
+func (m *Manager) StaleLocks(wt Worktree) []string {
+	var out []string
+	for _, p := range []string{filepath.Join(wt.CommonDir, "refs", "heads", filepath.FromSlash(wt.Branch)+".lock"), filepath.Join(wt.CommonDir, "packed-refs.lock")} {
+		if st, err := os.Lstat(p); err == nil && time.Since(st.ModTime()) > 10*time.Second {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func shortOID(s string) string {
