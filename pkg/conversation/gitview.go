@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,8 +109,15 @@ type publisher struct {
 	mu       sync.Mutex
 	inflight map[string]bool
 	failed   map[string]failedPublish
-	wg       sync.WaitGroup
+	// live is, per conversation, the live mirror last written (see
+	// worktree.Mirror).
+	live map[string]map[string]string
+	wg   sync.WaitGroup
 }
+
+// liveKey suffixes a conversation's id in publisher.failed for its live
+// mirror, which backs off on its own.
+const liveKey = "/live"
 
 // failedPublish is a conversation's failing publish.
 type failedPublish struct {
@@ -162,12 +171,18 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				continue
 			}
-			tip, err := m.wt.ViewBranch(worktreeOf(c))
-			if err != nil || tip == "" || tip == c.Published {
-				continue
+			wt := worktreeOf(c)
+			tip, err := m.wt.ViewBranch(wt)
+			branch := err == nil && tip != "" && tip != c.Published
+			var want map[string]string
+			if refs, err := m.wt.ViewRefs(wt); err == nil {
+				want = m.wt.Mirrored(wt, refs)
 			}
+			now := time.Now()
 			m.pub.mu.Lock()
-			busy := m.pub.inflight[c.ID] || m.pub.failed[c.ID].holds(time.Now())
+			live := want != nil && !maps.Equal(want, m.pub.live[c.ID]) && !m.pub.failed[c.ID+liveKey].holds(now)
+			branch = branch && !m.pub.failed[c.ID].holds(now)
+			busy := m.pub.inflight[c.ID] || (!branch && !live)
 			if !busy {
 				m.pub.inflight[c.ID] = true
 			}
@@ -183,7 +198,14 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 					delete(m.pub.inflight, id)
 					m.pub.mu.Unlock()
 				}()
-				_, _ = m.publish(ctx, id, tip)
+				if branch {
+					if _, err := m.publish(ctx, id, tip); err != nil {
+						return
+					}
+				}
+				if live {
+					m.mirror(ctx, id, want)
+				}
 			}(c.ID, tip)
 		}
 	})
@@ -296,10 +318,44 @@ func (m *Manager) publishFailed(id, tip string, err error) {
 	} else {
 		m.log.Warn("publish failed", "id", id, "commit", tip, "reason", reason, "retry", f.next.Sub(now).Round(time.Second), "err", err)
 	}
-	_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
+	_, _ = m.st.UpdateConversation(strings.TrimSuffix(id, liveKey), func(r *store.Conversation) error {
 		r.PublishError = fmt.Sprintf("%s (%s; retried with backoff, next in %s)", err.Error(), reason, f.next.Sub(now).Round(time.Second))
 		return nil
 	})
+}
+
+// mirror makes the host's live mirror of conversation id's view refs
+// (refs/ohd/live/<id>/) equal to want, through its running container; a
+// failure is recorded as a publish's is.
+func (m *Manager) mirror(ctx context.Context, id string, want map[string]string) {
+	unlock := m.publishLock(id)
+	defer unlock()
+	c, err := m.st.Conversation(id)
+	if err != nil || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	t0 := time.Now()
+	res, err := m.wt.Mirror(ctx, worktreeOf(c), containerSandbox{rt: m.rt, id: c.ContainerID}, want)
+	m.cfg.OnStep(id, "mirror", time.Since(t0))
+	if err != nil {
+		if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+			m.publishFailed(id+liveKey, "", fmt.Errorf("live mirror: %w", err))
+		}
+		return
+	}
+	m.pub.mu.Lock()
+	m.pub.live[id] = res.Live
+	_, failed := m.pub.failed[id+liveKey]
+	delete(m.pub.failed, id+liveKey)
+	m.pub.mu.Unlock()
+	if failed {
+		_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
+			r.PublishError = ""
+			return nil
+		})
+	}
 }
 
 // publishNow publishes a running conversation's view once, before its

@@ -79,6 +79,8 @@ type Manager struct {
 	// packed caches, per view, what ViewBranch last read of its
 	// packed-refs (a packedFile).
 	packed sync.Map
+	// packedAll caches, per view, ViewRefs' read of its packed-refs.
+	packedAll sync.Map
 }
 
 // DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.

@@ -112,6 +112,7 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		return fmt.Errorf("seed view: %w", rerr)
 	}
 	w.write(filepath.Join(v, "packed-refs"), packed, 0o644)
+	w.write(filepath.Join(parent, seedRefsFile), packed, 0o644) // host-only: what the agent did not make
 	for name, target := range loose {
 		w.mkdirAll(filepath.Dir(filepath.Join(v, name)), v)
 		w.write(filepath.Join(v, name), []byte("ref: "+target+"\n"), 0o644)
