@@ -180,8 +180,13 @@
 // Ending a conversation loses no work. With a git view, Remove first saves
 // the view through the sandbox (SaveView): the uncommitted state becomes a
 // snapshot commit there, the branch gets its last publish, and the view's
-// branches, tags and stash whose commits no host ref reaches are kept
-// under refs/ohd/kept/<id>/<ref without refs/> (at most 1000); ignored
+// branches, tags and stash that the agent made or moved (they differ from
+// the view's seed and from the host's ref of the same name), or whose
+// commits no host ref but the live mirror reaches, are kept under
+// refs/ohd/kept/<id>/<ref without refs/> (at most 1000), and the live
+// mirror is dropped (mirror.go: while the conversation runs, every ref the
+// agent makes or moves is mirrored under refs/ohd/live/<id>/ through the
+// same import, so the host's gc never prunes what the view borrows); ignored
 // files are counted (RemoveResult.IgnoredFiles) and not kept. Without a
 // view, Remove calls Snapshot, which records the uncommitted state (modified, staged and untracked files; not
 // ignored ones) as a commit under refs/ohd/snapshots/<id>. It builds the
