@@ -166,12 +166,22 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 			m.settlePublishing(ctx, c)
 		}
 	}
+	tick := 0
 	every(ctx, interval, func() {
+		tick++
+		// The host's branches, for each view's remote "host", about once
+		// a second (a git run per conversation).
+		refreshHost := tick%max(1, int(time.Second/interval)) == 0
 		for _, c := range m.st.Conversations() {
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				continue
 			}
 			wt := worktreeOf(c)
+			if refreshHost {
+				if _, err := m.wt.RefreshHostView(ctx, wt); err != nil && ctx.Err() == nil {
+					m.log.Debug("refresh the view's host remote", "id", c.ID, "err", err)
+				}
+			}
 			tip, err := m.wt.ViewBranch(wt)
 			branch := err == nil && tip != "" && tip != c.Published
 			var want map[string]string

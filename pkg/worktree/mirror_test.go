@@ -102,3 +102,50 @@ func commitInView2(t *testing.T, wt Worktree, name string) string {
 	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", name)
 	return inView(t, wt, "rev-parse", "HEAD")
 }
+
+// TestHostRemoteFollowsTheHost: the view's remote "host" shows the host's
+// branches as they move (after RefreshHostView), fetches without copying
+// objects, and never shows refs/ohd/ or other conversations' branches.
+func TestHostRemoteFollowsTheHost(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	other := addView(t, m, repo, newID(t), "")
+	inView(t, other, "branch", "other-side")
+	mirrorNow(t, m, other) // refs/ohd/live/<other>/... on the host
+	main := hostGit(t, dir, "symbolic-ref", "--short", "HEAD")
+	testenv.WriteFile(t, filepath.Join(dir, "host.txt"), "new on the host\n")
+	hostGit(t, dir, "add", "host.txt")
+	hostGit(t, dir, "commit", "-qm", "host moves on")
+	moved := hostGit(t, dir, "rev-parse", "HEAD")
+	changed, err := m.RefreshHostView(testCtx(t), wt)
+	if err != nil || !changed {
+		t.Fatalf("RefreshHostView = %v, %v; want a change", changed, err)
+	}
+	if changed, _ := m.RefreshHostView(testCtx(t), wt); changed {
+		t.Error("RefreshHostView changed again with nothing new")
+	}
+	inView(t, wt, "fetch", "-q", "host")
+	if got := inView(t, wt, "rev-parse", "refs/remotes/host/"+main); got != moved {
+		t.Errorf("host/%s in the view = %s, want the host's %s", main, got, moved)
+	}
+	ls := inView(t, wt, "ls-remote", "host")
+	if strings.Contains(ls, "refs/ohd/") || strings.Contains(ls, "openhands/") {
+		t.Errorf("git ls-remote host shows ohd's or conversations' refs:\n%s", ls)
+	}
+	if n, _ := filepath.Glob(filepath.Join(wt.View, "objects", "pack", "*")); len(n) != 0 {
+		t.Errorf("the fetch copied objects into the view: %v", n)
+	}
+	mounts, err := m.MountPlan(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mt := range mounts {
+		found = found || (mt.Source == hostViewPath(wt) && mt.Target == mt.Source && mt.ReadOnly)
+	}
+	if !found {
+		t.Errorf("MountPlan lacks the host remote, read-only: %+v", mounts)
+	}
+}

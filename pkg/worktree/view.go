@@ -85,12 +85,13 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	if uerr != nil {
 		return fmt.Errorf("seed view: %w", uerr)
 	}
-	w.write(filepath.Join(v, "config"), append(withNewline(config), upstream...), 0o644)
+	w.write(filepath.Join(v, "config"), append(append(withNewline(config), upstream...), hostRemoteConfig(wt)...), 0o644)
 	head, herr := readHostFile(filepath.Join(wt.CommonDir, "HEAD"), 4096)
 	if herr != nil {
 		return fmt.Errorf("seed view: %w", herr)
 	}
 	w.write(filepath.Join(v, "HEAD"), head, 0o644)
+	m.seedHostView(ctx, wt, &w, head)
 	if b, err := readHostFile(filepath.Join(wt.CommonDir, "shallow"), 64<<20); err == nil {
 		w.write(filepath.Join(v, "shallow"), b, 0o644)
 	} else if !errors.Is(err, fs.ErrNotExist) {
