@@ -78,6 +78,10 @@ func TestImportRefusesBombs(t *testing.T) {
 	dir := testenv.NewRepo(t, testenv.RepoOptions{})
 	repo := mustInspect(t, m, dir)
 	deep := packgen.DeepTree(10_000, "")
+	// Another conversation of the same repository publishes beside each
+	// attack, unaffected.
+	bystander := addView(t, m, repo, newID(t), "")
+	published := bystander.StartCommit
 	for _, tc := range []struct {
 		name, reason, tip string
 		pack              func(io.Writer) error
@@ -93,18 +97,37 @@ func TestImportRefusesBombs(t *testing.T) {
 			if tip == "" {
 				tip = strings.Repeat("ab", 20)
 			}
-			before := storeState(t, repo.CommonDir)
+			next := commitInView(t, m, bystander, "by-"+strings.ReplaceAll(tc.name, " ", "-")+".txt")
+			done := make(chan error, 1)
+			go func() {
+				_, err := m.Publish(testCtx(t), bystander, &hostSandbox{wt: bystander}, next, published)
+				done <- err
+			}()
 			t0 := time.Now()
 			_, err := m.Publish(testCtx(t), wt, &hostileSandbox{hostSandbox: hostSandbox{wt: wt}, pack: tc.pack}, tip, wt.StartCommit)
 			took := time.Since(t0)
+			if berr := <-done; berr != nil {
+				t.Errorf("the other conversation's publish beside the attack: %v", berr)
+			}
+			published = next
+			if got := hostGit(t, dir, "rev-parse", "refs/heads/"+bystander.Branch); got != next {
+				t.Errorf("the other conversation's branch = %s, want %s", got, next)
+			}
 			if !errors.Is(err, ErrRefused) || RefusalReason(err) != tc.reason {
 				t.Fatalf("Publish(%s) = %v (reason %q), want refused: %s", tc.name, err, RefusalReason(err), tc.reason)
 			}
 			if took > 20*time.Second {
 				t.Errorf("Publish(%s) took %v, want seconds", tc.name, took)
 			}
-			if after := storeState(t, repo.CommonDir); !slicesEqual(before, after) {
-				t.Errorf("the host's object store changed: %v -> %v", before, after)
+			for _, s := range storeState(t, repo.CommonDir) {
+				if strings.HasPrefix(s, quarantinePrefix) {
+					t.Errorf("quarantine left: %s", s)
+				}
+			}
+			for _, oid := range []string{tip, packgen.ID(packgen.Blob, make([]byte, 64<<10)), packgen.ID(packgen.Blob, []byte("0\n")), deep[0].ID()} {
+				if _, err := testenv.GitOutput(dir, "-c", "safe.directory=*", "cat-file", "-e", oid); err == nil {
+					t.Errorf("%s of the refused pack is in the host's store", oid)
+				}
 			}
 			if got := hostGit(t, dir, "rev-parse", "refs/heads/"+wt.Branch); got != wt.StartCommit {
 				t.Errorf("host branch moved to %s", got)
