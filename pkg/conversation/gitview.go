@@ -174,6 +174,13 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		refreshHost := tick%max(1, int(time.Second/interval)) == 0
 		for _, c := range m.st.Conversations() {
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
+				if c.State == store.StateDeleted {
+					m.pub.mu.Lock()
+					delete(m.pub.live, c.ID)
+					delete(m.pub.failed, c.ID)
+					delete(m.pub.failed, c.ID+liveKey)
+					m.pub.mu.Unlock()
+				}
 				continue
 			}
 			wt := worktreeOf(c)
