@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -104,4 +105,44 @@ func TestGitViewCrashDuringPublishing(t *testing.T) {
 	}
 	testenv.Git(t, repo, "-c", "safe.directory=*", "fsck", "--strict", "--no-dangling")
 	t.Logf("%d kills, %d planted locks", kills, planted)
+}
+
+// TestGitViewCrashAfterRefMove: ohd is killed right after it moved the
+// host branch and before it recorded the move (failpoint
+// publish/after-ref). The next ohd takes the host branch for its own
+// publish (the commit was recorded as about to be published): the next
+// commit is published on top, nothing is kept, no conflict is reported.
+func TestGitViewCrashAfterRefMove(t *testing.T) {
+	testenv.RequireDocker(t)
+	img := testimage.Ensure(t)
+	dirs := newDirs(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	d := startDaemon(t, daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456"}})
+	t.Cleanup(func() { removeServerContainers(t, d) })
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+	for round := range 3 {
+		d.stop()
+		d.opts.Env = []string{"OHD_FAILPOINTS=publish/after-ref"}
+		d.start()
+		tip := d.inside(c, fmt.Sprintf("git -c user.name=a -c user.email=a@x commit -q --allow-empty -m 'round %d' && git rev-parse HEAD", round))
+		if !d.waitExit(60e9) {
+			t.Fatalf("round %d: ohd did not die at publish/after-ref", round)
+		}
+		if got := strings.TrimSpace(testenv.Git(t, repo, "-c", "safe.directory=*", "rev-parse", "refs/heads/"+c.Branch)); got != tip {
+			t.Fatalf("round %d: host branch %s, want %s (the failpoint is after the ref move)", round, got, tip)
+		}
+		d.opts.Env = nil
+		d.start()
+		next := d.inside(c, fmt.Sprintf("git -c user.name=a -c user.email=a@x commit -q --allow-empty -m 'after %d' && git rev-parse HEAD", round))
+		waitHostRef(t, repo, "refs/heads/"+c.Branch, next, 10*time.Second)
+	}
+	if kept := strings.TrimSpace(testenv.Git(t, repo, "-c", "safe.directory=*", "for-each-ref", "refs/ohd/kept/")); kept != "" {
+		t.Errorf("kept without a foreign move:\n%s", kept)
+	}
+	var got store.Conversation
+	d.ohctlJSON(&got, "show", c.ID)
+	if got.PublishConflict != "" || got.PublishError != "" {
+		t.Errorf("publish conflict %q, error %q", got.PublishConflict, got.PublishError)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -302,6 +303,8 @@ func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversati
 		m.publishFailed(id, tip, err)
 		return c, err
 	}
+	// (The host ref has moved; a kill here leaves Publishing recorded.)
+	failpoint.Hit("publish/after-ref")
 	m.pub.mu.Lock()
 	delete(m.pub.failed, id)
 	m.pub.mu.Unlock()

@@ -18,6 +18,7 @@ var Steps = []string{
 	"delete/mid-snapshot",
 	"delete/after-worktree",
 	"publish/after-import",
+	"publish/after-ref",
 }
 
 // Switches name behaviours a failpoint build can switch on through
