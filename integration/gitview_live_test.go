@@ -135,3 +135,34 @@ func TestGitViewRefusalsVisible(t *testing.T) {
 	}
 	testenv.Git(t, repo, "-c", "safe.directory=*", "fsck", "--strict", "--no-dangling")
 }
+
+// TestGitViewImportLimitFlag: `ohd serve --import-max-pack 4k` refuses a
+// commit whose pack is larger: the host branch stays, show and doctor
+// say pack_too_large, the metric counts it, nothing enters the host's
+// store.
+func TestGitViewImportLimitFlag(t *testing.T) {
+	d := dockerDaemon(t, "--import-max-pack", "4k")
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+	// 64 KiB that do not compress: the test image's shell has no
+	// /dev/urandom reader, so git hashes its way to incompressible bytes.
+	tip := d.inside(c, `s=x; n=0; while [ $n -lt 1700 ]; do s=$(echo $s | git hash-object --stdin); printf '%s' $s >> big.bin; n=$((n+1)); done; git add big.bin && git -c user.name=a -c user.email=a@x commit -q -m big && git rev-parse HEAD`)
+	waitFor(t, 15*time.Second, "ohctl show to report the oversized pack", func() bool {
+		return strings.Contains(d.ohctl("show", c.ID), "pack_too_large")
+	})
+	if got := strings.TrimSpace(testenv.Git(t, repo, "-c", "safe.directory=*", "rev-parse", "refs/heads/"+c.Branch)); got != c.StartCommit {
+		t.Errorf("host branch moved to %s", got)
+	}
+	if _, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "cat-file", "-e", tip); err == nil {
+		t.Errorf("the refused commit %s is in the host's store", tip)
+	}
+	if doctor, _ := d.ohctlErr("doctor", c.ID); !strings.Contains(doctor, "FAIL") || !strings.Contains(doctor, "pack_too_large") {
+		t.Errorf("ohctl doctor does not FAIL the oversized pack:\n%s", doctor)
+	}
+	m := scrape(t, string(d.call("GET", "/metrics", nil).Body))
+	if n := m[`ohd_publish_failures_total{reason="pack_too_large"}`]; n < 1 {
+		t.Errorf(`ohd_publish_failures_total{reason="pack_too_large"} = %v, want >= 1`, n)
+	}
+	testenv.Git(t, repo, "-c", "safe.directory=*", "fsck", "--strict", "--no-dangling")
+}
