@@ -283,7 +283,8 @@ func ohdWrites(rel string, c store.Conversation) bool {
 			return true
 		}
 	}
-	for _, p := range []string{"refs/ohd/kept/" + c.ID + "/", "logs/refs/ohd/kept/" + c.ID + "/", "worktrees/" + c.AdminID + "/"} {
+	for _, p := range []string{"refs/ohd/kept/" + c.ID + "/", "logs/refs/ohd/kept/" + c.ID + "/", "worktrees/" + c.AdminID + "/",
+		"refs/ohd/live/" + c.ID + "/", "logs/refs/ohd/live/" + c.ID + "/"} {
 		if strings.HasPrefix(rel, p) {
 			return true
 		}
@@ -310,7 +311,8 @@ func (a *attack) allowedChange(rel string) bool {
 func (a *attack) ownRef(line string) bool {
 	_, name, _ := strings.Cut(line, " ")
 	for _, c := range a.allowed {
-		if name == "refs/heads/openhands/"+c.ID || name == "refs/ohd/snapshots/"+c.ID || strings.HasPrefix(name, "refs/ohd/kept/"+c.ID+"/") {
+		if name == "refs/heads/openhands/"+c.ID || name == "refs/ohd/snapshots/"+c.ID || strings.HasPrefix(name, "refs/ohd/kept/"+c.ID+"/") ||
+			strings.HasPrefix(name, "refs/ohd/live/"+c.ID+"/") {
 			return true
 		}
 	}

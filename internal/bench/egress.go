@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,12 +261,3 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 	return res, nil
 }
 
-// median is the middle of ds (sorted in a copy); 0 for none.
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}

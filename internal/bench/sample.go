@@ -105,3 +105,14 @@ func collect(ctx context.Context, what string, per []sample, elapsed time.Durati
 	}
 	return all, nil
 }
+
+// median is the middle of ds (sorted in a copy; ds is left as it is), 0
+// for none.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -27,8 +27,15 @@
 // (pkg/worktree): the container never writes the host repository.
 // RunPublisher copies each running view's branch to the host's
 // refs/heads/openhands/<id> within a second, through the conversation's
-// container (ohctl view pack there, a validated import on the host); Stop
-// publishes once more. A conversation made before views (GitLayoutShared)
+// container (ohctl view pack there, a bounded and quarantined import on
+// the host), mirrors the other refs the agent made or moved under
+// refs/ohd/live/<id>/ (worktree.Mirror), and refreshes the view's
+// read-only remote "host" about once a second; Stop publishes once more.
+// The commit about to be published is recorded (Publishing) before the
+// ref moves, so a kill in between is not taken for a foreign move. A
+// failure is recorded in PublishError (ohctl show, doctor), counted by
+// reason (ohd_publish_failures_total), logged once while it stays the
+// same and retried with a backoff of 2 s doubling to a minute. A conversation made before views (GitLayoutShared)
 // is moved to its own view when its container next starts, or at its
 // removal.
 //

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -98,31 +101,52 @@ func (m *Manager) withSandbox(ctx context.Context, conv store.Conversation, fn f
 }
 
 // publisher is RunPublisher's state: which conversations are being
-// published now, and the last view commit that failed per conversation:
-// one git's validation refused is not tried again until the view moves
-// on; one that failed otherwise (the container's exec, a timeout) is
-// retried after publishRetry, not at every tick.
+// published now, and each conversation's last failure. A conversation
+// whose publish failed is not tried again before its backoff ends,
+// whatever its agent commits meanwhile (a refused commit under every new
+// one would otherwise cost an import per commit); the failure is logged
+// once while it stays the same.
 type publisher struct {
 	mu       sync.Mutex
 	inflight map[string]bool
 	failed   map[string]failedPublish
-	wg       sync.WaitGroup
+	// live is, per conversation, the live mirror last written (see
+	// worktree.Mirror).
+	live map[string]map[string]string
+	wg   sync.WaitGroup
 }
 
-// failedPublish is a view commit whose publish failed.
+// liveKey suffixes a conversation's id in publisher.failed for its live
+// mirror, which backs off on its own.
+const liveKey = "/live"
+
+// failedPublish is a conversation's failing publish.
 type failedPublish struct {
-	tip   string
-	until time.Time // zero: refused, never retried for this tip
+	tip, reason string
+	attempts    int
+	next        time.Time // no attempt before
 }
 
-// publishRetry is how long a publish that failed for a reason other
-// than validation waits before the same commit is tried again.
-const publishRetry = 5 * time.Second
+// publishBackoff is the wait after the first failure of a publish; it
+// doubles with each further failure, up to publishBackoffMax.
+const (
+	publishBackoff    = 2 * time.Second
+	publishBackoffMax = time.Minute
+)
 
-// holds reports whether f keeps tip from being published now.
-func (f failedPublish) holds(tip string, now time.Time) bool {
-	return f.tip == tip && (f.until.IsZero() || now.Before(f.until))
+// again is f after one more failure at now: the wait doubles from
+// publishBackoff with each failure, up to publishBackoffMax, whatever the
+// tip (a new commit on top of a refused one does not skip the wait).
+func (f failedPublish) again(tip, reason string, now time.Time) failedPublish {
+	f.tip, f.reason = tip, reason
+	f.attempts++
+	wait := publishBackoff << min(f.attempts-1, 6)
+	f.next = now.Add(min(wait, publishBackoffMax))
+	return f
 }
+
+// holds reports whether f keeps the conversation from being published now.
+func (f failedPublish) holds(now time.Time) bool { return now.Before(f.next) }
 
 // RunPublisher keeps every running conversation's host branch
 // (refs/heads/openhands/<id>) equal to its git view's, until ctx ends: it
@@ -138,17 +162,45 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		interval = DefaultPublishInterval
 	}
 	defer m.pub.wg.Wait()
+	for _, c := range m.st.Conversations() {
+		if c.Publishing != "" {
+			m.settlePublishing(ctx, c)
+		}
+	}
+	tick := 0
 	every(ctx, interval, func() {
+		tick++
+		// The host's branches, for each view's remote "host", about once
+		// a second (a git run per conversation).
+		refreshHost := tick%max(1, int(time.Second/interval)) == 0
 		for _, c := range m.st.Conversations() {
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
+				if c.State == store.StateDeleted {
+					m.pub.mu.Lock()
+					delete(m.pub.live, c.ID)
+					delete(m.pub.failed, c.ID)
+					delete(m.pub.failed, c.ID+liveKey)
+					m.pub.mu.Unlock()
+				}
 				continue
 			}
-			tip, err := m.wt.ViewBranch(worktreeOf(c))
-			if err != nil || tip == "" || tip == c.Published {
-				continue
+			wt := worktreeOf(c)
+			if refreshHost {
+				if _, err := m.wt.RefreshHostView(ctx, wt); err != nil && ctx.Err() == nil {
+					m.log.Debug("refresh the view's host remote", "id", c.ID, "err", err)
+				}
 			}
+			tip, err := m.wt.ViewBranch(wt)
+			branch := err == nil && tip != "" && tip != c.Published
+			var want map[string]string
+			if refs, err := m.wt.ViewRefs(wt); err == nil {
+				want = m.wt.Mirrored(wt, refs)
+			}
+			now := time.Now()
 			m.pub.mu.Lock()
-			busy := m.pub.inflight[c.ID] || m.pub.failed[c.ID].holds(tip, time.Now())
+			live := want != nil && !maps.Equal(want, m.pub.live[c.ID]) && !m.pub.failed[c.ID+liveKey].holds(now)
+			branch = branch && !m.pub.failed[c.ID].holds(now)
+			busy := m.pub.inflight[c.ID] || (!branch && !live)
 			if !busy {
 				m.pub.inflight[c.ID] = true
 			}
@@ -164,17 +216,58 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 					delete(m.pub.inflight, id)
 					m.pub.mu.Unlock()
 				}()
-				if _, err := m.publish(ctx, id, tip); err != nil && ctx.Err() == nil {
-					m.log.Warn("publish failed", "id", id, "commit", tip, "err", err)
+				if branch {
+					if _, err := m.publish(ctx, id, tip); err != nil {
+						return
+					}
+				}
+				if live {
+					m.mirror(ctx, id, want)
 				}
 			}(c.ID, tip)
 		}
 	})
 }
 
+// settlePublishing resolves a publish an earlier ohd was killed in: if the
+// host branch is the commit it was about to write, that commit is what
+// ohd published.
+func (m *Manager) settlePublishing(ctx context.Context, c store.Conversation) store.Conversation {
+	if c.Publishing == "" || c.Worktree == "" {
+		return c
+	}
+	host, err := m.wt.HostBranch(ctx, worktreeOf(c))
+	if err != nil {
+		return c
+	}
+	nc, err := m.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
+		if host != "" && host == r.Publishing {
+			r.Published = host
+		}
+		r.Publishing = ""
+		return nil
+	})
+	if err != nil {
+		return c
+	}
+	return nc
+}
+
+// publishReason is the metrics label of a failed publish.
+func publishReason(err error) string {
+	switch {
+	case errors.Is(err, worktree.ErrLocked):
+		return "locked"
+	case errors.Is(err, worktree.ErrRefused):
+		return worktree.RefusalReason(err)
+	}
+	return "error"
+}
+
 // publish publishes the view commit tip of conversation id through its
-// running container and records the outcome. A refused publish is recorded
-// (PublishError) and not tried again for the same commit.
+// running container and records the outcome: a failure in PublishError
+// (shown by `ohctl show` and `doctor`), counted by reason, logged once
+// while it stays the same, and retried after a backoff.
 func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversation, error) {
 	unlock := m.publishLock(id)
 	defer unlock()
@@ -187,31 +280,102 @@ func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversati
 	// stop waiting for it, for ever.
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
+	// The commit about to be written is recorded before the ref moves (a
+	// kill between the move and the record must not make the next publish
+	// see a foreign move); an earlier intent is settled first.
+	c = m.settlePublishing(ctx, c)
+	if c, err = m.st.UpdateConversation(id, func(r *store.Conversation) error {
+		r.Publishing = tip
+		return nil
+	}); err != nil {
+		return c, err
+	}
 	t0 := time.Now()
 	res, err := m.wt.Publish(ctx, worktreeOf(c), containerSandbox{rt: m.rt, id: c.ContainerID}, tip, c.Published)
 	m.cfg.OnStep(id, "publish", time.Since(t0))
+	if res.ClearedLock != "" {
+		m.cfg.Metrics.PublishFailed("stale_lock")
+	}
 	if err != nil {
-		f := failedPublish{tip: tip}
-		if !errors.Is(err, worktree.ErrRefused) {
-			f.until = time.Now().Add(publishRetry)
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			return c, err // ohd is stopping
 		}
-		m.pub.mu.Lock()
-		m.pub.failed[id] = f
-		m.pub.mu.Unlock()
-		if errors.Is(err, worktree.ErrRefused) {
-			_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
-				r.PublishError = err.Error()
-				return nil
-			})
-		}
+		m.publishFailed(id, tip, err)
 		return c, err
+	}
+	// (The host ref has moved; a kill here leaves Publishing recorded.)
+	failpoint.Hit("publish/after-ref")
+	m.pub.mu.Lock()
+	delete(m.pub.failed, id)
+	m.pub.mu.Unlock()
+	if res.Conflict != "" && res.Conflict != c.PublishConflict {
+		m.cfg.Metrics.PublishFailed("conflict")
 	}
 	return m.st.UpdateConversation(id, func(r *store.Conversation) error {
 		r.Published = res.Published
+		r.Publishing = ""
 		r.PublishError = ""
 		r.PublishConflict = res.Conflict
 		return nil
 	})
+}
+
+// publishFailed records a failed publish: in the store (PublishError), in
+// the metrics, in the log (at warning level only when it differs from the
+// last failure), and in the backoff.
+func (m *Manager) publishFailed(id, tip string, err error) {
+	reason := publishReason(err)
+	m.cfg.Metrics.PublishFailed(reason)
+	now := time.Now()
+	m.pub.mu.Lock()
+	prev := m.pub.failed[id]
+	f := prev.again(tip, reason, now)
+	same := prev.reason == reason && prev.attempts > 0
+	m.pub.failed[id] = f
+	m.pub.mu.Unlock()
+	if same {
+		m.log.Debug("publish failed again", "id", id, "commit", tip, "reason", reason, "attempts", f.attempts, "err", err)
+	} else {
+		m.log.Warn("publish failed", "id", id, "commit", tip, "reason", reason, "retry", f.next.Sub(now).Round(time.Second), "err", err)
+	}
+	_, _ = m.st.UpdateConversation(strings.TrimSuffix(id, liveKey), func(r *store.Conversation) error {
+		r.PublishError = fmt.Sprintf("%s (%s; retried with backoff, next in %s)", err.Error(), reason, f.next.Sub(now).Round(time.Second))
+		return nil
+	})
+}
+
+// mirror makes the host's live mirror of conversation id's view refs
+// (refs/ohd/live/<id>/) equal to want, through its running container; a
+// failure is recorded as a publish's is.
+func (m *Manager) mirror(ctx context.Context, id string, want map[string]string) {
+	unlock := m.publishLock(id)
+	defer unlock()
+	c, err := m.st.Conversation(id)
+	if err != nil || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	t0 := time.Now()
+	res, err := m.wt.Mirror(ctx, worktreeOf(c), containerSandbox{rt: m.rt, id: c.ContainerID}, want)
+	m.cfg.OnStep(id, "mirror", time.Since(t0))
+	if err != nil {
+		if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+			m.publishFailed(id+liveKey, "", fmt.Errorf("live mirror: %w", err))
+		}
+		return
+	}
+	m.pub.mu.Lock()
+	m.pub.live[id] = res.Live
+	_, failed := m.pub.failed[id+liveKey]
+	delete(m.pub.failed, id+liveKey)
+	m.pub.mu.Unlock()
+	if failed {
+		_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
+			r.PublishError = ""
+			return nil
+		})
+	}
 }
 
 // publishNow publishes a running conversation's view once, before its

@@ -412,9 +412,14 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 	if c.Worktree != "" && c.AdminID != "" {
 		out = append(out, m.checkWorktreeHost(ctx, c, repair))
 	}
+	if c.GitLayout == store.GitLayoutView && c.Worktree != "" {
+		for _, l := range m.wt.StaleLocks(worktreeOf(c)) {
+			check("publish-lock", "warn", l+" exists: publishing waits for it; ohd removes it at its next publish if an earlier ohd left it (older than this ohd), otherwise remove it when no git runs in the repository")
+		}
+	}
 	switch {
 	case c.PublishError != "":
-		check("publish", "fail", c.PublishError+": the host branch stays at "+shortID(c.Published)+" until the view's next commit validates")
+		check("publish", "fail", c.PublishError+": the host branch stays at "+shortID(c.Published)+" until a publish succeeds")
 	case c.PublishConflict != "":
 		check("publish", "warn", c.PublishConflict)
 	case c.GitLayout == store.GitLayoutView:

@@ -233,7 +233,7 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger, helpers: helpers,
 		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
-		pub: publisher{inflight: map[string]bool{}, failed: map[string]failedPublish{}}, pubLocks: map[string]*sync.Mutex{},
+		pub: publisher{inflight: map[string]bool{}, failed: map[string]failedPublish{}, live: map[string]map[string]string{}}, pubLocks: map[string]*sync.Mutex{},
 		protected: canonicalPaths(append([]string{cfg.RuntimeDir}, cfg.Protected...)),
 	}, nil
 }

@@ -539,26 +539,29 @@ func TestFailedUndoIsRetriedUntilDone(t *testing.T) {
 	}
 }
 
-func TestFailedPublishHolds(t *testing.T) {
+// TestFailedPublishBacksOff: a failing publish waits 2 s, then 4 s, 8 s
+// ... up to a minute before the next attempt, whatever the agent commits
+// meanwhile; none at all before the first failure.
+func TestFailedPublishBacksOff(t *testing.T) {
 	now := time.Now()
-	refused := failedPublish{tip: "a"}
-	retry := failedPublish{tip: "a", until: now.Add(publishRetry)}
-	for _, tc := range []struct {
-		name string
-		f    failedPublish
-		tip  string
-		at   time.Time
-		want bool
-	}{
-		{"refused, same tip", refused, "a", now.Add(time.Hour), true},
-		{"refused, the view moved on", refused, "b", now, false},
-		{"failed, before the retry", retry, "a", now, true},
-		{"failed, after the retry", retry, "a", now.Add(publishRetry + time.Second), false},
-		{"none", failedPublish{}, "a", now, false},
-	} {
-		if got := tc.f.holds(tc.tip, tc.at); got != tc.want {
-			t.Errorf("%s: holds = %v, want %v", tc.name, got, tc.want)
+	if (failedPublish{}).holds(now) {
+		t.Fatal("no failure holds the publish")
+	}
+	var f failedPublish
+	var waits []time.Duration
+	for i := range 8 {
+		f = f.again(fmt.Sprintf("tip%d", i), "not_a_commit", now)
+		waits = append(waits, f.next.Sub(now))
+		if !f.holds(now.Add(time.Second)) {
+			t.Errorf("attempt %d: a new commit one second later is tried at once", i)
 		}
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute, time.Minute}
+	if diff := cmp.Diff(want, waits); diff != "" {
+		t.Errorf("backoff (-want +got):\n%s", diff)
+	}
+	if f.holds(now.Add(time.Minute + time.Second)) {
+		t.Error("the publish is held after its backoff")
 	}
 }
 

@@ -14,9 +14,11 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/packcheck"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
+	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
 // ExitUsage is ohd's exit code for bad usage and invalid configuration
@@ -104,6 +106,11 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "memory", Value: FormatSize(runtime.DefaultMemoryBytes), Usage: "container memory limit: bytes, or with a unit (512m, 4g)", Sources: env("memory")},
 			&cli.Float64Flag{Name: "cpus", Value: float64(runtime.DefaultNanoCPUs) / 1e9, Usage: "container CPU limit (at most the engine's CPU count: a higher one is capped, with a log line)", Sources: env("cpus")},
 			&cli.Int64Flag{Name: "pids", Value: runtime.DefaultPidsLimit, Usage: "container process limit", Sources: env("pids")},
+			&cli.StringFlag{Name: "import-max-pack", Value: FormatSize(packcheck.DefaultMaxPackBytes), Usage: "largest pack one import from a conversation's git view may be (bytes, or with a unit)", Sources: env("import-max-pack")},
+			&cli.Int64Flag{Name: "import-max-objects", Value: packcheck.DefaultMaxObjects, Usage: "most objects one import from a conversation's git view may hold", Sources: env("import-max-objects")},
+			&cli.StringFlag{Name: "import-max-object", Value: FormatSize(packcheck.DefaultMaxObjectBytes), Usage: "largest object (or delta result) an import may declare; bounds the importing git's memory", Sources: env("import-max-object")},
+			&cli.StringFlag{Name: "import-max-expanded", Value: FormatSize(packcheck.DefaultMaxExpandedBytes), Usage: "most bytes one import's objects may expand to in all", Sources: env("import-max-expanded")},
+			&cli.IntFlag{Name: "import-max-tree-depth", Value: worktree.DefaultMaxTreeDepth, Usage: "deepest directory nesting an imported commit may have", Sources: env("import-max-tree-depth")},
 			&cli.DurationFlag{Name: "ready-timeout", Value: 60 * time.Second, Usage: "wait this long for a container's health check", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
 			str("metrics-listen", "also serve metrics on this loopback address"),
@@ -138,6 +145,24 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			if err != nil {
 				return usageError{fmt.Errorf("--memory: %w", err)}
 			}
+			var imp packcheck.Limits
+			for _, f := range []struct {
+				name string
+				to   *int64
+			}{{"import-max-pack", &imp.MaxPackBytes}, {"import-max-object", &imp.MaxObjectBytes}, {"import-max-expanded", &imp.MaxExpandedBytes}} {
+				n, err := ParseSize(cmd.String(f.name))
+				if err != nil || n <= 0 {
+					return usageError{fmt.Errorf("--%s %q: want a positive size (bytes, or with a unit: 512m, 4g)", f.name, cmd.String(f.name))}
+				}
+				*f.to = n
+			}
+			if imp.MaxObjects = cmd.Int64("import-max-objects"); imp.MaxObjects <= 0 {
+				return usageError{fmt.Errorf("--import-max-objects %d: want a positive number", imp.MaxObjects)}
+			}
+			treeDepth := int(cmd.Int("import-max-tree-depth"))
+			if treeDepth <= 0 {
+				return usageError{fmt.Errorf("--import-max-tree-depth %d: want a positive number", treeDepth)}
+			}
 			cfg := Config{
 				StateDir: cmd.String("state-dir"), RuntimeDir: cmd.String("runtime-dir"), ControlSocket: cmd.String("control-socket"),
 				Listen: cmd.String("listen"), Runtime: cmd.String("runtime"), Image: cmd.String("image"),
@@ -161,6 +186,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				Upstream: cmd.String("upstream"), UpstreamSecretKeyFile: cmd.String("upstream-secret-key-file"),
 				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
 				CORSOrigins:         cmd.StringSlice("cors-origin"), WorkspaceRoots: cmd.StringSlice("workspace-root"),
+				ImportLimits: imp, MaxTreeDepth: treeDepth,
 			}
 			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections", "egress-connections"} {
 				if n := cmd.Int(name); n == 0 || n < -1 {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/packcheck"
 	"net"
 	"net/url"
 	"os"
@@ -102,6 +103,12 @@ type Config struct {
 	// IP:PORT; pkg/egress) granted to every conversation
 	// (--egress-allow); none by default.
 	EgressAllow []string
+	// ImportLimits bound each import from a conversation's git view (the
+	// pack's size, its objects, each object's and delta result's size, the
+	// sum), MaxTreeDepth the nesting of its trees; zero fields take
+	// packcheck's and worktree's defaults (--import-max-*).
+	ImportLimits packcheck.Limits
+	MaxTreeDepth int
 	// Upstream is the operator's own agent server, in local mode
 	// (--upstream URL): every route of the conversation API that is not a
 	// conversation's passes to it. "" (default): those routes answer 404.

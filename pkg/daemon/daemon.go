@@ -152,6 +152,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	}
 	wt, err := worktree.New(worktree.Options{
 		Root: cfg.WorktreeRoot, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: log,
+		Import: cfg.ImportLimits, MaxTreeDepth: cfg.MaxTreeDepth,
 		OnStep: func(step string) { failpoint.Hit(worktreeFailpoints[step]) },
 	})
 	if err != nil {

@@ -19,6 +19,7 @@ var Steps = []string{
 	"delete/after-broker",
 	"delete/after-worktree",
 	"publish/after-import",
+	"publish/after-ref",
 }
 
 // Switches name behaviours a failpoint build can switch on through

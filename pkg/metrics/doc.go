@@ -6,7 +6,7 @@
 // The daemon and the packages report through small methods:
 // [Metrics.ObserveCreateStep], [Metrics.CreateResult],
 // [Metrics.BrokerRequest], [Metrics.ContainerStart],
-// [Metrics.ContainerGone], and [Metrics.ProxyObserver] for pkg/proxy's
+// [Metrics.ContainerGone], [Metrics.PublishFailed], and [Metrics.ProxyObserver] for pkg/proxy's
 // Options.Observer. Every method is a no-op on a nil *Metrics, so a
 // package can hold an optional pointer and call it unconditionally.
 //
@@ -25,6 +25,7 @@
 //	ohd_proxy_websockets_closed_total              counter    code                       client WebSockets closed, by the close code sent to the client
 //	ohd_container_starts_total                     counter    result, step               container starts, at create and at restart, by result and failed step
 //	ohd_container_deaths_total                     counter    action                     containers of running conversations that died or were removed behind ohd's back
+//	ohd_publish_failures_total                     counter    reason                     failed publishes of git views (and saves at removal), by reason
 //	ohd_build_info                                 gauge      version                    always 1, when the daemon passes its version
 //
 // The label values:
@@ -40,6 +41,8 @@
 //	         "ANY /v1/mcp/{server}/proxy", none (no such route)
 //	         proxy: create, get, batch_get, count, search, delete, forward, events, health, not_found, metrics
 //	kind     secret, git, llm, oauth, mcp, none
+//	reason   too_many_objects, object_too_large, pack_too_large, expands_too_much, malformed_pack, tree_too_deep,
+//	         not_a_commit, missing_objects, invalid_objects, conflict, stale_lock, locked, error
 //	code     broker: unauthenticated, not_granted, not_found, bad_request, too_large, rate_limited, internal, bad_gateway, audit_unavailable (none when allowed)
 //	         proxy: the HTTP status (e.g. 201, 401, 502) if net/http knows it
 //	         websockets: the close code, 1000-1015 and 4001 (authentication failed) exactly, else 3xxx or 4xxx

@@ -90,6 +90,15 @@ var containerActions = []string{"die", "oom", "destroy"}
 
 var containerActionSet = set(containerActions...)
 
+// Reasons a publish fails (pkg/worktree's refusal reasons, with
+// packcheck's, and pkg/conversation's conflict, stale_lock and error).
+var publishReasons = []string{
+	"too_many_objects", "object_too_large", "pack_too_large", "expands_too_much", "malformed_pack",
+	"tree_too_deep", "not_a_commit", "missing_objects", "invalid_objects", "conflict", "stale_lock", "locked", "error",
+}
+
+var publishReasonSet = set(publishReasons...)
+
 // set maps each value to itself, so that a lookup returns the canonical
 // string (a constant) rather than keeping the caller's.
 func set(vals ...string) map[string]string {

@@ -42,6 +42,7 @@ type Metrics struct {
 	deaths        *prometheus.CounterVec
 	egress        *prometheus.CounterVec
 	egressBytes   *prometheus.CounterVec
+	publishFails  *prometheus.CounterVec
 }
 
 // Metric names; doc.go describes each.
@@ -58,6 +59,7 @@ const (
 	NameWebSocketsClosed   = "ohd_proxy_websockets_closed_total"
 	NameContainerStarts    = "ohd_container_starts_total"
 	NameContainerDeaths    = "ohd_container_deaths_total"
+	NamePublishFailures    = "ohd_publish_failures_total"
 	NameBuildInfo          = "ohd_build_info"
 )
 
@@ -125,12 +127,16 @@ func New(opts Options) *Metrics {
 			Name: NameEgressBytes,
 			Help: "Bytes carried by egress connections, by direction (out: to the destination, in: from it).",
 		}, []string{"direction"}),
+		publishFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: NamePublishFailures,
+			Help: "Publishes of a git view (and saves at removal) that failed, by reason: a refusal by the import's bounds or validation, a conflict, a stale lock, or an error.",
+		}, []string{"reason"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.createStep, m.creates, m.broker, m.proxyRequests, m.proxyDuration,
-		m.wsOpen, m.wsClosed, m.starts, m.deaths, m.egress, m.egressBytes,
+		m.wsOpen, m.wsClosed, m.starts, m.deaths, m.egress, m.egressBytes, m.publishFails,
 	)
 	for v := range egressVerdicts {
 		m.egress.WithLabelValues(v)
@@ -165,6 +171,9 @@ func (m *Metrics) initSeries() {
 	m.starts.WithLabelValues("ok", LabelNone)
 	for _, a := range containerActions {
 		m.deaths.WithLabelValues(a)
+	}
+	for _, r := range publishReasons {
+		m.publishFails.WithLabelValues(r)
 	}
 }
 
@@ -266,6 +275,16 @@ func (m *Metrics) ContainerStart(ok bool, step string) {
 		return
 	}
 	m.starts.WithLabelValues("failed", bounded(containerSteps, step)).Inc()
+}
+
+// PublishFailed counts a failed publish of a git view by reason
+// (pkg/worktree's RefusalReason values, "conflict", "stale_lock",
+// "error").
+func (m *Metrics) PublishFailed(reason string) {
+	if m == nil {
+		return
+	}
+	m.publishFails.WithLabelValues(bounded(publishReasonSet, reason)).Inc()
 }
 
 // ContainerGone counts a running conversation's container that went away

@@ -243,6 +243,11 @@ type Conversation struct {
 	Published       string `json:"published,omitempty"`
 	PublishConflict string `json:"publish_conflict,omitempty"`
 	PublishError    string `json:"publish_error,omitempty"`
+	// Publishing is the commit ohd is about to write to the host's branch,
+	// recorded before the ref moves: after a crash between the move and
+	// recording Published, a host branch equal to it is ohd's own, not a
+	// move by someone else.
+	Publishing string `json:"publishing,omitempty"`
 
 	ContainerID   string `json:"container_id,omitempty"`
 	ContainerName string `json:"container_name,omitempty"`

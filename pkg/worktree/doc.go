@@ -21,7 +21,8 @@
 // such a Worktree (Worktree.InPlace) as well and never touch the folder.
 //
 // The files: add.go, remove.go, snapshot.go, restore.go are the
-// lifecycle; inplace.go is in place; view.go (seeding), publish.go (import and ref moves) and
+// lifecycle; inplace.go is in place; view.go (seeding), publish.go (ref
+// moves), import.go (the bounded, quarantined import) and
 // sandbox.go (the in-container side) are the git view; git.go is hardened
 // git; mounts.go the container's mounts.
 //
@@ -76,10 +77,15 @@
 // file read that opens every path component relative to the view with
 // O_NOFOLLOW: nothing outside the view is ever read). Publish brings that
 // commit to the host: inside the sandbox, `git pack-objects --revs --local`
-// packs what the view holds itself; on the host the pack enters the real
-// store only through `git unpack-objects --strict` or `git index-pack
-// --strict` (git's validation of a push), the commit must then be complete
-// (`rev-list --objects`), and the branch moves with its expected old
+// packs what the view holds itself; on the host the pack is imported as a
+// received push is (import.go): bounded (package packcheck refuses it from
+// its entry and delta headers when it declares too many objects or too
+// large a result, before git reads it), quarantined (`git index-pack
+// --strict` or `unpack-objects --strict` into objects/incoming-ohd-*, the
+// real store its alternate), checked (every tip complete, no tree deeper
+// than Options.MaxTreeDepth, a branch names a commit) and only then
+// migrated into the real store; a refused import leaves nothing there
+// (RefusalReason says why). The branch then moves with its expected old
 // value. A branch moved by someone else is left alone and the commit is
 // kept under refs/ohd/kept/<id>/heads/openhands/<id> instead.
 //
@@ -185,8 +191,13 @@
 // Ending a conversation loses no work. With a git view, Remove first saves
 // the view through the sandbox (SaveView): the uncommitted state becomes a
 // snapshot commit there, the branch gets its last publish, and the view's
-// branches, tags and stash whose commits no host ref reaches are kept
-// under refs/ohd/kept/<id>/<ref without refs/> (at most 1000); ignored
+// branches, tags and stash that the agent made or moved (they differ from
+// the view's seed and from the host's ref of the same name), or whose
+// commits no host ref but the live mirror reaches, are kept under
+// refs/ohd/kept/<id>/<ref without refs/> (at most 1000), and the live
+// mirror is dropped (mirror.go: while the conversation runs, every ref the
+// agent makes or moves is mirrored under refs/ohd/live/<id>/ through the
+// same import, so the host's gc never prunes what the view borrows); ignored
 // files are counted (RemoveResult.IgnoredFiles) and not kept. Without a
 // view, Remove calls Snapshot, which records the uncommitted state (modified, staged and untracked files; not
 // ignored ones) as a commit under refs/ohd/snapshots/<id>. It builds the

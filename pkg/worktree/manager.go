@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ohd-dev/ohd/pkg/packcheck"
 )
 
 // Options configures a Manager; the zero value of optional fields is safe.
@@ -34,11 +36,19 @@ type Options struct {
 	// Logger receives debug records of git invocations and info records of
 	// adds and removes. Default: discard.
 	Logger *slog.Logger
-	// MaxPackBytes bounds one import from a git view (git's
-	// --max-input-size): a conversation that commits more than this in one
-	// publish is refused (ErrRefused) rather than allowed to fill the
-	// host's disk. Default: 8 GiB.
+	// MaxPackBytes bounds one import from a git view (the pack's bytes):
+	// a conversation that commits more than this in one publish is
+	// refused (ErrRefused) rather than allowed to fill the host's disk.
+	// It overrides Import.MaxPackBytes when set.
 	MaxPackBytes int64
+	// Import bounds what one import from a git view may declare (objects,
+	// each object's and delta result's size, the sum); the zero value
+	// takes packcheck's defaults. See "Imports are bounded and
+	// quarantined" in the package comment.
+	Import packcheck.Limits
+	// MaxTreeDepth bounds how deeply an imported commit's trees nest.
+	// Default: DefaultMaxTreeDepth.
+	MaxTreeDepth int
 	// OnStep, if set, is called at named points inside an operation:
 	// "view" once Add has seeded the git view, "snapshot" once the
 	// snapshot commit exists (and, with a view, its objects are imported)
@@ -59,11 +69,18 @@ type Manager struct {
 	log     *slog.Logger
 	onStep  func(string)
 	euid    int
-	maxPack int64
+	limits  packcheck.Limits
+	// maxTreeDepth bounds imported trees' nesting.
+	maxTreeDepth int
+	// started is when the Manager was made: a ref lock or quarantine
+	// older than it was left by an earlier (killed) ohd.
+	started time.Time
 	locks   repoLocks
 	// packed caches, per view, what ViewBranch last read of its
 	// packed-refs (a packedFile).
 	packed sync.Map
+	// packedAll caches, per view, ViewRefs' read of its packed-refs.
+	packedAll sync.Map
 }
 
 // DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.
@@ -72,9 +89,14 @@ const DefaultTimeout = 60 * time.Second
 // New validates opts, creates Root (0711) and LockDir (0700) if missing,
 // finds git and checks its version.
 func New(opts Options) (*Manager, error) {
-	m := &Manager{timeout: opts.Timeout, log: opts.Logger, onStep: opts.OnStep, euid: os.Geteuid(), maxPack: opts.MaxPackBytes}
-	if m.maxPack <= 0 {
-		m.maxPack = DefaultMaxPackBytes
+	m := &Manager{timeout: opts.Timeout, log: opts.Logger, onStep: opts.OnStep, euid: os.Geteuid(),
+		limits: opts.Import, maxTreeDepth: opts.MaxTreeDepth, started: time.Now()}
+	if opts.MaxPackBytes > 0 {
+		m.limits.MaxPackBytes = opts.MaxPackBytes
+	}
+	m.limits = m.limits.WithDefaults()
+	if m.maxTreeDepth <= 0 {
+		m.maxTreeDepth = DefaultMaxTreeDepth
 	}
 	if m.onStep == nil {
 		m.onStep = func(string) {}

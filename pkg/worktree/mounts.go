@@ -66,6 +66,9 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 			{Source: wt.View, Target: wt.CommonDir},
 			{Source: filepath.Join(wt.CommonDir, "objects"), Target: alt, ReadOnly: true},
 		}
+		if hv := hostViewPath(wt); dirExistsNoFollow(hv) {
+			mounts = append(mounts, Mount{Source: hv, Target: hv, ReadOnly: true})
+		}
 		hooks := filepath.Join(wt.CommonDir, "hooks")
 		if st, err := os.Lstat(hooks); err == nil && st.IsDir() {
 			mounts = append(mounts, Mount{Source: hooks, Target: hooks, ReadOnly: true})
@@ -143,4 +146,10 @@ func checkMountSource(p string) error {
 		return fmt.Errorf("%w: mount source %s resolves to %s: its path must not go through a symlink", ErrInvalidWorktree, p, real)
 	}
 	return nil
+}
+
+// dirExistsNoFollow reports whether p is a directory (not a symlink).
+func dirExistsNoFollow(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.IsDir()
 }

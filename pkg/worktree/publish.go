@@ -1,16 +1,16 @@
 package worktree
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,9 +22,6 @@ func KeptPrefix(id string) string { return "refs/ohd/kept/" + id + "/" }
 // KeptRef is where ohd keeps the view's ref (a full name, refs/...):
 // refs/ohd/kept/<id>/heads/foo for refs/heads/foo.
 func KeptRef(id, ref string) string { return KeptPrefix(id) + strings.TrimPrefix(ref, "refs/") }
-
-// DefaultMaxPackBytes is Options.MaxPackBytes when it is 0.
-const DefaultMaxPackBytes = 8 << 30
 
 // maxKept bounds the refs one removal keeps: an agent that makes a million
 // tags must not make a million refs in the user's repository.
@@ -41,7 +38,14 @@ type PublishResult struct {
 	// (refs/ohd/kept/<id>/heads/openhands/<id>); Conflict says so in a
 	// sentence. Both empty when the branch was published.
 	Kept, Conflict string
+	// ClearedLock is a lock file of the branch an earlier, killed ohd
+	// left, which Publish removed.
+	ClearedLock string
 }
+
+// ErrLocked is returned when a ref ohd moves is locked by someone else
+// (a lock file younger than this ohd): the publish is retried later.
+var ErrLocked = errors.New("ref locked")
 
 // ErrRefused wraps a publish whose objects git's validation refused (a
 // corrupt or incomplete object from the view): nothing was imported.
@@ -53,10 +57,14 @@ var ErrRefused = errors.New("refused by validation")
 // enter the host's store only through `git unpack-objects --strict` or
 // `git index-pack --strict` (git's validation of a push), and only if tip
 // is then complete; the ref moves with published as its expected old
-// value. If the host branch was moved by someone else (it is no longer
-// published), it is left alone: tip is kept under KeptRef and
-// PublishResult.Conflict says so.
-func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, published string) (PublishResult, error) {
+// value. A host branch equal to one of alsoOurs (a commit ohd was about
+// to publish when it was killed) counts as published. If the host branch
+// was moved by someone else (it is no longer published), it is left
+// alone: tip is kept under KeptRef and PublishResult.Conflict says so. A
+// lock of the branch's ref that an earlier ohd left (older than this
+// Manager) is removed first (PublishResult.ClearedLock); a younger one is
+// someone else's, and Publish fails with ErrLocked.
+func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, published string, alsoOurs ...string) (PublishResult, error) {
 	res := PublishResult{Commit: tip, Published: published}
 	if err := m.checkWorktree(wt); err != nil || wt.View == "" {
 		if err == nil {
@@ -71,7 +79,7 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 		return res, nil
 	}
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	keep, err := m.importObjects(ctx, wt, sb, []string{tip}, []string{published, wt.StartCommit})
+	keep, err := m.importObjects(ctx, wt, sb, []string{tip}, []string{published, wt.StartCommit}, []string{tip})
 	defer keep()
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
@@ -86,6 +94,16 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	cur, _, err := m.revParse(ctx, ct, ref)
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
+	if cur != "" && slices.Contains(alsoOurs, cur) {
+		published = cur // ohd wrote it, then was killed before recording it
+	}
+	if res.ClearedLock, err = m.clearStaleLock(wt.CommonDir, ref); err != nil {
+		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
+	if cur == tip {
+		res.Published = tip
+		return res, nil
 	}
 	if cur != published && published != "" {
 		res.Kept = KeptRef(wt.ConversationID, ref)
@@ -105,6 +123,44 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	return res, nil
 }
 
+// clearStaleLock removes ref's lock file (and packed-refs.lock) in the
+// common dir if an earlier ohd left it: older than this Manager, while
+// this ohd holds the repository's lock, so no ohd is using it. It returns
+// the removed path, or ErrLocked for a younger lock.
+func (m *Manager) clearStaleLock(commonDir, ref string) (string, error) {
+	var cleared []string
+	for _, p := range []string{filepath.Join(commonDir, filepath.FromSlash(ref)+".lock"), filepath.Join(commonDir, "packed-refs.lock")} {
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if !st.Mode().IsRegular() || !st.ModTime().Before(m.started) {
+			return "", fmt.Errorf("%w: %s exists (another git is updating it, or it was left behind: remove it if no git runs in the repository)", ErrLocked, p)
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		m.log.Warn("removed a ref lock an earlier ohd left", "lock", p, "modified", st.ModTime())
+		cleared = append(cleared, p)
+	}
+	return strings.Join(cleared, ", "), nil
+}
+
+// StaleLocks lists the lock files of wt's branch (and packed-refs) that
+// exist in the host repository now: `ohctl doctor` reports them.
+func (m *Manager) StaleLocks(wt Worktree) []string {
+	var out []string
+	for _, p := range []string{filepath.Join(wt.CommonDir, "refs", "heads", filepath.FromSlash(wt.Branch)+".lock"), filepath.Join(wt.CommonDir, "packed-refs.lock")} {
+		if st, err := os.Lstat(p); err == nil && time.Since(st.ModTime()) > 10*time.Second {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func shortOID(s string) string {
 	if s == "" {
 		return "nothing"
@@ -113,129 +169,6 @@ func shortOID(s string) string {
 		return s[:12]
 	}
 	return s
-}
-
-// importObjects brings the objects tips need into the host's store: the
-// sandbox packs what the view holds itself (its alternate is the host's
-// store, whose objects are not packed again), minus what nots reach, and
-// the host feeds that pack to git's validating importers. It then checks
-// that every tip is complete on the host. The returned func drops the
-// pack's .keep (call it after the refs are moved, or always: a pack whose
-// refs never moved is an unreachable one for gc to collect).
-func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, tips, nots []string) (func(), error) {
-	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	noop := func() {}
-	present, err := m.present(ctx, ct, append(append([]string{}, tips...), nots...))
-	if err != nil {
-		return noop, err
-	}
-	var revs strings.Builder
-	need := false
-	for _, t := range tips {
-		if !present[t] {
-			need = true
-		}
-		revs.WriteString(t + "\n")
-	}
-	if !need {
-		return noop, nil // everything is on the host already (a fast-forward to a host commit)
-	}
-	for _, n := range nots {
-		if isHexID(n) && present[n] {
-			revs.WriteString("^" + n + "\n")
-		}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		err := sb.View(ctx, []string{"pack", "--git-dir", wt.CommonDir}, strings.NewReader(revs.String()), pw)
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	keep, ierr := m.unpack(ctx, ct, pr)
-	if ierr != nil {
-		cancel()
-	}
-	pr.CloseWithError(io.ErrClosedPipe)
-	serr := <-done
-	if serr != nil && ierr == nil {
-		ierr = fmt.Errorf("pack the view's objects in the sandbox: %w", serr)
-	}
-	if ierr != nil {
-		return keep, ierr
-	}
-	// The tips go through stdin (there can be many; argv has a limit).
-	// rev-list reads them where --stdin stands, before --not, which
-	// applies to --all only (git 2.39 takes no options in stdin).
-	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(strings.Join(tips, "\n") + "\n")},
-		"rev-list", "--objects", "--quiet", "--stdin", "--not", "--all", "--"); err != nil {
-		return keep, fmt.Errorf("%w: the view's objects for %s are incomplete or corrupt after import: %v", ErrRefused, truncate(strings.Join(tips, ", "), 200), err)
-	}
-	return keep, nil
-}
-
-// present reports which of oids exist in the host's store.
-func (m *Manager) present(ctx context.Context, ct gitTarget, oids []string) (map[string]bool, error) {
-	var in bytes.Buffer
-	var ask []string
-	for _, o := range oids {
-		if isHexID(o) {
-			in.WriteString(o + "\n")
-			ask = append(ask, o)
-		}
-	}
-	got := map[string]bool{}
-	if len(ask) == 0 {
-		return got, nil
-	}
-	out, err := m.git(ctx, ct, runOpts{stdin: in.Bytes()}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
-	if err != nil {
-		return nil, fmt.Errorf("look up objects: %w", err)
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if oid, typ, ok := strings.Cut(line, " "); ok && typ != "missing" && isHexID(oid) {
-			got[oid] = true
-		}
-	}
-	return got, nil
-}
-
-// unpack feeds a pack stream to git: unpack-objects --strict for a small
-// one, index-pack --strict --keep otherwise, as receive-pack does (it
-// reads the 12-byte header itself and passes it on).
-func (m *Manager) unpack(ctx context.Context, ct gitTarget, r io.Reader) (func(), error) {
-	noop := func() {}
-	var hdr [12]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return noop, fmt.Errorf("%w: the sandbox sent no pack: %v", ErrRefused, err)
-	}
-	if string(hdr[:4]) != "PACK" {
-		return noop, fmt.Errorf("%w: the sandbox's output is not a pack", ErrRefused)
-	}
-	version, count := binary.BigEndian.Uint32(hdr[4:8]), binary.BigEndian.Uint32(hdr[8:12])
-	if version != 2 && version != 3 {
-		return noop, fmt.Errorf("%w: pack version %d", ErrRefused, version)
-	}
-	header := fmt.Sprintf("--pack_header=%d,%d", version, count)
-	limit := fmt.Sprintf("--max-input-size=%d", m.maxPack)
-	if count < 100 {
-		if _, err := m.git(ctx, ct, runOpts{in: r}, "unpack-objects", "-q", "--strict", limit, header); err != nil {
-			return noop, fmt.Errorf("%w: git unpack-objects: %v", ErrRefused, err)
-		}
-		return noop, nil
-	}
-	out, err := m.git(ctx, ct, runOpts{in: r}, "index-pack", "--stdin", "--strict", "--keep=ohd import", limit, header)
-	if err != nil {
-		return noop, fmt.Errorf("%w: git index-pack: %v", ErrRefused, err)
-	}
-	kind, hash, _ := strings.Cut(strings.TrimSpace(out), "\t")
-	if kind != "keep" || !isHexID(hash) {
-		return noop, nil
-	}
-	keepFile := filepath.Join(ct.gitDir, "objects", "pack", "pack-"+hash+".keep")
-	return func() { _ = os.Remove(keepFile) }, nil
 }
 
 // ViewBranch reads the commit of the view's branch (refs/heads/openhands/<id>,

@@ -213,6 +213,10 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 			return fail(err)
 		}
 	}
+	// The view's refs are saved (kept, published): its live mirror goes.
+	if err := m.dropLive(ctx, ct, wt.ConversationID); err != nil {
+		return fail(err)
+	}
 	// The view is the agent's: RemoveAll unlinks what it finds without
 	// following a symlink.
 	if err := os.RemoveAll(filepath.Join(convDir, viewParent)); err != nil {
@@ -325,7 +329,13 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		return err
 	}
 	tips = slices.DeleteFunc(tips, func(o string) bool { return have[o] })
-	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit})
+	var commits []string
+	for _, c := range []string{tip, col.Snapshot} {
+		if c != "" && !have[c] {
+			commits = append(commits, c)
+		}
+	}
+	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit}, commits)
 	defer dropKeep()
 	if err != nil {
 		return err
@@ -339,9 +349,17 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if err != nil {
 		return err
 	}
+	// A ref the agent made or moved (it differs from the view's seed) is
+	// kept also when its commit is on the host, unless the host has the
+	// same ref at the same value: its name (a tag, a side branch) is work
+	// too.
+	made, err := m.madeByAgent(ctx, ct, wt, candidates, col.Refs)
+	if err != nil {
+		return err
+	}
 	var keep []string
 	for _, name := range candidates {
-		if lacks[name] {
+		if lacks[name] || made[name] {
 			keep = append(keep, name)
 		}
 	}
@@ -433,7 +451,7 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 	// The commits go through stdin (one per view ref: argv has a limit),
 	// read where --stdin stands, so --not applies to --all only.
 	list, err := m.git(ctx, ct, runOpts{stdin: []byte(commits.String())},
-		"rev-list", "--stdin", "--not", "--exclude="+KeptPrefix(id)+"*", "--all", "--")
+		"rev-list", "--stdin", "--not", "--exclude="+KeptPrefix(id)+"*", "--exclude="+LivePrefix(id)+"*", "--all", "--")
 	if err != nil {
 		return nil, fmt.Errorf("find the view's commits the host lacks: %w", err)
 	}

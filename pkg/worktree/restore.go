@@ -103,6 +103,12 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 	res.Snapshot = refs[SnapshotRef(id)]
 	var args []string
 	switch {
+	case refs[branch] != "" && refs[KeptRef(id, branch)] != "" && refs[KeptRef(id, branch)] != refs[branch]:
+		// The host branch was moved by someone else and the agent's work
+		// was kept: restore the kept history (the snapshot's parent), on
+		// a branch of its own beside the moved one.
+		res.Branch = BranchName(id) + "-kept"
+		args = []string{"worktree", "add", "--no-checkout", "-b", res.Branch, "--no-track", into, refs[KeptRef(id, branch)]}
 	case refs[branch] != "":
 		res.Branch = BranchName(id)
 		args = []string{"worktree", "add", "--no-checkout", into, res.Branch}

@@ -91,7 +91,7 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 			return fmt.Errorf("seed view: %w", uerr)
 		}
 	}
-	w.write(filepath.Join(v, "config"), append(withNewline(config), upstream...), 0o644)
+	w.write(filepath.Join(v, "config"), append(append(withNewline(config), upstream...), hostRemoteConfig(wt)...), 0o644)
 	head, herr := readHostFile(filepath.Join(wt.CommonDir, "HEAD"), 4096)
 	if herr != nil {
 		return fmt.Errorf("seed view: %w", herr)
@@ -102,6 +102,7 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		head = []byte("ref: refs/heads/" + wt.viewBranch() + "\n")
 	}
 	w.write(filepath.Join(v, "HEAD"), head, 0o644)
+	m.seedHostView(ctx, wt, &w, head)
 	if b, err := readHostFile(filepath.Join(wt.CommonDir, "shallow"), 64<<20); err == nil {
 		w.write(filepath.Join(v, "shallow"), b, 0o644)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -123,6 +124,7 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		return fmt.Errorf("seed view: %w", rerr)
 	}
 	w.write(filepath.Join(v, "packed-refs"), packed, 0o644)
+	w.write(filepath.Join(parent, seedRefsFile), packed, 0o644) // host-only: what the agent did not make
 	for name, target := range loose {
 		w.mkdirAll(filepath.Dir(filepath.Join(v, name)), v)
 		w.write(filepath.Join(v, name), []byte("ref: "+target+"\n"), 0o644)

@@ -266,7 +266,7 @@ func TestRemoveWithViewKeepsEverything(t *testing.T) {
 	testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "stash me\n")
 	inView(t, wt, "add", "stashed.txt")
 	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "stash", "-q")
-	inView(t, wt, "branch", "at-host-commit", wt.StartCommit) // the host has it: not kept
+	inView(t, wt, "branch", "at-host-commit", wt.StartCommit) // the host has the commit, not the name: kept (issue 19)
 	testenv.WriteFile(t, filepath.Join(wt.Path, "wip.txt"), "uncommitted\n")
 	testenv.WriteFile(t, filepath.Join(wt.Path, "build.log"), "0123456789")
 
@@ -275,7 +275,7 @@ func TestRemoveWithViewKeepsEverything(t *testing.T) {
 		t.Fatalf("Remove: %v", err)
 	}
 	id := wt.ConversationID
-	wantKept := []string{KeptRef(id, "refs/heads/side"), KeptRef(id, "refs/stash"), KeptRef(id, "refs/tags/agent-tag")}
+	wantKept := []string{KeptRef(id, "refs/heads/at-host-commit"), KeptRef(id, "refs/heads/side"), KeptRef(id, "refs/stash"), KeptRef(id, "refs/tags/agent-tag")}
 	if strings.Join(res.Kept, " ") != strings.Join(wantKept, " ") {
 		t.Errorf("Kept = %v, want %v", res.Kept, wantKept)
 	}
