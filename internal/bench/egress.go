@@ -260,4 +260,3 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 	}
 	return res, nil
 }
-

@@ -100,7 +100,6 @@ func (p *publishSteps) Step(_, step string, d time.Duration) {
 	}
 }
 
-
 // Publish measures the publisher: a conversation with a git view, commits
 // made inside its container one at a time, each timed until the host's
 // branch has it.
