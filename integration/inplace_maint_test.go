@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,6 +106,10 @@ func TestInPlaceRestoreAndRecreate(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("the refusal %q lacks %q", err, w)
 		}
+	}
+	// Through the conversation API (Canvas, the SDK): the same, as a 409.
+	if r := d.call("POST", "/api/conversations", map[string]any{"conversation_id": c.ID, "workspace": map[string]any{"working_dir": repo}, "worktree": false}); r.Status != http.StatusConflict || !strings.Contains(string(r.Body), "ohctl restore "+c.ID) {
+		t.Errorf("API re-create with the branch kept = %d %s, want 409 naming ohctl restore", r.Status, r.Body)
 	}
 	if got := hostGit(t, repo, "for-each-ref"); got != refs {
 		t.Errorf("the refused re-create changed the refs:\n%s\nwant\n%s", got, refs)
