@@ -142,7 +142,7 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 		return control.RestoreResult{}, fmt.Errorf("conversation %s: %w (a record purged by prune can still be restored with git: see the README)", id, ErrNotFound)
 	}
 	if c.State.Live() {
-		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s is %s: its work is in %s; remove it first (ohctl rm %s), then restore", ErrConflict, id, c.State, c.Worktree, id)
+		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s is %s: its work is in %s; remove it first (ohctl rm %s), then restore", ErrConflict, id, c.State, c.WorkingDir, id)
 	}
 	if c.CommonDir == "" {
 		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s had no worktree: nothing to restore", ErrInvalid, id)
