@@ -31,6 +31,7 @@ type inPlace struct {
 	d         *daemon
 	repo      string
 	gitDir    string
+	work      string // the folder the conversation was created for: repo, or a subdirectory
 	conv      store.Conversation
 	markerDir string
 	before    map[string]string
@@ -46,10 +47,18 @@ func newInPlace(t *testing.T) *inPlace { t.Helper(); return newInPlaceWith(t) }
 // is given to uid 1000.
 func newInPlaceWith(t *testing.T, before ...func(repo string)) *inPlace {
 	t.Helper()
+	return newInPlaceAt(t, "", before...)
+}
+
+// newInPlaceAt is newInPlaceWith for a conversation created for the
+// subdirectory sub of the repository ("" is the repository itself).
+func newInPlaceAt(t *testing.T, sub string, before ...func(repo string)) *inPlace {
+	t.Helper()
 	testenv.RequireRoot(t)
 	a := &inPlace{t: t, d: dockerDaemon(t)}
 	a.repo = testenv.NewRepo(t, testenv.RepoOptions{})
 	a.gitDir = filepath.Join(a.repo, ".git")
+	a.work = filepath.Join(a.repo, sub)
 	g := func(args ...string) string { return testenv.Git(t, a.repo, args...) }
 	testenv.WriteFile(t, filepath.Join(a.repo, "src.txt"), "second\n")
 	g("add", "src.txt")
@@ -68,7 +77,7 @@ func newInPlaceWith(t *testing.T, before ...func(repo string)) *inPlace {
 	if err := os.Chmod(a.markerDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	a.d.ohctlJSON(&a.conv, "create", "--repo", a.repo)
+	a.d.ohctlJSON(&a.conv, "create", "--repo", a.work)
 	if !a.conv.InPlace || a.conv.Worktree != "" || a.conv.GitView == "" || a.conv.UID != attackOwner {
 		t.Fatalf("create without --worktree: want in place with a view as uid %d, got %+v", attackOwner, a.conv)
 	}
@@ -107,7 +116,7 @@ func (a *inPlace) expand(script string) string {
 	return strings.NewReplacer(
 		"$GITDIR", a.gitDir,
 		"$ALT", filepath.Join(filepath.Dir(a.conv.GitView), "objects"),
-		"$WT", a.repo,
+		"$WT", a.work,
 		"$MARKERS", a.markerDir,
 		"$EVIL", "$(git -c user.name=e -c user.email=e@x commit-tree -m EVIL HEAD^{tree})",
 	).Replace(script)
@@ -117,7 +126,7 @@ func (a *inPlace) expand(script string) string {
 // its exit code.
 func (a *inPlace) run(script string) string {
 	a.t.Helper()
-	_, out := a.d.execIn(a.conv.ID, "sh", "-c", "export PATH="+filepath.Join(a.gitDir, "tools")+":$PATH; cd "+a.repo+" && "+a.expand(script))
+	_, out := a.d.execIn(a.conv.ID, "sh", "-c", "export PATH="+filepath.Join(a.gitDir, "tools")+":$PATH; cd "+a.work+" && "+a.expand(script))
 	a.t.Logf("attack output: %s", tail(out, 40))
 	return out
 }
@@ -125,7 +134,7 @@ func (a *inPlace) run(script string) string {
 // must runs a script inside and fails the test if it fails.
 func (a *inPlace) must(script string) string {
 	a.t.Helper()
-	code, out := a.d.execIn(a.conv.ID, "sh", "-c", "export PATH="+filepath.Join(a.gitDir, "tools")+":$PATH; cd "+a.repo+" && "+a.expand(script))
+	code, out := a.d.execIn(a.conv.ID, "sh", "-c", "export PATH="+filepath.Join(a.gitDir, "tools")+":$PATH; cd "+a.work+" && "+a.expand(script))
 	if code != 0 {
 		a.t.Fatalf("inside %q: exit %d: %s", script, code, out)
 	}
@@ -355,5 +364,29 @@ func TestInPlaceAttackSubmoduleGitFile(t *testing.T) {
 	a := newInPlaceWith(t, func(repo string) { withSubmodule(t, repo) })
 	a.plantMarker()
 	a.run(submodulePlant + "; cat sub/.git")
+	a.finish()
+}
+
+// TestInPlaceAttackFromSubdirectory: a conversation created for a
+// subdirectory of a repository gets the same git view over the
+// repository's git dir; the attacks on it from there (the diff.external
+// reproduction, fsmonitor, hooks, ref files, the shared objects) change
+// nothing the host sees.
+func TestInPlaceAttackFromSubdirectory(t *testing.T) {
+	a := newInPlaceAt(t, "sub", func(repo string) {
+		testenv.WriteFile(t, filepath.Join(repo, "sub", "f.txt"), "f\n")
+		testenv.Git(t, repo, "add", "sub")
+		testenv.Git(t, repo, "commit", "-q", "-m", "sub")
+	})
+	if a.conv.Repo != a.repo || a.conv.WorkingDir != a.work {
+		t.Fatalf("create for %s = %+v, want in place in its repository %s", a.work, a.conv, a.repo)
+	}
+	a.plantMarker()
+	a.run(`printf '[diff]\n\texternal = $WT/.agent/evil\n' >> $GITDIR/config; git config core.fsmonitor $WT/.agent/evil; git config core.hooksPath $WT/.agent;
+		cp .agent/evil $GITDIR/hooks/post-checkout; cp .agent/evil .agent/post-checkout; evil=$EVIL; echo $evil > $GITDIR/refs/heads/main;
+		echo $evil > $GITDIR/refs/heads/planted; rm -r -f $ALT/pack; echo changed >> f.txt; git status --short; true`)
+	if !strings.Contains(a.must("git config --get core.fsmonitor"), ".agent/evil") || !strings.Contains(a.must("git for-each-ref refs/heads/planted"), "planted") {
+		t.Fatal("the attack did not take inside")
+	}
 	a.finish()
 }

@@ -328,6 +328,20 @@ func TestSwitchLLMAndProfileThroughOhd(t *testing.T) {
 	if got := e.llmKeyUsed(id); got != bearer(plain) {
 		t.Errorf("after a plaintext switch_llm the provider got %q", got)
 	}
+	// Every LLM the inner server got (the create's and each switch's) is
+	// on the conversation's relay with the placeholder (point 5).
+	var reg struct {
+		LLMs map[string]map[string]any `json:"llms"`
+	}
+	e.call("GET", "/api/conversations/"+id+"/standin/llms", nil).json(t, &reg)
+	if len(reg.LLMs) < 3 {
+		t.Errorf("the inner server has %d LLMs, want the create's and the switches'", len(reg.LLMs))
+	}
+	for usage, llm := range reg.LLMs {
+		if base, _ := llm["base_url"].(string); llm["api_key"] != openhands.PlaceholderKey || !strings.Contains(base, "/llm/"+id+".") {
+			t.Errorf("the inner server's LLM %s = api_key %v base_url %v, want the placeholder on the conversation's relay", usage, llm["api_key"], llm["base_url"])
+		}
+	}
 	values := append(e.secretValues(), secretValue{"plaintext switched key", []byte(plain)})
 	e.assertNoKeyInContainer(id, values)
 	// The switched keys are the conversation's own: gone with it.

@@ -178,6 +178,9 @@ type RestoreResult struct {
 	// Kept lists the other refs of the conversation's git view kept in the
 	// repository (refs/ohd/kept/<id>/...), for the user to look at.
 	Kept []string `json:"kept,omitempty"`
+	// Note says what else to know (for a conversation that worked in
+	// place: where its files are).
+	Note string `json:"note,omitempty"`
 }
 
 // PruneRequest asks the daemon to clean up.

@@ -83,6 +83,11 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 		}
 		replaceFailed = true
 	}
+	if req.ID != "" && (req.Worktree || m.views()) {
+		if err := m.keptWorkFree(ctx, repo, id); err != nil {
+			return store.Conversation{}, err
+		}
+	}
 	var plan worktree.Worktree
 	switch {
 	case repo.IsGit && req.Worktree:

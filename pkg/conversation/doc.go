@@ -47,8 +47,11 @@
 // has InPlace set and Worktree "", it is published and saved like a
 // worktree's view, its removal never touches the folder, and one live
 // in-place conversation per work tree is allowed (ErrConflict names the
-// first). The files: request.go checks a create, create.go plans and
-// provisions it, manager.go holds the Manager and the container's spec.
+// first); inplace_maint.go is its restore and doctor checks. A create of
+// an id whose earlier conversation's work is still kept in the repository
+// is refused (recreate.go). The files: request.go checks a create,
+// create.go plans and provisions it, manager.go holds the Manager and the
+// container's spec.
 //
 // # Git hosts
 //

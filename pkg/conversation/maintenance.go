@@ -142,13 +142,18 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 		return control.RestoreResult{}, fmt.Errorf("conversation %s: %w (a record purged by prune can still be restored with git: see the README)", id, ErrNotFound)
 	}
 	if c.State.Live() {
-		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s is %s: its work is in %s; remove it first (ohctl rm %s), then restore", ErrConflict, id, c.State, c.Worktree, id)
+		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s is %s: its work is in %s; remove it first (ohctl rm %s), then restore", ErrConflict, id, c.State, c.WorkingDir, id)
 	}
 	if c.CommonDir == "" {
 		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s had no worktree: nothing to restore", ErrInvalid, id)
 	}
 	if into != "" && !filepath.IsAbs(into) {
 		return control.RestoreResult{}, fmt.Errorf("%w: --into %q is not an absolute path", ErrInvalid, into)
+	}
+	if c.InPlace {
+		if err := m.checkInPlaceRestore(ctx, c); err != nil {
+			return control.RestoreResult{}, err
+		}
 	}
 	res, err := m.wt.Restore(ctx, worktree.RestoreOptions{CommonDir: c.CommonDir, Repo: c.Repo, ConversationID: id, StartCommit: c.StartCommit, Into: into})
 	if err != nil {
@@ -158,6 +163,9 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 		return control.RestoreResult{}, err
 	}
 	out := control.RestoreResult{ID: id, Path: res.Path, Branch: res.Branch, Snapshot: res.Snapshot, Staged: res.Staged, Branches: res.Branches, Stash: res.Stash, StashEntries: res.StashEntries}
+	if c.InPlace {
+		out.Note = inPlaceRestoreNote(c)
+	}
 	if kept, err := m.wt.ListKept(ctx, c.CommonDir, id); err == nil {
 		for name := range kept {
 			if strings.HasPrefix(name, worktree.KeptPrefix(id)) {
@@ -409,7 +417,9 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 	check := func(name, status, detail string) {
 		out = append(out, control.DoctorCheck{Conversation: c.ID, Check: name, Status: status, Detail: detail})
 	}
-	if c.Worktree != "" && c.AdminID != "" {
+	if c.InPlace {
+		out = append(out, checkInPlaceHost(c))
+	} else if c.Worktree != "" && c.AdminID != "" {
 		out = append(out, m.checkWorktreeHost(ctx, c, repair))
 	}
 	if c.GitLayout == store.GitLayoutView && c.Worktree != "" {
@@ -428,6 +438,9 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 		check("publish", "warn", "the container shares the repository's git dir (made before git views); it moves to its own view when its container next starts")
 	}
 	if c.Runtime != "local" && c.State == store.StateRunning && c.ContainerID != "" {
+		if c.InPlace {
+			out = append(out, m.checkInPlaceContainer(ctx, c))
+		}
 		if c.Worktree != "" {
 			var stdout, stderr bytes.Buffer
 			code, err := m.rt.Exec(ctx, c.ContainerID, []string{"git", "-C", c.Worktree, "status", "--short", "--branch"},

@@ -183,6 +183,9 @@ func (s *state) restoreCmd() *cli.Command {
 			for _, k := range res.Kept {
 				fmt.Fprintf(s.env.Stdout, "also kept from its git view: %s (git log %s)\n", k, k)
 			}
+			if res.Note != "" {
+				fmt.Fprintln(s.env.Stdout, res.Note)
+			}
 			return nil
 		},
 	}

@@ -1,0 +1,55 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// TestRemoteWorkspaceWithoutUpstream: issue 18 point 10, the SDK's
+// RemoteWorkspace against ohd with no upstream. /server_info answers
+// without a key from ohd itself and, once a conversation of the image
+// exists, names conversation_runtime_routes_v1; the scoped routes it then
+// steers the client to (terminal, git changes, file download) reach the
+// conversation's container. TestCanvasWholeSession covers the same with
+// an upstream.
+func TestRemoteWorkspaceWithoutUpstream(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	var info struct{ Capabilities []string }
+	if r := d.call("GET", "/server_info", nil, "X-Session-API-Key", ""); r.Status != http.StatusOK {
+		t.Fatalf("GET /server_info without a key = %d %s", r.Status, r.Body)
+	}
+	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
+	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}})
+	d.call("GET", "/server_info", nil, "X-Session-API-Key", "").json(t, &info)
+	if !slices.Contains(info.Capabilities, "conversation_runtime_routes_v1") {
+		t.Fatalf("/server_info capabilities = %v, want conversation_runtime_routes_v1 once a conversation of the image exists", info.Capabilities)
+	}
+	base := "/api/conversations/" + id
+	var out struct {
+		ExitCode *int `json:"exit_code"`
+		Stdout   *string
+	}
+	r := d.call("POST", base+"/bash/execute_bash_command", map[string]any{"command": "echo sdk > sdk.txt && pwd", "cwd": repo})
+	r.json(t, &out)
+	if r.Status != http.StatusOK || out.ExitCode == nil || *out.ExitCode != 0 || out.Stdout == nil || *out.Stdout != repo+"\n" {
+		t.Fatalf("scoped execute_bash_command = %d %s", r.Status, r.Body)
+	}
+	var changes []struct{ Status, Path string }
+	d.call("GET", base+"/git/changes?path="+repo, nil).json(t, &changes)
+	if len(changes) != 1 || changes[0].Path != "sdk.txt" || changes[0].Status != "ADDED" {
+		t.Errorf("scoped git/changes = %+v, want sdk.txt ADDED", changes)
+	}
+	if r := d.call("GET", base+"/file/download?path="+filepath.Join(repo, "sdk.txt"), nil); r.Status != http.StatusOK || string(r.Body) != "sdk\n" {
+		t.Errorf("scoped file/download = %d %q", r.Status, r.Body)
+	}
+	if b, err := os.ReadFile(filepath.Join(repo, "sdk.txt")); err != nil || strings.TrimSpace(string(b)) != "sdk" {
+		t.Errorf("the file on the host = %q, %v", b, err)
+	}
+}

@@ -1,0 +1,52 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// TestWorkspaceRootFlag: issue 18 point 2, the flag end to end. Without
+// an upstream, `ohd serve --workspace-root DIR` is the only root: a
+// create through the conversation API whose working_dir is missing below
+// DIR gets the folder made (owned by DIR's owner) and starts without a
+// worktree; one outside is a 400 naming the flag and makes nothing.
+func TestWorkspaceRootFlag(t *testing.T) {
+	testenv.RequireRoot(t)
+	root := testenv.TempDir(t)
+	if err := os.Chown(root, attackOwner, attackOwner); err != nil {
+		t.Fatal(err)
+	}
+	d := dockerDaemon(t, "--workspace-root", root)
+	dir := filepath.Join(root, "workspace", "project", "f00d")
+	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": dir}, "worktree": true})
+	for _, p := range []string{filepath.Join(root, "workspace"), dir} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || st.Uid != attackOwner || st.Gid != attackOwner {
+			t.Errorf("%s: %v uid %d gid %d, want a directory of %d (the root's owner)", p, err, st.Uid, st.Gid, attackOwner)
+		}
+	}
+	if c := d.record(id); c.WorkingDir != dir || c.Worktree != "" || c.State != store.StateRunning {
+		t.Errorf("the conversation in the new folder = %+v", c)
+	}
+	if code, out := d.execIn(id, "sh", "-c", "echo hi > "+filepath.Join(dir, "hi.txt")); code != 0 {
+		t.Errorf("writing the new folder inside: %d %s", code, out)
+	}
+	outside := filepath.Join(testenv.TempDir(t), "not", "allowed")
+	r := d.call("POST", "/api/conversations", map[string]any{"workspace": map[string]any{"working_dir": outside}, "worktree": true})
+	if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "--workspace-root") {
+		t.Errorf("create outside the root = %d %s, want 400 naming --workspace-root", r.Status, r.Body)
+	}
+	if _, err := os.Stat(filepath.Dir(outside)); !os.IsNotExist(err) {
+		t.Errorf("a refused create made %s (%v)", filepath.Dir(outside), err)
+	}
+	if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != http.StatusOK {
+		t.Errorf("delete = %d %s", r.Status, r.Body)
+	}
+}
