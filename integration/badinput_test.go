@@ -171,6 +171,9 @@ type badCase struct {
 	// want is a piece of the message (case-insensitive): the offending
 	// field or value, or what to do.
 	want string
+	// hint, if set, must be in the X-Ohd-Hint header (where the body is
+	// the agent server's own, which says little).
+	hint string
 }
 
 // TestBadInputChangesNothing sends malformed requests to the control API,
@@ -350,7 +353,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "search: limit not a number", api: "conversation", method: "GET", path: "/api/conversations/search?limit=ten", want: "limit"},
 		{name: "search: unknown sort order", api: "conversation", method: "GET", path: "/api/conversations/search?sort_order=SIDEWAYS", want: "sort_order"},
 		{name: "delete: id not a UUID", api: "conversation", method: "DELETE", path: "/api/conversations/x", want: "conversation_id"},
-		{name: "delete: unknown id", api: "conversation", method: "DELETE", path: "/api/conversations/" + unknown, want: "not found"},
+		// The agent server's exact body (ref §8); X-Ohd-Hint names the id.
+		{name: "delete: unknown id", api: "conversation", method: "DELETE", path: "/api/conversations/" + unknown, want: "bad request", hint: unknown},
 		{name: "forward: unknown conversation", api: "conversation", method: "GET", path: "/api/conversations/" + unknown + "/echo/x", want: "not found"},
 		{name: "forward: X-Expose-Secrets", api: "conversation", method: "GET", path: "/api/conversations/" + id0 + "/echo/x", header: []string{"X-Expose-Secrets", "true"}, want: "X-Expose-Secrets"},
 		{name: "forward: body over the limit", api: "conversation", method: "POST", path: "/api/conversations/" + id0 + "/big", body: bytes.Repeat([]byte("x"), 17<<20), want: "large"},
@@ -411,6 +415,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Errorf("%s: %s %s = %d with no error message: %s", name, tc.method, clip(tc.path), r.Status, clip(string(r.Body)))
 		} else if !strings.Contains(strings.ToLower(msg), strings.ToLower(tc.want)) {
 			t.Errorf("%s: message %q does not mention %q", name, clip(msg), tc.want)
+		}
+		if tc.hint != "" && !strings.Contains(r.Header.Get("X-Ohd-Hint"), tc.hint) {
+			t.Errorf("%s: X-Ohd-Hint %q does not mention %q", name, r.Header.Get("X-Ohd-Hint"), tc.hint)
 		}
 		if len(msg) > 4096 {
 			t.Errorf("%s: message is %d bytes long: an error should say what is wrong, not repeat the input", name, len(msg))

@@ -394,8 +394,20 @@ func TestCrashRandomKills(t *testing.T) {
 		procs := gitProcessesUnder(append(append([]string{}, repos...), dirs.Worktrees)...)
 		check("kill "+strconv.Itoa(k), len(procs) == 0, "git children outlived ohd: %v", procs)
 		d.start() // reconcile
+		// Interrupted removals are finished in the background once ohd
+		// listens (never before it): wait for them, then check.
 		var all []store.Conversation
-		d.ohctlJSON(&all, "ls", "--all")
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+			all = nil
+			d.ohctlJSON(&all, "ls", "--all")
+			pending := false
+			for _, c := range all {
+				pending = pending || (c.Removal != nil && !c.Removal.Done)
+			}
+			if !pending || time.Now().After(deadline) {
+				break
+			}
+		}
 		for _, c := range all {
 			check("kill "+strconv.Itoa(k), c.State != store.StateProvisioning, "record %s stuck in provisioning", c.ID)
 			check("kill "+strconv.Itoa(k), c.Removal == nil || c.Removal.Done, "removal of %s not finished; ohd said:\n%s", c.ID, linesAbout(d.logs.String(), c.ID, 12))

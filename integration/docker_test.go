@@ -189,10 +189,16 @@ func TestDockerContainerSettings(t *testing.T) {
 		"/run/ohd":                          {"", false},
 		"/run/ohd/bin/ohctl":                {"", false},
 	}
-	// The inner server's state on the host, at its own paths (DESIGN §6).
+	// The host's branches, read-only, as the view's remote "host" (DESIGN
+	// §3: live both ways).
+	hostView := filepath.Join(filepath.Dir(c.GitView), "host")
+	wantMounts[hostView] = want{hostView, false}
+	// The inner server's state on the host, at its own paths (DESIGN §6):
+	// every relative default path of the real server.
 	inner := openhands.DirsOf(filepath.Join(d.dirs.State, "inner"), c.ID)
-	wantMounts[inner.Persistence] = want{inner.Persistence, true}
-	wantMounts[inner.Conversations] = want{inner.Conversations, true}
+	for _, dir := range inner.Mounted() {
+		wantMounts[dir] = want{dir, true}
+	}
 	seen := map[string]bool{}
 	for _, m := range get(info, "Mounts").([]any) {
 		src, dst, rw := get(m, "Source").(string), get(m, "Destination").(string), get(m, "RW").(bool)

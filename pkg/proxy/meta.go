@@ -491,7 +491,9 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, ok := s.visible(id); !ok {
 		// The agent server answers an unknown id 400 with FastAPI's
-		// default detail (conversation_router.py L270-281; ref §8).
+		// default detail (conversation_router.py L270-281; ref §8); the
+		// hint says what was wrong.
+		w.Header().Set("X-Ohd-Hint", "no conversation "+id+": ohctl ls --all lists the conversations")
 		writeJSON(w, http.StatusBadRequest, errorBody{Detail: "Bad Request"})
 		return
 	}

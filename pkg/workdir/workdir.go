@@ -62,7 +62,11 @@ func Make(path string, roots []string) (*Made, error) {
 	}
 	root := Inside(path, roots)
 	if root == "" {
-		return nil, fmt.Errorf("make working directory %s: %w (%s): ohd creates a missing working_dir only under the upstream's home or a directory given with ohd serve --workspace-root DIR; create the directory first, or add a root", path, ErrOutsideRoots, strings.Join(roots, ", "))
+		allowed := "none"
+		if len(roots) > 0 {
+			allowed = strings.Join(roots, ", ")
+		}
+		return nil, fmt.Errorf("working_dir %s does not exist, and it is %w (%s): ohd creates a missing working_dir only under the upstream's home or a directory given with ohd serve --workspace-root DIR; create the directory first, or add a root", path, ErrOutsideRoots, allowed)
 	}
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -243,7 +243,10 @@ func (m *Manager) SaveView(ctx context.Context, wt Worktree, sb Sandbox, publish
 		}
 		return res, fmt.Errorf("worktree save view: %w", err)
 	}
-	if !wt.InPlace && !ownsAdmin(wt) {
+	// Saving reads only the view (its own admin dir) and writes the host's
+	// objects and refs: a host registration that is gone (deleted by
+	// hand) does not stop it, one that is another worktree's does.
+	if _, err := os.Lstat(wt.AdminDir); !wt.InPlace && !errors.Is(err, fs.ErrNotExist) && !ownsAdmin(wt) {
 		return res, fmt.Errorf("worktree save view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	if err := m.saveView(ctx, wt, RemoveOptions{Sandbox: sb, Published: published}, &res); err != nil {
