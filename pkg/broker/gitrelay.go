@@ -265,40 +265,12 @@ func (c *conversation) stream(w http.ResponseWriter, r *http.Request, rec *Audit
 	h.Set("Cache-Control", "no-store")
 	rec.Allowed, rec.Status = true, resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
-	rc := http.NewResponseController(w)
 	red := newRedactor(masked...)
 	red.buf = make([]byte, len(red.buf)-redactBufSize+GitStreamBuffer)
-	for {
-		space := red.space()
-		n, rerr := resp.Body.Read(space)
-		if n > 0 {
-			if chunk := red.advance(n); len(chunk) > 0 {
-				if _, werr := w.Write(chunk); werr != nil {
-					rec.Reason = "client_gone"
-					break
-				}
-				// A read that filled the buffer has more behind it: flush
-				// when the host pauses (a short read), as for progress
-				// lines, not after every read of a pack.
-				if n < len(space) {
-					_ = rc.Flush()
-				}
-			}
-		}
-		if rerr != nil {
-			if tail := red.flush(); len(tail) > 0 {
-				_, _ = w.Write(tail)
-			}
-			switch {
-			case rerr == io.EOF:
-			case r.Context().Err() != nil:
-				rec.Reason = "client_gone"
-			default:
-				rec.Reason = "upstream_interrupted"
-			}
-			break
-		}
-	}
+	// A read that fills the buffer has more behind it: flush when the host
+	// pauses (a short read), as for progress lines, not after every read
+	// of a pack.
+	streamRedacted(w, r, rec, resp.Body, red, true)
 	c.b.opts.Backend.Audit(*rec)
 }
 

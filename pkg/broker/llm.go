@@ -144,35 +144,7 @@ func (c *conversation) forward(w http.ResponseWriter, r *http.Request, rec *Audi
 	rec.Allowed, rec.Status = true, resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
 
-	rc := http.NewResponseController(w)
-	red := newRedactor(f.masked...)
-	for {
-		n, rerr := resp.Body.Read(red.space())
-		if n > 0 {
-			if chunk := red.advance(n); len(chunk) > 0 {
-				if _, werr := w.Write(chunk); werr != nil {
-					rec.Reason = "client_gone"
-					break
-				}
-				_ = rc.Flush()
-			}
-		}
-		if rerr != nil {
-			if tail := red.flush(); len(tail) > 0 {
-				_, _ = w.Write(tail)
-			}
-			switch {
-			case rerr == io.EOF:
-			case r.Context().Err() != nil:
-				// The client left: its leaving cancelled the provider's
-				// request too, which is no fault of the provider's.
-				rec.Reason = "client_gone"
-			default:
-				rec.Reason = "upstream_interrupted"
-			}
-			break
-		}
-	}
+	streamRedacted(w, r, rec, resp.Body, newRedactor(f.masked...), false)
 	for k, vv := range resp.Trailer {
 		for _, v := range vv {
 			h.Add(redactStrings(k, f.masked), redactStrings(v, f.masked))

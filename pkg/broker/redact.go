@@ -2,6 +2,8 @@ package broker
 
 import (
 	"bytes"
+	"io"
+	"net/http"
 	"strings"
 )
 
@@ -110,4 +112,42 @@ func redactStrings(s string, keys [][]byte) string {
 		s = redactString(s, k)
 	}
 	return s
+}
+
+// streamRedacted copies an upstream's answer body to w through red, so
+// no masked value reaches the client even split across reads. It flushes
+// after every read, or with flushOnPause only after a read that did not
+// fill the buffer (bulk data: a pack). rec.Reason says how a stream that
+// did not end cleanly ended: client_gone (the client left, which also
+// cancels the upstream's request) or upstream_interrupted.
+func streamRedacted(w http.ResponseWriter, r *http.Request, rec *AuditRecord, body io.Reader, red *redactor, flushOnPause bool) {
+	rc := http.NewResponseController(w)
+	for {
+		space := red.space()
+		n, rerr := body.Read(space)
+		if n > 0 {
+			if chunk := red.advance(n); len(chunk) > 0 {
+				if _, werr := w.Write(chunk); werr != nil {
+					rec.Reason = "client_gone"
+					return
+				}
+				if !flushOnPause || n < len(space) {
+					_ = rc.Flush()
+				}
+			}
+		}
+		if rerr != nil {
+			if tail := red.flush(); len(tail) > 0 {
+				_, _ = w.Write(tail)
+			}
+			switch {
+			case rerr == io.EOF:
+			case r.Context().Err() != nil:
+				rec.Reason = "client_gone"
+			default:
+				rec.Reason = "upstream_interrupted"
+			}
+			return
+		}
+	}
 }
