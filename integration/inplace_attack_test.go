@@ -195,7 +195,8 @@ func (a *inPlace) check(stage string) {
 	}
 	var refs []string
 	for _, r := range hostRefs(t, a.repo) {
-		if !strings.HasSuffix(r, " refs/heads/openhands/"+a.conv.ID) && !strings.Contains(r, " refs/ohd/kept/"+a.conv.ID+"/") {
+		if !strings.HasSuffix(r, " refs/heads/openhands/"+a.conv.ID) && !strings.Contains(r, " refs/ohd/kept/"+a.conv.ID+"/") &&
+			!strings.Contains(r, " refs/ohd/live/"+a.conv.ID+"/") {
 			refs = append(refs, r)
 		}
 	}
@@ -225,7 +226,8 @@ func (a *inPlace) packedLines() string {
 	b, _ := os.ReadFile(filepath.Join(a.gitDir, "packed-refs"))
 	var keep []string
 	for _, l := range strings.Split(string(b), "\n") {
-		if !strings.HasSuffix(l, " refs/heads/openhands/"+a.conv.ID) && !strings.Contains(l, " refs/ohd/kept/"+a.conv.ID+"/") {
+		if !strings.HasSuffix(l, " refs/heads/openhands/"+a.conv.ID) && !strings.Contains(l, " refs/ohd/kept/"+a.conv.ID+"/") &&
+			!strings.Contains(l, " refs/ohd/live/"+a.conv.ID+"/") {
 			keep = append(keep, l)
 		}
 	}

@@ -319,6 +319,9 @@ func TestInPlaceCrash(t *testing.T) {
 				t.Errorf("%s: rm succeeded through a crash", point)
 			}
 		})
+		// ohd finishes an interrupted removal in the background once it
+		// listens.
+		waitForState(t, d, c.ID, store.StateDeleted, 2*time.Minute)
 		checkInvariants(t, d, repo)
 		after := d.record(c.ID)
 		if after.State != store.StateDeleted || after.Removal == nil || !after.Removal.Done {

@@ -135,9 +135,13 @@ func (e *saveError) Unwrap() error { return e.err }
 // work out. The returned error (ErrConflict) says the same.
 func (m *Manager) removalFailed(conv store.Conversation, se *saveError) (store.Conversation, error) {
 	why := fmt.Sprintf("removal failed: %v; nothing was removed and the conversation runs on: fix the cause and run `ohctl rm %s` again", se.err, conv.ID)
-	if conv.Worktree != "" {
+	switch {
+	case conv.Worktree != "":
 		why += fmt.Sprintf(", or get the work out first (copy the files of %s; its published commits are on branch %s of %s) and then remove it with `ohctl rm --discard %s`",
 			conv.Worktree, conv.Branch, conv.Repo, conv.ID)
+	case conv.InPlace:
+		why += fmt.Sprintf(", or keep its published commits (`git -C %s branch <name> %s`) and then remove it with `ohctl rm --discard %s`: the files of %s stay as they are",
+			conv.Repo, conv.Branch, conv.ID, conv.Workspace)
 	}
 	c, err := m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
 		c.Removal = nil
