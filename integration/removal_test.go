@@ -170,7 +170,7 @@ func TestRemovalThatCannotSaveChangesNothing(t *testing.T) {
 		}
 		msg := out + err.Error()
 		for _, want := range []string{"removal failed:", wantWhy, "nothing was removed", "--discard"} {
-			if !strings.Contains(msg, want) {
+			if !strings.Contains(strings.ToLower(msg), strings.ToLower(want)) {
 				t.Errorf("rm's error lacks %q:\n%s", want, msg)
 			}
 		}
@@ -191,7 +191,7 @@ func TestRemovalThatCannotSaveChangesNothing(t *testing.T) {
 			t.Errorf("the conversation API after the failed removal: %d %s", r.Status, r.Body)
 		}
 		for _, cmd := range [][]string{{"ls"}, {"show", c.ID}} {
-			if out := d.ohctl(cmd...); !strings.Contains(out, "removal failed: ") || !strings.Contains(out, wantWhy) {
+			if out := d.ohctl(cmd...); !strings.Contains(out, "removal failed: ") || !strings.Contains(strings.ToLower(out), strings.ToLower(wantWhy)) {
 				t.Errorf("ohctl %s does not say why the removal failed:\n%s", cmd[0], out)
 			}
 		}
@@ -241,7 +241,7 @@ func TestRemovalThatCannotSaveChangesNothing(t *testing.T) {
 			}
 		}
 		fill.Close()
-		check(t, c, "No space left on device")
+		check(t, c, "no space left on device") // git's or ohd's own write into the quarantine
 		// Room again: the same removal now saves everything.
 		if err := os.Remove(filepath.Join(mnt, "fill")); err != nil {
 			t.Fatal(err)
