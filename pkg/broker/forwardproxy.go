@@ -274,6 +274,7 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 	var tunnel net.Conn
 	var tunnelTo string
 	var tbr *bufio.Reader
+	var tbw *bufio.Writer // requests to the tunnel (Request.Write would make one each time)
 	// Answers are written through bw and flushed once each: Response.Write
 	// writes the status line and every header field apart, which unbuffered
 	// is a system call (and a segment the client wakes for) each.
@@ -318,11 +319,20 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 				return
 			}
 			tunnelTo, tbr = h.authority, bufio.NewReaderSize(tunnel, 32<<10)
+			if tbw == nil {
+				tbw = bufio.NewWriterSize(tunnel, 4<<10)
+			} else {
+				tbw.Reset(tunnel)
+			}
 		}
 		for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
 			req.Header.Del(k)
 		}
-		if err := req.Write(tunnel); err != nil {
+		werr := req.Write(tbw)
+		if werr == nil {
+			werr = tbw.Flush()
+		}
+		if werr != nil {
 			writeProxyError(conn, http.StatusBadGateway, "sending the request to "+h.authority+" failed")
 			return
 		}
