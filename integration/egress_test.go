@@ -1,9 +1,16 @@
 package integration
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -28,7 +35,7 @@ import (
 // metadata address, ungranted hosts, names pointed at those addresses —
 // by raw TCP, UDP, DNS, and through the relay's forward proxy with
 // smuggled requests; every attempt fails, the broker's attempts are
-// audited, and granted destinations work (git, TLS).
+// audited, and granted destinations work (git, curl, TLS).
 
 // egressEnv is a broker-mode ohd whose own /etc/hosts maps names of the
 // test's choosing, a conversation, and the network attack tool inside its
@@ -566,4 +573,107 @@ func TestEgressModeShown(t *testing.T) {
 	if c.Egress != store.EgressOpen || c.HostPort == 0 {
 		t.Errorf("--egress open conversation = egress %q port %d", c.Egress, c.HostPort)
 	}
+}
+
+// TestEgressGrantedCurl runs curl inside the container, with nothing but
+// the environment ohd sets (HTTP_PROXY, HTTPS_PROXY and lower case): a
+// granted HTTPS destination (CONNECT) and a granted plain-HTTP one
+// (absolute form) answer, an ungranted one gets the proxy's 403 with the
+// line naming the grant command, and each connection is audited.
+func TestEgressGrantedCurl(t *testing.T) {
+	e := newEgressEnv(t)
+	// Destinations on a host address (the bridge gateway): reached only
+	// through a grant of that exact IP:port.
+	cert, caPEM := selfSignedTLS(t, e.gw)
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "curl https through the broker") }))
+	tlsLn, err := net.Listen("tcp", e.gw+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsSrv.Listener = tlsLn
+	tlsSrv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	var plainHits atomic.Int32
+	plain := func(body string) string {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			plainHits.Add(1)
+			fmt.Fprint(w, body)
+		}))
+		ln, err := net.Listen("tcp", e.gw+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Listener = ln
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return ln.Addr().String()
+	}
+	httpAddr := plain("curl http through the broker")
+	ungranted := plain("must not be reached")
+	ca := filepath.Join(testenv.TempDir(t), "ca.pem")
+	if err := os.WriteFile(ca, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "docker", "cp", ca, e.d.record(e.id).ContainerID+":/tmp/curl-ca.pem")
+	curl := func(args ...string) (int, string) {
+		return e.d.execIn(e.id, append([]string{"curl", "-sS", "--max-time", "30"}, args...)...)
+	}
+	tlsURL := "https://" + tlsLn.Addr().String() + "/"
+	if code, out := curl("--cacert", "/tmp/curl-ca.pem", tlsURL); code == 0 {
+		t.Fatalf("curl of an ungranted HTTPS destination succeeded: %s", out)
+	} else if !strings.Contains(out, "403") {
+		t.Errorf("curl of an ungranted HTTPS destination = %d %q, want the proxy's 403", code, out)
+	}
+	e.d.ohctl("grant", e.id, "net", tlsLn.Addr().String())
+	e.d.ohctl("grant", e.id, "net", httpAddr)
+	if code, out := curl("--cacert", "/tmp/curl-ca.pem", tlsURL); code != 0 || out != "curl https through the broker" {
+		t.Errorf("curl of a granted HTTPS destination = %d %q", code, out)
+	}
+	if code, out := curl("--fail-with-body", "http://"+httpAddr+"/"); code != 0 || out != "curl http through the broker" {
+		t.Errorf("curl of a granted plain-HTTP destination = %d %q", code, out)
+	}
+	// curl prints the proxy's answer (--fail-with-body) and its status.
+	code, out := curl("--fail-with-body", "http://"+ungranted+"/")
+	want := "ohd egress proxy: egress to " + ungranted + " is not granted to this conversation: on the host, run ohctl grant ID net " + ungranted + "\n"
+	if code == 0 || !strings.Contains(out, want) || !strings.Contains(out, "403") {
+		t.Errorf("curl of an ungranted plain-HTTP destination = %d %q, want the 403 and the line %q", code, out, want)
+	}
+	if plainHits.Load() != 1 {
+		t.Errorf("the plain-HTTP servers saw %d requests, want 1 (the granted one)", plainHits.Load())
+	}
+	e.wantAudited(e.id, tlsLn.Addr().String(), "not_granted")
+	e.wantAudited(e.id, ungranted, "not_granted")
+	for _, addr := range []string{tlsLn.Addr().String(), httpAddr} {
+		var found bool
+		for _, r := range e.egressAudit(e.id) {
+			if r.Allowed && r.Name == addr && r.Addr == addr && r.BytesIn > 0 && r.BytesOut > 0 {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no allowed egress record with bytes both ways for %s: %+v", addr, e.egressAudit(e.id))
+		}
+	}
+}
+
+// selfSignedTLS is a certificate for ip, signed by itself, and its PEM
+// (the CA curl is given).
+func selfSignedTLS(t *testing.T, ip string) (tls.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "ohd egress test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP(ip)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

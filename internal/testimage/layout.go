@@ -201,10 +201,15 @@ var templateDirs = []string{"/usr/share/git-core/templates"}
 // them (coreutils' stty and tty).
 var terminalTools = []string{"stty", "tty"}
 
+// clientTools are host programs copied into the image when the host has
+// them: curl, the HTTP client the egress tests drive through the relay's
+// forward proxy (.ci/run installs it).
+var clientTools = []string{"curl"}
+
 // hostLayout assembles the image's root filesystem apart from the Go
 // binaries: a skeleton, passwd and group, the host's git (binary, helper
 // programs that are git itself or shell scripts, templates), /bin/sh,
-// stty and tty, and every shared library those need, each at its host
+// stty, tty and curl, and every shared library those need, each at its host
 // path.
 func hostLayout(ctx context.Context) (*layout, error) {
 	l := newLayout()
@@ -277,8 +282,9 @@ func hostLayout(ctx context.Context) (*layout, error) {
 		progs = append(progs, p)
 	}
 	// stty and tty let tests see, from inside, the terminal ohctl exec -t
-	// gives a command; the image does without them where the host has none.
-	for _, name := range terminalTools {
+	// gives a command; curl is the egress tests' HTTP client. The image
+	// does without them where the host has none.
+	for _, name := range slices.Concat(terminalTools, clientTools) {
 		p, err := exec.LookPath(name)
 		if err != nil {
 			continue

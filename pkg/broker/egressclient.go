@@ -64,6 +64,25 @@ type bufferedConn struct {
 
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
+// WriteTo copies the buffered bytes, then the connection itself, to w:
+// io.Copy from a bufferedConn to a *net.TCPConn lets the kernel splice.
+func (b *bufferedConn) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	if k := b.r.Buffered(); k > 0 {
+		m, err := io.CopyN(w, b.r, int64(k))
+		if n += m; err != nil {
+			return n, err
+		}
+	}
+	m, err := io.Copy(w, b.Conn)
+	return n + m, err
+}
+
+// raw is the connection beneath b when b holds no buffered byte.
+func (b *bufferedConn) raw() (net.Conn, bool) {
+	return b.Conn, b.r.Buffered() == 0
+}
+
 // CloseWrite half-closes the connection to the broker, which passes it
 // on to the destination.
 func (b *bufferedConn) CloseWrite() error {

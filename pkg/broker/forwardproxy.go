@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -273,6 +274,11 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 	var tunnel net.Conn
 	var tunnelTo string
 	var tbr *bufio.Reader
+	var tbw *bufio.Writer // requests to the tunnel (Request.Write would make one each time)
+	// Answers are written through bw and flushed once each: Response.Write
+	// writes the status line and every header field apart, which unbuffered
+	// is a system call (and a segment the client wakes for) each.
+	var bw *bufio.Writer
 	defer func() {
 		if tunnel != nil {
 			_ = tunnel.Close()
@@ -313,11 +319,20 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 				return
 			}
 			tunnelTo, tbr = h.authority, bufio.NewReaderSize(tunnel, 32<<10)
+			if tbw == nil {
+				tbw = bufio.NewWriterSize(tunnel, 4<<10)
+			} else {
+				tbw.Reset(tunnel)
+			}
 		}
 		for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
 			req.Header.Del(k)
 		}
-		if err := req.Write(tunnel); err != nil {
+		werr := req.Write(tbw)
+		if werr == nil {
+			werr = tbw.Flush()
+		}
+		if werr != nil {
 			writeProxyError(conn, http.StatusBadGateway, "sending the request to "+h.authority+" failed")
 			return
 		}
@@ -326,18 +341,78 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 			writeProxyError(conn, http.StatusBadGateway, "no answer from "+h.authority)
 			return
 		}
+		if bw == nil {
+			bw = bufio.NewWriterSize(conn, 16<<10)
+		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// A WebSocket or other upgrade: from now on a stream.
-			_ = resp.Write(conn)
-			pipe(conn, br, tunnel, tbr)
+			if resp.Write(bw) == nil && bw.Flush() == nil {
+				pipe(conn, br, tunnel, tbr)
+			}
 			return
 		}
-		werr := resp.Write(conn)
-		_ = resp.Body.Close()
-		if werr != nil || req.Close || resp.Close {
+		if err := writeResponse(bw, conn, req, resp, tunnel, tbr); err != nil || req.Close || resp.Close {
 			return
 		}
 	}
+}
+
+// spliceBody is the body length from which writeResponse copies a body
+// from the broker's connection itself rather than through the buffers.
+const spliceBody = 64 << 10
+
+// writeResponse writes resp, the destination's answer to req read through
+// tbr from tunnel, to the client conn through bw. A body of known length
+// (HTTP/1.1, Content-Length, no trailer) of spliceBody or more goes from
+// the broker's connection to conn by io.Copy once tbr's buffered part is
+// out, which the kernel splices; anything else is written by
+// Response.Write.
+func writeResponse(bw *bufio.Writer, conn net.Conn, req *http.Request, resp *http.Response, tunnel net.Conn, tbr *bufio.Reader) error {
+	var raw net.Conn
+	if bc, ok := tunnel.(*bufferedConn); ok && req.Method != http.MethodHead && resp.ContentLength >= spliceBody &&
+		len(resp.TransferEncoding) == 0 && len(resp.Trailer) == 0 && resp.ProtoMajor == 1 && resp.ProtoMinor == 1 {
+		raw, ok = bc.raw()
+		if !ok {
+			raw = nil
+		}
+	}
+	if raw == nil {
+		err := resp.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		_ = resp.Body.Close()
+		return err
+	}
+	// The head as Response.Write writes it.
+	text := strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)+" ")
+	if text == "" {
+		text = http.StatusText(resp.StatusCode)
+	}
+	_, _ = bw.WriteString("HTTP/1.1 " + fmt.Sprintf("%03d", resp.StatusCode) + " " + text + "\r\n")
+	if err := resp.Header.WriteSubset(bw, map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Trailer": true}); err != nil {
+		return err
+	}
+	_, _ = bw.WriteString("Content-Length: " + strconv.FormatInt(resp.ContentLength, 10) + "\r\n")
+	if resp.Close && !headerHasToken(resp.Header, "Connection", "close") {
+		_, _ = bw.WriteString("Connection: close\r\n")
+	}
+	_, _ = bw.WriteString("\r\n")
+	// The body: what tbr holds, then the rest from the connection. The
+	// body is not closed: it would read on past what was copied here.
+	held := min(int64(tbr.Buffered()), resp.ContentLength)
+	if _, err := io.CopyN(bw, tbr, held); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	rest := resp.ContentLength - held
+	n, err := io.Copy(conn, io.LimitReader(raw, rest))
+	if err == nil && n < rest {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 func (fp *forwardProxy) connect(conn net.Conn, br *bufio.Reader, h proxyHead) {

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +157,72 @@ func TestForwardProxyLeavesRelay(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("origin-form request to the relay = %d, want the relay's 404", resp.StatusCode)
+	}
+}
+
+// TestForwardProxyLargeBodies: bodies large enough to be spliced (and a
+// small one, a HEAD and a chunked one between them) arrive whole and in
+// order on one kept-alive connection, absolute-form and through CONNECT.
+func TestForwardProxyLargeBodies(t *testing.T) {
+	e := newEnv(t)
+	big := make([]byte, 3<<20+12345)
+	for i := range big {
+		big[i] = byte(i * 7 / 3)
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			w.Header().Set("Content-Length", fmt.Sprint(len(big)))
+			_, _ = w.Write(big)
+		case "/chunked":
+			_, _ = w.Write(big[:100])
+			w.(http.Flusher).Flush()
+			_, _ = w.Write(big[100 : 200<<10])
+		default:
+			fmt.Fprint(w, "small")
+		}
+	})
+	plain := httptest.NewUnstartedServer(h)
+	var conns atomic.Int32
+	plain.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	plain.Start()
+	defer plain.Close()
+	tlsSrv := httptest.NewTLSServer(h)
+	defer tlsSrv.Close()
+	addr := proxyEnv(t, e, "fp-big", plain.Listener.Addr().String(), tlsSrv.Listener.Addr().String())
+	pu, _ := url.Parse("http://" + addr)
+	tr := tlsSrv.Client().Transport.(*http.Transport).Clone()
+	tr.Proxy = http.ProxyURL(pu)
+	hc := &http.Client{Transport: tr}
+	defer tr.CloseIdleConnections()
+	for _, base := range []string{plain.URL, tlsSrv.URL} {
+		for _, tc := range []struct {
+			method, path string
+			want         []byte
+		}{
+			{"GET", "/big", big}, {"GET", "/small", []byte("small")}, {"HEAD", "/big", nil},
+			{"GET", "/chunked", big[:200<<10]}, {"GET", "/big", big}, {"GET", "/small", []byte("small")},
+		} {
+			req, _ := http.NewRequest(tc.method, base+tc.path, nil)
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s through the proxy: %v", tc.method, base+tc.path, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || !bytes.Equal(b, tc.want) {
+				t.Fatalf("%s %s = %d, %d bytes (%v), want %d bytes", tc.method, base+tc.path, resp.StatusCode, len(b), err, len(tc.want))
+			}
+			if tc.method == "HEAD" && resp.ContentLength != int64(len(big)) {
+				t.Errorf("HEAD %s Content-Length = %d", base+tc.path, resp.ContentLength)
+			}
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("the origin saw %d connections for the absolute-form requests, want 1 (kept alive)", n)
 	}
 }
