@@ -112,10 +112,15 @@ func (m *Manager) copyInnerOut(ctx context.Context, c store.Conversation) (strin
 			err = os.Lchown(sub, uid, gid)
 		}
 		var res safetar.Result
+		// The limits hold for the three directories together.
+		leftBytes := safetar.DefaultMaxBytes - total.Bytes
+		leftEntries := safetar.DefaultMaxEntries - total.Files - total.Dirs - total.SkippedCount
+		if err == nil && (leftBytes <= 0 || leftEntries <= 0) {
+			err = fmt.Errorf("%w: more than %d bytes or %d entries in all", safetar.ErrRefused, int64(safetar.DefaultMaxBytes), safetar.DefaultMaxEntries)
+		}
 		if err == nil {
 			res, err = safetar.Extract(rc, sub, safetar.Options{
-				Prefix: path.Base(src), UID: uid, GID: gid,
-				MaxBytes: safetar.DefaultMaxBytes - total.Bytes, MaxEntries: safetar.DefaultMaxEntries - total.Files - total.Dirs - total.SkippedCount,
+				Prefix: path.Base(src), UID: uid, GID: gid, MaxBytes: leftBytes, MaxEntries: leftEntries,
 			})
 		}
 		rc.Close()
