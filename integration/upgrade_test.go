@@ -131,6 +131,21 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if ents, _ := os.ReadDir(victim); len(ents) != 0 {
 		t.Errorf("the planted link's target got %v", ents)
 	}
+
+	// The upgraded conversation works on and is removed as any other:
+	// the agent's work is kept, its inner state goes.
+	if code, out := d.innerExec(id, "sh", "-c", "echo upgraded > "+rec.Worktree+"/after-upgrade.txt"); code != 0 {
+		t.Fatalf("exec in the upgraded container: %d %s", code, out)
+	}
+	if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 {
+		t.Fatalf("DELETE after the upgrade = %d %s", r.Status, r.Body)
+	}
+	if got := testenv.Git(t, repo, "-c", "safe.directory=*", "show", "refs/ohd/snapshots/"+id+":after-upgrade.txt"); got != "upgraded" {
+		t.Errorf("snapshot after-upgrade.txt = %q, want the work of the upgraded conversation", got)
+	}
+	if _, err := os.Stat(inner.Root); err == nil {
+		t.Errorf("%s is still there after the removal", inner.Root)
+	}
 }
 
 // buildPreviousRelease builds the previous release's ohd (with its ohctl
