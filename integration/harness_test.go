@@ -105,6 +105,9 @@ type daemonOptions struct {
 	// Failpoints builds with -tags ohd_failpoints; OHD_FAILPOINTS comes
 	// from Env.
 	Failpoints bool
+	// Bin runs this ohd binary instead of the one built from the sources
+	// (another release's: TestUpgradeFromPreviousRelease).
+	Bin string
 	// Dirs reuses the state and runtime directories of an earlier daemon
 	// (a restart).
 	Dirs *daemonDirs
@@ -188,6 +191,9 @@ func (d *daemon) start() {
 	bin := built.ohd
 	if d.opts.Failpoints {
 		bin = built.ohdFail
+	}
+	if d.opts.Bin != "" {
+		bin = d.opts.Bin
 	}
 	args := []string{"serve",
 		"--state-dir", d.dirs.State, "--runtime-dir", d.dirs.Run, "--worktree-root", d.dirs.Worktrees,

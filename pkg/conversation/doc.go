@@ -106,6 +106,15 @@
 // the conversation API while no container runs. Remove deletes it with
 // the conversation.
 //
+// A conversation of the previous release (store: InnerInContainer) kept
+// that state in its container's writable layer, under the image's
+// WORKDIR/workspace. When its container is next started (upgrade.go),
+// ohd stops it, copies the state out through the Engine API's archive
+// endpoint into the host directories (package safetar: the archive is
+// the agent's; files and directories only, bounded, nothing outside),
+// removes it and makes a container of this release's contract, with the
+// image ohd is configured with; a copy that fails changes nothing.
+//
 // # Running, idle and stopped
 //
 // A conversation is running when its container is up and ready, stopped

@@ -248,6 +248,13 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	if _, err := m.openBroker(ctx, c); err != nil {
 		return c, fmt.Errorf("start conversation %s: broker: %w", id, err)
 	}
+	if c.InnerInContainer {
+		// Made by the previous release: its inner state is in its
+		// container, which must not go before the state is out.
+		if c, err = m.upgradeInner(ctx, c); err != nil {
+			return c, fmt.Errorf("start conversation %s: %w", id, err)
+		}
+	}
 	if c.GitLayout == store.GitLayoutShared && c.Worktree != "" {
 		// Its old container mounts the repository's git dir: it goes, and
 		// the new one gets the conversation's own view.
@@ -286,6 +293,7 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 		c.State = store.StateRunning
 		c.ContainerID, c.ContainerName, c.HostPort = inst.ContainerID, inst.Name, inst.HostPort
 		c.LastActiveAt = time.Now().UTC()
+		c.InnerInContainer = false
 		return nil
 	})
 	if err == nil {

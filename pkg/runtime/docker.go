@@ -38,6 +38,7 @@ type engine interface {
 	ContainerPause(ctx context.Context, id string, opts client.ContainerPauseOptions) (client.ContainerPauseResult, error)
 	ContainerUnpause(ctx context.Context, id string, opts client.ContainerUnpauseOptions) (client.ContainerUnpauseResult, error)
 	ContainerInspect(ctx context.Context, id string, opts client.ContainerInspectOptions) (client.ContainerInspectResult, error)
+	CopyFromContainer(ctx context.Context, id string, opts client.CopyFromContainerOptions) (client.CopyFromContainerResult, error)
 	ContainerList(ctx context.Context, opts client.ContainerListOptions) (client.ContainerListResult, error)
 	ContainerLogs(ctx context.Context, id string, opts client.ContainerLogsOptions) (client.ContainerLogsResult, error)
 	ContainerWait(ctx context.Context, id string, opts client.ContainerWaitOptions) client.ContainerWaitResult
@@ -464,6 +465,7 @@ func (d *Docker) startAndPort(ctx context.Context, id string, innerPort int) (in
 	c := Container{ID: ci.ID, Name: strings.TrimPrefix(ci.Name, "/")}
 	if ci.Config != nil {
 		c.NoNetwork = ci.Config.Labels[LabelNetwork] == "none"
+		c.WorkingDir = ci.Config.WorkingDir
 	}
 	if innerPort == 0 && ci.Config != nil {
 		innerPort, _ = strconv.Atoi(ci.Config.Labels[LabelInnerPort])
@@ -653,6 +655,20 @@ func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
 		c.HostPort = 0
 	}
 	return c, nil
+}
+
+// Archive reads the file or directory at path in container id (running
+// or not) as a tar archive, through the Engine API's archive endpoint (GET
+// /containers/{id}/archive): its entries are named after path's base
+// name. A missing path or container is ErrNotFound. The archive holds
+// what the container's processes wrote: read it as hostile (package
+// safetar).
+func (d *Docker) Archive(ctx context.Context, id, path string) (io.ReadCloser, error) {
+	res, err := d.api.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
+	if err != nil {
+		return nil, d.wrap("read "+path+" of container", shortID(id), err)
+	}
+	return res.Content, nil
 }
 
 // List returns every container (running or not) labelled with serverID.

@@ -187,6 +187,14 @@ type Container struct {
 	ExitCode int
 	// OOMKilled says the kernel killed it for exceeding its memory limit.
 	OOMKilled bool
+	// WorkingDir is the container's working directory (its image's
+	// WORKDIR unless its create set one; "" is /); set by Inspect only.
+	WorkingDir string
+}
+
+// Archiver reads a container's files as a tar archive (Docker.Archive).
+type Archiver interface {
+	Archive(ctx context.Context, containerID, path string) (io.ReadCloser, error)
 }
 
 // Event is a container event the engine reported for one of ohd's

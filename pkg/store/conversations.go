@@ -230,6 +230,11 @@ type Conversation struct {
 	// local-runtime conversations). "" without a worktree.
 	GitLayout string `json:"git_layout,omitempty"`
 	GitView   string `json:"git_view,omitempty"`
+	// InnerInContainer says the inner server's state is still in the
+	// writable layer of the conversation's container (ContainerID), as
+	// the releases before schema 3 kept it: it is copied to the host
+	// directories before that container is made anew.
+	InnerInContainer bool `json:"inner_in_container,omitempty"`
 	// InPlace says the agent works in the repository's own folder (Repo,
 	// the user's work tree; Worktree is ""), with its own git view over
 	// the folder's git dir; ViewBranch is the view's branch (the one the

@@ -42,6 +42,9 @@
 //
 //	1 -> 2  conversations with a worktree get git_layout "shared": they
 //	        were made before git views (see Conversation.GitLayout)
+//	2 -> 3  live conversations with a container get inner_in_container:
+//	        their inner server's state is in the container's writable
+//	        layer (see Conversation.InnerInContainer)
 //
 // # Crash consistency
 //

@@ -18,7 +18,7 @@ import (
 )
 
 // SchemaVersion is the version of the bucket layout this code writes.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // FileName is the database's name inside the state directory.
 const FileName = "ohd.db"
@@ -191,6 +191,7 @@ func (s *Store) init(path string) error {
 // migrations[i] upgrades a file from schema i+1 to i+2.
 var migrations = []func(tx *bolt.Tx) error{
 	migrateSharedLayout,
+	migrateInnerInContainer,
 }
 
 // migrateSharedLayout (1 -> 2): conversations with a worktree were made
@@ -198,6 +199,38 @@ var migrations = []func(tx *bolt.Tx) error{
 // say so (GitLayoutShared), and the orchestrator gives each its own view
 // when its container is next started.
 func migrateSharedLayout(tx *bolt.Tx) error {
+	return rewriteConversations(tx, func(c map[string]json.RawMessage) bool {
+		if _, ok := c["worktree"]; !ok {
+			return false
+		}
+		if _, ok := c["git_layout"]; ok {
+			return false
+		}
+		c["git_layout"] = json.RawMessage(`"` + GitLayoutShared + `"`)
+		return true
+	})
+}
+
+// migrateInnerInContainer (2 -> 3): a live conversation with a container
+// was made before the inner server's state had host directories: that
+// state is in its container's writable layer (InnerInContainer) until
+// the orchestrator copies it out.
+func migrateInnerInContainer(tx *bolt.Tx) error {
+	return rewriteConversations(tx, func(c map[string]json.RawMessage) bool {
+		var id, state string
+		_ = json.Unmarshal(c["container_id"], &id)
+		_ = json.Unmarshal(c["state"], &state)
+		if id == "" || state == string(StateDeleted) || state == string(StateFailed) {
+			return false
+		}
+		c["inner_in_container"] = json.RawMessage("true")
+		return true
+	})
+}
+
+// rewriteConversations applies change to every conversation record and
+// writes back those it reports changed.
+func rewriteConversations(tx *bolt.Tx, change func(c map[string]json.RawMessage) bool) error {
 	b := tx.Bucket(bucketConversations)
 	type update struct{ k, v []byte }
 	var updates []update
@@ -206,13 +239,9 @@ func migrateSharedLayout(tx *bolt.Tx) error {
 		if err := json.Unmarshal(v, &c); err != nil {
 			return fmt.Errorf("conversation %s: %w", k, err)
 		}
-		if _, ok := c["worktree"]; !ok {
+		if !change(c) {
 			return nil
 		}
-		if _, ok := c["git_layout"]; ok {
-			return nil
-		}
-		c["git_layout"] = json.RawMessage(`"` + GitLayoutShared + `"`)
 		nv, err := json.Marshal(c)
 		if err != nil {
 			return err

@@ -592,3 +592,44 @@ func TestMigrateSharedLayout(t *testing.T) {
 		t.Errorf("schema after migration = %s, want %d", v, SchemaVersion)
 	}
 }
+
+// TestMigrateInnerInContainer: a schema 2 file's live conversations with
+// a container come out as InnerInContainer (their inner state is in that
+// container's writable layer); those without a container, and those
+// over, do not.
+func TestMigrateInnerInContainer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ohd.db")
+	key := newKey(t, 1)
+	s := openStore(t, path, key)
+	running := Conversation{ID: NewID(), State: StateRunning, Workspace: "/w", ContainerID: "c1"}
+	stopped := Conversation{ID: NewID(), State: StateStopped, Workspace: "/w", ContainerID: "c2"}
+	noContainer := Conversation{ID: NewID(), State: StateStopped, Workspace: "/w"}
+	deleted := Conversation{ID: NewID(), State: StateDeleted, Workspace: "/w", ContainerID: "c3"}
+	for _, c := range []Conversation{running, stopped, noContainer, deleted} {
+		if err := s.CreateConversation(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchema, []byte("2")) })
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, path, key)
+	defer s.Close()
+	for _, tc := range []struct {
+		c    Conversation
+		want bool
+	}{{running, true}, {stopped, true}, {noContainer, false}, {deleted, false}} {
+		if c, _ := s.Conversation(tc.c.ID); c.InnerInContainer != tc.want {
+			t.Errorf("%s record with container %q: InnerInContainer = %v, want %v", tc.c.State, tc.c.ContainerID, c.InnerInContainer, tc.want)
+		}
+	}
+}
