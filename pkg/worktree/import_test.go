@@ -361,3 +361,31 @@ func TestRestoreAKeptTip(t *testing.T) {
 		t.Errorf("restored worktree has uncommitted changes: %q", st)
 	}
 }
+
+// TestSaveViewClearsAStaleSnapshotLock: ohd was killed inside the removal's
+// ref transaction, leaving refs/ohd/snapshots/<id>.lock; the next save (a
+// later ohd) clears that lock, as a publish clears its branch's, instead
+// of failing for good.
+func TestSaveViewClearsAStaleSnapshotLock(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	wt := addView(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "unsaved.txt"), "work\n")
+	lock := filepath.Join(repo.CommonDir, filepath.FromSlash(SnapshotRef(wt.ConversationID))+".lock")
+	testenv.WriteFile(t, lock, "")
+	old := m.started.Add(-time.Minute)
+	if err := os.Chtimes(lock, old, old); err != nil {
+		t.Fatal(err)
+	}
+	saved, err := m.SaveView(testCtx(t), wt, &hostSandbox{wt: wt}, wt.StartCommit)
+	if err != nil || saved.SnapshotRef != SnapshotRef(wt.ConversationID) {
+		t.Fatalf("SaveView with a snapshot lock an earlier ohd left = %+v, %v; want the snapshot saved", saved, err)
+	}
+	if _, err := os.Lstat(lock); !os.IsNotExist(err) {
+		t.Errorf("the stale lock is still there: %v", err)
+	}
+	if got := hostGit(t, dir, "rev-parse", SnapshotRef(wt.ConversationID)); got != saved.SnapshotCommit {
+		t.Errorf("snapshot ref = %s, want %s", got, saved.SnapshotCommit)
+	}
+}

@@ -258,7 +258,7 @@ func (m *Manager) Mirror(ctx context.Context, wt Worktree, sb Sandbox, want map[
 		if err != nil {
 			return res, fmt.Errorf("worktree mirror %s: %w", wt.Path, err)
 		}
-		_, err = m.git(ctx, ct, runOpts{stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: live mirror of conversation "+wt.ConversationID, "--stdin")
+		err = m.updateRefs(ctx, ct, tx.String(), "-m", "ohd: live mirror of conversation "+wt.ConversationID)
 		unlock()
 		if err != nil {
 			return res, fmt.Errorf("worktree mirror %s: update the live refs: %w", wt.Path, err)
@@ -300,7 +300,7 @@ func (m *Manager) dropLive(ctx context.Context, ct gitTarget, id string) error {
 	for ref, oid := range have {
 		fmt.Fprintf(&tx, "delete %s %s\n", ref, oid)
 	}
-	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(tx.String())}, "update-ref", "--stdin"); err != nil {
+	if err := m.updateRefs(ctx, ct, tx.String()); err != nil {
 		return fmt.Errorf("drop the live mirror of %s: %w", id, err)
 	}
 	return nil

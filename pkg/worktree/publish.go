@@ -123,6 +123,25 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	return res, nil
 }
 
+// updateRefs runs `git update-ref --stdin` with tx, a transaction of
+// "update"/"delete"/"create" lines on refs ohd owns for one conversation
+// (its branch, snapshot, kept and live refs), after clearing each of
+// those refs' lock files an earlier ohd left behind (clearStaleLock): a
+// kill in the middle of such a transaction leaves them, and every later
+// one would fail. The caller holds the repository's lock.
+func (m *Manager) updateRefs(ctx context.Context, ct gitTarget, tx string, args ...string) error {
+	for line := range strings.Lines(tx) {
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "update" || f[0] == "delete" || f[0] == "create") {
+			if _, err := m.clearStaleLock(ct.gitDir, f[1]); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := m.git(ctx, ct, runOpts{stdin: []byte(tx)}, append(append([]string{"update-ref"}, args...), "--stdin")...)
+	return err
+}
+
 // clearStaleLock removes ref's lock file (and packed-refs.lock) in the
 // common dir if an earlier ohd left it: older than this Manager, while
 // this ohd holds the repository's lock, so no ohd is using it. It returns

@@ -408,7 +408,7 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if tx.Len() == 0 {
 		return nil
 	}
-	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: conversation "+wt.ConversationID+" ended", "--stdin"); err != nil {
+	if err := m.updateRefs(ctx, ct, tx.String(), "-m", "ohd: conversation "+wt.ConversationID+" ended"); err != nil {
 		return fmt.Errorf("record the conversation's work: %w", err)
 	}
 	m.log.Info("view saved", "conversation", wt.ConversationID, "branch", res.Published, "snapshot", res.SnapshotCommit,
@@ -529,7 +529,7 @@ func (m *Manager) deleteKept(ctx context.Context, ct gitTarget, id string) error
 	if strings.TrimSpace(out) == "" {
 		return nil
 	}
-	if _, err := m.git(ctx, ct, runOpts{stdin: []byte(out)}, "update-ref", "--stdin"); err != nil {
+	if err := m.updateRefs(ctx, ct, out); err != nil {
 		return fmt.Errorf("delete kept refs: %w", err)
 	}
 	return nil
