@@ -114,16 +114,11 @@ func Broker(ctx context.Context, opts BrokerOptions) ([]Result, error) {
 		ID: brokerBenchConv, UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
 		Grants: broker.Grants{Secrets: []string{"a", "b"}, Git: []string{"github.com/acme"}, LLM: []string{"default"}},
 	}
-	be.SetConversation(conv)
-	ep, err := b.Open(ctx, conv)
+	ep, shutdown, err := openBenchConversation(ctx, b, be.SetConversation, conv)
 	if err != nil {
 		return nil, fmt.Errorf("bench broker: %w", err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Shutdown(sctx)
-	}()
+	defer shutdown()
 
 	// The baseline answers a constant body of the broker's length.
 	probe, err := brokerGetOnce(ep.Socket, broker.Token(key, brokerBenchConv, 1))
@@ -269,3 +264,19 @@ func (b *brokerAuditBackend) Audit(rec broker.AuditRecord) {
 func (b *brokerAuditBackend) AuditErr() error { return b.st.AuditErr() }
 
 func (b *brokerAuditBackend) close() { b.st.Close() }
+
+// openBenchConversation registers conv with its backend (setConv), opens
+// its broker socket and returns the endpoint and a func that shuts the
+// broker down: the set-up every broker-backed bench shares.
+func openBenchConversation(ctx context.Context, b *broker.Broker, setConv func(broker.Conversation), conv broker.Conversation) (broker.Endpoint, func(), error) {
+	setConv(conv)
+	ep, err := b.Open(ctx, conv)
+	if err != nil {
+		return ep, func() {}, err
+	}
+	return ep, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.Shutdown(sctx)
+	}, nil
+}

@@ -133,16 +133,11 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 	}
 	conv := broker.Conversation{ID: egressBenchConv, UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
 		Grants: broker.Grants{Net: []string{originAddr}}}
-	be.SetConversation(conv)
-	ep, err := b.Open(ctx, conv)
+	ep, shutdown, err := openBenchConversation(ctx, b, be.SetConversation, conv)
 	if err != nil {
 		return res, fmt.Errorf("bench egress: %w", err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Shutdown(sctx)
-	}()
+	defer shutdown()
 	bc := broker.NewClient(ep.Socket, ep.TokenFile)
 	defer bc.Close()
 	pln, err := net.Listen("tcp", "127.0.0.1:0")

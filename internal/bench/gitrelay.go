@@ -119,16 +119,11 @@ func GitRelay(ctx context.Context, opts GitRelayOptions) ([]GitRelayResult, erro
 	}
 	conv := broker.Conversation{ID: "gitbench", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
 		Grants: broker.Grants{Git: []string{srv.Host}}}
-	be.SetConversation(conv)
-	ep, err := b.Open(ctx, conv)
+	ep, shutdown, err := openBenchConversation(ctx, b, be.SetConversation, conv)
 	if err != nil {
 		return nil, fmt.Errorf("bench gitrelay: %w", err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Shutdown(sctx)
-	}()
+	defer shutdown()
 	bc := broker.NewClient(ep.Socket, ep.TokenFile)
 	defer bc.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -143,16 +143,11 @@ func LLM(ctx context.Context, opts LLMOptions) ([]LLMResult, error) {
 	}
 	conv := broker.Conversation{ID: llmBenchConv, UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
 		Grants: broker.Grants{LLM: []string{"openai", "anthropic"}, Git: []string{"github.com"}}}
-	be.SetConversation(conv)
-	ep, err := b.Open(ctx, conv)
+	ep, shutdown, err := openBenchConversation(ctx, b, be.SetConversation, conv)
 	if err != nil {
 		return nil, fmt.Errorf("bench llm: %w", err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = b.Shutdown(sctx)
-	}()
+	defer shutdown()
 	bc := broker.NewClient(ep.Socket, ep.TokenFile)
 	defer bc.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
