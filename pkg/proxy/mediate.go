@@ -129,22 +129,34 @@ func writeMediationError(w http.ResponseWriter, err error) bool {
 	return true
 }
 
+// readMediated reads the body of a mediated POST to conversation fp.ID
+// (secrets, switch_llm, switch_profile), bounded by MaxBody; it answers
+// 404 for a conversation the client cannot see and 413 for a body too
+// large, and then returns false.
+func (s *Server) readMediated(w http.ResponseWriter, r *http.Request, fp forwardPath) ([]byte, bool) {
+	if _, ok := s.visible(fp.ID); !ok {
+		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
+		return nil, false
+	}
+	if r.ContentLength > s.opts.MaxBody {
+		writeTooLarge(w, s.opts.MaxBody)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if err != nil {
+		writeTooLarge(w, s.opts.MaxBody)
+		return nil, false
+	}
+	return body, true
+}
+
 // postSecrets serves POST /api/conversations/{id}/secrets (ref §3): the
 // values go to the broker as the conversation's own secrets, granted to
 // it, and the inner server gets LookupSecrets on the relay in their
 // place.
 func (s *Server) postSecrets(w http.ResponseWriter, r *http.Request, fp forwardPath) {
-	if _, ok := s.visible(fp.ID); !ok {
-		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
-		return
-	}
-	if r.ContentLength > s.opts.MaxBody {
-		writeTooLarge(w, s.opts.MaxBody)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
-	if err != nil {
-		writeTooLarge(w, s.opts.MaxBody)
+	body, ok := s.readMediated(w, r, fp)
+	if !ok {
 		return
 	}
 	out, secrets, err := s.mediator(r).Secrets(r.Context(), fp.ID, body)

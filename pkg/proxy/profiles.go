@@ -188,20 +188,12 @@ func switchTail(escaped string) string {
 // key does not open, a provider ohd does not mediate) is refused before
 // anything is stored.
 func (s *Server) postSwitch(w http.ResponseWriter, r *http.Request, fp forwardPath, route string) {
-	if _, ok := s.visible(fp.ID); !ok {
-		writeDetail(w, http.StatusNotFound, "Not Found: no conversation "+fp.ID)
-		return
-	}
-	if r.ContentLength > s.opts.MaxBody {
-		writeTooLarge(w, s.opts.MaxBody)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
-	if err != nil {
-		writeTooLarge(w, s.opts.MaxBody)
+	body, ok := s.readMediated(w, r, fp)
+	if !ok {
 		return
 	}
 	med := s.mediator(r)
+	var err error
 	var out []byte
 	var key *openhands.LLM
 	var profile string
