@@ -105,11 +105,15 @@
 //	ANY  /v1/mcp/{server}/proxy          forwarded to exactly the MCP server's URL (query joined), its headers injected
 //	ANY  /v1/git/{host}/{path...}        git smart-HTTP forwarded to the granted host, the credential injected (gitrelay.go)
 //	GET  /v1/egress/{host:port}          Upgrade: ohd-egress; 101, then a byte stream to the destination (egress.go)
+//	GET  /v1/egress-proxy                Upgrade: ohd-egress-proxy; 101, then the relay passes a proxy client's connection (handoff.go)
 //
-// Egress. A container's way out (DESIGN §5): the relay's forward proxy
-// (forwardproxy.go, ServeWithForwardProxy) turns each CONNECT or
-// absolute-form request into an egress connection (Client.Egress). The
-// broker lets it through only if a net grant of the conversation or
+// Egress. A container's way out (DESIGN §5): the relay hands each
+// connection whose first request is a proxy request (CONNECT or
+// absolute-form) over to the broker, passing its descriptor on the socket
+// (relayproxy.go, handoff.go), and the broker serves the forward proxy on
+// it (forwardproxy.go): each destination is an egress connection, as one
+// of GET /v1/egress/{dest} (Client.Egress) is. The broker lets it
+// through only if a net grant of the conversation or
 // Options.EgressAllow names the destination and egress.Policy accepts the
 // address it resolves to; it dials that address itself, answers 101 and
 // copies bytes both ways unread. A refusal is 403 not_granted whose

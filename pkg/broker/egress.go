@@ -56,6 +56,9 @@ type egressState struct {
 	closed      bool
 }
 
+// egressConn is an open egress connection: the client's side and the
+// destination's (nil for a forward-proxy connection, whose destinations
+// come and go; closing its client ends them).
 type egressConn struct{ client, upstream net.Conn }
 
 func (e *egressState) init(l Limits) {
@@ -110,7 +113,9 @@ func (e *egressState) closeAll() {
 	e.mu.Unlock()
 	for ec := range conns {
 		_ = ec.client.Close()
-		_ = ec.upstream.Close()
+		if ec.upstream != nil {
+			_ = ec.upstream.Close()
+		}
 	}
 }
 
@@ -130,31 +135,9 @@ func (c *conversation) egress(w http.ResponseWriter, r *http.Request, rec *Audit
 		c.refuse(w, rec, refEgressUpgrade)
 		return
 	}
-	if !c.net.allow(rec.Time) {
-		c.refuse(w, rec, refEgressRate)
-		return
-	}
-	t, err := egress.ParseTarget(dest)
-	if err != nil {
-		c.refuse(w, rec, badRequest(err.Error()+"; the egress route is /v1/egress/HOST:PORT"))
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), egressDialTimeout)
-	defer cancel()
-	addr, err := c.b.policy.Check(ctx, c.netGrants(conv), t)
-	if err != nil {
-		var ref *egress.Refusal
-		if !errors.As(err, &ref) {
-			ref = &egress.Refusal{Reason: "policy", Msg: err.Error()}
-		}
-		c.refuse(w, rec, &refusal{http.StatusForbidden, CodeNotGranted, ref.Msg, ref.Reason, 0})
-		return
-	}
-	rec.Addr = addr.String()
-	var d net.Dialer
-	up, err := d.DialContext(ctx, "tcp", addr.String())
-	if err != nil {
-		c.refuse(w, rec, &refusal{http.StatusBadGateway, CodeBadGateway, "egress to " + t.String() + ": connecting to " + addr.String() + " failed", "dial_failed", 0})
+	up, ref := c.dialEgress(r.Context(), rec, conv, dest)
+	if ref != nil {
+		c.refuse(w, rec, ref)
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -185,6 +168,37 @@ func (c *conversation) egress(w http.ResponseWriter, r *http.Request, rec *Audit
 	_ = up.Close()
 	rec.Duration = c.b.now().Sub(rec.Time)
 	c.b.opts.Backend.Audit(*rec)
+}
+
+// dialEgress takes a token of the conversation's connection bucket,
+// checks dest ("host:port") against conv's net grants and the policy, and
+// dials the address it checked, which it records in rec.Addr. A refusal
+// is for the caller to audit and answer.
+func (c *conversation) dialEgress(ctx context.Context, rec *AuditRecord, conv *Conversation, dest string) (net.Conn, *refusal) {
+	if !c.net.allow(rec.Time) {
+		return nil, refEgressRate
+	}
+	t, err := egress.ParseTarget(dest)
+	if err != nil {
+		return nil, badRequest(err.Error() + "; the egress route is /v1/egress/HOST:PORT")
+	}
+	ctx, cancel := context.WithTimeout(ctx, egressDialTimeout)
+	defer cancel()
+	addr, err := c.b.policy.Check(ctx, c.netGrants(conv), t)
+	if err != nil {
+		var ref *egress.Refusal
+		if !errors.As(err, &ref) {
+			ref = &egress.Refusal{Reason: "policy", Msg: err.Error()}
+		}
+		return nil, &refusal{http.StatusForbidden, CodeNotGranted, ref.Msg, ref.Reason, 0}
+	}
+	rec.Addr = addr.String()
+	var d net.Dialer
+	up, err := d.DialContext(ctx, "tcp", addr.String())
+	if err != nil {
+		return nil, &refusal{http.StatusBadGateway, CodeBadGateway, "egress to " + t.String() + ": connecting to " + addr.String() + " failed", "dial_failed", 0}
+	}
+	return up, nil
 }
 
 // splice copies client (read through br, which may hold bytes already

@@ -3,12 +3,9 @@ package broker
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
-	"time"
 )
 
 // Egress opens a connection to dest ("host:port") through the broker's
@@ -18,41 +15,10 @@ import (
 // an *APIError whose Message is the broker's one line (it names the grant
 // command).
 func (c *Client) Egress(ctx context.Context, dest string) (net.Conn, error) {
-	tok, err := c.token()
+	conn, br, err := c.upgrade(ctx, "/v1/egress/"+url.PathEscape(dest), EgressUpgrade)
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", c.socket)
-	if err != nil {
-		return nil, fmt.Errorf("broker %s: %w", c.socket, err)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	} else {
-		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	req := "GET /v1/egress/" + url.PathEscape(dest) + " HTTP/1.1\r\nHost: " + clientHost +
-		"\r\nAuthorization: Bearer " + tok + "\r\nX-OHD-Request: 1\r\nConnection: Upgrade\r\nUpgrade: " + EgressUpgrade + "\r\n\r\n"
-	br := bufio.NewReader(conn)
-	var resp *http.Response
-	if _, err = io.WriteString(conn, req); err == nil {
-		resp, err = http.ReadResponse(br, nil)
-	}
-	if !stop() || err != nil {
-		_ = conn.Close()
-		if err == nil {
-			err = ctx.Err()
-		}
-		return nil, fmt.Errorf("broker %s: egress %s: %w", c.socket, dest, err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		defer conn.Close()
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, decodeError(resp.StatusCode, data)
-	}
-	_ = conn.SetDeadline(time.Time{})
 	return &bufferedConn{Conn: conn, r: br}, nil
 }
 

@@ -13,17 +13,19 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // The forward proxy is the container's way out (DESIGN §5): the relay's
 // address (RelayAddr) is the container's HTTP_PROXY and HTTPS_PROXY, and
 // a connection whose first request is a proxy request — CONNECT
-// host:port, or an absolute-form http:// URL — is served here rather than
-// by the Relay. Each destination becomes an egress connection of the
-// broker (Client.Egress): the broker checks the grant, dials on the host
-// and audits. A refusal is answered with the broker's status and its one
-// line (naming the grant command) as text, and the connection is closed.
+// host:port, or an absolute-form http:// URL — is handed over to the
+// broker (handoff.go), which serves it here. Each destination is an
+// egress connection: the broker checks the grant, dials on the host and
+// audits it (one record each, written when it ends). A refusal is
+// answered with the broker's status and its one line (naming the grant
+// command) as text, and the connection is closed.
 //
 // The proxy reads every request head itself before net/http's parser
 // sees it, and refuses what two parsers could read differently (request
@@ -38,97 +40,6 @@ const (
 	maxProxyHead     = 64 << 10
 	proxyHeadTimeout = 30 * time.Second
 )
-
-// ServeWithForwardProxy serves the forward proxy on ln, handing every
-// connection whose first request is not a proxy request to srv (the
-// Relay). It returns when ln fails or srv is closed; closing srv (Close
-// or Shutdown) also closes ln and every proxied connection.
-func ServeWithForwardProxy(srv *http.Server, ln net.Listener, c *Client) error {
-	fp := &forwardProxy{c: c, inner: newChanListener(ln), conns: map[net.Conn]struct{}{}}
-	srv.RegisterOnShutdown(fp.closeAll)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(fp.inner) }()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			fp.inner.Close()
-			fp.closeAll()
-			fp.wg.Wait()
-			if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-				return serr
-			}
-			return err
-		}
-		fp.wg.Add(1)
-		go func() {
-			defer fp.wg.Done()
-			fp.route(conn)
-		}()
-	}
-}
-
-type forwardProxy struct {
-	c     *Client
-	inner *chanListener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	done  bool
-}
-
-func (fp *forwardProxy) track(c net.Conn) bool {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	if fp.done {
-		return false
-	}
-	fp.conns[c] = struct{}{}
-	return true
-}
-
-func (fp *forwardProxy) untrack(c net.Conn) {
-	fp.mu.Lock()
-	delete(fp.conns, c)
-	fp.mu.Unlock()
-}
-
-func (fp *forwardProxy) closeAll() {
-	fp.mu.Lock()
-	fp.done = true
-	conns := fp.conns
-	fp.conns = map[net.Conn]struct{}{}
-	fp.mu.Unlock()
-	for c := range conns {
-		_ = c.Close()
-	}
-}
-
-// route reads the first request line of conn and serves it as a proxy
-// request or hands it to the Relay's server.
-func (fp *forwardProxy) route(conn net.Conn) {
-	br := bufio.NewReaderSize(conn, maxProxyHead)
-	_ = conn.SetReadDeadline(time.Now().Add(proxyHeadTimeout))
-	line, err := peekLine(br)
-	if err != nil && len(line) == 0 {
-		_ = conn.Close()
-		return
-	}
-	method, target, _ := strings.Cut(string(line), " ")
-	if method != http.MethodConnect && (strings.HasPrefix(target, "/") || strings.HasPrefix(target, "* ") || err != nil) {
-		_ = conn.SetReadDeadline(time.Time{})
-		if !fp.inner.hand(&bufferedConn{Conn: conn, r: br}) {
-			_ = conn.Close()
-		}
-		return
-	}
-	if !fp.track(conn) {
-		_ = conn.Close()
-		return
-	}
-	defer fp.untrack(conn)
-	defer conn.Close()
-	fp.serveProxy(conn, br)
-}
 
 // peekLine returns the first line of br (without consuming it).
 func peekLine(br *bufio.Reader) ([]byte, error) {
@@ -270,9 +181,22 @@ func egressError(w io.Writer, err error) {
 	writeProxyError(w, http.StatusBadGateway, "the conversation's broker is unreachable")
 }
 
-func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
-	var tunnel net.Conn
-	var tunnelTo string
+// proxySession is the forward proxy on one handed-over client
+// connection: its conversation, the token epoch of the hand-over (a
+// rotated token ends the session's right to open destinations) and the
+// relay's peer credentials, for the audit.
+type proxySession struct {
+	c        *conversation
+	epoch    uint64
+	pid, uid int
+}
+
+// serve serves the proxy requests of conn, held being the bytes the relay
+// already read from it, until either side closes or a request is refused.
+func (s *proxySession) serve(conn net.Conn, held []byte) {
+	hc := &heldConn{Conn: conn, held: held}
+	br := bufio.NewReaderSize(hc, maxProxyHead)
+	var t *tunnel
 	var tbr *bufio.Reader
 	var tbw *bufio.Writer // requests to the tunnel (Request.Write would make one each time)
 	// Answers are written through bw and flushed once each: Response.Write
@@ -280,8 +204,8 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 	// is a system call (and a segment the client wakes for) each.
 	var bw *bufio.Writer
 	defer func() {
-		if tunnel != nil {
-			_ = tunnel.Close()
+		if t != nil {
+			t.finish()
 		}
 	}()
 	for first := true; ; first = false {
@@ -291,38 +215,36 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 			return
 		}
 		if pe != nil {
-			writeProxyError(conn, pe.status, pe.msg)
+			s.refuseHead(conn, h.authority, pe)
 			return
 		}
 		if h.method == http.MethodConnect {
 			if !first {
-				writeProxyError(conn, http.StatusBadRequest, "CONNECT on a connection that already forwarded a request")
+				s.refuseHead(conn, h.authority, perr(http.StatusBadRequest, "CONNECT on a connection that already forwarded a request"))
 				return
 			}
-			fp.connect(conn, br, h)
+			s.connect(conn, hc, br, h)
 			return
 		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
-			writeProxyError(conn, http.StatusBadRequest, "malformed request")
+			s.refuseHead(conn, h.authority, perr(http.StatusBadRequest, "malformed request"))
 			return
 		}
 		_ = conn.SetReadDeadline(time.Time{})
-		if tunnel == nil || tunnelTo != h.authority {
-			if tunnel != nil {
-				_ = tunnel.Close()
+		if t == nil || t.rec.Name != h.authority {
+			if t != nil {
+				t.finish()
 			}
-			tunnel, err = fp.c.Egress(context.Background(), h.authority)
-			if err != nil {
-				tunnel = nil
-				egressError(conn, err)
+			if t, pe = s.open(h.authority); pe != nil {
+				writeProxyError(conn, pe.status, pe.msg)
 				return
 			}
-			tunnelTo, tbr = h.authority, bufio.NewReaderSize(tunnel, 32<<10)
+			tbr = bufio.NewReaderSize(t, 32<<10)
 			if tbw == nil {
-				tbw = bufio.NewWriterSize(tunnel, 4<<10)
+				tbw = bufio.NewWriterSize(t, 4<<10)
 			} else {
-				tbw.Reset(tunnel)
+				tbw.Reset(t)
 			}
 		}
 		for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
@@ -347,14 +269,126 @@ func (fp *forwardProxy) serveProxy(conn net.Conn, br *bufio.Reader) {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// A WebSocket or other upgrade: from now on a stream.
 			if resp.Write(bw) == nil && bw.Flush() == nil {
-				pipe(conn, br, tunnel, tbr)
+				pipe(conn, br, t, tbr)
 			}
 			return
 		}
-		if err := writeResponse(bw, conn, req, resp, tunnel, tbr); err != nil || req.Close || resp.Close {
+		if err := writeResponse(bw, conn, req, resp, t, tbr); err != nil || req.Close || resp.Close {
 			return
 		}
 	}
+}
+
+// open checks and dials the destination authority ("host:port") for the
+// session: the conversation's grants as they are now, the token epoch of
+// the hand-over, the audit log writable. A refusal is audited here.
+func (s *proxySession) open(authority string) (*tunnel, *proxyError) {
+	c := s.c
+	rec := AuditRecord{Time: c.b.now(), Conversation: c.id, Route: routePatterns[routeEgressProxy], Kind: KindNet,
+		Name: authority, PeerPID: s.pid, PeerUID: s.uid}
+	if c.b.opts.Backend.AuditErr() != nil {
+		return nil, s.refuse(&rec, refAudit)
+	}
+	conv, err := c.b.opts.Backend.Conversation(context.Background(), c.id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, s.refuse(&rec, refEnded)
+	case err != nil:
+		c.b.log.Error("broker backend: conversation", "conversation", c.id, "err", err)
+		return nil, s.refuse(&rec, refInternal)
+	case conv.Epoch != s.epoch:
+		return nil, s.refuse(&rec, refStaleEpoch)
+	}
+	up, ref := c.dialEgress(context.Background(), &rec, &conv, authority)
+	if ref != nil {
+		return nil, s.refuse(&rec, ref)
+	}
+	rec.Allowed, rec.Status = true, http.StatusOK
+	return &tunnel{Conn: up, c: c, rec: rec}, nil
+}
+
+// refuse audits a refused destination and returns its answer.
+func (s *proxySession) refuse(rec *AuditRecord, f *refusal) *proxyError {
+	rec.Allowed = false
+	rec.Status, rec.Code, rec.Reason = f.status, f.code, f.reason
+	s.c.b.opts.Backend.Audit(*rec)
+	return perr(f.status, f.msg)
+}
+
+// refuseHead audits and answers a request the proxy refuses to read.
+func (s *proxySession) refuseHead(conn net.Conn, authority string, pe *proxyError) {
+	rec := AuditRecord{Time: s.c.b.now(), Conversation: s.c.id, Route: routePatterns[routeEgressProxy], Kind: KindNet,
+		Name: authority, PeerPID: s.pid, PeerUID: s.uid, Status: pe.status, Code: CodeBadRequest, Reason: "bad_request", Detail: pe.msg}
+	if pe.status == http.StatusRequestHeaderFieldsTooLarge {
+		rec.Code = CodeTooLarge
+	}
+	s.c.b.opts.Backend.Audit(rec)
+	writeProxyError(conn, pe.status, pe.msg)
+}
+
+// tunnel is a session's connection to one destination: it counts the
+// bytes each way and is audited when it is finished.
+type tunnel struct {
+	net.Conn
+	c       *conversation
+	rec     AuditRecord
+	out, in atomic.Int64
+}
+
+func (t *tunnel) Read(p []byte) (int, error) {
+	n, err := t.Conn.Read(p)
+	t.in.Add(int64(n))
+	return n, err
+}
+
+func (t *tunnel) Write(p []byte) (int, error) {
+	n, err := t.Conn.Write(p)
+	t.out.Add(int64(n))
+	return n, err
+}
+
+// ReadFrom and WriteTo copy with the connection itself, so a copy between
+// two TCP connections is the kernel's where it can be.
+func (t *tunnel) ReadFrom(r io.Reader) (int64, error) {
+	n, err := io.Copy(t.Conn, r)
+	t.out.Add(n)
+	return n, err
+}
+
+func (t *tunnel) WriteTo(w io.Writer) (int64, error) {
+	n, err := io.Copy(w, t.Conn)
+	t.in.Add(n)
+	return n, err
+}
+
+// CloseWrite passes a half-close on to the destination.
+func (t *tunnel) CloseWrite() error {
+	closeWrite(t.Conn)
+	return nil
+}
+
+// finish closes the tunnel and audits it.
+func (t *tunnel) finish() {
+	_ = t.Conn.Close()
+	t.rec.BytesOut, t.rec.BytesIn = t.out.Load(), t.in.Load()
+	t.rec.Duration = t.c.b.now().Sub(t.rec.Time)
+	t.c.b.opts.Backend.Audit(t.rec)
+}
+
+// heldConn is a connection whose first bytes were read by someone else
+// (the relay) and are given here.
+type heldConn struct {
+	net.Conn
+	held []byte
+}
+
+func (h *heldConn) Read(p []byte) (int, error) {
+	if len(h.held) > 0 {
+		n := copy(p, h.held)
+		h.held = h.held[n:]
+		return n, nil
+	}
+	return h.Conn.Read(p)
 }
 
 // spliceBody is the body length from which writeResponse copies a body
@@ -367,16 +401,10 @@ const spliceBody = 64 << 10
 // the broker's connection to conn by io.Copy once tbr's buffered part is
 // out, which the kernel splices; anything else is written by
 // Response.Write.
-func writeResponse(bw *bufio.Writer, conn net.Conn, req *http.Request, resp *http.Response, tunnel net.Conn, tbr *bufio.Reader) error {
-	var raw net.Conn
-	if bc, ok := tunnel.(*bufferedConn); ok && req.Method != http.MethodHead && resp.ContentLength >= spliceBody &&
-		len(resp.TransferEncoding) == 0 && len(resp.Trailer) == 0 && resp.ProtoMajor == 1 && resp.ProtoMinor == 1 {
-		raw, ok = bc.raw()
-		if !ok {
-			raw = nil
-		}
-	}
-	if raw == nil {
+func writeResponse(bw *bufio.Writer, conn net.Conn, req *http.Request, resp *http.Response, t *tunnel, tbr *bufio.Reader) error {
+	splice := req.Method != http.MethodHead && resp.ContentLength >= spliceBody &&
+		len(resp.TransferEncoding) == 0 && len(resp.Trailer) == 0 && resp.ProtoMajor == 1 && resp.ProtoMinor == 1
+	if !splice {
 		err := resp.Write(bw)
 		if err == nil {
 			err = bw.Flush()
@@ -408,32 +436,33 @@ func writeResponse(bw *bufio.Writer, conn net.Conn, req *http.Request, resp *htt
 		return err
 	}
 	rest := resp.ContentLength - held
-	n, err := io.Copy(conn, io.LimitReader(raw, rest))
+	n, err := io.Copy(conn, io.LimitReader(t.Conn, rest))
+	t.in.Add(n)
 	if err == nil && n < rest {
 		err = io.ErrUnexpectedEOF
 	}
 	return err
 }
 
-func (fp *forwardProxy) connect(conn net.Conn, br *bufio.Reader, h proxyHead) {
+func (s *proxySession) connect(conn net.Conn, hc *heldConn, br *bufio.Reader, h proxyHead) {
 	if _, err := br.Discard(headLen(br)); err != nil {
 		return
 	}
-	if br.Buffered() > 0 {
-		writeProxyError(conn, http.StatusBadRequest, "data sent after CONNECT before its answer (a pipelined request) is refused")
+	if br.Buffered() > 0 || len(hc.held) > 0 {
+		s.refuseHead(conn, h.authority, perr(http.StatusBadRequest, "data sent after CONNECT before its answer (a pipelined request) is refused"))
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	tunnel, err := fp.c.Egress(context.Background(), h.authority)
-	if err != nil {
-		egressError(conn, err)
+	t, pe := s.open(h.authority)
+	if pe != nil {
+		writeProxyError(conn, pe.status, pe.msg)
 		return
 	}
-	defer tunnel.Close()
+	defer t.finish()
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	pipe(conn, br, tunnel, nil)
+	pipe(conn, nil, t, nil)
 }
 
 // headLen is the length of the request head at the start of br (already
@@ -465,42 +494,3 @@ func pipe(a net.Conn, abr *bufio.Reader, b net.Conn, bbr *bufio.Reader) {
 	closeWrite(a)
 	wg.Wait()
 }
-
-// chanListener is a net.Listener of connections handed to it: the Relay's
-// server serves those the proxy does not.
-type chanListener struct {
-	ln     net.Listener
-	ch     chan net.Conn
-	once   sync.Once
-	closed chan struct{}
-}
-
-func newChanListener(ln net.Listener) *chanListener {
-	return &chanListener{ln: ln, ch: make(chan net.Conn), closed: make(chan struct{})}
-}
-
-func (l *chanListener) hand(c net.Conn) bool {
-	select {
-	case l.ch <- c:
-		return true
-	case <-l.closed:
-		return false
-	}
-}
-
-func (l *chanListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.ch:
-		return c, nil
-	case <-l.closed:
-		return nil, net.ErrClosed
-	}
-}
-
-// Close stops the listener and the real one beneath it.
-func (l *chanListener) Close() error {
-	l.once.Do(func() { close(l.closed); _ = l.ln.Close() })
-	return nil
-}
-
-func (l *chanListener) Addr() net.Addr { return l.ln.Addr() }

@@ -138,9 +138,11 @@ func TestForwardProxyRefusesSmuggling(t *testing.T) {
 	if status, rest := rawExchange(t, addr, raw); !strings.Contains(status, "200") || strings.Contains(rest, "Connection established") {
 		t.Errorf("chunked body with a CONNECT: %q %q", status, rest)
 	}
+	// The broker reads every head itself: a smuggled target may be
+	// audited as a refused request, never checked or dialled.
 	for _, r := range e.be.AuditRecords() {
-		if strings.Contains(r.Name, "127.0.0.3") {
-			t.Errorf("the smuggled target reached the broker: %+v", r)
+		if strings.Contains(r.Name, "127.0.0.3") && (r.Allowed || r.Addr != "" || r.Reason != "bad_request") {
+			t.Errorf("the smuggled target got past the proxy's reading of the head: %+v", r)
 		}
 	}
 }

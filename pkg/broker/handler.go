@@ -29,43 +29,47 @@ const (
 	routeMCPProxy
 	routeGitProxy
 	routeEgress
+	routeEgressProxy
 )
 
 // Per route: the pattern audit records carry, the grant kind, and the
 // method ("" for any).
 var (
 	routePatterns = [...]string{
-		routeNone:     "",
-		routeWhoami:   "GET /v1/whoami",
-		routeSecrets:  "GET /v1/secrets",
-		routeSecret:   "GET /v1/secrets/{name}",
-		routeGit:      "POST /v1/git-credential",
-		routeLLM:      "GET /v1/llm/{profile}",
-		routeLLMProxy: "ANY /v1/llm/{profile}/proxy/{path...}",
-		routeOAuth:    "GET /v1/oauth/{server}/token",
-		routeMCPProxy: "ANY /v1/mcp/{server}/proxy",
-		routeGitProxy: routeGitProxyPattern,
-		routeEgress:   "GET /v1/egress/{dest}",
+		routeNone:        "",
+		routeWhoami:      "GET /v1/whoami",
+		routeSecrets:     "GET /v1/secrets",
+		routeSecret:      "GET /v1/secrets/{name}",
+		routeGit:         "POST /v1/git-credential",
+		routeLLM:         "GET /v1/llm/{profile}",
+		routeLLMProxy:    "ANY /v1/llm/{profile}/proxy/{path...}",
+		routeOAuth:       "GET /v1/oauth/{server}/token",
+		routeMCPProxy:    "ANY /v1/mcp/{server}/proxy",
+		routeGitProxy:    routeGitProxyPattern,
+		routeEgress:      "GET /v1/egress/{dest}",
+		routeEgressProxy: "GET /v1/egress-proxy",
 	}
 	routeKinds = [...]string{
-		routeSecret:   KindSecret,
-		routeGit:      KindGit,
-		routeLLM:      KindLLM,
-		routeLLMProxy: KindLLM,
-		routeOAuth:    KindOAuth,
-		routeMCPProxy: KindMCP,
-		routeGitProxy: KindGit,
-		routeEgress:   KindNet,
+		routeSecret:      KindSecret,
+		routeGit:         KindGit,
+		routeLLM:         KindLLM,
+		routeLLMProxy:    KindLLM,
+		routeOAuth:       KindOAuth,
+		routeMCPProxy:    KindMCP,
+		routeGitProxy:    KindGit,
+		routeEgress:      KindNet,
+		routeEgressProxy: KindNet,
 	}
 	routeMethods = [...]string{
-		routeWhoami:   http.MethodGet,
-		routeSecrets:  http.MethodGet,
-		routeSecret:   http.MethodGet,
-		routeGit:      http.MethodPost,
-		routeLLM:      http.MethodGet,
-		routeOAuth:    http.MethodGet,
-		routeEgress:   http.MethodGet,
-		routeLLMProxy: "", routeMCPProxy: "", routeGitProxy: "", // any method
+		routeWhoami:      http.MethodGet,
+		routeSecrets:     http.MethodGet,
+		routeSecret:      http.MethodGet,
+		routeGit:         http.MethodPost,
+		routeLLM:         http.MethodGet,
+		routeOAuth:       http.MethodGet,
+		routeEgress:      http.MethodGet,
+		routeEgressProxy: http.MethodGet,
+		routeLLMProxy:    "", routeMCPProxy: "", routeGitProxy: "", // any method
 	}
 )
 
@@ -122,6 +126,9 @@ func classify(path string) (routeID, string) {
 	if q, ok := strings.CutPrefix(p, "git/"); ok {
 		host, _, _ := strings.Cut(q, "/")
 		return routeGitProxy, host
+	}
+	if p == "egress-proxy" {
+		return routeEgressProxy, ""
 	}
 	if name, ok := strings.CutPrefix(p, "egress/"); ok {
 		if name == "" || strings.IndexByte(name, '/') >= 0 {
@@ -228,6 +235,8 @@ func (c *conversation) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.gitProxy(w, r, &rec, &conv)
 	case routeEgress:
 		c.egress(w, r, &rec, &conv, name)
+	case routeEgressProxy:
+		c.egressProxy(w, r, &rec, &conv)
 	}
 }
 

@@ -45,14 +45,15 @@ const (
 
 // routeBudgets maps a route to its budget.
 var routeBudgets = [...]int{
-	routeSecret:   budgetSecret,
-	routeGit:      budgetGit,
-	routeLLM:      budgetLLM,
-	routeLLMProxy: budgetLLM,
-	routeOAuth:    budgetOAuth,
-	routeMCPProxy: budgetMCP,
-	routeGitProxy: budgetGit,
-	routeEgress:   budgetNet,
+	routeSecret:      budgetSecret,
+	routeGit:         budgetGit,
+	routeLLM:         budgetLLM,
+	routeLLMProxy:    budgetLLM,
+	routeOAuth:       budgetOAuth,
+	routeMCPProxy:    budgetMCP,
+	routeGitProxy:    budgetGit,
+	routeEgress:      budgetNet,
+	routeEgressProxy: budgetNet,
 }
 
 func clamp32(n int) int32 { return int32(min(n, math.MaxInt32)) }
