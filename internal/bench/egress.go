@@ -40,20 +40,25 @@ type EgressResult struct {
 	DownloadRatio                 float64       // direct time / proxy time (a throughput ratio)
 	SmallProxyRPS, SmallDirectRPS float64
 	SmallRatio                    float64
-	SetupProxy, SetupDirect       time.Duration // median connection set-up (CONNECT answered vs TCP connected)
-	Errors                        int
+	// SmallFloorRPS is the same clients through a blind TCP forwarder in
+	// this process (one user-space hop, no parsing, no policy, no audit):
+	// what any proxy process between client and origin costs here, the
+	// bound of SmallRatio. SmallFloorRatio is it against direct.
+	SmallFloorRPS, SmallFloorRatio float64
+	SetupProxy, SetupDirect        time.Duration // median connection set-up (CONNECT answered vs TCP connected)
+	Errors                         int
 }
 
 // Line is the one-line summary.
 func (r EgressResult) Line() string {
-	return fmt.Sprintf("bench: egress download_ratio=%.2f small_ratio=%.2f setup_extra_ms=%.2f errors=%d",
-		r.DownloadRatio, r.SmallRatio, ms(r.SetupProxy-r.SetupDirect), r.Errors)
+	return fmt.Sprintf("bench: egress download_ratio=%.2f small_ratio=%.2f small_floor_ratio=%.2f setup_extra_ms=%.2f errors=%d",
+		r.DownloadRatio, r.SmallRatio, r.SmallFloorRatio, ms(r.SetupProxy-r.SetupDirect), r.Errors)
 }
 
 // Detail says what was measured.
 func (r EgressResult) Detail() string {
-	return fmt.Sprintf("egress: through the relay's forward proxy, the broker's egress route and policy (grant, audit) vs the origin directly: a 100 MiB download %v vs %v; 32 clients of small requests %.0f vs %.0f req/s; CONNECT set-up median %v vs a TCP connect %v",
-		r.DownloadProxy.Round(time.Millisecond), r.DownloadDirect.Round(time.Millisecond), r.SmallProxyRPS, r.SmallDirectRPS,
+	return fmt.Sprintf("egress: through the relay, handed over to the broker's forward proxy and policy (grant, audit) vs the origin directly: a 100 MiB download %v vs %v; 32 clients of small requests %.0f vs %.0f req/s (a blind TCP forwarder, the floor of any proxy process: %.0f req/s); CONNECT set-up median %v vs a TCP connect %v",
+		r.DownloadProxy.Round(time.Millisecond), r.DownloadDirect.Round(time.Millisecond), r.SmallProxyRPS, r.SmallDirectRPS, r.SmallFloorRPS,
 		r.SetupProxy.Round(time.Microsecond), r.SetupDirect.Round(time.Microsecond))
 }
 
@@ -62,6 +67,7 @@ func EgressRows(r EgressResult) []Row {
 	return []Row{
 		row("egress-download", fmtDur(r.DownloadProxy), fmtDur(r.DownloadDirect), r.DownloadRatio),
 		row("egress-small", fmtRate(r.SmallProxyRPS, "req/s"), fmtRate(r.SmallDirectRPS, "req/s"), r.SmallRatio),
+		row("egress-small-floor", fmtRate(r.SmallFloorRPS, "req/s"), fmtRate(r.SmallDirectRPS, "req/s"), r.SmallFloorRatio),
 		row("egress-setup", r.SetupProxy.Round(time.Microsecond).String(), r.SetupDirect.Round(time.Microsecond).String(), ms(r.SetupProxy-r.SetupDirect)),
 	}
 }
@@ -158,8 +164,8 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 		return &http.Client{Transport: tr}
 	}
 	var errs atomic.Int64
-	get := func(hc *http.Client, path string) {
-		resp, err := hc.Get("http://" + originAddr + path)
+	getFrom := func(hc *http.Client, addr, path string) {
+		resp, err := hc.Get("http://" + addr + path)
 		if err != nil {
 			errs.Add(1)
 			return
@@ -169,6 +175,7 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 		}
 		resp.Body.Close()
 	}
+	get := func(hc *http.Client, path string) { getFrom(hc, originAddr, path) }
 
 	// The download, best of three each, alternating.
 	res.DownloadProxy, res.DownloadDirect = time.Hour, time.Hour
@@ -187,36 +194,49 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 	}
 	res.DownloadRatio = float64(res.DownloadDirect) / float64(res.DownloadProxy)
 
-	// Small requests, 32 clients, keep-alive, alternating rounds.
+	// The floor: a blind TCP forwarder to the origin, which the client
+	// takes for the origin.
+	fln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, fmt.Errorf("bench egress: %w", err)
+	}
+	defer fln.Close()
+	go forwardBlindly(fln, originAddr)
+
+	// Small requests, 32 clients, keep-alive, rounds rotating through
+	// proxy, direct and floor.
+	const proxied, direct, floor = 0, 1, 2
 	per := opts.Duration / time.Duration(opts.Rounds)
-	var nProxy, nDirect int64
-	var tProxy, tDirect time.Duration
-	for i := range 2 * opts.Rounds {
-		proxy := i%2 == (i/2)%2
-		hc := client(proxy)
-		var n atomic.Int64
+	var n [3]int64
+	var el [3]time.Duration
+	for i := range 3 * opts.Rounds {
+		mode := (i + i/3) % 3
+		hc := client(mode == proxied)
+		target := originAddr
+		if mode == floor {
+			target = fln.Addr().String()
+		}
+		var k atomic.Int64
 		stop := time.Now().Add(per)
 		var wg sync.WaitGroup
 		t0 := time.Now()
 		for range opts.Clients {
 			wg.Go(func() {
 				for time.Now().Before(stop) && ctx.Err() == nil {
-					get(hc, "/small")
-					n.Add(1)
+					getFrom(hc, target, "/small")
+					k.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		el := time.Since(t0)
+		el[mode] += time.Since(t0)
+		n[mode] += k.Load()
 		hc.CloseIdleConnections()
-		if proxy {
-			nProxy, tProxy = nProxy+n.Load(), tProxy+el
-		} else {
-			nDirect, tDirect = nDirect+n.Load(), tDirect+el
-		}
 	}
-	res.SmallProxyRPS, res.SmallDirectRPS = float64(nProxy)/tProxy.Seconds(), float64(nDirect)/tDirect.Seconds()
+	rps := func(m int) float64 { return float64(n[m]) / el[m].Seconds() }
+	res.SmallProxyRPS, res.SmallDirectRPS, res.SmallFloorRPS = rps(proxied), rps(direct), rps(floor)
 	res.SmallRatio = res.SmallProxyRPS / res.SmallDirectRPS
+	res.SmallFloorRatio = res.SmallFloorRPS / res.SmallDirectRPS
 
 	// Connection set-up: a CONNECT answered by the proxy (the broker
 	// checked, dialled and took the connection over) vs a TCP connect.
@@ -254,4 +274,25 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 		return res, fmt.Errorf("bench egress: %d failed requests", res.Errors)
 	}
 	return res, nil
+}
+
+// forwardBlindly copies every connection accepted on ln to and from a
+// new connection to addr, until ln is closed.
+func forwardBlindly(ln net.Listener, addr string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			go func() { _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
+			_, _ = io.Copy(c, up)
+		}()
+	}
 }
