@@ -236,3 +236,39 @@ func TestGitRelayAttacksInsideAContainer(t *testing.T) {
 		}
 	}
 }
+
+// TestGitRelayGrantWhileRunning: a git grant given to a running
+// conversation reaches git inside at its next command (the url rewrite
+// is a file ohd rewrites, included by the container's git
+// configuration), and a revoke takes it back, without a restart.
+func TestGitRelayGrantWhileRunning(t *testing.T) {
+	d := dockerDaemon(t)
+	token := "ghs_live_" + fmt.Sprint(os.Getpid())
+	srv := relayedRepo(t, d, token, false)
+	var c store.Conversation
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+	lsRemote := "git ls-remote http://" + srv.Host + "/acme/widgets.git 2>&1"
+	if code, out := d.execIn(c.ID, "sh", "-c", lsRemote); code == 0 || strings.Contains(out, "refs/heads/main") {
+		t.Fatalf("ls-remote before any git grant = %d %q, want a failure", code, out)
+	}
+	d.ohctl("grant", c.ID, "git", srv.Host+"/acme")
+	code, out := d.execIn(c.ID, "sh", "-c", lsRemote)
+	if code != 0 || !strings.Contains(out, "refs/heads/main") {
+		t.Fatalf("ls-remote after the grant, same container = %d %q, want main's ref", code, out)
+	}
+	var recs []store.AuditRecord
+	d.ohctlJSON(&recs, "audit", "--limit", "0", c.ID)
+	var relayed bool
+	for _, r := range recs {
+		relayed = relayed || r.Allowed && r.Kind == store.KindGit && strings.HasPrefix(r.Route, "ANY /v1/git/")
+	}
+	if !relayed {
+		t.Errorf("no allowed request of the git relay in the audit: %+v", recs)
+	}
+	d.ohctl("revoke", c.ID, "git", srv.Host+"/acme")
+	if code, out := d.execIn(c.ID, "sh", "-c", lsRemote); code == 0 || strings.Contains(out, "refs/heads/main") {
+		t.Errorf("ls-remote after the revoke = %d %q, want a failure", code, out)
+	}
+}

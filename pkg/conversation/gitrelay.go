@@ -1,9 +1,12 @@
 package conversation
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
-
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
@@ -25,9 +28,12 @@ func brokerGitOptions(m map[string]store.GitGrantOptions) map[string]broker.GitO
 // gitRelayConfig is the git configuration that sends the conversation's
 // relayed git hosts through the broker relay inside the container
 // (url.<relay>/git/HOST/.insteadOf), one entry per host, from the grants
-// the conversation has when its container starts. A host whose every
-// grant is served through the credential helper (--git-relay=false), and
-// a host with no git-host configuration, get none.
+// the conversation has now. A host whose every grant is served through
+// the credential helper (--git-relay=false), and a host with no git-host
+// configuration, get none. It reaches git as a file (GitRelayConfigFile,
+// in the broker directory) that git includes through the container's
+// GIT_CONFIG_*, so a grant or git host changed while the conversation
+// runs applies to git's next command.
 func (m *Manager) gitRelayConfig(g store.Grants) [][2]string {
 	var out [][2]string
 	seen := map[string]bool{}
@@ -91,11 +97,15 @@ func (m *Manager) GrantGit(id, name string, opt store.GitGrantOptions) (store.Co
 	if _, err := m.liveConversation(id); err != nil {
 		return store.Conversation{}, err
 	}
-	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
+	c, err := m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		c.Grants.Add(store.KindGit, name)
 		c.Grants.SetGitOptions(name, opt)
 		return nil
 	})
+	if err != nil {
+		return c, err
+	}
+	return c, m.writeGitRelayConfig(c)
 }
 
 func containsString(l []string, s string) bool {
@@ -150,4 +160,63 @@ func loopbackHost(hostport string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// GitRelayConfigFile is the file of the conversation's broker directory
+// that holds gitRelayConfig, and ContainerGitRelayConfig where the
+// container sees it (include.path of its git configuration).
+const (
+	GitRelayConfigFile      = "gitconfig"
+	ContainerGitRelayConfig = broker.ContainerDir + "/" + GitRelayConfigFile
+)
+
+// gitConfigText renders key/value settings ("section.sub.name" or
+// "section.name") in git's configuration file format.
+func gitConfigText(settings [][2]string) []byte {
+	var b strings.Builder
+	b.WriteString("# Written by ohd: the git hosts this conversation reaches through the broker relay. Rewritten when its grants change.\n")
+	for _, kv := range settings {
+		key := kv[0]
+		first, last := strings.IndexByte(key, '.'), strings.LastIndexByte(key, '.')
+		if first < 0 {
+			continue
+		}
+		section, name := key[:first], key[last+1:]
+		if first == last {
+			fmt.Fprintf(&b, "[%s]\n", section)
+		} else {
+			sub := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key[first+1 : last])
+			fmt.Fprintf(&b, "[%s \"%s\"]\n", section, sub)
+		}
+		fmt.Fprintf(&b, "\t%s = %s\n", name, strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(kv[1]))
+	}
+	return []byte(b.String())
+}
+
+// writeGitRelayConfig writes the conversation's git relay configuration
+// into its broker directory (a container runtime's only: the local one
+// has no relay).
+func (m *Manager) writeGitRelayConfig(conv store.Conversation) error {
+	dir := m.brokerDir(conv.ID)
+	if m.rt.Kind() == "local" {
+		return nil
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil // written when the broker opens
+	}
+	return writeOwnedFile(filepath.Join(dir, GitRelayConfigFile), gitConfigText(m.gitRelayConfig(conv.Grants)), 0o444, conv.UID, conv.GID)
+}
+
+// RefreshGitRelayConfigs rewrites the git relay configuration of every
+// live conversation, after a git host was set or removed. A failure is
+// logged: the conversation keeps its previous configuration.
+func (m *Manager) RefreshGitRelayConfigs() {
+	for _, c := range m.st.Conversations() {
+		if !c.State.Live() {
+			continue
+		}
+		if err := m.writeGitRelayConfig(c); err != nil {
+			m.log.Error("git relay configuration", "conversation", c.ID, "err", err)
+		}
+	}
 }

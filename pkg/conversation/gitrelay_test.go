@@ -2,8 +2,13 @@ package conversation
 
 import (
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -49,6 +54,40 @@ func TestValidateGrantsGitOptions(t *testing.T) {
 	} {
 		if err := ValidateGrants(g); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", g, err)
+		}
+	}
+}
+
+// The git relay configuration file reads back, through git itself, as the
+// settings it was written from.
+func TestGitConfigTextReadsBackWithGit(t *testing.T) {
+	settings := [][2]string{
+		broker.GitRelayConfig("", "github.com"),
+		broker.GitRelayConfig("http", "127.0.0.1:8080"),
+		{"core.editor", `a "quoted" \ value`},
+	}
+	path := filepath.Join(t.TempDir(), "gitconfig")
+	if err := os.WriteFile(path, gitConfigText(settings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("git", "config", "--file", path, "--null", "--list").Output()
+	if err != nil {
+		t.Fatalf("git config --list: %v", err)
+	}
+	var got [][2]string
+	for _, e := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		k, v, _ := strings.Cut(e, "\n")
+		got = append(got, [2]string{k, v})
+	}
+	if len(got) != len(settings) {
+		t.Fatalf("git read %q, want %q", got, settings)
+	}
+	for i, kv := range settings {
+		// git lower-cases section and variable names, not subsections.
+		want := strings.ToLower(kv[0][:strings.IndexByte(kv[0], '.')]) + kv[0][strings.IndexByte(kv[0], '.'):strings.LastIndexByte(kv[0], '.')] +
+			strings.ToLower(kv[0][strings.LastIndexByte(kv[0], '.'):])
+		if got[i][0] != want || got[i][1] != kv[1] {
+			t.Errorf("setting %d: git read %q = %q, want %q = %q", i, got[i][0], got[i][1], want, kv[1])
 		}
 	}
 }

@@ -79,7 +79,7 @@ func (m *Manager) changeGrant(id, kind, name string, add bool) (store.Conversati
 	if _, err := m.liveConversation(id); err != nil {
 		return store.Conversation{}, err
 	}
-	return m.st.UpdateConversation(id, func(c *store.Conversation) error {
+	c, err := m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		if add {
 			c.Grants.Add(kind, canonicalGrant(kind, name))
 		} else if !c.Grants.Remove(kind, canonicalGrant(kind, name)) && !c.Grants.Remove(kind, name) {
@@ -87,6 +87,10 @@ func (m *Manager) changeGrant(id, kind, name string, add bool) (store.Conversati
 		}
 		return nil
 	})
+	if err != nil || kind != store.KindGit {
+		return c, err
+	}
+	return c, m.writeGitRelayConfig(c)
 }
 
 func (m *Manager) liveConversation(id string) (store.Conversation, error) {

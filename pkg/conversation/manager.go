@@ -310,6 +310,9 @@ func (m *Manager) openBroker(ctx context.Context, conv store.Conversation) ([]by
 		if err := m.writeInnerState(conv, ep.Dir); err != nil {
 			return nil, err
 		}
+		if err := m.writeGitRelayConfig(conv); err != nil {
+			return nil, err
+		}
 		if err := ensureMountpoint(filepath.Join(ep.Dir, "bin", "ohctl"), conv.UID, conv.GID); err != nil {
 			return nil, err
 		}
@@ -508,8 +511,9 @@ func (m *Manager) env(conv store.Conversation) []string {
 		[2]string{"credential.helper", ContainerHelper + " git-credential"},
 		[2]string{"credential.useHttpPath", "true"})
 	// Relayed git hosts go through the broker relay, which injects the
-	// credential (DESIGN §5, gitrelay.go).
-	git = append(git, m.gitRelayConfig(conv.Grants)...)
+	// credential (DESIGN §5, gitrelay.go): their url rewrites are in a
+	// file ohd rewrites when the grants change.
+	git = append(git, [2]string{"include.path", ContainerGitRelayConfig})
 	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))

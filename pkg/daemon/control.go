@@ -677,6 +677,7 @@ func (d *Daemon) handlePutGitCredential(w http.ResponseWriter, r *http.Request) 
 	if err := d.store.PutGitCredential(g); err != nil {
 		return err
 	}
+	d.mgr.RefreshGitRelayConfigs()
 	writeJSON(w, http.StatusOK, g)
 	return nil
 }
@@ -685,6 +686,7 @@ func (d *Daemon) handleRemoveGitCredential(w http.ResponseWriter, r *http.Reques
 	if err := d.store.DeleteGitCredential(r.PathValue("host")); err != nil {
 		return err
 	}
+	d.mgr.RefreshGitRelayConfigs()
 	writeJSON(w, http.StatusOK, map[string]string{"host": r.PathValue("host")})
 	return nil
 }
