@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,7 +45,7 @@ func profileEntries(provURL string) (entries map[string]any, keys map[string]str
 	entries = map[string]any{
 		"profiles": profiles,
 		"agent_profiles": []any{map[string]any{
-			"id": agentID, "name": "coder", "agent_kind": "openhands", "llm_profile_ref": "main",
+			"id": agentID, "name": "coder", "agent_kind": "openhands", "revision": 3, "llm_profile_ref": "main",
 			"system_message_suffix": "profile suffix", "disabled_skills": []any{},
 		}},
 	}
@@ -231,6 +232,31 @@ func TestCanvasProfileLaunchThroughOhd(t *testing.T) {
 	}
 	if got := e.llmKeyUsed(id); got != bearer(e.keys["main"]) {
 		t.Errorf("the agent's LLM call reached the provider as %q, want the profile's key", got)
+	}
+	// Canvas preselects the launching profile from launched_agent_profile,
+	// which the inner server cannot know (it got agent_settings): ohd
+	// adds it to the conversation's answers, single and listed.
+	var info struct {
+		Launched *struct {
+			ID       string `json:"agent_profile_id"`
+			Revision int    `json:"revision"`
+		} `json:"launched_agent_profile"`
+	}
+	e.call("GET", "/api/conversations/"+id, nil).json(t, &info)
+	if info.Launched == nil || info.Launched.ID != strings.ToLower(e.agentID) || info.Launched.Revision != 3 {
+		t.Errorf("launched_agent_profile = %+v, want the profile %s at revision 3", info.Launched, e.agentID)
+	}
+	var page struct {
+		Items []struct {
+			ID       string          `json:"id"`
+			Launched json.RawMessage `json:"launched_agent_profile"`
+		} `json:"items"`
+	}
+	e.call("GET", "/api/conversations/search", nil).json(t, &page)
+	for _, it := range page.Items {
+		if it.ID == id && !strings.Contains(string(it.Launched), strings.ToLower(e.agentID)) {
+			t.Errorf("search: launched_agent_profile = %s", it.Launched)
+		}
 	}
 	// The title: the inner server loads title_llm_profile from its own
 	// store, as the real one does, and its call carries that key.

@@ -142,7 +142,7 @@ func (s *Server) profileRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /api/agent-profiles", func(w http.ResponseWriter, r *http.Request) {
 		out := []map[string]any{}
 		for _, p := range readProfileFile().AgentProfiles {
-			out = append(out, map[string]any{"id": p["id"], "name": p["name"], "agent_kind": "openhands", "revision": 1,
+			out = append(out, map[string]any{"id": p["id"], "name": p["name"], "agent_kind": "openhands", "revision": orZero(p["revision"]),
 				"llm_profile_ref": p["llm_profile_ref"], "mcp_server_refs": p["mcp_server_refs"]})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"profiles": out, "active_agent_profile_id": nil})
@@ -441,3 +441,11 @@ func (b *bufferWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = (*bufferWriter)(nil)
+
+// orZero is a profile's revision as the server lists it: 0 when unset.
+func orZero(v any) any {
+	if v == nil {
+		return 0
+	}
+	return v
+}

@@ -124,7 +124,7 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(), Egress: m.egressMode(),
 		Workspace: repo.Workspace, WorkingDir: repo.Workspace,
 		UID: uid, GID: gid, Grants: req.Grants, BrokerEpoch: 1,
-		Image: img.Ref, ImageID: img.ID, Request: req.Request,
+		Image: img.Ref, ImageID: img.ID, Request: req.Request, LaunchedAgentProfile: req.LaunchedAgentProfile,
 	}
 	if req.Worktree && !repo.IsGit {
 		conv.Notes = append(conv.Notes, "the workspace is not a git repository: started without a worktree, the workspace is mounted at its own path")

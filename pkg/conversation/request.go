@@ -31,6 +31,8 @@ type CreateRequest struct {
 	// Request is a secret-free copy of the API's create body, kept in the
 	// record.
 	Request json.RawMessage
+	// LaunchedAgentProfile is kept in the record (see the store's field).
+	LaunchedAgentProfile json.RawMessage
 	// Prepare, if set, runs under the conversation's lock once the
 	// create's record exists and before anything else is made: it keeps
 	// the create's own credentials (named "<id>.<name>", which every undo

@@ -204,24 +204,25 @@ func (m *Mediator) SwitchLLM(ctx context.Context, id, name string, body []byte) 
 // when the profile lists it (the server adds it to a profile without
 // tools when its runtime can run it, conversation_service.py L375-387),
 // and the conversation's launched_agent_profile is not recorded by the
-// inner server.
-func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]json.RawMessage) error {
+// inner server: ResolveAgentProfile returns it (nil for a body without
+// agent_profile_id) for the caller to keep and show (WithLaunchedProfile).
+func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]json.RawMessage) (json.RawMessage, error) {
 	raw, ok := fields["agent_profile_id"]
 	if !ok || string(raw) == "null" {
-		return nil
+		return nil, nil
 	}
 	const field = "agent_profile_id"
 	var pid string
 	if json.Unmarshal(raw, &pid) != nil {
-		return &Error{Field: field, Msg: "want a UUID string"}
+		return nil, &Error{Field: field, Msg: "want a UUID string"}
 	}
 	want, ok := canonicalUUID(pid)
 	if !ok {
-		return &Error{Field: field, Msg: "want a UUID string"}
+		return nil, &Error{Field: field, Msg: "want a UUID string"}
 	}
 	for _, k := range []string{"agent", "agent_settings"} {
 		if v, ok := fields[k]; ok && string(v) != "null" {
-			return &Error{Field: field, Msg: "`agent_profile_id` is mutually exclusive with `agent` and `agent_settings`"}
+			return nil, &Error{Field: field, Msg: "`agent_profile_id` is mutually exclusive with `agent` and `agent_settings`"}
 		}
 	}
 	notFound := &Error{Status: http.StatusNotFound, Field: field, Msg: fmt.Sprintf("Agent profile with id '%s' not found", pid)}
@@ -233,7 +234,7 @@ func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]js
 	}
 	found, err := m.fetchJSON(ctx, field, "/api/agent-profiles", false, &list)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	name := ""
 	for _, p := range list.Profiles {
@@ -245,20 +246,20 @@ func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]js
 		}
 	}
 	if !found || name == "" || !ValidProfileName(name) {
-		return notFound
+		return nil, notFound
 	}
 	var detail struct {
 		Profile map[string]any `json:"profile"`
 	}
 	if found, err = m.fetchJSON(ctx, field, "/api/agent-profiles/"+url.PathEscape(name), false, &detail); err != nil {
-		return err
+		return nil, err
 	}
 	if !found || detail.Profile == nil {
-		return notFound
+		return nil, notFound
 	}
 	p := detail.Profile
 	if kind, _ := p["agent_kind"].(string); kind != "" && kind != "openhands" {
-		return &Error{Field: field, Msg: fmt.Sprintf("agent profile %q is an %s profile: ohd does not mediate the provider credentials of ACP agents; launch an OpenHands agent profile", name, kind)}
+		return nil, &Error{Field: field, Msg: fmt.Sprintf("agent profile %q is an %s profile: ohd does not mediate the provider credentials of ACP agents; launch an OpenHands agent profile", name, kind)}
 	}
 	var settings struct {
 		AgentSettings struct {
@@ -269,7 +270,7 @@ func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]js
 		} `json:"agent_settings"`
 	}
 	if _, err := m.fetchJSON(ctx, field, "/api/settings", true, &settings); err != nil {
-		return err
+		return nil, err
 	}
 	mcp := map[string]any{}
 	refs, hasRefs := p["mcp_server_refs"].([]any)
@@ -288,16 +289,16 @@ func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]js
 		}
 	}
 	if len(dangling) > 0 {
-		return &Error{Field: field, Msg: "MCP server ref(s) not present in the user's MCP config: " + strings.Join(dangling, ", ")}
+		return nil, &Error{Field: field, Msg: "MCP server ref(s) not present in the user's MCP config: " + strings.Join(dangling, ", ")}
 	}
 	ref, _ := p["llm_profile_ref"].(string)
 	llm, err := m.ProfileLLM(ctx, field, ref)
 	if err != nil {
 		var me *Error
 		if asError(err, &me) && me.Status == http.StatusNotFound && m.Fetch != nil {
-			return &Error{Status: http.StatusNotFound, Field: field, Msg: fmt.Sprintf("LLM profile '%s' not found", ref)}
+			return nil, &Error{Status: http.StatusNotFound, Field: field, Msg: fmt.Sprintf("LLM profile '%s' not found", ref)}
 		}
-		return err
+		return nil, err
 	}
 	llm["stream"] = true // conversation_service.py L363-374
 	ctxObj := map[string]any{
@@ -325,11 +326,43 @@ func (m *Mediator) ResolveAgentProfile(ctx context.Context, fields map[string]js
 	}
 	b, err := encode(agent)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	delete(fields, "agent_profile_id")
 	fields["agent_settings"] = b
-	return nil
+	// LaunchedAgentProfile (sdk/profiles/agent_profile.py L280-294): the
+	// profile's id and its revision at launch (0 when it has none).
+	rev, _ := p["revision"].(float64)
+	if rev < 0 || rev != float64(int64(rev)) {
+		rev = 0
+	}
+	launched, err := json.Marshal(struct {
+		ID       string `json:"agent_profile_id"`
+		Revision int64  `json:"revision"`
+	}{want, int64(rev)})
+	return launched, err
+}
+
+// WithLaunchedProfile returns info (a ConversationInfo) with its
+// launched_agent_profile set to launched where the inner server left it
+// null or out (ResolveAgentProfile).
+func WithLaunchedProfile(info, launched json.RawMessage) json.RawMessage {
+	if len(launched) == 0 {
+		return info
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(info, &m) != nil || m == nil {
+		return info
+	}
+	if v, ok := m["launched_agent_profile"]; ok && string(v) != "null" {
+		return info
+	}
+	m["launched_agent_profile"] = launched
+	out, err := json.Marshal(m)
+	if err != nil {
+		return info
+	}
+	return out
 }
 
 func orEmpty(v any) any {

@@ -23,7 +23,7 @@ func upstreamProfiles(t *testing.T, calls *[]string) openhands.Fetcher {
 	answers := map[string]string{
 		"/api/agent-profiles": `{"profiles":[{"id":"` + agentProfileID + `","name":"coder"},{"id":null,"name":"x"}],"active_agent_profile_id":null}`,
 		"/api/agent-profiles/coder": `{"name":"coder","profile":{"id":"` + agentProfileID + `","name":"coder","agent_kind":"openhands",
-			"llm_profile_ref":"main","mcp_server_refs":["gh"],"tools":null,"system_message_suffix":"be brief","disabled_skills":["a"],
+			"revision":7,"llm_profile_ref":"main","mcp_server_refs":["gh"],"tools":null,"system_message_suffix":"be brief","disabled_skills":["a"],
 			"condenser":{"enabled":true},"enable_sub_agents":false}}`,
 		"/api/profiles/main": `{"name":"main","config":{"model":"openai/gpt-5","api_key":"` + token(t, llmKey) + `","base_url":"https://llm.example/v1","provider_connection_id":null},"api_key_set":true}`,
 		"/api/profiles/conn": `{"name":"conn","config":{"model":"openai/gpt-5","api_key":null,"provider_connection_id":"c1"},"api_key_set":true}`,
@@ -43,8 +43,12 @@ func TestResolveAgentProfile(t *testing.T) {
 	m := mediator(t, &lookups)
 	m.Fetch = upstreamProfiles(t, &calls)
 	f := fields(t, `{"agent_profile_id":"`+strings.ToUpper(agentProfileID)+`","workspace":{"working_dir":"/w"},"title_llm_profile":"main"}`)
-	if err := m.ResolveAgentProfile(context.Background(), f); err != nil {
+	launched, err := m.ResolveAgentProfile(context.Background(), f)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if want := `{"agent_profile_id":"` + agentProfileID + `","revision":7}`; string(launched) != want {
+		t.Errorf("launched_agent_profile = %s, want %s", launched, want)
 	}
 	if _, ok := f["agent_profile_id"]; ok {
 		t.Errorf("agent_profile_id is still in the body")
@@ -90,7 +94,7 @@ func TestResolveAgentProfileErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f := fields(t, c.body)
 			before := len(f)
-			err := m.ResolveAgentProfile(context.Background(), f)
+			_, err := m.ResolveAgentProfile(context.Background(), f)
 			var me *openhands.Error
 			if !errors.As(err, &me) || me.Status != c.status || me.Field != "agent_profile_id" || !strings.Contains(me.Msg, c.msg) {
 				t.Fatalf("ResolveAgentProfile(%s) = %v, want status %d naming agent_profile_id: %q", c.body, err, c.status, c.msg)
@@ -101,7 +105,7 @@ func TestResolveAgentProfileErrors(t *testing.T) {
 		})
 	}
 	m.Fetch = nil
-	err := m.ResolveAgentProfile(context.Background(), fields(t, `{"agent_profile_id":"`+agentProfileID+`"}`))
+	_, err := m.ResolveAgentProfile(context.Background(), fields(t, `{"agent_profile_id":"`+agentProfileID+`"}`))
 	var me *openhands.Error
 	if !errors.As(err, &me) || me.Status != http.StatusNotFound || !strings.Contains(me.Msg, "--upstream") {
 		t.Errorf("without an upstream: %v, want 404 naming --upstream", err)
@@ -181,4 +185,22 @@ func FuzzSwitchLLM(f *testing.F) {
 			t.Fatalf("the forwarded body holds the key")
 		}
 	})
+}
+
+func TestWithLaunchedProfile(t *testing.T) {
+	launched := json.RawMessage(`{"agent_profile_id":"` + agentProfileID + `","revision":7}`)
+	for _, c := range []struct{ info, want string }{
+		{`{"id":"x","launched_agent_profile":null}`, `{"id":"x","launched_agent_profile":` + string(launched) + `}`},
+		{`{"id":"x"}`, `{"id":"x","launched_agent_profile":` + string(launched) + `}`},
+		// The inner server's own record wins.
+		{`{"id":"x","launched_agent_profile":{"agent_profile_id":"y","revision":1}}`, `{"id":"x","launched_agent_profile":{"agent_profile_id":"y","revision":1}}`},
+		{`not json`, `not json`},
+	} {
+		if got := openhands.WithLaunchedProfile(json.RawMessage(c.info), launched); string(got) != c.want {
+			t.Errorf("WithLaunchedProfile(%s) = %s, want %s", c.info, got, c.want)
+		}
+	}
+	if got := openhands.WithLaunchedProfile(json.RawMessage(`{"id":"x"}`), nil); string(got) != `{"id":"x"}` {
+		t.Errorf("without a launched profile: %s", got)
+	}
 }

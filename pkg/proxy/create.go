@@ -27,6 +27,9 @@ type createBody struct {
 	Worktree   bool   // worktree
 	ID         string // conversation_id, canonical; "" if absent
 	HasParent  bool   // parent_conversation_id is set
+	// launched is the launched_agent_profile of a body that named an
+	// agent profile, once resolved (resolveProfiles).
+	launched json.RawMessage
 }
 
 // parseCreateBody parses a create body. It checks only what ohd needs:
@@ -269,6 +272,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Worktree:  cb.Worktree,
 		Prepare:   keep,
 		Request:   cb.record(id),
+		// The inner server never sees the profile: ohd keeps and shows
+		// its launched_agent_profile.
+		LaunchedAgentProfile: cb.launched,
 		// A missing working_dir is made as the agent server makes it,
 		// under the roots the operator allows (workdir.go).
 		MakeWorkspace:  true,

@@ -61,7 +61,9 @@ type conversationInfo struct {
 	Tags            map[string]string `json:"tags"`
 	CreatedAt       time.Time         `json:"created_at"`
 	UpdatedAt       time.Time         `json:"updated_at"`
-	OHD             ohdInfo           `json:"ohd"`
+	// LaunchedAgentProfile is null unless an agent profile launched it.
+	LaunchedAgentProfile json.RawMessage `json:"launched_agent_profile"`
+	OHD                  ohdInfo         `json:"ohd"`
 }
 
 type workspaceInfo struct {
@@ -82,12 +84,13 @@ type ohdInfo struct {
 
 func render(c store.Conversation) conversationInfo {
 	return conversationInfo{
-		ID:              c.ID,
-		Workspace:       workspaceInfo{Kind: "LocalWorkspace", WorkingDir: c.WorkingDir},
-		ExecutionStatus: fallbackStatus,
-		Tags:            map[string]string{},
-		CreatedAt:       c.CreatedAt,
-		UpdatedAt:       c.UpdatedAt,
+		ID:                   c.ID,
+		Workspace:            workspaceInfo{Kind: "LocalWorkspace", WorkingDir: c.WorkingDir},
+		ExecutionStatus:      fallbackStatus,
+		Tags:                 map[string]string{},
+		CreatedAt:            c.CreatedAt,
+		UpdatedAt:            c.UpdatedAt,
+		LaunchedAgentProfile: orNull(c.LaunchedAgentProfile),
 		OHD: ohdInfo{
 			State: c.State, Workspace: c.Workspace, Worktree: c.Worktree, Branch: c.Branch,
 			Notes: scrubNotes(c.Notes), Egress: c.Egress,
@@ -119,7 +122,7 @@ type item struct {
 
 func (it *item) json() ([]byte, string) {
 	if it.inner != nil {
-		return it.inner, it.source
+		return openhands.WithLaunchedProfile(it.inner, it.conv.LaunchedAgentProfile), it.source
 	}
 	b, _ := json.Marshal(render(it.conv))
 	return b, "ohd"
@@ -533,4 +536,12 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// orNull is v, or JSON null when v is empty.
+func orNull(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage("null")
+	}
+	return v
 }

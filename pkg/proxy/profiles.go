@@ -90,9 +90,11 @@ type titleProfile struct {
 // the agent server then titles with the agent's LLM, as it does when the
 // profile does not load (conversation_service.py L2425-2487).
 func (s *Server) resolveProfiles(ctx context.Context, med *openhands.Mediator, cb *createBody, id string) (*titleProfile, error) {
-	if err := med.ResolveAgentProfile(ctx, cb.fields); err != nil {
+	launched, err := med.ResolveAgentProfile(ctx, cb.fields)
+	if err != nil {
 		return nil, err
 	}
+	cb.launched = launched
 	raw, ok := cb.fields["title_llm_profile"]
 	if !ok || isNull(raw) {
 		return nil, nil

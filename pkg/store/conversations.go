@@ -271,6 +271,11 @@ type Conversation struct {
 	// inner server (secret-free), kept so a restarted container can be
 	// given its conversation again.
 	Request json.RawMessage `json:"request,omitempty"`
+	// LaunchedAgentProfile is the agent server's launched_agent_profile
+	// ({"agent_profile_id","revision"}) of a conversation launched from
+	// an agent profile, which ohd resolves itself, so the inner server
+	// never records it; the conversation API adds it to its answers.
+	LaunchedAgentProfile json.RawMessage `json:"launched_agent_profile,omitempty"`
 
 	Notes      []string `json:"notes,omitempty"`
 	Error      string   `json:"error,omitempty"`
