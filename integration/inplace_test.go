@@ -2,6 +2,7 @@ package integration
 
 import (
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,6 +219,16 @@ func TestInPlaceSDKCreate(t *testing.T) {
 			t.Error("the agent wrote the host's .git/config")
 		}
 		waitHostRef(t, repo, "refs/heads/openhands/"+id, d.insideAt(c, repo, "git rev-parse HEAD"), 5*time.Second)
+		// The SDK's RemoteWorkspace (v1.43.1) downloads files and reads git
+		// changes on the global routes, without the conversation: the path
+		// names it.
+		if r := d.call("GET", "/api/file/download?path="+url.QueryEscape(filepath.Join(repo, "ok.txt")), nil); r.Status != http.StatusOK || strings.TrimSpace(string(r.Body)) != "ok" {
+			t.Errorf("global file download of the conversation's file = %d %q", r.Status, r.Body)
+		}
+		d.insideAt(c, repo, "echo new > sdk-change.txt")
+		if r := d.call("GET", "/api/git/changes?path="+url.QueryEscape(repo), nil); r.Status != http.StatusOK || !strings.Contains(string(r.Body), "sdk-change.txt") {
+			t.Errorf("global git changes of the conversation's folder = %d %s, want sdk-change.txt", r.Status, r.Body)
+		}
 		if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != http.StatusOK {
 			t.Errorf("delete = %d %s", r.Status, r.Body)
 		}

@@ -78,6 +78,7 @@
 //	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
 //	POST   /api/conversations/{id}/switch_llm|switch_profile  mediated (below), then forwarded; the inner answer
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
+//	ANY    /api/{file,git}/...?path=P        without cid or an upstream: forwarded to the conversation whose working directory holds P (pathroute.go)
 //	GET    /api/vscode/url?cid=ID, /api/desktop/url?cid=ID   the inner server's answer, its URL made ohd's (ports.go)
 //	ANY    /api/conversations/{id}/vscode/..., .../desktop/...  the container's VS Code (8001) and desktop (8002), HTTP and
 //	                                         WebSocket, by a token in the URL or its cookie (ports.go)

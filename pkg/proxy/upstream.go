@@ -103,8 +103,11 @@ func (s *Server) passUpstream(w http.ResponseWriter, r *http.Request) {
 		s.forwardTo(w, r, id, r.URL.EscapedPath(), dropQueryParam(stripAuthQuery(r.URL.RawQuery), openhands.CIDParam))
 		return
 	}
+	if s.up == nil && s.routeByPath(w, r) {
+		return
+	}
 	if s.up == nil {
-		writeDetail(w, http.StatusNotFound, "Not Found: "+r.URL.Path+" is not a conversation's route, and ohd passes those to the operator's own agent server only when started with --upstream URL (e.g. --upstream http://127.0.0.1:18000)")
+		writeDetail(w, http.StatusNotFound, "Not Found: "+r.URL.Path+" is not a conversation's route (a file or git route goes to the conversation whose working directory holds its path, or to ?cid=ID), and ohd passes those to the operator's own agent server only when started with --upstream URL (e.g. --upstream http://127.0.0.1:18000)")
 		return
 	}
 	if r.ContentLength > s.opts.MaxBody {
