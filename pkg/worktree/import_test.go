@@ -159,10 +159,7 @@ func slicesEqual(a, b []string) bool {
 // is the next commit on top of it, because the first one's objects never
 // reached the host's store; the host's fsck stays clean.
 func TestImportIsQuarantined(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	sb := &hostSandbox{wt: wt}
 	testenv.WriteFile(t, filepath.Join(wt.Path, ".gitmodules"), "[submodule \"x\"]\n\tpath = x\n\turl = ./x\n\tupdate = !sh -c evil\n")
 	inView(t, wt, "add", ".gitmodules")
@@ -198,10 +195,7 @@ func TestImportIsQuarantined(t *testing.T) {
 // publish is refused (not_a_commit) and the blob does not enter the
 // host's store.
 func TestImportRefusesABranchOnABlob(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, _, wt := newView(t)
 	f := filepath.Join(t.TempDir(), "blob")
 	testenv.WriteFile(t, f, "not a commit\n")
 	blob := strings.TrimSpace(testenv.Git(t, dir, "-c", "safe.directory=*", "--git-dir="+wt.View, "hash-object", "-w", f))
@@ -219,10 +213,7 @@ func TestImportRefusesABranchOnABlob(t *testing.T) {
 // objects) and large (a pack), reach the real store and leave no
 // quarantine.
 func TestImportMigratesLooseAndPacked(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	sb := &hostSandbox{wt: wt}
 	published := wt.StartCommit
 	for _, n := range []int{1, 150} {
@@ -264,10 +255,7 @@ func commitInView(t *testing.T, m *Manager, wt Worktree, name string) string {
 // refs/heads/openhands/<id>.lock; one older than this ohd is its own and
 // is removed, one younger is someone else's (ErrLocked, nothing moves).
 func TestPublishClearsAStaleLock(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	sb := &hostSandbox{wt: wt}
 	lock := filepath.Join(repo.CommonDir, "refs", "heads", wt.Branch+".lock")
 	testenv.WriteFile(t, lock, wt.StartCommit+"\n")
@@ -299,10 +287,7 @@ func TestPublishClearsAStaleLock(t *testing.T) {
 // what it was about to write, publishes on top with no conflict and
 // nothing kept. A real foreign move still is a conflict.
 func TestPublishAfterAKillIsNotAConflict(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, _, wt := newView(t)
 	sb := &hostSandbox{wt: wt}
 	tip1 := commitInView(t, m, wt, "a.txt")
 	if _, err := m.Publish(testCtx(t), wt, sb, tip1, wt.StartCommit); err != nil {
@@ -329,10 +314,7 @@ func TestPublishAfterAKillIsNotAConflict(t *testing.T) {
 // kept history on a branch of its own (not the moved branch with the
 // agent's commits as uncommitted changes).
 func TestRestoreAKeptTip(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	sb := &hostSandbox{wt: wt}
 	tip1 := commitInView(t, m, wt, "a.txt")
 	if _, err := m.Publish(testCtx(t), wt, sb, tip1, wt.StartCommit); err != nil {
@@ -367,10 +349,7 @@ func TestRestoreAKeptTip(t *testing.T) {
 // later ohd) clears that lock, as a publish clears its branch's, instead
 // of failing for good.
 func TestSaveViewClearsAStaleSnapshotLock(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	testenv.WriteFile(t, filepath.Join(wt.Path, "unsaved.txt"), "work\n")
 	lock := filepath.Join(repo.CommonDir, filepath.FromSlash(SnapshotRef(wt.ConversationID))+".lock")
 	testenv.WriteFile(t, lock, "")

@@ -107,10 +107,7 @@ func commitInView2(t *testing.T, wt Worktree, name string) string {
 // branches as they move (after RefreshHostView), fetches without copying
 // objects, and never shows refs/ohd/ or other conversations' branches.
 func TestHostRemoteFollowsTheHost(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	other := addView(t, m, repo, newID(t), "")
 	inView(t, other, "branch", "other-side")
 	mirrorNow(t, m, other) // refs/ohd/live/<other>/... on the host

@@ -43,6 +43,16 @@ func (s *hostSandbox) View(ctx context.Context, args []string, stdin io.Reader, 
 	return RunView(ctx, args, stdin, stdout)
 }
 
+// newView is a manager, a new repository (dir) and a view of it for a new
+// conversation: the start of most tests of the git view.
+func newView(t testing.TB) (*Manager, string, Repo, Worktree) {
+	t.Helper()
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	repo := mustInspect(t, m, dir)
+	return m, dir, repo, addView(t, m, repo, newID(t), "")
+}
+
 func addView(t testing.TB, m *Manager, repo Repo, id, start string) Worktree {
 	t.Helper()
 	wt, err := m.Add(testCtx(t), AddOptions{Repo: repo, ConversationID: id, StartPoint: start, View: true})
@@ -129,10 +139,7 @@ func TestViewUpstreamTracksStartPoint(t *testing.T) {
 }
 
 func TestPublishMovesHostBranch(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, _, wt := newView(t)
 	testenv.WriteFile(t, filepath.Join(wt.Path, "new.txt"), "agent work\n")
 	inView(t, wt, "add", "new.txt")
 	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "agent commit")
@@ -179,10 +186,7 @@ func TestPublishMovesHostBranch(t *testing.T) {
 }
 
 func TestPublishRefusesCorruptObjects(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, _, wt := newView(t)
 	testenv.WriteFile(t, filepath.Join(wt.Path, "f.txt"), "content\n")
 	inView(t, wt, "add", "f.txt")
 	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "c")
@@ -315,10 +319,7 @@ func TestRemoveWithViewKeepsEverything(t *testing.T) {
 }
 
 func TestRemoveUndoTakesNoSnapshot(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, _, wt := newView(t)
 	// A half-made checkout: files missing.
 	entries, _ := os.ReadDir(wt.Path)
 	for _, e := range entries {
@@ -339,10 +340,7 @@ func TestRemoveUndoTakesNoSnapshot(t *testing.T) {
 }
 
 func TestRestoreBringsTheWorkBack(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, _, repo, wt := newView(t)
 	testenv.WriteFile(t, filepath.Join(wt.Path, "committed.txt"), "c\n")
 	inView(t, wt, "add", "committed.txt")
 	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-qm", "agent commit")
@@ -397,10 +395,7 @@ func TestViewBranchPackedAndLoose(t *testing.T) {
 // TestPublishLargePack: a publish of 100 objects or more goes through
 // index-pack (kept while the ref moves, the .keep dropped after).
 func TestPublishLargePack(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	for i := range 150 {
 		testenv.WriteFile(t, filepath.Join(wt.Path, "many", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintf("file %d\n", i))
 	}
@@ -462,10 +457,7 @@ func TestPublishRefusesAnOversizedPack(t *testing.T) {
 // another) is saved as its files, its own ignore rules applied and its .git
 // left out; a submodule the agent staged stays a gitlink, as git has it.
 func TestRemoveWithViewSavesNestedRepos(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, _, wt := newView(t)
 	at := func(rel string) string { return filepath.Join(wt.Path, rel) }
 	git := func(d string, args ...string) {
 		testenv.Git(t, d, append([]string{"-c", "user.name=a", "-c", "user.email=a@x"}, args...)...)
@@ -592,10 +584,7 @@ func TestReadRevsRefusesOversizedInput(t *testing.T) {
 // of a running conversation) reports what SaveView saved, the nested
 // repositories included.
 func TestRemoveSavedKeepsEverySaveViewField(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, _, _, wt := newView(t)
 	testenv.Git(t, wt.Path, "init", "-q", "app")
 	testenv.WriteFile(t, filepath.Join(wt.Path, "app", "main.go"), "package main\n")
 	inView(t, wt, "tag", "agent-tag", "HEAD")
@@ -655,10 +644,7 @@ func (s *plantSandbox) View(ctx context.Context, args []string, stdin io.Reader,
 // sandbox reports are the agent's word: the host keeps only clean relative
 // paths of directories of the snapshot, at most maxNested of them.
 func TestRemoveWithViewChecksPlantedNestedRepos(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, _, _, wt := newView(t)
 	var dirs []string
 	for i := 0; i < maxNested+20; i++ {
 		d := fmt.Sprintf("d%03d", i)
@@ -694,10 +680,7 @@ func TestRemoveWithViewChecksPlantedNestedRepos(t *testing.T) {
 // staged), the stash and the side branches of the view come back, and a
 // second restore says where the work already is.
 func TestRestoreInFull(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	repo := mustInspect(t, m, dir)
-	wt := addView(t, m, repo, newID(t), "")
+	m, dir, repo, wt := newView(t)
 	ident := []string{"-c", "user.name=agent", "-c", "user.email=a@x"}
 	// A side branch with a commit of its own, and one named like a host
 	// branch (main) on another commit: the name is taken on the host.
