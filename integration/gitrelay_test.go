@@ -46,22 +46,7 @@ func relayedRepo(t *testing.T, d *daemon, token string, bearer bool) *gitserver.
 // inside the container, where the view is the repository's .git.
 func installFindstr(t *testing.T, c store.Conversation, repo string) string {
 	t.Helper()
-	bin := testenv.GoBuild(t, "./integration/attacktool", "CGO_ENABLED=0")
-	dir := filepath.Join(filepath.Dir(c.Worktree), ".ohd", "git", "relaytools")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "attacktool"), b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("attacktool", filepath.Join(dir, "findstr")); err != nil {
-		t.Fatal(err)
-	}
-	testenv.ChownR(t, dir, c.UID, c.GID)
+	installAttackTool(t, filepath.Join(filepath.Dir(c.Worktree), ".ohd", "git", "relaytools"), c.UID, c.GID, "findstr")
 	return filepath.Join(repo, ".git", "relaytools", "findstr")
 }
 

@@ -141,24 +141,31 @@ var toolNames = []string{"rm", "ln", "mkdir", "cp", "cat", "ls", "chmod", "trunc
 // the worktree, so it is neither snapshotted nor published.
 func (a *attack) installTools() {
 	a.t.Helper()
-	bin := testenv.GoBuild(a.t, "./integration/attacktool", "CGO_ENABLED=0")
-	dir := filepath.Join(filepath.Dir(a.attacker.Worktree), ".ohd", "git", "tools")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		a.t.Fatal(err)
+	installAttackTool(a.t, filepath.Join(filepath.Dir(a.attacker.Worktree), ".ohd", "git", "tools"), attackOwner, attackOwner, toolNames...)
+}
+
+// installAttackTool builds integration/attacktool (static) into dir (made
+// here, with its parents), with a symlink to it for each of names, all
+// owned by uid:gid.
+func installAttackTool(t *testing.T, dir string, uid, gid int, names ...string) {
+	t.Helper()
+	bin := testenv.GoBuild(t, "./integration/attacktool", "CGO_ENABLED=0")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	b, err := os.ReadFile(bin)
 	if err != nil {
-		a.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "attacktool"), b, 0o755); err != nil {
-		a.t.Fatal(err)
+		t.Fatal(err)
 	}
-	for _, n := range toolNames {
+	for _, n := range names {
 		if err := os.Symlink("attacktool", filepath.Join(dir, n)); err != nil {
-			a.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
-	testenv.ChownR(a.t, dir, attackOwner, attackOwner)
+	testenv.ChownR(t, dir, uid, gid)
 }
 
 // sh runs a script in the attacker's worktree, inside its container, and

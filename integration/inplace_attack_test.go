@@ -92,24 +92,7 @@ func newInPlaceAt(t *testing.T, sub string, before ...func(repo string)) *inPlac
 // inside).
 func (a *inPlace) installTools() {
 	a.t.Helper()
-	bin := testenv.GoBuild(a.t, "./integration/attacktool", "CGO_ENABLED=0")
-	dir := filepath.Join(a.conv.GitView, "tools")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		a.t.Fatal(err)
-	}
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "attacktool"), b, 0o755); err != nil {
-		a.t.Fatal(err)
-	}
-	for _, n := range toolNames {
-		if err := os.Symlink("attacktool", filepath.Join(dir, n)); err != nil {
-			a.t.Fatal(err)
-		}
-	}
-	testenv.ChownR(a.t, dir, attackOwner, attackOwner)
+	installAttackTool(a.t, filepath.Join(a.conv.GitView, "tools"), attackOwner, attackOwner, toolNames...)
 }
 
 func (a *inPlace) expand(script string) string {
