@@ -275,6 +275,14 @@ func (m *Manager) publish(ctx context.Context, id, tip string) (store.Conversati
 	if err != nil || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || tip == c.Published {
 		return c, err
 	}
+	// tip was read before the lock was ours. A removal saves the view's
+	// work itself, its last commit included, and may have done so while
+	// this publish waited: publishing tip now would move the branch back
+	// to an older commit. Only a running conversation that no removal
+	// holds is published.
+	if c.Removal != nil || c.State != store.StateRunning {
+		return c, nil
+	}
 	// A sandbox command the agent made hang (it can replace programs in
 	// its own container) must not hold the conversation's publishing, or a
 	// stop waiting for it, for ever.

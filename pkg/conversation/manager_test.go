@@ -659,3 +659,33 @@ func TestAbandonedProvisioningRecordIsFinished(t *testing.T) {
 		t.Errorf("the create in flight ended %s, want running", c.State)
 	}
 }
+
+// TestNoPublishOnceARemovalHoldsTheConversation: a publish that waited for
+// the lock while a removal saved the view (its tip read before) must not
+// run after it, or it moves the branch back to that older tip (seen in
+// TestRemovalLosesNothingMadeBeforeItReturns: the removal saved c7, then
+// a publisher that had read c4 published it). Nothing is attempted: not
+// even the intent is recorded.
+func TestNoPublishOnceARemovalHoldsTheConversation(t *testing.T) {
+	e := newEnv(t)
+	ws := testenv.NewRepo(t, testenv.RepoOptions{})
+	stale := strings.Repeat("4", 40)
+	for name, c := range map[string]store.Conversation{
+		"removal requested": {State: store.StateRunning, Removal: &store.Removal{RequestedAt: time.Now()}},
+		"removed":           {State: store.StateDeleted, Removal: &store.Removal{RequestedAt: time.Now(), Done: true}},
+		"stopped":           {State: store.StateStopped},
+	} {
+		c.ID, c.Runtime, c.Workspace, c.WorkingDir, c.BrokerEpoch = store.NewID(), "docker", ws, ws, 1
+		c.GitLayout, c.ContainerID, c.Published = store.GitLayoutView, "gone", strings.Repeat("7", 40)
+		if err := e.st.CreateConversation(c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.m.publish(context.Background(), c.ID, stale)
+		if err != nil || got.Publishing != "" || got.Published != c.Published {
+			t.Errorf("%s: publish of a stale tip = %v, record publishing %q published %q; want nothing attempted", name, err, got.Publishing, got.Published)
+		}
+		if after, _ := e.st.Conversation(c.ID); after.Publishing != "" {
+			t.Errorf("%s: the publish recorded its intent %q", name, after.Publishing)
+		}
+	}
+}
