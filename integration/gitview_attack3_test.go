@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,9 +46,36 @@ func plantFires(t *testing.T, plant string, trigger ...string) {
 	script := "mkdir -p .agent && cat > .agent/evil <<'EOF'\n" + r.Replace(markerProgram) + "EOF\nchmod +x .agent/evil\n" + r.Replace(plant)
 	out := hostRun(t, scratch, nil, "sh", "-c", script)
 	os.Remove(filepath.Join(markers, "fired"))
+	// Touch the work tree's files (as an editor does), keeping their
+	// sizes: git must then read and hash them, through their filters, to
+	// know whether they changed. Without it whether the trigger hashes a
+	// file depends on whether the plant's writes and its index fell in
+	// the same second (git's racy-clean check), and the control failed
+	// now and then.
+	touchWorkTree(t, scratch, time.Now().Add(2*time.Second))
 	out += hostRun(t, scratch, nil, "git", trigger...)
 	if _, err := os.Stat(filepath.Join(markers, "fired")); err != nil {
 		t.Fatalf("control: the plant does not fire under host `git %s`: %v\n%s", strings.Join(trigger, " "), err, out)
+	}
+}
+
+// touchWorkTree sets the modification time of every file under dir,
+// outside .git directories, to at.
+func touchWorkTree(t *testing.T, dir string, at time.Time) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && d.Name() == ".git":
+			return filepath.SkipDir
+		case d.Type().IsRegular():
+			return os.Chtimes(p, at, at)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
