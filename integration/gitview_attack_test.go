@@ -242,7 +242,13 @@ func listTree(t testing.TB, root string) map[string]string {
 			}
 			return err
 		}
+		// An entry may go while the walk runs (a publish's quarantine
+		// directory, objects/incoming-ohd-*, or a ref's lock): it is not
+		// there to compare.
 		st, err := os.Lstat(p)
+		if os.IsNotExist(err) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -255,6 +261,9 @@ func listTree(t testing.TB, root string) map[string]string {
 			desc += " -> " + l
 		case st.Mode().IsRegular():
 			b, err := os.ReadFile(p)
+			if os.IsNotExist(err) {
+				return nil
+			}
 			if err != nil {
 				return err
 			}
