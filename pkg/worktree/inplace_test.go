@@ -114,6 +114,28 @@ func TestInPlaceSeedPublishRemove(t *testing.T) {
 	}
 }
 
+// TestInPlaceViewSeesARacilyCleanChange: a change the user made at the
+// same size in the second of their last index write shows in the agent's
+// view. The view's index is a copy of the host's; with a new time, git in
+// the view took the file for unchanged (status clean, commit -a without
+// it).
+func TestInPlaceViewSeesARacilyCleanChange(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	raceIndex(t, dir, filepath.Join(dir, ".git", "index"))
+	plan, err := m.PlanInPlace(testCtx(t), mustInspect(t, m, dir), newID(t))
+	if err != nil {
+		t.Fatalf("PlanInPlace: %v", err)
+	}
+	wt, err := m.AddInPlace(testCtx(t), plan)
+	if err != nil {
+		t.Fatalf("AddInPlace: %v", err)
+	}
+	if got := inPlaceView(t, wt, "--no-optional-locks", "status", "--porcelain"); got != "M last.txt" {
+		t.Errorf("status in the view = %q, want last.txt modified, as on the host", got)
+	}
+}
+
 func TestInPlaceRemoveUnusedDeletesBranch(t *testing.T) {
 	m := newManager(t)
 	dir := testenv.NewRepo(t, testenv.RepoOptions{})

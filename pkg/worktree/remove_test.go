@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -119,6 +122,87 @@ func TestSnapshotDoesNotTouchIndex(t *testing.T) {
 	if got := gitIn(t, repo.TopLevel, "rev-list", "--parents", "-n", "1", commit); got != commit+" "+wt.StartCommit {
 		t.Errorf("snapshot parents = %q, want only HEAD (index == HEAD)", got)
 	}
+}
+
+// TestSnapshotSeesARacilyCleanChange: a file the agent changed at the same
+// size in the same second as its index was last written (commit, then the
+// next write 200 ms later) is saved. Git trusts such an entry's size and
+// times only because the index file is no older than it; the snapshot's
+// copy of the index once had a new time, git took the file for unchanged
+// and the change was lost.
+func TestSnapshotSeesARacilyCleanChange(t *testing.T) {
+	m, repo, wt := newRepoWorktree(t)
+	raceIndex(t, wt.Path, filepath.Join(wt.AdminDir, "index"))
+	_, commit, err := m.Snapshot(testCtx(t), wt)
+	if err != nil || commit == "" {
+		t.Fatalf("Snapshot = %q, %v; want a commit holding last.txt = 11", commit, err)
+	}
+	if got := gitIn(t, repo.TopLevel, "show", commit+":last.txt"); got != "11" {
+		t.Errorf("snapshot last.txt = %q, want 11", got)
+	}
+}
+
+// raceIndex commits last.txt = 10 in the work tree at dir (whose index is
+// index), then writes 11 into it, with the file's and the index's
+// modification times in one second, as when an agent writes 200 ms after
+// its commit: git sees the change only because the entry is no older
+// than the index. It checks that git sees it there.
+func raceIndex(t *testing.T, dir, index string) {
+	t.Helper()
+	f := filepath.Join(dir, "last.txt")
+	past := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for attempt := 1; ; attempt++ {
+		testenv.WriteFile(t, f, "10\n")
+		if err := os.Chtimes(f, past, past); err != nil {
+			t.Fatal(err)
+		}
+		gitIn(t, dir, "add", "last.txt")
+		gitIn(t, dir, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "-m", "c10")
+		testenv.WriteFile(t, f, "11\n") // the same size and file
+		for _, p := range []string{f, index} {
+			if err := os.Chtimes(p, past, past); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Git compares the change time's seconds too: the write must
+		// fall in the second the entry recorded.
+		if entryCtime(t, dir, "last.txt") == fileCtime(t, f) {
+			break
+		}
+		if attempt == 5 {
+			t.Fatal("five attempts each crossed a second: cannot set the race up")
+		}
+	}
+	// --no-optional-locks: a status that refreshed the index would
+	// rewrite it and end the race.
+	if got := gitIn(t, dir, "--no-optional-locks", "status", "--porcelain"); got != "M last.txt" {
+		t.Fatalf("git status = %q, want last.txt modified", got)
+	}
+}
+
+// entryCtime is the change time's seconds that the index of the work tree
+// at dir records for path.
+func entryCtime(t *testing.T, dir, path string) string {
+	t.Helper()
+	out := gitIn(t, dir, "ls-files", "--debug", "--", path)
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "ctime: "); ok {
+			sec, _, _ := strings.Cut(v, ":")
+			return sec
+		}
+	}
+	t.Fatalf("git ls-files --debug %s printed no ctime:\n%s", path, out)
+	return ""
+}
+
+// fileCtime is path's change time's seconds.
+func fileCtime(t *testing.T, path string) string {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return strconv.FormatInt(st.Ctim.Sec, 10)
 }
 
 // TestRemoveBranchPolicy: a branch with a commit is kept, a clean branch

@@ -208,7 +208,8 @@ func (m *Manager) copyIndex(src, dst string, uid, gid int) error {
 		return fmt.Errorf("open the worktree's index: %w", err)
 	}
 	defer in.Close()
-	if st, err := in.Stat(); err != nil || !st.Mode().IsRegular() {
+	st, err := in.Stat()
+	if err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("the worktree's index %s is not a regular file", src)
 	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -222,7 +223,20 @@ func (m *Manager) copyIndex(src, dst string, uid, gid int) error {
 	if err := out.Close(); err != nil {
 		return fmt.Errorf("copy the worktree's index: %w", err)
 	}
+	if err := keepIndexTime(dst, st); err != nil {
+		return fmt.Errorf("copy the worktree's index: %w", err)
+	}
 	return m.chown(dst, uid, gid)
+}
+
+// keepIndexTime gives a copy of an index the modification time of the
+// index it copies (st). Git trusts an entry whose file's size and times
+// match it unless the entry is no older than the index file itself (it is
+// "racily clean", and git compares contents): a copy with a new time
+// would make a file changed in the second of the index's last write, at
+// the same size, look unchanged, and its change would be lost.
+func keepIndexTime(dst string, st fs.FileInfo) error {
+	return os.Chtimes(dst, time.Time{}, st.ModTime())
 }
 
 // splitIgnored separates a `status --porcelain=v1 -z --ignored` output

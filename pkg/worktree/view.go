@@ -141,8 +141,11 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		w.write(filepath.Join(admin, "gitdir"), []byte(filepath.Join(wt.Path, ".git")+"\n"), 0o644)
 		w.write(filepath.Join(admin, "locked"), []byte(LockReason(wt.ConversationID)), 0o644)
 	}
-	if idx, err := readHostFile(hostIndex, 1<<30); err == nil {
+	if idx, st, err := readHostFileInfo(hostIndex, 1<<30); err == nil {
 		w.write(filepath.Join(admin, "index"), idx, 0o644)
+		if w.err == nil {
+			w.err = keepIndexTime(filepath.Join(admin, "index"), st)
+		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)
 	}
@@ -284,12 +287,23 @@ func withNewline(b []byte) []byte {
 // readHostFile reads a regular file, refusing a symlink (as the final
 // component) and anything larger than max.
 func readHostFile(path string, max int64) ([]byte, error) {
+	b, _, err := readHostFileInfo(path, max)
+	return b, err
+}
+
+// readHostFileInfo is readHostFile that also returns the file's info.
+func readHostFileInfo(path string, max int64) ([]byte, fs.FileInfo, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	return readRegular(f, path, max)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := readRegular(f, path, max)
+	return b, st, err
 }
 
 // readRegular reads the open file f (named name in errors) if it is a
