@@ -43,7 +43,8 @@ func viewPaths(path string) (view, alternate string) {
 // (a copy, plus the branch's upstream), HEAD, packed-refs (every ref but
 // ohd's own and other conversations' branches), info/ and shallow, an empty
 // logs/ and object store whose alternates name the real one, and its own
-// admin dir for the worktree (HEAD, commondir, gitdir, index, locked). It
+// admin dir for the worktree (HEAD, commondir, gitdir, index and
+// config.worktree as the host's, locked). It
 // costs O(refs): no object is copied. The view must not exist yet; on
 // failure it is removed again.
 //
@@ -108,16 +109,7 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)
 	}
-	if ents, err := os.ReadDir(filepath.Join(wt.CommonDir, "info")); err == nil {
-		for _, e := range ents {
-			if !e.Type().IsRegular() {
-				continue // a directory or symlink in info/ is not git's
-			}
-			if b, err := readHostFile(filepath.Join(wt.CommonDir, "info", e.Name()), 16<<20); err == nil {
-				w.write(filepath.Join(v, "info", e.Name()), b, 0o644)
-			}
-		}
-	}
+	copyInfo(&w, filepath.Join(wt.CommonDir, "info"), filepath.Join(v, "info"))
 
 	packed, loose, rerr := m.seedRefs(ctx, wt)
 	if rerr != nil {
@@ -141,6 +133,18 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		w.write(filepath.Join(admin, "gitdir"), []byte(filepath.Join(wt.Path, ".git")+"\n"), 0o644)
 		w.write(filepath.Join(admin, "locked"), []byte(LockReason(wt.ConversationID)), 0o644)
 	}
+	// The work tree's own config (extensions.worktreeConfig: a sparse
+	// checkout's settings, say) and, in a linked work tree, its own info/
+	// (its sparse-checkout patterns) are the host's too.
+	if fi, err := os.Lstat(filepath.Join(wt.AdminDir, "info")); wt.AdminID != "" && err == nil && fi.IsDir() {
+		w.mkdir(filepath.Join(admin, "info"), 0o755)
+		copyInfo(&w, filepath.Join(wt.AdminDir, "info"), filepath.Join(admin, "info"))
+	}
+	if b, err := readHostFile(filepath.Join(filepath.Dir(hostIndex), "config.worktree"), 1<<20); err == nil {
+		w.write(filepath.Join(admin, "config.worktree"), b, 0o644)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("seed view: %w", err)
+	}
 	if idx, st, err := readHostFileInfo(hostIndex, 1<<30); err == nil {
 		w.write(filepath.Join(admin, "index"), idx, 0o644)
 		if w.err == nil {
@@ -153,6 +157,26 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		return fmt.Errorf("seed view %s: %w", v, w.err)
 	}
 	return nil
+}
+
+// copyInfo copies the regular files of the host's info directory src (a
+// directory or symlink in it is not git's) into dst.
+func copyInfo(w *ownedWriter, src, dst string) {
+	if fi, err := os.Lstat(src); err != nil || !fi.IsDir() {
+		return
+	}
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if b, err := readHostFile(filepath.Join(src, e.Name()), 16<<20); err == nil {
+			w.write(filepath.Join(dst, e.Name()), b, 0o644)
+		}
+	}
 }
 
 // SeedView gives an existing worktree (one that shares the repository's

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -749,5 +750,51 @@ func TestRestoreInFull(t *testing.T) {
 		if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "already restored in "+into) {
 			t.Errorf("a second Restore into %s = %v, want ErrExists saying it is already restored in %s", again, err, into)
 		}
+	}
+}
+
+// TestViewCarriesWorktreeConfig: a sparse checkout's per-work-tree
+// settings (extensions.worktreeConfig: config.worktree) and patterns are
+// the view's too, in a new worktree and in place. Without them git in the
+// container took the sparse work tree for a full checkout.
+func TestViewCarriesWorktreeConfig(t *testing.T) {
+	for _, inPlace := range []bool{false, true} {
+		t.Run(map[bool]string{false: "worktree", true: "in-place"}[inPlace], func(t *testing.T) {
+			m := newManager(t)
+			dir := testenv.NewRepo(t, testenv.RepoOptions{})
+			testenv.WriteFile(t, filepath.Join(dir, "a", "x"), "x\n")
+			testenv.WriteFile(t, filepath.Join(dir, "b", "y"), "y\n")
+			hostGit(t, dir, "add", "a", "b")
+			hostGit(t, dir, "commit", "-qm", "a and b")
+			hostGit(t, dir, "config", "extensions.worktreeConfig", "true")
+			hostGit(t, dir, "sparse-checkout", "set", "--no-cone", "/a/")
+			repo := mustInspect(t, m, dir)
+			git := func(wt Worktree, args ...string) string { return strings.TrimSpace(inView(t, wt, args...)) }
+			var wt Worktree
+			if inPlace {
+				plan, err := m.PlanInPlace(testCtx(t), repo, newID(t))
+				if err != nil {
+					t.Fatalf("PlanInPlace: %v", err)
+				}
+				if wt, err = m.AddInPlace(testCtx(t), plan); err != nil {
+					t.Fatalf("AddInPlace: %v", err)
+				}
+				git = func(wt Worktree, args ...string) string { return strings.TrimSpace(inPlaceView(t, wt, args...)) }
+			} else {
+				wt = addView(t, m, repo, newID(t), "")
+			}
+			if _, err := os.Lstat(filepath.Join(wt.Path, "b")); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("b/ is in the sparse work tree (%v): the set-up is wrong", err)
+			}
+			if got := git(wt, "config", "--worktree", "--get", "core.sparseCheckout"); got != "true" {
+				t.Errorf("core.sparseCheckout in the view = %q, want true", got)
+			}
+			if got := git(wt, "sparse-checkout", "list"); got != "/a/" {
+				t.Errorf("sparse-checkout list in the view = %q, want /a/", got)
+			}
+			if got := git(wt, "--no-optional-locks", "status", "--porcelain"); got != "" {
+				t.Errorf("status in the view = %q, want clean", got)
+			}
+		})
 	}
 }
