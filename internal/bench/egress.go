@@ -24,17 +24,29 @@ type EgressOptions struct {
 	// Clients is the number of concurrent small-request clients; default 32.
 	Clients int
 	// Duration is how long the small requests run in each mode, split
-	// over Rounds alternating proxy and direct; defaults 4s and 4.
+	// over Rounds alternating the modes; defaults 4s and 4.
 	Duration time.Duration
 	Rounds   int
 	// Setups is the number of connection set-ups timed in each mode;
 	// default 200.
 	Setups int
+	// NetDelay and NetRate model a destination on a network (the -net
+	// lines): it answers a small request NetDelay after reading it (the
+	// round trip and the server's time, which loopback does not have) and
+	// sends the download at NetRate bytes a second (the link's). Defaults
+	// 2 ms, the nearest a registry or CDN edge is from a server, and
+	// 125,000,000 (1 Gbit/s).
+	NetDelay time.Duration
+	NetRate  float64
 }
 
 // EgressResult is the egress benchmark: the relay's forward proxy, the
 // broker's egress route and the policy, against the same origin server
-// reached directly from the host, in the same run.
+// reached directly from the host, in the same run. The loopback lines
+// (Download*, Small*) measure the proxy where only the CPU limits: its
+// ceiling on this machine. The -net lines (DownloadNet*, SmallNet*)
+// measure it against a destination on a network (EgressOptions.NetDelay,
+// NetRate), as an agent's destinations are.
 type EgressResult struct {
 	DownloadProxy, DownloadDirect time.Duration // the whole download
 	DownloadRatio                 float64       // direct time / proxy time (a throughput ratio)
@@ -44,20 +56,32 @@ type EgressResult struct {
 	// this process (one user-space hop, no parsing, no policy, no audit):
 	// what any proxy process between client and origin costs here, the
 	// bound of SmallRatio. SmallFloorRatio is it against direct.
-	SmallFloorRPS, SmallFloorRatio float64
-	SetupProxy, SetupDirect        time.Duration // median connection set-up (CONNECT answered vs TCP connected)
-	Errors                         int
+	SmallFloorRPS, SmallFloorRatio      float64
+	DownloadNetProxy, DownloadNetDirect time.Duration
+	DownloadNetRatio                    float64
+	SmallNetProxyRPS, SmallNetDirectRPS float64
+	SmallNetRatio                       float64
+	NetDelay                            time.Duration
+	NetRate                             float64
+	Download                            int64         // bytes of each download
+	Clients                             int           // small-request clients
+	SetupProxy, SetupDirect             time.Duration // median connection set-up (CONNECT answered vs TCP connected)
+	Errors                              int
 }
 
 // Line is the one-line summary.
 func (r EgressResult) Line() string {
-	return fmt.Sprintf("bench: egress download_ratio=%.2f small_ratio=%.2f small_floor_ratio=%.2f setup_extra_ms=%.2f errors=%d",
-		r.DownloadRatio, r.SmallRatio, r.SmallFloorRatio, ms(r.SetupProxy-r.SetupDirect), r.Errors)
+	return fmt.Sprintf("bench: egress download_net_ratio=%.2f small_net_ratio=%.2f download_ratio=%.2f small_ratio=%.2f small_floor_ratio=%.2f setup_extra_ms=%.2f errors=%d",
+		r.DownloadNetRatio, r.SmallNetRatio, r.DownloadRatio, r.SmallRatio, r.SmallFloorRatio, ms(r.SetupProxy-r.SetupDirect), r.Errors)
 }
 
 // Detail says what was measured.
 func (r EgressResult) Detail() string {
-	return fmt.Sprintf("egress: through the relay, handed over to the broker's forward proxy and policy (grant, audit) vs the origin directly: a 100 MiB download %v vs %v; 32 clients of small requests %.0f vs %.0f req/s (a blind TCP forwarder, the floor of any proxy process: %.0f req/s); CONNECT set-up median %v vs a TCP connect %v",
+	return fmt.Sprintf("egress: through the relay, handed over to the broker's forward proxy and policy (grant, audit) vs the origin directly. "+
+		"A destination on a network (%v, %.0f Mbit/s): a %d MiB download %v vs %v; %d clients of small requests %.0f vs %.0f req/s. "+
+		"On loopback, the proxy's ceiling here: the download %v vs %v; the small requests %.0f vs %.0f req/s (a blind TCP forwarder, the floor of any proxy process: %.0f req/s). "+
+		"CONNECT set-up median %v vs a TCP connect %v",
+		r.NetDelay, r.NetRate*8/1e6, r.Download>>20, r.DownloadNetProxy.Round(time.Millisecond), r.DownloadNetDirect.Round(time.Millisecond), r.Clients, r.SmallNetProxyRPS, r.SmallNetDirectRPS,
 		r.DownloadProxy.Round(time.Millisecond), r.DownloadDirect.Round(time.Millisecond), r.SmallProxyRPS, r.SmallDirectRPS, r.SmallFloorRPS,
 		r.SetupProxy.Round(time.Microsecond), r.SetupDirect.Round(time.Microsecond))
 }
@@ -65,6 +89,8 @@ func (r EgressResult) Detail() string {
 // EgressRows are the table rows of Egress.
 func EgressRows(r EgressResult) []Row {
 	return []Row{
+		row("egress-download-net", fmtDur(r.DownloadNetProxy), fmtDur(r.DownloadNetDirect), r.DownloadNetRatio),
+		row("egress-small-net", fmtRate(r.SmallNetProxyRPS, "req/s"), fmtRate(r.SmallNetDirectRPS, "req/s"), r.SmallNetRatio),
 		row("egress-download", fmtDur(r.DownloadProxy), fmtDur(r.DownloadDirect), r.DownloadRatio),
 		row("egress-small", fmtRate(r.SmallProxyRPS, "req/s"), fmtRate(r.SmallDirectRPS, "req/s"), r.SmallRatio),
 		row("egress-small-floor", fmtRate(r.SmallFloorRPS, "req/s"), fmtRate(r.SmallDirectRPS, "req/s"), r.SmallFloorRatio),
@@ -94,27 +120,22 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 	if opts.Setups <= 0 {
 		opts.Setups = 200
 	}
-	var res EgressResult
+	if opts.NetDelay <= 0 {
+		opts.NetDelay = 5 * time.Millisecond
+	}
+	if opts.NetRate <= 0 {
+		opts.NetRate = 125e6
+	}
+	res := EgressResult{NetDelay: opts.NetDelay, NetRate: opts.NetRate, Download: opts.Download, Clients: opts.Clients}
 	dir, err := os.MkdirTemp("", "ohdegress")
 	if err != nil {
 		return res, fmt.Errorf("bench egress: %w", err)
 	}
 	defer os.RemoveAll(dir)
 
-	// The origin: a 100 MiB body and a small one.
-	chunk := make([]byte, 1<<20)
-	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/big" {
-			w.Header().Set("Content-Length", fmt.Sprint(opts.Download))
-			for left := opts.Download; left > 0; left -= int64(len(chunk)) {
-				if _, err := w.Write(chunk[:min(left, int64(len(chunk)))]); err != nil {
-					return
-				}
-			}
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	})}
+	// The origin: a 100 MiB body and a small one, on loopback and, with
+	// -net, as a destination on a network.
+	origin := &http.Server{Handler: egressOrigin(opts)}
 	oln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return res, fmt.Errorf("bench egress: %w", err)
@@ -177,22 +198,27 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 	}
 	get := func(hc *http.Client, path string) { getFrom(hc, originAddr, path) }
 
-	// The download, best of three each, alternating.
-	res.DownloadProxy, res.DownloadDirect = time.Hour, time.Hour
-	for i := range 6 {
-		proxy := i%2 == 0
-		hc := client(proxy)
-		t0 := time.Now()
-		get(hc, "/big")
-		d := time.Since(t0)
-		hc.CloseIdleConnections()
-		if proxy {
-			res.DownloadProxy = min(res.DownloadProxy, d)
-		} else {
-			res.DownloadDirect = min(res.DownloadDirect, d)
+	// The downloads, best of three each, alternating.
+	download := func(path string) (proxied, direct time.Duration) {
+		proxied, direct = time.Hour, time.Hour
+		for i := range 6 {
+			hc := client(i%2 == 0)
+			t0 := time.Now()
+			get(hc, path)
+			d := time.Since(t0)
+			hc.CloseIdleConnections()
+			if i%2 == 0 {
+				proxied = min(proxied, d)
+			} else {
+				direct = min(direct, d)
+			}
 		}
+		return proxied, direct
 	}
+	res.DownloadProxy, res.DownloadDirect = download("/big")
 	res.DownloadRatio = float64(res.DownloadDirect) / float64(res.DownloadProxy)
+	res.DownloadNetProxy, res.DownloadNetDirect = download("/big-net")
+	res.DownloadNetRatio = float64(res.DownloadNetDirect) / float64(res.DownloadNetProxy)
 
 	// The floor: a blind TCP forwarder to the origin, which the client
 	// takes for the origin.
@@ -203,19 +229,25 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 	defer fln.Close()
 	go forwardBlindly(fln, originAddr)
 
-	// Small requests, 32 clients, keep-alive, rounds rotating through
-	// proxy, direct and floor.
-	const proxied, direct, floor = 0, 1, 2
+	// Small requests, 32 clients, keep-alive, rounds rotating through the
+	// modes.
+	modes := []struct {
+		proxy        bool
+		target, path string
+		rps          *float64
+	}{
+		{true, originAddr, "/small", &res.SmallProxyRPS},
+		{false, originAddr, "/small", &res.SmallDirectRPS},
+		{false, fln.Addr().String(), "/small", &res.SmallFloorRPS},
+		{true, originAddr, "/small-net", &res.SmallNetProxyRPS},
+		{false, originAddr, "/small-net", &res.SmallNetDirectRPS},
+	}
 	per := opts.Duration / time.Duration(opts.Rounds)
-	var n [3]int64
-	var el [3]time.Duration
-	for i := range 3 * opts.Rounds {
-		mode := (i + i/3) % 3
-		hc := client(mode == proxied)
-		target := originAddr
-		if mode == floor {
-			target = fln.Addr().String()
-		}
+	n := make([]int64, len(modes))
+	el := make([]time.Duration, len(modes))
+	for i := range len(modes) * opts.Rounds {
+		m := (i + i/len(modes)) % len(modes)
+		hc := client(modes[m].proxy)
 		var k atomic.Int64
 		stop := time.Now().Add(per)
 		var wg sync.WaitGroup
@@ -223,20 +255,22 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 		for range opts.Clients {
 			wg.Go(func() {
 				for time.Now().Before(stop) && ctx.Err() == nil {
-					getFrom(hc, target, "/small")
+					getFrom(hc, modes[m].target, modes[m].path)
 					k.Add(1)
 				}
 			})
 		}
 		wg.Wait()
-		el[mode] += time.Since(t0)
-		n[mode] += k.Load()
+		el[m] += time.Since(t0)
+		n[m] += k.Load()
 		hc.CloseIdleConnections()
 	}
-	rps := func(m int) float64 { return float64(n[m]) / el[m].Seconds() }
-	res.SmallProxyRPS, res.SmallDirectRPS, res.SmallFloorRPS = rps(proxied), rps(direct), rps(floor)
+	for m := range modes {
+		*modes[m].rps = float64(n[m]) / el[m].Seconds()
+	}
 	res.SmallRatio = res.SmallProxyRPS / res.SmallDirectRPS
 	res.SmallFloorRatio = res.SmallFloorRPS / res.SmallDirectRPS
+	res.SmallNetRatio = res.SmallNetProxyRPS / res.SmallNetDirectRPS
 
 	// Connection set-up: a CONNECT answered by the proxy (the broker
 	// checked, dialled and took the connection over) vs a TCP connect.
@@ -274,6 +308,43 @@ func Egress(ctx context.Context, opts EgressOptions) (EgressResult, error) {
 		return res, fmt.Errorf("bench egress: %d failed requests", res.Errors)
 	}
 	return res, nil
+}
+
+// egressOrigin is the benchmark's origin: /big is the download and
+// /small a two-byte answer, both as fast as loopback goes; /big-net and
+// /small-net are the same from a destination on a network: the download
+// paced at opts.NetRate, the small answer sent opts.NetDelay after the
+// request was read.
+func egressOrigin(opts EgressOptions) http.Handler {
+	chunk := make([]byte, 1<<20)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big", "/big-net":
+			w.Header().Set("Content-Length", fmt.Sprint(opts.Download))
+			piece := int64(len(chunk))
+			if r.URL.Path == "/big-net" {
+				piece = 64 << 10 // a pause every 0.5 ms at 1 Gbit/s
+			}
+			t0 := time.Now()
+			for sent := int64(0); sent < opts.Download; {
+				k := min(opts.Download-sent, piece)
+				if _, err := w.Write(chunk[:k]); err != nil {
+					return
+				}
+				sent += k
+				if r.URL.Path == "/big-net" {
+					if ahead := time.Duration(float64(sent)/opts.NetRate*float64(time.Second)) - time.Since(t0); ahead > 0 {
+						time.Sleep(ahead)
+					}
+				}
+			}
+		case "/small-net":
+			time.Sleep(opts.NetDelay)
+			_, _ = io.WriteString(w, "ok")
+		default:
+			_, _ = io.WriteString(w, "ok")
+		}
+	})
 }
 
 // forwardBlindly copies every connection accepted on ln to and from a
