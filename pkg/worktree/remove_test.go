@@ -158,7 +158,7 @@ func raceIndex(t *testing.T, dir, index string) {
 		}
 		gitIn(t, dir, "add", "last.txt")
 		gitIn(t, dir, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "c10") // empty on a retry
-		testenv.WriteFile(t, f, "11\n") // the same size and file
+		testenv.WriteFile(t, f, "11\n")                                                                          // the same size and file
 		for _, p := range []string{f, index} {
 			if err := os.Chtimes(p, past, past); err != nil {
 				t.Fatal(err)
