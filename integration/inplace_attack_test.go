@@ -352,6 +352,32 @@ func TestInPlaceAttackSubmoduleGitFile(t *testing.T) {
 	a.finish()
 }
 
+// TestInPlaceSubmoduleReadOnly: the user's checked-out submodule works
+// inside in place for reading (the repository's status sees its change,
+// log and diff run in it), and the agent changes nothing of its git dir,
+// mounted read-only: staging, a config (an fsmonitor for the user's next
+// status) and a hook all fail, and the host's git dir is unchanged.
+func TestInPlaceSubmoduleReadOnly(t *testing.T) {
+	a := newInPlaceWith(t, func(repo string) { withSubmodule(t, repo) })
+	a.plantMarker()
+	if got := a.must("echo change >> sub/README.md && git status --porcelain"); !strings.Contains(got, "M sub") {
+		t.Errorf("status inside = %q, want the submodule modified", got)
+	}
+	if got := a.must("cd sub && git log --oneline -1 && git diff --stat"); !strings.Contains(got, "initial") || !strings.Contains(got, "README.md") {
+		t.Errorf("log and diff in the submodule = %q, want its commit and the change", got)
+	}
+	out := a.run(`cd sub; git add README.md 2>&1; echo add=$?; git config core.fsmonitor $WT/.agent/evil 2>&1; echo config=$?; cp $WT/.agent/evil $GITDIR/modules/sub/hooks/post-commit 2>&1; echo hook=$?`)
+	for _, done := range []string{"add=0", "config=0", "hook=0"} {
+		if strings.Contains(out, done) {
+			t.Errorf("inside, %s: the submodule's git dir is writable:\n%s", done, out)
+		}
+	}
+	if !strings.Contains(out, "Read-only file system") {
+		t.Errorf("the writes failed for another reason than a read-only mount:\n%s", out)
+	}
+	a.finish()
+}
+
 // TestInPlaceAttackFromSubdirectory: a conversation created for a
 // subdirectory of a repository gets the same git view over the
 // repository's git dir; the attacks on it from there (the diff.external

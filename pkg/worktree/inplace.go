@@ -25,6 +25,11 @@ import (
 //	<CommonDir>      <- <View>      read-write  the conversation's git view,
 //	                                            <Root>/<id>/.ohd/git
 //	<CommonDir>/hooks               read-only   the repository's hooks
+//	<CommonDir>/modules             read-only   the submodules' git dirs
+//	                                            (<AdminDir>/modules in a
+//	                                            linked worktree): status,
+//	                                            log and diff work in them,
+//	                                            a commit does not
 //	<Root>/<id>/.ohd/objects <- <CommonDir>/objects
 //	                                read-only   the view's alternate
 //	<TopLevel>/.git                 read-only   when it is a file (a linked
@@ -302,6 +307,16 @@ func (m *Manager) checkInPlace(wt Worktree, bad func(string, ...any) error) erro
 	return nil
 }
 
+// modulesDir is where git keeps the git dirs of the submodules of wt's
+// work tree: the modules directory of its own git dir (the common dir's,
+// in a main work tree).
+func (wt Worktree) modulesDir() string {
+	if wt.AdminID != "" {
+		return filepath.Join(wt.AdminDir, "modules")
+	}
+	return filepath.Join(wt.CommonDir, "modules")
+}
+
 // inPlaceMounts is MountPlan in place (see the layout above).
 func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 	var mounts []Mount
@@ -313,9 +328,13 @@ func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 	mounts = append(mounts,
 		Mount{Source: wt.View, Target: wt.CommonDir},
 		Mount{Source: filepath.Join(wt.CommonDir, "objects"), Target: filepath.Join(filepath.Dir(wt.View), viewObjects), ReadOnly: true})
-	hooks := filepath.Join(wt.CommonDir, "hooks")
-	if st, err := os.Lstat(hooks); err == nil && st.IsDir() {
-		mounts = append(mounts, Mount{Source: hooks, Target: hooks, ReadOnly: true})
+	// The repository's hooks, and its submodules' git dirs, read-only:
+	// the submodules the user checked out work inside (status, log, diff,
+	// a build that reads them), but the agent commits in none of them.
+	for _, p := range []string{filepath.Join(wt.CommonDir, "hooks"), wt.modulesDir()} {
+		if dirExistsNoFollow(p) {
+			mounts = append(mounts, Mount{Source: p, Target: p, ReadOnly: true})
+		}
 	}
 	for _, mt := range mounts {
 		if err := checkMountSource(mt.Source); err != nil {

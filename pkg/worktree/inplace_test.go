@@ -199,3 +199,52 @@ func TestInPlaceUnbornBranch(t *testing.T) {
 		t.Fatalf("Remove: %v", err)
 	}
 }
+
+// TestInPlaceMountsSubmodules: in place, the submodules' git dirs are
+// mounted read-only where git inside looks for them (the view has an
+// empty directory there), and each submodule's .git file read-only.
+func TestInPlaceMountsSubmodules(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	other := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "sub")
+	hostGit(t, dir, "commit", "-qm", "submodule")
+	plan, err := m.PlanInPlace(testCtx(t), mustInspect(t, m, dir), newID(t))
+	if err != nil {
+		t.Fatalf("PlanInPlace: %v", err)
+	}
+	wt, err := m.AddInPlace(testCtx(t), plan)
+	if err != nil {
+		t.Fatalf("AddInPlace: %v", err)
+	}
+	mounts, err := m.MountPlan(wt)
+	if err != nil {
+		t.Fatalf("MountPlan: %v", err)
+	}
+	modules := filepath.Join(dir, ".git", "modules")
+	want := map[string]bool{modules: false, filepath.Join(dir, "sub", ".git"): false}
+	view := -1
+	for i, mt := range mounts {
+		if mt.Target == wt.CommonDir {
+			view = i
+		}
+		if _, ok := want[mt.Target]; !ok {
+			continue
+		}
+		want[mt.Target] = true
+		if mt.Source != mt.Target || !mt.ReadOnly {
+			t.Errorf("mount %+v, want %s read-only at its own path", mt, mt.Target)
+		}
+		if view < 0 {
+			t.Errorf("mount %+v comes before the view's, which would hide it", mt)
+		}
+	}
+	for target, found := range want {
+		if !found {
+			t.Errorf("no mount of %s in %+v", target, mounts)
+		}
+	}
+	if st, err := os.Lstat(filepath.Join(wt.View, "modules")); err != nil || !st.IsDir() {
+		t.Errorf("the view has no modules directory to mount on: %v", err)
+	}
+}

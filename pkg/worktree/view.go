@@ -76,6 +76,11 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	if wt.AdminID != "" {
 		dirs = append(dirs, filepath.Join("worktrees", wt.AdminID))
 	}
+	if wt.InPlace && dirExistsNoFollow(wt.modulesDir()) {
+		// Where the submodules' git dirs are mounted (inPlaceMounts).
+		rel, _ := filepath.Rel(wt.CommonDir, wt.modulesDir())
+		dirs = append(dirs, rel)
+	}
 	for _, d := range dirs {
 		w.mkdir(filepath.Join(v, d), 0o755)
 	}
