@@ -8,6 +8,20 @@ import (
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
+// addInPlace adds an in-place conversation for repo.
+func addInPlace(t testing.TB, m *Manager, repo Repo) Worktree {
+	t.Helper()
+	plan, err := m.PlanInPlace(testCtx(t), repo, newID(t))
+	if err != nil {
+		t.Fatalf("PlanInPlace: %v", err)
+	}
+	wt, err := m.AddInPlace(testCtx(t), plan)
+	if err != nil {
+		t.Fatalf("AddInPlace: %v", err)
+	}
+	return wt
+}
+
 // inPlaceView runs git as the agent does in place: in the folder, with
 // the view as its git dir (mounted over the folder's .git in the
 // container).
@@ -123,14 +137,7 @@ func TestInPlaceViewSeesARacilyCleanChange(t *testing.T) {
 	m := newManager(t)
 	dir := testenv.NewRepo(t, testenv.RepoOptions{})
 	raceIndex(t, dir, filepath.Join(dir, ".git", "index"))
-	plan, err := m.PlanInPlace(testCtx(t), mustInspect(t, m, dir), newID(t))
-	if err != nil {
-		t.Fatalf("PlanInPlace: %v", err)
-	}
-	wt, err := m.AddInPlace(testCtx(t), plan)
-	if err != nil {
-		t.Fatalf("AddInPlace: %v", err)
-	}
+	wt := addInPlace(t, m, mustInspect(t, m, dir))
 	if got := inPlaceView(t, wt, "--no-optional-locks", "status", "--porcelain"); got != "M last.txt" {
 		t.Errorf("status in the view = %q, want last.txt modified, as on the host", got)
 	}
@@ -209,14 +216,7 @@ func TestInPlaceMountsSubmodules(t *testing.T) {
 	other := testenv.NewRepo(t, testenv.RepoOptions{})
 	hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "sub")
 	hostGit(t, dir, "commit", "-qm", "submodule")
-	plan, err := m.PlanInPlace(testCtx(t), mustInspect(t, m, dir), newID(t))
-	if err != nil {
-		t.Fatalf("PlanInPlace: %v", err)
-	}
-	wt, err := m.AddInPlace(testCtx(t), plan)
-	if err != nil {
-		t.Fatalf("AddInPlace: %v", err)
-	}
+	wt := addInPlace(t, m, mustInspect(t, m, dir))
 	mounts, err := m.MountPlan(wt)
 	if err != nil {
 		t.Fatalf("MountPlan: %v", err)

@@ -772,13 +772,7 @@ func TestViewCarriesWorktreeConfig(t *testing.T) {
 			git := func(wt Worktree, args ...string) string { return strings.TrimSpace(inView(t, wt, args...)) }
 			var wt Worktree
 			if inPlace {
-				plan, err := m.PlanInPlace(testCtx(t), repo, newID(t))
-				if err != nil {
-					t.Fatalf("PlanInPlace: %v", err)
-				}
-				if wt, err = m.AddInPlace(testCtx(t), plan); err != nil {
-					t.Fatalf("AddInPlace: %v", err)
-				}
+				wt = addInPlace(t, m, repo)
 				git = func(wt Worktree, args ...string) string { return strings.TrimSpace(inPlaceView(t, wt, args...)) }
 			} else {
 				wt = addView(t, m, repo, newID(t), "")
