@@ -157,8 +157,10 @@ func raceIndex(t *testing.T, dir, index string) {
 			t.Fatal(err)
 		}
 		gitIn(t, dir, "add", "last.txt")
-		gitIn(t, dir, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "c10") // empty on a retry
-		testenv.WriteFile(t, f, "11\n")                                                                          // the same size and file
+		// --allow-empty: on a retry, c10 is committed already.
+		gitIn(t, dir, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "c10")
+		// The same size, and the same file (inode).
+		testenv.WriteFile(t, f, "11\n")
 		for _, p := range []string{f, index} {
 			if err := os.Chtimes(p, past, past); err != nil {
 				t.Fatal(err)

@@ -43,10 +43,9 @@ func viewPaths(path string) (view, alternate string) {
 // (a copy, plus the branch's upstream), HEAD, packed-refs (every ref but
 // ohd's own and other conversations' branches), info/ and shallow, an empty
 // logs/ and object store whose alternates name the real one, and its own
-// admin dir for the worktree (HEAD, commondir, gitdir, index and
-// config.worktree as the host's, locked). It
-// costs O(refs): no object is copied. The view must not exist yet; on
-// failure it is removed again.
+// admin dir for the worktree (HEAD, commondir, gitdir, locked, and the
+// host's index, config.worktree and info/). It costs O(refs): no object
+// is copied. The view must not exist yet; on failure it is removed again.
 //
 // Everything read here is the host repository's (never the agent's): the
 // common dir's config, HEAD, info/ and shallow, and the host admin dir's
