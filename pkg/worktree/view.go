@@ -149,16 +149,41 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)
 	}
-	if idx, st, err := readHostFileInfo(hostIndex, 1<<30); err == nil {
-		w.write(filepath.Join(admin, "index"), idx, 0o644)
-		if w.err == nil {
-			w.err = keepIndexTime(filepath.Join(admin, "index"), st)
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	if err := copyIndexFiles(&w, filepath.Dir(hostIndex), admin); err != nil {
 		return fmt.Errorf("seed view: %w", err)
 	}
 	if w.err != nil {
 		return fmt.Errorf("seed view %s: %w", v, w.err)
+	}
+	return nil
+}
+
+// copyIndexFiles copies the host git dir src's index into the view's git
+// dir dst, with its split index's shared index files (core.splitIndex:
+// sharedindex.<id>, which the index names and git reads from the git
+// dir), each with its modification time (keepIndexTime). A missing index
+// copies nothing.
+func copyIndexFiles(w *ownedWriter, src, dst string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if name != "index" && !(strings.HasPrefix(name, "sharedindex.") && isHexID(strings.TrimPrefix(name, "sharedindex."))) {
+			continue
+		}
+		b, st, err := readHostFileInfo(filepath.Join(src, name), 1<<30)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // gone meanwhile, or not a regular file
+		}
+		if err != nil {
+			return err
+		}
+		w.write(filepath.Join(dst, name), b, 0o644)
+		if w.err == nil {
+			w.err = keepIndexTime(filepath.Join(dst, name), st)
+		}
 	}
 	return nil
 }

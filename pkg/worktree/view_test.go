@@ -753,42 +753,77 @@ func TestRestoreInFull(t *testing.T) {
 	}
 }
 
+// viewGit runs git in a view as the agent does (inView or inPlaceView),
+// its output trimmed.
+type viewGit func(args ...string) string
+
+// eachView runs f on a new view of the repository at dir: a worktree's,
+// then an in-place one's, each as its own subtest.
+func eachView(t *testing.T, m *Manager, dir string, f func(t *testing.T, wt Worktree, git viewGit)) {
+	t.Helper()
+	repo := mustInspect(t, m, dir)
+	t.Run("worktree", func(t *testing.T) {
+		wt := addView(t, m, repo, newID(t), "")
+		f(t, wt, func(args ...string) string { return strings.TrimSpace(inView(t, wt, args...)) })
+	})
+	t.Run("in-place", func(t *testing.T) {
+		wt := addInPlace(t, m, repo)
+		f(t, wt, func(args ...string) string { return strings.TrimSpace(inPlaceView(t, wt, args...)) })
+	})
+}
+
 // TestViewCarriesWorktreeConfig: a sparse checkout's per-work-tree
 // settings (extensions.worktreeConfig: config.worktree) and patterns are
 // the view's too, in a new worktree and in place. Without them git in the
 // container took the sparse work tree for a full checkout.
 func TestViewCarriesWorktreeConfig(t *testing.T) {
-	for _, inPlace := range []bool{false, true} {
-		t.Run(map[bool]string{false: "worktree", true: "in-place"}[inPlace], func(t *testing.T) {
-			m := newManager(t)
-			dir := testenv.NewRepo(t, testenv.RepoOptions{})
-			testenv.WriteFile(t, filepath.Join(dir, "a", "x"), "x\n")
-			testenv.WriteFile(t, filepath.Join(dir, "b", "y"), "y\n")
-			hostGit(t, dir, "add", "a", "b")
-			hostGit(t, dir, "commit", "-qm", "a and b")
-			hostGit(t, dir, "config", "extensions.worktreeConfig", "true")
-			hostGit(t, dir, "sparse-checkout", "set", "--no-cone", "/a/")
-			repo := mustInspect(t, m, dir)
-			git := func(wt Worktree, args ...string) string { return strings.TrimSpace(inView(t, wt, args...)) }
-			var wt Worktree
-			if inPlace {
-				wt = addInPlace(t, m, repo)
-				git = func(wt Worktree, args ...string) string { return strings.TrimSpace(inPlaceView(t, wt, args...)) }
-			} else {
-				wt = addView(t, m, repo, newID(t), "")
-			}
-			if _, err := os.Lstat(filepath.Join(wt.Path, "b")); !errors.Is(err, fs.ErrNotExist) {
-				t.Fatalf("b/ is in the sparse work tree (%v): the set-up is wrong", err)
-			}
-			if got := git(wt, "config", "--worktree", "--get", "core.sparseCheckout"); got != "true" {
-				t.Errorf("core.sparseCheckout in the view = %q, want true", got)
-			}
-			if got := git(wt, "sparse-checkout", "list"); got != "/a/" {
-				t.Errorf("sparse-checkout list in the view = %q, want /a/", got)
-			}
-			if got := git(wt, "--no-optional-locks", "status", "--porcelain"); got != "" {
-				t.Errorf("status in the view = %q, want clean", got)
-			}
-		})
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(dir, "a", "x"), "x\n")
+	testenv.WriteFile(t, filepath.Join(dir, "b", "y"), "y\n")
+	hostGit(t, dir, "add", "a", "b")
+	hostGit(t, dir, "commit", "-qm", "a and b")
+	hostGit(t, dir, "config", "extensions.worktreeConfig", "true")
+	hostGit(t, dir, "sparse-checkout", "set", "--no-cone", "/a/")
+	eachView(t, m, dir, func(t *testing.T, wt Worktree, git viewGit) {
+		if _, err := os.Lstat(filepath.Join(wt.Path, "b")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("b/ is in the sparse work tree (%v): the set-up is wrong", err)
+		}
+		if got := git("config", "--worktree", "--get", "core.sparseCheckout"); got != "true" {
+			t.Errorf("core.sparseCheckout in the view = %q, want true", got)
+		}
+		if got := git("sparse-checkout", "list"); got != "/a/" {
+			t.Errorf("sparse-checkout list in the view = %q, want /a/", got)
+		}
+		if got := git("--no-optional-locks", "status", "--porcelain"); got != "" {
+			t.Errorf("status in the view = %q, want clean", got)
+		}
+	})
+}
+
+// TestViewCarriesSplitIndex: with core.splitIndex the index names a shared
+// index file beside it (sharedindex.<id>), which the view gets too.
+// Without it every git command that read the index failed inside ("index
+// file open failed").
+func TestViewCarriesSplitIndex(t *testing.T) {
+	m := newManager(t)
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, dir, "config", "core.splitIndex", "true")
+	hostGit(t, dir, "update-index", "--split-index")
+	if shared, _ := filepath.Glob(filepath.Join(dir, ".git", "sharedindex.*")); len(shared) == 0 {
+		t.Fatal("no shared index on the host: the set-up is wrong")
 	}
+	testenv.WriteFile(t, filepath.Join(dir, "README.md"), "changed\n")
+	eachView(t, m, dir, func(t *testing.T, wt Worktree, git viewGit) {
+		want := ""
+		if wt.InPlace {
+			want = "M README.md" // the user's change, in the folder
+		}
+		if got := git("status", "--porcelain"); got != want {
+			t.Errorf("status in the view = %q, want %q", got, want)
+		}
+		if got := git("ls-files"); !strings.Contains(got, "README.md") {
+			t.Errorf("ls-files in the view = %q, want README.md", got)
+		}
+	})
 }
