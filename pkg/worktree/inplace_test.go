@@ -209,42 +209,57 @@ func TestInPlaceUnbornBranch(t *testing.T) {
 
 // TestInPlaceMountsSubmodules: in place, the submodules' git dirs are
 // mounted read-only where git inside looks for them (the view has an
-// empty directory there), and each submodule's .git file read-only.
+// empty directory there), and each submodule's .git file read-only: the
+// common dir's modules/ for the main work tree, the admin dir's for a
+// folder that is a linked worktree.
 func TestInPlaceMountsSubmodules(t *testing.T) {
-	m := newManager(t)
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	other := testenv.NewRepo(t, testenv.RepoOptions{})
-	hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "sub")
-	hostGit(t, dir, "commit", "-qm", "submodule")
-	wt := addInPlace(t, m, mustInspect(t, m, dir))
-	mounts, err := m.MountPlan(wt)
-	if err != nil {
-		t.Fatalf("MountPlan: %v", err)
-	}
-	modules := filepath.Join(dir, ".git", "modules")
-	want := map[string]bool{modules: false, filepath.Join(dir, "sub", ".git"): false}
-	view := -1
-	for i, mt := range mounts {
-		if mt.Target == wt.CommonDir {
-			view = i
-		}
-		if _, ok := want[mt.Target]; !ok {
-			continue
-		}
-		want[mt.Target] = true
-		if mt.Source != mt.Target || !mt.ReadOnly {
-			t.Errorf("mount %+v, want %s read-only at its own path", mt, mt.Target)
-		}
-		if view < 0 {
-			t.Errorf("mount %+v comes before the view's, which would hide it", mt)
-		}
-	}
-	for target, found := range want {
-		if !found {
-			t.Errorf("no mount of %s in %+v", target, mounts)
-		}
-	}
-	if st, err := os.Lstat(filepath.Join(wt.View, "modules")); err != nil || !st.IsDir() {
-		t.Errorf("the view has no modules directory to mount on: %v", err)
+	for _, linked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "main", true: "linked"}[linked], func(t *testing.T) {
+			m := newManager(t)
+			dir := testenv.NewRepo(t, testenv.RepoOptions{})
+			other := testenv.NewRepo(t, testenv.RepoOptions{})
+			hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "sub")
+			hostGit(t, dir, "commit", "-qm", "submodule")
+			folder := dir
+			if linked {
+				folder = filepath.Join(testenv.TempDir(t), "linked")
+				hostGit(t, dir, "worktree", "add", "-q", folder)
+				hostGit(t, folder, "-c", "protocol.file.allow=always", "submodule", "update", "-q", "--init")
+			}
+			wt := addInPlace(t, m, mustInspect(t, m, folder))
+			mounts, err := m.MountPlan(wt)
+			if err != nil {
+				t.Fatalf("MountPlan: %v", err)
+			}
+			modules, viewModules := filepath.Join(dir, ".git", "modules"), filepath.Join(wt.View, "modules")
+			if linked {
+				modules, viewModules = filepath.Join(wt.AdminDir, "modules"), filepath.Join(wt.View, "worktrees", wt.AdminID, "modules")
+			}
+			want := map[string]bool{modules: false, filepath.Join(folder, "sub", ".git"): false}
+			view := -1
+			for i, mt := range mounts {
+				if mt.Target == wt.CommonDir {
+					view = i
+				}
+				if _, ok := want[mt.Target]; !ok {
+					continue
+				}
+				want[mt.Target] = true
+				if mt.Source != mt.Target || !mt.ReadOnly {
+					t.Errorf("mount %+v, want %s read-only at its own path", mt, mt.Target)
+				}
+				if view < 0 {
+					t.Errorf("mount %+v comes before the view's, which would hide it", mt)
+				}
+			}
+			for target, found := range want {
+				if !found {
+					t.Errorf("no mount of %s in %+v", target, mounts)
+				}
+			}
+			if st, err := os.Lstat(viewModules); err != nil || !st.IsDir() {
+				t.Errorf("the view has no modules directory to mount on: %v", err)
+			}
+		})
 	}
 }
