@@ -334,10 +334,39 @@ const submodulePlant = `git init -q .agent/evilrepo && git -C .agent/evilrepo co
 // host recurses into the submodule through its .git file, which lies in
 // the agent's folder: the agent must not be able to redirect it.
 func TestInPlaceAttackSubmoduleGitFile(t *testing.T) {
+	submodulePlantControl(t, func(repo string) { withSubmodule(t, repo) })
+	a := newInPlaceWith(t, func(repo string) { withSubmodule(t, repo) })
+	a.plantMarker()
+	a.run(submodulePlant + "; cat sub/.git")
+	a.finish()
+}
+
+// TestInPlaceAttackUnpopulatedSubmodule: a submodule the user has not
+// checked out is an empty directory in the agent's folder. A .git the
+// agent put there would make it populated, and the user's next `git
+// status` would enter it with the agent's git dir (whose fsmonitor runs):
+// the directory is read-only inside.
+func TestInPlaceAttackUnpopulatedSubmodule(t *testing.T) {
+	unpopulated := func(repo string) {
+		withSubmodule(t, repo)
+		testenv.Git(t, repo, "-c", "safe.directory=*", "submodule", "deinit", "-q", "-f", "sub")
+	}
+	submodulePlantControl(t, unpopulated)
+	a := newInPlaceWith(t, unpopulated)
+	a.plantMarker()
+	if out := a.run("{ " + submodulePlant + "; } 2>&1"); !strings.Contains(out, "Read-only file system") {
+		t.Errorf("the plant in the unpopulated submodule did not meet a read-only directory:\n%s", out)
+	}
+	a.finish()
+}
+
+// submodulePlantControl checks, on a scratch repository prepared as the
+// attack's, that submodulePlant fires under a naive host git status.
+func submodulePlantControl(t *testing.T, prepare func(repo string)) {
+	t.Helper()
 	testenv.RequireRoot(t)
-	// Control: the plant fires under a naive host git status.
 	scratch := testenv.NewRepo(t, testenv.RepoOptions{})
-	withSubmodule(t, scratch)
+	prepare(scratch)
 	markers := mustTempDir(t, "ohd-control-")
 	r := strings.NewReplacer("$WT", scratch, "$MARKERS", markers)
 	out := hostRun(t, scratch, nil, "sh", "-c", "mkdir -p .agent && cat > .agent/evil <<'EOF'\n"+r.Replace(markerProgram)+"EOF\nchmod +x .agent/evil\n"+r.Replace(submodulePlant))
@@ -345,11 +374,6 @@ func TestInPlaceAttackSubmoduleGitFile(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(markers, "fired")); err != nil {
 		t.Fatalf("control: the plant does not fire under host git status: %v\n%s", err, out)
 	}
-
-	a := newInPlaceWith(t, func(repo string) { withSubmodule(t, repo) })
-	a.plantMarker()
-	a.run(submodulePlant + "; cat sub/.git")
-	a.finish()
 }
 
 // TestInPlaceSubmoduleReadOnly: the user's checked-out submodule works

@@ -1,8 +1,10 @@
 package worktree
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
@@ -261,5 +263,59 @@ func TestInPlaceMountsSubmodules(t *testing.T) {
 				t.Errorf("the view has no modules directory to mount on: %v", err)
 			}
 		})
+	}
+}
+
+// TestInPlaceProtectsUnpopulatedSubmodules: the user's next git status on
+// the host enters every populated submodule, and a submodule is populated
+// when its directory has a .git: so an unpopulated one's directory is
+// mounted read-only (made, as git's checkout makes it, when missing), at
+// every depth, and a submodule path that is not a directory is refused.
+func TestInPlaceProtectsUnpopulatedSubmodules(t *testing.T) {
+	m := newManager(t)
+	deep := testenv.NewRepo(t, testenv.RepoOptions{})
+	inner := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, inner, "-c", "protocol.file.allow=always", "submodule", "add", "-q", deep, "deep")
+	hostGit(t, inner, "commit", "-qm", "deep")
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", inner, "sub")
+	hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", deep, "lib/sub2")
+	hostGit(t, dir, "commit", "-qm", "submodules")
+	// sub is populated, its own deep is not (an empty directory); lib/sub2
+	// is gone altogether.
+	if err := os.RemoveAll(filepath.Join(dir, "lib")); err != nil {
+		t.Fatal(err)
+	}
+	wt := addInPlace(t, m, mustInspect(t, m, dir))
+	mounts, err := m.MountPlan(wt)
+	if err != nil {
+		t.Fatalf("MountPlan: %v", err)
+	}
+	got := map[string]bool{}
+	for _, mt := range mounts {
+		if mt.Source == mt.Target && mt.ReadOnly {
+			got[mt.Target] = true
+		}
+	}
+	for _, p := range []string{"sub/.git", "sub/deep", "lib/sub2"} {
+		if !got[filepath.Join(dir, p)] {
+			t.Errorf("%s is not mounted read-only at its own path: %+v", p, mounts)
+		}
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "lib", "sub2")); err != nil || !st.IsDir() {
+		t.Errorf("the missing submodule directory was not made: %v", err)
+	}
+	if got := hostGit(t, dir, "status", "--porcelain"); got != "" {
+		t.Errorf("host status after the plan = %q, want clean (an empty submodule directory is git's own)", got)
+	}
+
+	// A submodule path that is a file cannot be kept from becoming a
+	// directory with a .git: refused, saying what to do.
+	if err := os.Remove(filepath.Join(dir, "lib", "sub2")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WriteFile(t, filepath.Join(dir, "lib", "sub2"), "a file\n")
+	if _, err := m.MountPlan(wt); err == nil || !errors.Is(err, ErrInvalidWorktree) || !strings.Contains(err.Error(), "git submodule update --init lib/sub2") {
+		t.Errorf("MountPlan with a file at a submodule path = %v, want a refusal naming git submodule update", err)
 	}
 }
