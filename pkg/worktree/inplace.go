@@ -356,7 +356,11 @@ func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 	default:
 		return nil, fmt.Errorf("worktree mount plan %s: %w: %s is neither the git dir nor a .git file", wt.Path, ErrInvalidWorktree, dotGit)
 	}
-	subs, err := m.submoduleMounts(wt)
+	gitDir := wt.CommonDir
+	if wt.AdminDir != "" {
+		gitDir = wt.AdminDir
+	}
+	subs, err := m.submoduleMounts(wt.Path, gitDir, wt.UID, wt.GID)
 	if err != nil {
 		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 	}
@@ -372,7 +376,8 @@ const (
 )
 
 // submoduleMounts keeps the agent from changing where the user's git
-// looks for the folder's submodules. The user's next `git status` (and
+// looks for the submodules of the work tree at workTree (git dir gitDir,
+// owned by uid:gid). The user's next `git status` (and
 // diff, commit) on the host enters every populated submodule, recursively,
 // as a child git in it; a populated submodule is one whose directory has
 // a .git, and the directory lies in the agent's folder. So:
@@ -387,20 +392,16 @@ const (
 //
 // A submodule path that is not a directory is refused: nothing there
 // could be kept from being replaced by one.
-func (m *Manager) submoduleMounts(wt Worktree) ([]Mount, error) {
+func (m *Manager) submoduleMounts(workTree, gitDir string, uid, gid int) ([]Mount, error) {
 	type repo struct {
 		workTree, gitDir string
 		depth            int
 	}
-	gitDir := wt.CommonDir
-	if wt.AdminDir != "" {
-		gitDir = wt.AdminDir
-	}
 	var mounts []Mount
 	count := 0
-	for queue := []repo{{wt.Path, gitDir, 0}}; len(queue) > 0; queue = queue[1:] {
+	for queue := []repo{{workTree, gitDir, 0}}; len(queue) > 0; queue = queue[1:] {
 		r := queue[0]
-		subs, err := m.gitlinks(r.workTree, r.gitDir, wt.UID, wt.GID)
+		subs, err := m.gitlinks(r.workTree, r.gitDir, uid, gid)
 		if err != nil {
 			return nil, err
 		}
@@ -421,7 +422,7 @@ func (m *Manager) submoduleMounts(wt Worktree) ([]Mount, error) {
 			if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 				return nil, fmt.Errorf("submodule %s: %w", sub, err)
 			}
-			if err := m.ensureSubmoduleDir(r.workTree, p, wt.UID, wt.GID); err != nil {
+			if err := m.ensureSubmoduleDir(r.workTree, p, uid, gid); err != nil {
 				return nil, err
 			}
 			if err := checkMountSource(sub); err != nil {
