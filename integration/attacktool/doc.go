@@ -1,5 +1,5 @@
 // Command attacktool is the few file utilities an attacking agent needs
-// inside the minimal test image (which has only sh and git): rm, ln,
+// inside the minimal test image (which has only sh and git): rm, ln, mv,
 // mkdir, cp, cat, ls, chmod, trunc and findstr, chosen by the name it is
 // run as.
 // The gitview attack tests (integration/gitview_attack_test.go) build it

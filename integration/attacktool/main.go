@@ -45,6 +45,12 @@ func main() {
 			_ = os.Remove(rest[1])
 		}
 		fail(os.Symlink(rest[0], rest[1]))
+	case "mv":
+		if len(rest) != 2 {
+			fail(fmt.Errorf("want SRC DST"))
+			break
+		}
+		fail(os.Rename(rest[0], rest[1]))
 	case "mkdir":
 		for _, p := range rest {
 			if strings.Contains(flags, "p") {

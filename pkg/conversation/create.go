@@ -119,6 +119,14 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 		if uid, gid, err = ownerOf(repo.Workspace); err != nil {
 			return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
+		if m.rt.Kind() != "local" {
+			// The repositories in a plain folder must be protectable
+			// (too many to mount, a .git that is a symlink: refused now,
+			// before anything is made).
+			if _, err := m.wt.PlainFolderMounts(repo.Workspace, uid, gid); err != nil {
+				return store.Conversation{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+		}
 	}
 	conv := store.Conversation{
 		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(), Egress: m.egressMode(),

@@ -429,7 +429,15 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 			mounts = append(mounts, runtime.Mount{Source: p.Source, Target: p.Target, ReadOnly: p.ReadOnly})
 		}
 	} else {
-		mounts = append(mounts, runtime.Mount{Source: conv.Workspace, Target: conv.Workspace})
+		// A plain folder: the repositories in it are the user's
+		// (worktree.PlainFolderMounts).
+		plan, err := m.wt.PlainFolderMounts(conv.Workspace, conv.UID, conv.GID)
+		if err != nil {
+			return runtime.Spec{}, err
+		}
+		for _, p := range plan {
+			mounts = append(mounts, runtime.Mount{Source: p.Source, Target: p.Target, ReadOnly: p.ReadOnly})
+		}
 	}
 	helper := m.cfg.Helper
 	if m.helpers != nil {
