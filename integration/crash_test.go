@@ -125,7 +125,8 @@ func crashRuns() int {
 // path under one of dirs and that are still there a moment after ohd
 // died: the children of a killed ohd must not outlive it (the kernel's
 // parent-death signal reaches them as ohd dies; they may take a few
-// milliseconds to go).
+// milliseconds to go, or longer when a write holds them in the kernel: one
+// with SIGKILL pending is dying, and runs nothing of its own again).
 func gitProcessesUnder(dirs ...string) []string {
 	var found []string
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -133,6 +134,30 @@ func gitProcessesUnder(dirs ...string) []string {
 			return found
 		}
 	}
+}
+
+// procDying reads /proc/<pid>/status (dir is /proc/<pid>): the process's
+// state line, and whether SIGKILL is pending for it (to it or to its
+// thread group), so that it will never return to user space.
+func procDying(dir string) (state string, dying bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		return "gone", true
+	}
+	const sigkill = 1 << (9 - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, _ := strings.Cut(line, ":")
+		value = strings.TrimSpace(value)
+		switch name {
+		case "State":
+			state = value
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(value, 16, 64); err == nil && mask&sigkill != 0 {
+				dying = true
+			}
+		}
+	}
+	return state, dying
 }
 
 // gitProcessesNow is one look at /proc for gitProcessesUnder.
@@ -151,7 +176,9 @@ func gitProcessesNow(dirs []string) []string {
 		line := strings.Join(args, " ")
 		for _, d := range dirs {
 			if strings.Contains(line, d) {
-				found = append(found, filepath.Dir(p)+": "+line)
+				if state, dying := procDying(filepath.Dir(p)); !dying {
+					found = append(found, filepath.Dir(p)+" ("+state+"): "+line)
+				}
 				break
 			}
 		}

@@ -36,14 +36,7 @@ func TestPlainFolderAttackNestedRepo(t *testing.T) {
 		if err := os.Chmod(markers, 0o777); err != nil {
 			t.Fatal(err)
 		}
-		proj := filepath.Join(ws, "proj")
-		if err := os.Mkdir(proj, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Git(t, proj, "init", "-q", "-b", "main")
-		testenv.WriteFile(t, filepath.Join(proj, "f.txt"), "f\n")
-		testenv.Git(t, proj, "add", "f.txt")
-		testenv.Git(t, proj, "commit", "-q", "-m", "f")
+		testenv.InitRepo(t, filepath.Join(ws, "proj"), "main")
 		testenv.WriteFile(t, filepath.Join(ws, ".agent", "evil"), strings.ReplaceAll(markerProgram, "$MARKERS", markers))
 		if err := os.Chmod(filepath.Join(ws, ".agent", "evil"), 0o755); err != nil {
 			t.Fatal(err)

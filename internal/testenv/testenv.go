@@ -151,6 +151,17 @@ func NewRepo(t testing.TB, opts RepoOptions) string {
 		branch = "main"
 	}
 	dir := filepath.Join(TempDir(t), "repo")
+	InitRepo(t, dir, branch)
+	if opts.Owner != nil {
+		ChownR(t, dir, opts.Owner.UID, opts.Owner.GID)
+	}
+	return dir
+}
+
+// InitRepo makes dir (and its parents) a git repository on branch with
+// one commit (README.md).
+func InitRepo(t testing.TB, dir, branch string) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -158,10 +169,6 @@ func NewRepo(t testing.TB, opts RepoOptions) string {
 	WriteFile(t, filepath.Join(dir, "README.md"), "hello\n")
 	Git(t, dir, "add", "README.md")
 	Git(t, dir, "commit", "-q", "-m", "initial")
-	if opts.Owner != nil {
-		ChownR(t, dir, opts.Owner.UID, opts.Owner.GID)
-	}
-	return dir
 }
 
 // TempDir returns a canonical temporary directory (symlinks resolved),

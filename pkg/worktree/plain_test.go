@@ -9,18 +9,6 @@ import (
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
-// initRepo makes a repository with one commit at dir.
-func initRepo(t *testing.T, dir string) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Git(t, dir, "init", "-q", "-b", "main")
-	testenv.WriteFile(t, filepath.Join(dir, "f.txt"), "f\n")
-	testenv.Git(t, dir, "add", "f.txt")
-	testenv.Git(t, dir, "commit", "-q", "-m", "f")
-}
-
 // TestPlainFolderMounts: in a plain folder, each repository's git dir is
 // read-only, its directory and every one above it are mount points (so
 // none can be moved away), an unpopulated submodule of one is read-only,
@@ -30,12 +18,12 @@ func TestPlainFolderMounts(t *testing.T) {
 	m := newManager(t)
 	ws := testenv.TempDir(t)
 	testenv.WriteFile(t, filepath.Join(ws, "readme.txt"), "plain\n")
-	initRepo(t, filepath.Join(ws, "a"))
+	testenv.InitRepo(t, filepath.Join(ws, "a"), "main")
 	other := testenv.NewRepo(t, testenv.RepoOptions{})
 	hostGit(t, filepath.Join(ws, "a"), "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "sub")
 	hostGit(t, filepath.Join(ws, "a"), "commit", "-qm", "sub")
 	hostGit(t, filepath.Join(ws, "a"), "submodule", "deinit", "-q", "-f", "sub")
-	initRepo(t, filepath.Join(ws, "group", "b"))
+	testenv.InitRepo(t, filepath.Join(ws, "group", "b"), "main")
 	testenv.Git(t, ws, "init", "-q", "--bare", "c.git")
 	if err := os.MkdirAll(filepath.Join(ws, "d", "e"), 0o755); err != nil {
 		t.Fatal(err)
@@ -76,7 +64,7 @@ func TestPlainFolderMounts(t *testing.T) {
 func TestPlainFolderRefusesWhatItCannotProtect(t *testing.T) {
 	m := newManager(t)
 	ws := testenv.TempDir(t)
-	initRepo(t, filepath.Join(ws, "real"))
+	testenv.InitRepo(t, filepath.Join(ws, "real"), "main")
 	if err := os.MkdirAll(filepath.Join(ws, "linked"), 0o755); err != nil {
 		t.Fatal(err)
 	}
