@@ -19,12 +19,14 @@
 // repository's own folder ("in place", inplace.go) the same git view,
 // mounted over the folder's git dir; Publish, SaveView and Remove take
 // such a Worktree (Worktree.InPlace) as well and never touch the folder.
+// PlainFolderMounts is the mounts of a workspace that is no git work tree
+// at all: the repositories in it stay the user's.
 //
 // The files: add.go, remove.go, snapshot.go, restore.go are the
 // lifecycle; inplace.go is in place; view.go (seeding), publish.go (ref
 // moves), import.go (the bounded, quarantined import) and
 // sandbox.go (the in-container side) are the git view; git.go is hardened
-// git; mounts.go the container's mounts.
+// git; mounts.go the container's mounts, plain.go a plain folder's.
 //
 // # One path, two namespaces
 //
