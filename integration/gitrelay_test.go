@@ -152,7 +152,7 @@ func TestGitRelayBearerInsideAContainer(t *testing.T) {
 		t.Fatalf("bearer clone: %d %s", code, out)
 	}
 	show := d.ohctl("show", c.ID)
-	if !strings.Contains(show, srv.Host+" (relay; push refs/heads/openhands/*)") {
+	if !strings.Contains(show, srv.Host+" (relay; push its own branches under refs/heads/openhands/)") {
 		t.Errorf("ohctl show does not say the grant's route:\n%s", show)
 	}
 }
@@ -194,7 +194,7 @@ func TestGitRelayAttacksInsideAContainer(t *testing.T) {
 		{"move tag", "git push --force origin HEAD:refs/tags/v1", "(ohd: moving the existing tag refs/tags/v1 is never granted)"},
 		{"force push other", "git push --force origin HEAD~1:refs/heads/other", "(ohd: pushing refs/heads/other is not granted"},
 		{"atomic", "git push --atomic origin HEAD:refs/heads/openhands/a HEAD:main", "(ohd: atomic push refused: another ref in it is not granted)"},
-		{"outside the prefix", "git ls-remote http://" + srv.Host + "/secret/vault.git", "403"},
+		{"outside the prefix", "git ls-remote http://" + srv.Host + "/secret/vault.git", "remote: ohd: " + srv.Host + "/secret/vault.git is not granted to this conversation; on the host run: ohctl grant " + c.ID + " git " + srv.Host + "/secret/vault"},
 		{"dot dot", "git ls-remote " + relay + "/acme/%2e%2e/secret/vault.git", "400"},
 		{"encoded slash", "git ls-remote " + relay + "/acme%2f..%2fsecret/vault.git", "400"},
 		{"redirect", "git ls-remote http://" + redirecting.Host + "/acme/widgets.git", "502"},
@@ -255,5 +255,103 @@ func TestGitRelayGrantWhileRunning(t *testing.T) {
 	d.ohctl("revoke", c.ID, "git", srv.Host+"/acme")
 	if code, out := d.execIn(c.ID, "sh", "-c", lsRemote); code == 0 || strings.Contains(out, "refs/heads/main") {
 		t.Errorf("ls-remote after the revoke = %d %q, want a failure", code, out)
+	}
+}
+
+// TestGitRelayPushOwnBranchesOnly: two conversations push through their
+// relays to one remote. Each may create and update its own
+// openhands/<id> branch and a new branch under openhands/ it creates
+// itself; B's creating A's branch before A does, B's force push over
+// A's branch, and A's over the branch B created, are refused with git's "remote rejected" line naming the
+// reason, the remote's refs do not move, and the refusals are in ohctl
+// audit. The control: the same force push of B's with a --push pattern
+// covering A's branch (what every conversation could do before) lands.
+func TestGitRelayPushOwnBranchesOnly(t *testing.T) {
+	d := dockerDaemon(t)
+	srv := relayedRepo(t, d, "owner-"+fmt.Sprint(os.Getpid()), false)
+	bare := filepath.Join(srv.Root, "acme/widgets.git")
+	remote := "http://" + srv.Host + "/acme/widgets.git"
+	var a, b store.Conversation
+	d.ohctlJSON(&a, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree", "--grant-git", srv.Host+"/acme")
+	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", a.ID) })
+	d.ohctlJSON(&b, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree", "--grant-git", srv.Host+"/acme")
+	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", b.ID) })
+	commit := func(msg string) string {
+		return "echo '" + msg + "' >> work.txt && git add work.txt && git -c user.name=a -c user.email=a@example.com commit -qm '" + msg + "'"
+	}
+	// run runs script in conversation c's clone (made on first use) and
+	// returns git's output and exit code.
+	run := func(c store.Conversation, script string) (int, string) {
+		t.Helper()
+		return d.execIn(c.ID, "sh", "-c", "cd /tmp && { [ -d w ] || git clone -q "+remote+" w; } && cd w && "+script+" 2>&1")
+	}
+	tip := func(ref string) string {
+		t.Helper()
+		out, err := gitserver.Run(bare, "rev-parse", "-q", "--verify", ref)
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(out)
+	}
+	aRef, bRef := "refs/heads/openhands/"+a.ID, "refs/heads/openhands/"+b.ID+"-feature"
+
+	// B names a branch A has not pushed yet: refused, or B would own
+	// A's branch before A made it.
+	code, out := run(b, commit("b0")+" && git push origin HEAD:"+aRef)
+	if code == 0 || !strings.Contains(out, "(ohd: "+aRef+" is named for another conversation") {
+		t.Errorf("B creates A's branch first: %d\n%s", code, out)
+	}
+	if tip(aRef) != "" {
+		t.Fatal("B created A's branch")
+	}
+	// A creates and updates its own branch.
+	if code, out := run(a, commit("a1")+" && git push -q origin HEAD:"+aRef+" && "+commit("a2")+" && git push -q origin HEAD:"+aRef+" && echo a-ok"); code != 0 || !strings.Contains(out, "a-ok") {
+		t.Fatalf("A pushes its own branch: %d\n%s\n--- ohd log ---\n%s", code, out, tail(d.logs.String(), 30))
+	}
+	aTip := tip(aRef)
+	// B creates a new branch of its own choosing, updates it, and force
+	// pushes over it: it created it, so it is B's.
+	if code, out := run(b, commit("b1")+" && git push -q origin HEAD:"+bRef+" && "+commit("b2")+" && git push -q origin HEAD:"+bRef+
+		" && git push -q --force origin HEAD~1:"+bRef+" && git push -q origin HEAD:"+bRef+" && echo b-ok"); code != 0 || !strings.Contains(out, "b-ok") {
+		t.Fatalf("B creates and updates a new branch: %d\n%s\n--- ohd log ---\n%s", code, out, tail(d.logs.String(), 30))
+	}
+	bTip := tip(bRef)
+
+	// B force-pushes over A's branch: refused in git's words.
+	code, out = run(b, "git push --force origin HEAD:"+aRef)
+	want := "! [remote rejected] HEAD -> openhands/" + a.ID + " (ohd: " + aRef + " is not this conversation's branch"
+	if code == 0 || !strings.Contains(out, want) {
+		t.Errorf("B's force push over A's branch: %d\n%s\nwant %q", code, out, want)
+	}
+	// A force-pushes over the branch B created: refused.
+	code, out = run(a, "git fetch -q origin && git push --force origin HEAD:"+bRef)
+	if code == 0 || !strings.Contains(out, "(ohd: "+bRef+" is not this conversation's branch") {
+		t.Errorf("A's force push over B's branch: %d\n%s", code, out)
+	}
+	if got := tip(aRef); got != aTip {
+		t.Errorf("A's branch moved: %s -> %s", aTip, got)
+	}
+	if got := tip(bRef); got != bTip {
+		t.Errorf("B's branch moved: %s -> %s", bTip, got)
+	}
+	var recs []store.AuditRecord
+	d.ohctlJSON(&recs, "audit", "--limit", "0", b.ID)
+	var audited bool
+	for _, r := range recs {
+		audited = audited || !r.Allowed && r.Reason == "push_not_granted" && r.Conversation == b.ID &&
+			strings.Contains(r.Detail, "refused="+aRef) && strings.Contains(r.Name, srv.Host)
+	}
+	if !audited {
+		t.Errorf("B's refused push over A's branch is not in ohctl audit:\n%s", tail(d.ohctl("audit", "--limit", "0", b.ID), 20))
+	}
+
+	// The control: with a --push pattern that names A's branch, B's
+	// force push lands (the operator widened the policy).
+	d.ohctl("grant", b.ID, "git", srv.Host+"/acme", "--push", "refs/heads/openhands/*")
+	if code, out := run(b, "git push -q --force origin HEAD:"+aRef+" && echo forced"); code != 0 || !strings.Contains(out, "forced") {
+		t.Fatalf("B's force push with --push 'refs/heads/openhands/*': %d\n%s", code, out)
+	}
+	if got := tip(aRef); got == aTip {
+		t.Error("the control did not move A's branch")
 	}
 }

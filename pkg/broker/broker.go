@@ -303,6 +303,16 @@ type Backend interface {
 	// SaveOAuthTokens stores tokens the broker obtained by refreshing;
 	// refresh is the (possibly rotated) refresh token to keep.
 	SaveOAuthTokens(ctx context.Context, name string, access, refresh []byte, expiry time.Time) error
+	// GitBranchCreators returns, of refs in repository repo of host (the
+	// path as the relay was asked for it), those a conversation created
+	// through the relay (RecordGitBranches), each with that
+	// conversation's id. Called once per push that updates a branch under
+	// refs/heads/openhands/ another conversation may have made.
+	GitBranchCreators(ctx context.Context, host, repo string, refs []string) (map[string]string, error)
+	// RecordGitBranches records durably that conversation id created refs
+	// in repository repo of host through the relay (the host reported
+	// them updated), replacing any earlier creator of the same refs.
+	RecordGitBranches(ctx context.Context, id, host, repo string, refs []string) error
 	// Audit records a request. It must not block: batch the writes.
 	Audit(rec AuditRecord)
 	// AuditErr returns non-nil while audit records cannot be made durable

@@ -86,7 +86,8 @@
 // and a name that does not exist (granted or not) answer byte for byte the
 // same 403 not_granted: a conversation cannot probe which names exist. An
 // LLM profile whose key may not be disclosed answers GET /v1/llm/{profile}
-// the same way. Error bodies are {"error": "...", "code": "..."}.
+// the same way. Error bodies are {"error": "...", "code": "..."}, but on
+// the git route (text/plain "ohd: ...", for git to show).
 //
 // Peer credentials are read once per connection (SO_PEERCRED, see package
 // peercred) and kept on the request context. The expected MAC is computed
@@ -154,17 +155,30 @@
 // (passed on, git would ask its credential helper for the relay's
 // address). Before a push's pack is forwarded, its command list is read
 // ([gitproto.ReadCommandList], at most [MaxCommandList] bytes, 413
-// beyond; a gzip body is decoded first) and the push policy applied:
-// deleting a ref and moving an existing tag are never allowed; creating
-// or updating a ref needs [DefaultPushPattern] or one of the matching
-// grants' [GitOptions].Push patterns. A push with any refused ref is
-// refused whole, answered 200 with git's report-status (side-band when
-// negotiated): "ng <ref> <reason>" for every ref, so git prints
-// "! [remote rejected] ..."; the audit record has reason
-// "push_not_granted" and Detail naming the refs asked, allowed and
-// refused. git-credential get answers no password for a host whose
-// matching grants are all relayed; [GitOptions].Helper grants
-// (--git-relay=false) get it as before.
+// beyond; a gzip body is decoded first) and the push policy applied
+// (pushpolicy.go): deleting a ref and moving an existing tag are never
+// allowed; by default a conversation may create and update
+// refs/heads/openhands/<its id> and the refs below it, create a branch
+// under [OpenHandsBranches] that does not exist (unless it is named for
+// another conversation's id), and update the branches it created; a
+// ref matching one of the matching grants' [GitOptions].Push patterns
+// may be created or updated whoever made it. Which conversation created
+// a branch is the Backend's record (RecordGitBranches, per host and
+// repository path), written only for creations the host's report-status
+// ([gitproto.ReadReport], read as the answer streams to git) says "ok":
+// a creation the host refused (the branch exists, a hook declined)
+// grants nothing. A push with any refused ref is refused whole,
+// answered 200 with git's report-status (side-band when negotiated):
+// "ng <ref> <reason>" for every ref, so git prints "! [remote rejected]
+// ..."; the audit record has reason "push_not_granted" and Detail naming
+// the refs asked, allowed and refused (and, for a push that went
+// through, " created=" the branches recorded as the conversation's).
+// Every refusal on the git route is answered text/plain, "ohd: <message>"
+// (not JSON): git prints such a body as "remote: ohd: ..." lines, so the
+// agent reads why a repository outside its grants answered 403.
+// git-credential get answers no password for a host whose matching
+// grants are all relayed; [GitOptions].Helper grants (--git-relay=false)
+// get it as before.
 //
 // The LLM proxy drops the caller's Authorization, X-Api-Key, Api-Key,
 // X-Goog-Api-Key, Cookie and the profile's own header, hop-by-hop headers
@@ -240,7 +254,14 @@
 //     what git needs then. Grant hosts (and path prefixes) narrowly; prefer
 //     tokens scoped to what the conversation needs.
 //   - The push policy sees ref names and old and new ids, not history: a
-//     force push to an allowed branch is allowed.
+//     force push to a branch the conversation may update is allowed; one
+//     to another conversation's branch is refused on ownership.
+//   - Ownership is recorded per repository path as the relay was asked
+//     for it: a host that serves one repository under two paths
+//     (GitHub's "acme/w" and "acme/w.git", or another case) shows a
+//     conversation's branch as not its own under the other spelling
+//     (refused, never wider). A branch deleted on the host behind the
+//     relay's back and made again keeps its recorded creator.
 //   - A socket path is at most 107 bytes: keep RuntimeDir short.
 //   - An ohd that does not run as root can only serve conversations of
 //     its own uid (it cannot chown to another).

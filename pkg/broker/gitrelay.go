@@ -15,8 +15,9 @@ import (
 
 // GitOptions are a git grant's options (Grants.GitOptions).
 type GitOptions struct {
-	// Push lists ref patterns a push may create or update besides
-	// DefaultPushPattern ("*" matches any characters, "/" included).
+	// Push lists ref patterns a push may create or update besides the
+	// conversation's own branches (pushPolicy): "*" matches any
+	// characters, "/" included.
 	Push []string
 	// Helper marks a grant served through the credential helper
 	// (--git-relay=false): git-credential get answers the password for
@@ -24,10 +25,6 @@ type GitOptions struct {
 	// relay, which injects the credential.
 	Helper bool
 }
-
-// DefaultPushPattern is what every relayed git grant lets a push create
-// or update.
-const DefaultPushPattern = "refs/heads/openhands/*"
 
 // MaxCommandList bounds a receive-pack command list (the refs of one
 // push, before the pack): 1 MiB holds about 8000 ref updates.
@@ -123,7 +120,11 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 	rec.Name = req.gitName()
 	matches := gitMatches(conv.Grants.Git, req)
 	if len(matches) == 0 {
-		c.refuse(w, rec, notGranted(KindGit))
+		// git shows this text (text/plain, writeGitError) on a clone or
+		// fetch; it names only what the agent asked for.
+		f := *notGranted(KindGit)
+		f.msg = rec.Name + " is not granted to this conversation; on the host run: ohctl grant " + c.id + " git " + strings.TrimSuffix(rec.Name, ".git")
+		c.refuse(w, rec, &f)
 		return
 	}
 	cred, err := c.b.opts.Backend.GitCredential(r.Context(), t.host)
@@ -145,6 +146,9 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 		target += "?" + t.query
 	}
 	var body io.Reader
+	var verdict pushVerdict
+	var sideband gitproto.Sideband
+	maxLines := 0 // > 0: the host's report is read, for verdict.record
 	contentLength := r.ContentLength
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		body = r.Body
@@ -181,11 +185,20 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 			}
 			return
 		}
-		verdict := c.pushVerdict(conv, matches, list)
+		verdict, err = c.pushVerdict(r.Context(), conv, t, matches, list)
+		if err != nil {
+			c.backendFailed(w, rec, err, KindGit, rec.Name)
+			return
+		}
 		rec.Detail = verdict.detail()
 		if verdict.refused() {
 			c.refusePush(w, r, rec, list, verdict)
 			return
+		}
+		if len(verdict.record) > 0 && (list.Has("report-status") || list.Has("report-status-v2")) {
+			// Without report-status (git always asks it) the host says
+			// nothing of what it did, and nothing is recorded.
+			sideband, maxLines = gitproto.SidebandOf(list), 8*len(list.Commands)+8
 		}
 		if len(list.Commands) == 0 {
 			// git's probe before a large push: the lone flush goes on,
@@ -246,12 +259,20 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 		c.refuse(w, rec, refGitAuth)
 		return
 	}
+	var report *reportWatch
+	if maxLines > 0 && resp.StatusCode == http.StatusOK {
+		report = watchReport(resp, sideband, maxLines)
+	}
 	c.stream(w, r, rec, resp, masked)
+	if report != nil {
+		c.recordCreated(r.Context(), rec, t, verdict.record, report.wait())
+	}
+	c.b.opts.Backend.Audit(*rec)
 }
 
 // stream copies an upstream answer to w: headers but hop-by-hop ones,
 // cookies and authentication challenges, then the body, flushed after
-// every read, the credential masked.
+// every read, the credential masked. The caller audits rec.
 func (c *conversation) stream(w http.ResponseWriter, r *http.Request, rec *AuditRecord, resp *http.Response, masked [][]byte) {
 	h := w.Header()
 	for k, vv := range resp.Header {
@@ -271,7 +292,6 @@ func (c *conversation) stream(w http.ResponseWriter, r *http.Request, rec *Audit
 	// pauses (a short read), as for progress lines, not after every read
 	// of a pack.
 	streamRedacted(w, r, rec, resp.Body, red, true)
-	c.b.opts.Backend.Audit(*rec)
 }
 
 // pushVerdict is the policy's answer for each ref of a push.
@@ -279,7 +299,8 @@ type pushVerdict struct {
 	refs    []gitproto.RefStatus // Reason "" = allowed
 	atomic  bool
 	anyBad  bool
-	refName string // the grant to name in the hint
+	refName string   // the grant to name in the hint
+	record  []string // refs that become the conversation's when the host reports them updated
 }
 
 func (v pushVerdict) refused() bool { return v.anyBad }
@@ -301,34 +322,41 @@ func (v pushVerdict) detail() string {
 	return truncate("push asked="+strings.Join(asked, ",")+" allowed="+strings.Join(allowed, ",")+" refused="+strings.Join(refused, ","), 4000)
 }
 
-// pushVerdict applies the push policy of the matching grants to every
-// command: deleting a ref or moving an existing tag is never allowed;
-// creating or updating any other ref needs DefaultPushPattern or one of
-// the grants' Push patterns.
-func (c *conversation) pushVerdict(conv *Conversation, matches []string, l *gitproto.CommandList) pushVerdict {
-	patterns := []string{DefaultPushPattern}
+// pushVerdict applies the push policy (pushPolicy) of the matching
+// grants to every command, asking the Backend who created the branches
+// under OpenHandsBranches the push updates.
+func (c *conversation) pushVerdict(ctx context.Context, conv *Conversation, t gitTarget, matches []string, l *gitproto.CommandList) (pushVerdict, error) {
+	p := pushPolicy{id: c.id, grant: matches[0]}
 	for _, g := range matches {
-		patterns = append(patterns, conv.Grants.GitOptions[g].Push...)
+		p.patterns = append(p.patterns, conv.Grants.GitOptions[g].Push...)
+	}
+	var ask []string
+	for _, cmd := range l.Commands {
+		if p.needsCreator(cmd) && !matchAny(p.patterns, cmd.Ref) {
+			ask = append(ask, cmd.Ref)
+		}
+	}
+	if len(ask) > 0 {
+		var err error
+		if p.creators, err = c.b.opts.Backend.GitBranchCreators(ctx, t.host, t.repo, ask); err != nil {
+			return pushVerdict{}, err
+		}
 	}
 	v := pushVerdict{atomic: l.Has("atomic"), refName: matches[0]}
 	for _, cmd := range l.Commands {
-		reason := ""
-		switch {
-		case cmd.IsDelete():
-			reason = "ohd: deleting " + cmd.Ref + " is never granted"
-		case strings.HasPrefix(cmd.Ref, "refs/tags/") && !cmd.IsCreate():
-			reason = "ohd: moving the existing tag " + cmd.Ref + " is never granted"
-		case !matchAny(patterns, cmd.Ref):
-			reason = "ohd: pushing " + cmd.Ref + " is not granted; ohctl grant " + c.id + " git " + v.refName + " --push '" + cmd.Ref + "'"
-		}
+		reason, record := p.check(cmd)
 		if reason != "" {
 			v.anyBad = true
+		}
+		if record {
+			v.record = append(v.record, cmd.Ref)
 		}
 		v.refs = append(v.refs, gitproto.RefStatus{Ref: cmd.Ref, Reason: reason})
 	}
 	if v.anyBad {
 		// A push is refused whole, so that what reaches the host is
 		// exactly what the client asked for or nothing.
+		v.record = nil
 		for i := range v.refs {
 			if v.refs[i].Reason == "" {
 				if v.atomic {
@@ -339,7 +367,83 @@ func (c *conversation) pushVerdict(conv *Conversation, matches []string, l *gitp
 			}
 		}
 	}
-	return v
+	return v, nil
+}
+
+// reportWatch reads the host's report-status as the answer streams past
+// it to git (a tee into a pipe), so the relay learns which refs the host
+// updated without holding the answer back.
+type reportWatch struct {
+	pw   *io.PipeWriter
+	body io.Reader // the tee
+	done chan reportResult
+}
+
+type reportResult struct {
+	rep *gitproto.Report
+	err error
+}
+
+// watchReport tees resp's body into a reader of its report-status.
+func watchReport(resp *http.Response, sb gitproto.Sideband, maxLines int) *reportWatch {
+	pr, pw := io.Pipe()
+	rw := &reportWatch{pw: pw, body: io.TeeReader(resp.Body, pw), done: make(chan reportResult, 1)}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{rw.body, resp.Body}
+	go func() {
+		rep, err := gitproto.ReadReport(pr, sb, maxLines)
+		// Whatever follows (or all of it, after an error) is read and
+		// dropped, so the tee never blocks.
+		_, _ = io.Copy(io.Discard, pr)
+		rw.done <- reportResult{rep, err}
+	}()
+	return rw
+}
+
+// wait reads what git did not (a client that went away leaves the
+// report unread: the host's updates stand all the same), ends the tee
+// and returns the report.
+func (rw *reportWatch) wait() reportResult {
+	_, err := io.CopyN(io.Discard, rw.body, maxRefusedPushDrain)
+	if err == nil {
+		err = errors.New("the host's answer is over the limit")
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	rw.pw.CloseWithError(err)
+	return <-rw.done
+}
+
+// recordCreated records, of refs (the push's creations that would make
+// a branch this conversation's), those the host reported updated, and
+// notes them in the audit record. A push whose report cannot be read
+// records nothing: the branch is then not the conversation's to update.
+func (c *conversation) recordCreated(ctx context.Context, rec *AuditRecord, t gitTarget, refs []string, res reportResult) {
+	if res.err != nil {
+		c.b.log.Warn("broker: the git host's report of a push is unreadable; the branches it created are not recorded", "conversation", c.id, "host", t.host, "err", res.err)
+		rec.Detail = truncate(rec.Detail+" created=? (report unreadable)", 4000)
+		return
+	}
+	var created []string
+	for _, ref := range refs {
+		if res.rep.OK(ref) {
+			created = append(created, ref)
+		}
+	}
+	if len(created) == 0 {
+		return
+	}
+	// The push's context may have ended with git's connection; the
+	// host's update stands, so its record must be written all the same.
+	if err := c.b.opts.Backend.RecordGitBranches(context.WithoutCancel(ctx), c.id, t.host, t.repo, created); err != nil {
+		c.b.log.Error("broker: recording the branches a push created", "conversation", c.id, "host", t.host, "err", err)
+		rec.Detail = truncate(rec.Detail+" created=? (not recorded)", 4000)
+		return
+	}
+	rec.Detail = truncate(rec.Detail+" created="+strings.Join(created, ","), 4000)
 }
 
 // refusePush answers a refused push as git-receive-pack would, after

@@ -7,10 +7,10 @@ func TestPushPatterns(t *testing.T) {
 		p, ref string
 		want   bool
 	}{
-		{DefaultPushPattern, "refs/heads/openhands/x", true},
-		{DefaultPushPattern, "refs/heads/openhands/a/b", true},
-		{DefaultPushPattern, "refs/heads/openhands", false},
-		{DefaultPushPattern, "refs/heads/main", false},
+		{"refs/heads/openhands/*", "refs/heads/openhands/x", true},
+		{"refs/heads/openhands/*", "refs/heads/openhands/a/b", true},
+		{"refs/heads/openhands/*", "refs/heads/openhands", false},
+		{"refs/heads/openhands/*", "refs/heads/main", false},
 		{"refs/heads/main", "refs/heads/main", true},
 		{"refs/heads/main", "refs/heads/mainx", false},
 		{"refs/heads/*-wip", "refs/heads/a/b-wip", true},

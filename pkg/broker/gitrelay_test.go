@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -52,14 +53,32 @@ func newGitRelay(t *testing.T, opts gitserver.Options, grants ...string) *gitRel
 	}
 	g.conv = broker.Conversation{ID: "conv-g", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: broker.Grants{Git: grants}}
 	g.ep = g.e.open(g.conv)
-	rl := broker.NewRelay(g.e.client(g.ep))
+	g.relay = startRelay(t, g.e, g.ep)
+	return g
+}
+
+// startRelay serves a Relay to ep's broker on loopback and returns its
+// URL.
+func startRelay(t *testing.T, e *env, ep broker.Endpoint) string {
+	t.Helper()
+	rl := broker.NewRelay(e.client(ep))
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Host = broker.RelayAddr
 		rl.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
-	g.relay = hs.URL
-	return g
+	return hs.URL
+}
+
+// peer opens another conversation, id, with g's grants on the same
+// broker and git host, behind a relay of its own.
+func (g *gitRelay) peer(t *testing.T, id string) *gitRelay {
+	t.Helper()
+	h := &gitRelay{e: g.e, srv: g.srv, conv: g.conv, home: t.TempDir()}
+	h.conv.ID = id
+	h.ep = g.e.open(h.conv)
+	h.relay = startRelay(t, g.e, h.ep)
+	return h
 }
 
 func (g *gitRelay) setPush(name string, patterns ...string) {
@@ -581,5 +600,172 @@ func TestGitRelayMasksEchoedToken(t *testing.T) {
 	}
 	if strings.Contains(all, gitToken) || strings.Contains(all, base64.StdEncoding.EncodeToString([]byte("x-access-token:"+gitToken))) {
 		t.Errorf("the token came back: %s", all)
+	}
+}
+
+// clone clones acme/widgets.git through g's relay and returns the work
+// tree.
+func (g *gitRelay) clone(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	g.mustGit(t, dir, "clone", "-q", g.remote("acme/widgets.git"), "w")
+	return filepath.Join(dir, "w")
+}
+
+// commit commits a change to work.txt in work.
+func commit(t *testing.T, work, msg string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(work, "work.txt"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, msg)
+	f.Close()
+	gitserver.Git(t, work, "add", "work.txt")
+	gitserver.Git(t, work, "commit", "-q", "-m", msg)
+}
+
+// TestGitRelayPushOwnBranches: conversation G creates and updates its
+// own openhands/conv-g; H creates a new branch, updates it and force
+// pushes over it (it created it); H's force push over G's branch and G's
+// over H's new branch are refused in git's words, audited, and move
+// nothing; only the creation the host reported is recorded, as H's.
+func TestGitRelayPushOwnBranches(t *testing.T) {
+	g := newGitRelay(t, gitserver.Options{})
+	g.seed(t, "acme/widgets.git")
+	h := g.peer(t, "conv-h")
+	bare := filepath.Join(g.srv.Root, "acme/widgets.git")
+	const gRef, hRef = "refs/heads/openhands/conv-g", "refs/heads/openhands/h-made"
+
+	gw := g.clone(t)
+	commit(t, gw, "g1")
+	g.mustGit(t, gw, "push", "origin", "HEAD:"+gRef)
+	commit(t, gw, "g2")
+	g.mustGit(t, gw, "push", "origin", "HEAD:"+gRef)
+	gTip := gitserver.Git(t, bare, "rev-parse", gRef)
+
+	hw := h.clone(t)
+	commit(t, hw, "h1")
+	h.mustGit(t, hw, "push", "origin", "HEAD:"+hRef)
+	if rec := lastPush(t, g.e); !rec.Allowed || !strings.HasSuffix(rec.Detail, " created="+hRef) {
+		t.Errorf("H's creation audit: %+v", rec)
+	}
+	commit(t, hw, "h2")
+	h.mustGit(t, hw, "push", "origin", "HEAD:"+hRef)
+	h.mustGit(t, hw, "push", "--force", "origin", "HEAD~1:"+hRef)
+	h.mustGit(t, hw, "push", "origin", "HEAD:"+hRef)
+	hTip := gitserver.Git(t, bare, "rev-parse", hRef)
+
+	refused := func(r *gitRelay, work, ref, want string) {
+		t.Helper()
+		out, err := r.git(t, work, "push", "--force", "origin", "HEAD:"+ref)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("%s's force push over %s: %v\n%s\nwant %q", r.conv.ID, ref, err, tail(out), want)
+		}
+		if rec := lastPush(t, g.e); rec.Allowed || rec.Conversation != r.conv.ID || rec.Reason != "push_not_granted" || !strings.Contains(rec.Detail, "refused="+ref) {
+			t.Errorf("refusal audit: %+v", rec)
+		}
+	}
+	refused(h, hw, gRef, "! [remote rejected] HEAD -> openhands/conv-g (ohd: "+gRef+" is not this conversation's branch: it may update refs/heads/openhands/conv-h, the refs below it and the branches it created; ohctl grant conv-h git "+g.srv.Host+" --push '"+gRef+"')")
+	g.mustGit(t, gw, "fetch", "-q", "origin")
+	refused(g, gw, hRef, "! [remote rejected] HEAD -> openhands/h-made (ohd: "+hRef+" is not this conversation's branch")
+	if got := gitserver.Git(t, bare, "rev-parse", gRef); got != gTip {
+		t.Errorf("G's branch moved")
+	}
+	if got := gitserver.Git(t, bare, "rev-parse", hRef); got != hTip {
+		t.Errorf("H's branch moved")
+	}
+	want := map[string]string{g.srv.Host + "/acme/widgets.git " + hRef: "conv-h"}
+	if got := g.e.be.GitBranches(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("recorded creations %v, want %v", got, want)
+	}
+	g.checkAuthorizations(t)
+	g.e.checkHygiene()
+}
+
+// TestGitRelayHostRefusalNotRecorded: a creation the host refuses (its
+// update hook declines one ref of a push) is not recorded, the other is;
+// so a refused creation grants nothing.
+func TestGitRelayHostRefusalNotRecorded(t *testing.T) {
+	g := newGitRelay(t, gitserver.Options{})
+	g.seed(t, "acme/widgets.git")
+	bare := filepath.Join(g.srv.Root, "acme/widgets.git")
+	hook := "#!/bin/sh\n[ \"$1\" = refs/heads/openhands/declined ] && { echo declined by the host >&2; exit 1; }\nexit 0\n"
+	if err := os.WriteFile(filepath.Join(bare, "hooks", "update"), []byte(hook), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := g.clone(t)
+	commit(t, w, "two")
+	out, err := g.git(t, w, "push", "origin", "HEAD:refs/heads/openhands/kept", "HEAD:refs/heads/openhands/declined")
+	if err == nil || !strings.Contains(out, "! [remote rejected] HEAD -> openhands/declined (hook declined)") {
+		t.Fatalf("push: %v\n%s", err, tail(out))
+	}
+	want := map[string]string{g.srv.Host + "/acme/widgets.git refs/heads/openhands/kept": "conv-g"}
+	if got := g.e.be.GitBranches(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("recorded creations %v, want %v", got, want)
+	}
+	if rec := lastPush(t, g.e); !strings.HasSuffix(rec.Detail, " created=refs/heads/openhands/kept") {
+		t.Errorf("audit detail %q", rec.Detail)
+	}
+}
+
+// emptyPack is a pack of no objects, what git sends when the host has
+// every object a push needs.
+func emptyPack() []byte {
+	p := []byte("PACK\x00\x00\x00\x02\x00\x00\x00\x00")
+	sum := sha1.Sum(p)
+	return append(p, sum[:]...)
+}
+
+// TestGitRelayAttackCreateOverExisting: conversation H claims to create
+// G's existing branch (old id zero, a raw push): the policy lets a
+// creation through, the host refuses it because the branch exists, and
+// nothing is recorded, so H's next update of it is refused.
+func TestGitRelayAttackCreateOverExisting(t *testing.T) {
+	g := newGitRelay(t, gitserver.Options{})
+	g.seed(t, "acme/widgets.git")
+	h := g.peer(t, "conv-h")
+	bare := filepath.Join(g.srv.Root, "acme/widgets.git")
+	const ref = "refs/heads/openhands/g-made"
+	gw := g.clone(t)
+	commit(t, gw, "g")
+	g.mustGit(t, gw, "push", "origin", "HEAD:"+ref)
+	tip := strings.TrimSpace(gitserver.Git(t, bare, "rev-parse", ref))
+	first := strings.TrimSpace(gitserver.Git(t, bare, "rev-parse", "main~1"))
+
+	var b []byte
+	b = gitproto.AppendString(b, strings.Repeat("0", 40)+" "+first+" "+ref+"\x00report-status")
+	b = gitproto.AppendFlush(b)
+	status, ans := h.rawPush(t, bytes.NewReader(append(b, emptyPack()...)))
+	if status != 200 || !bytes.Contains(ans, []byte("ng "+ref)) {
+		t.Fatalf("create over an existing branch: %d %q", status, ans)
+	}
+	if got := strings.TrimSpace(gitserver.Git(t, bare, "rev-parse", ref)); got != tip {
+		t.Fatal("the branch moved")
+	}
+	if got := g.e.be.GitBranches(); got[g.srv.Host+"/acme/widgets.git "+ref] != "conv-g" || len(got) != 1 {
+		t.Errorf("recorded creations %v", got)
+	}
+	b = gitproto.AppendString(nil, tip+" "+first+" "+ref+"\x00report-status")
+	b = gitproto.AppendFlush(b)
+	status, ans = h.rawPush(t, bytes.NewReader(append(b, emptyPack()...)))
+	if status != 200 || !bytes.Contains(ans, []byte("ng "+ref+" ohd: "+ref+" is not this conversation's branch")) {
+		t.Fatalf("H's update after its failed claim: %d %q", status, ans)
+	}
+}
+
+// TestGitRelayNotGrantedReason: git shows why the relay refused a
+// repository outside the grant (a text/plain body git prints as
+// "remote: ..."), naming the grant that would allow it.
+func TestGitRelayNotGrantedReason(t *testing.T) {
+	g := newGitRelay(t, gitserver.Options{}, "HOST/acme")
+	g.srv.Repo(t, "other/secret.git")
+	out, err := g.git(t, t.TempDir(), "ls-remote", g.remote("other/secret.git"))
+	want := "remote: ohd: " + g.srv.Host + "/other/secret.git is not granted to this conversation; on the host run: ohctl grant conv-g git " + g.srv.Host + "/other/secret"
+	if err == nil || !strings.Contains(out, want) || !strings.Contains(out, "403") {
+		t.Errorf("ls-remote outside the grant: %v\n%s\nwant %q", err, tail(out), want)
+	}
+	if rec := g.e.audit(1); rec.Allowed || rec.Reason != "not_granted" || rec.Status != http.StatusForbidden {
+		t.Errorf("audit %+v", rec)
 	}
 }

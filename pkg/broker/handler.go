@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -308,7 +309,27 @@ func (c *conversation) refuse(w http.ResponseWriter, rec *AuditRecord, f *refusa
 	rec.Allowed = false
 	rec.Status, rec.Code, rec.Reason = f.status, f.code, f.reason
 	c.b.opts.Backend.Audit(*rec)
+	if rec.Route == routeGitProxyPattern {
+		writeGitError(w, f)
+		return
+	}
 	writeError(w, f)
+}
+
+// writeGitError answers a refusal of the git relay's route as text/plain,
+// "ohd: <message>": git prints such a body of a failed request as
+// "remote: ohd: ..." lines (it shows no other type), so the agent reads
+// why (a JSON body would be dropped).
+func writeGitError(w http.ResponseWriter, f *refusal) {
+	h := w.Header()
+	h["Content-Type"] = hvText
+	h["Cache-Control"] = hvNoStore
+	h["X-Content-Type-Options"] = hvNosniff
+	if f.retryIn > 0 {
+		h.Set("Retry-After", strconv.Itoa(f.retryIn))
+	}
+	w.WriteHeader(f.status)
+	_, _ = io.WriteString(w, "ohd: "+f.msg+"\n")
 }
 
 // Header values shared by every answer. net/http only reads them; a

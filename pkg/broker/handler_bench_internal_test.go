@@ -34,6 +34,12 @@ func (s *staticBackend) OAuthServer(context.Context, string) (OAuthServer, error
 func (s *staticBackend) SaveOAuthTokens(context.Context, string, []byte, []byte, time.Time) error {
 	return nil
 }
+func (s *staticBackend) GitBranchCreators(context.Context, string, string, []string) (map[string]string, error) {
+	return nil, nil
+}
+func (s *staticBackend) RecordGitBranches(context.Context, string, string, string, []string) error {
+	return nil
+}
 func (s *staticBackend) Audit(AuditRecord) {}
 func (s *staticBackend) AuditErr() error   { return nil }
 

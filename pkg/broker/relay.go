@@ -29,7 +29,8 @@ import (
 // A request to another Host than RelayAddr (or localhost on its port), or
 // one with an Origin or Sec-Fetch-* header (a browser's), is refused with
 // 403 before it reaches the broker: see refuseForged.
-// An error of the broker keeps its status and JSON body; an LLM
+// An error of the broker keeps its status and body (JSON; text/plain
+// on the git route, which git shows); an LLM
 // provider's answer, errors included, passes as the provider sent it.
 type Relay struct {
 	c *Client

@@ -100,7 +100,8 @@ type GrantRequest struct {
 	Kind string `json:"kind"`
 	Name string `json:"name"`
 	// Push (git grants) lists ref patterns a push through the relay may
-	// create or update besides refs/heads/openhands/*.
+	// create or update besides the conversation's own branches under
+	// refs/heads/openhands/.
 	Push []string `json:"push,omitempty"`
 	// GitRelay (git grants): false serves the grant through git's
 	// credential helper (the token enters the container); nil or true

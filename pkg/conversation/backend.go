@@ -120,6 +120,17 @@ func (b Backend) SaveOAuthTokens(_ context.Context, name string, access, refresh
 	return b.Store.SetOAuthTokens(name, access, refresh, expiry)
 }
 
+// GitBranchCreators returns who created which of refs through the relay.
+func (b Backend) GitBranchCreators(_ context.Context, host, repo string, refs []string) (map[string]string, error) {
+	return b.Store.GitBranchCreators(host, repo, refs)
+}
+
+// RecordGitBranches records branches a conversation created through the
+// relay.
+func (b Backend) RecordGitBranches(_ context.Context, id, host, repo string, refs []string) error {
+	return b.Store.RecordGitBranches(id, host, repo, refs)
+}
+
 // AuditErr reports whether the store can make audit records durable.
 func (b Backend) AuditErr() error { return b.Store.AuditErr() }
 

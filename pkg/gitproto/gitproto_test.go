@@ -3,6 +3,7 @@ package gitproto
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -196,6 +197,99 @@ func FuzzReadCommandList(f *testing.F) {
 		for _, c := range l.Commands {
 			if !ValidRefName(c.Ref) || strings.Contains(c.Ref, "..") {
 				t.Fatalf("ref %q accepted", c.Ref)
+			}
+		}
+	})
+}
+
+func sideband(band byte, payload []byte) []byte {
+	return AppendData(nil, append([]byte{band}, payload...))
+}
+
+func TestReadReport(t *testing.T) {
+	plain := pkts("unpack ok\n", "ok refs/heads/openhands/a\n", "ng refs/heads/main stale info\n", "ng refs/heads/x\n", "")
+	// report-status-v2 inside side-band-64k, with progress on channel 2
+	// and the report split across two channel-1 packets.
+	v2 := pkts("unpack ok\n", "ok refs/heads/openhands/a\n", "option refname refs/heads/openhands/a\n", "ng refs/heads/main stale info\n", "ng refs/heads/x\n", "")
+	var sb []byte
+	sb = append(sb, sideband(2, []byte("Resolving deltas: 100% (1/1)\r"))...)
+	sb = append(sb, sideband(1, v2[:10])...)
+	sb = append(sb, sideband(2, []byte("remote: hello\n"))...)
+	sb = append(sb, sideband(1, v2[10:])...)
+	sb = AppendFlush(sb)
+	want := &Report{Unpack: "ok", Refs: []RefStatus{{Ref: "refs/heads/openhands/a"}, {Ref: "refs/heads/main", Reason: "stale info"}, {Ref: "refs/heads/x", Reason: "(no reason given)"}}}
+	for name, c := range map[string]struct {
+		in []byte
+		sb Sideband
+	}{"plain": {plain, NoSideband}, "side-band": {sb, Sideband64k}} {
+		r := iotest.OneByteReader(io.MultiReader(bytes.NewReader(c.in), strings.NewReader("after")))
+		got, err := ReadReport(r, c.sb, 100)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: ReadReport = %+v, want %+v", name, got, want)
+		}
+		if !got.OK("refs/heads/openhands/a") || got.OK("refs/heads/main") || got.OK("refs/heads/x") || got.OK("refs/heads/absent") {
+			t.Errorf("%s: OK answers wrong", name)
+		}
+	}
+	failed, err := ReadReport(bytes.NewReader(pkts("unpack index-pack abnormal exit\n", "ng refs/heads/openhands/a unpacker error\n", "")), NoSideband, 10)
+	if err != nil || failed.OK("refs/heads/openhands/a") {
+		t.Errorf("unpack failure: %+v %v", failed, err)
+	}
+}
+
+func TestReadReportRefuses(t *testing.T) {
+	cases := map[string]struct {
+		in []byte
+		sb Sideband
+	}{
+		"empty":         {nil, NoSideband},
+		"lone flush":    {pkts(""), NoSideband},
+		"no unpack":     {pkts("ok refs/heads/a\n", ""), NoSideband},
+		"cut short":     {pkts("unpack ok\n", "ok refs/heads/a\n"), NoSideband},
+		"bad ref":       {pkts("unpack ok\n", "ok refs/heads/../a\n", ""), NoSideband},
+		"unknown verb":  {pkts("unpack ok\n", "maybe refs/heads/a\n", ""), NoSideband},
+		"early option":  {pkts("unpack ok\n", "option refname refs/heads/a\n", ""), NoSideband},
+		"too many":      {pkts("unpack ok\n", "ok refs/heads/a\n", "ok refs/heads/b\n", "ok refs/heads/c\n", ""), NoSideband},
+		"fatal band":    {append(sideband(3, []byte("disk full")), "0000"...), Sideband64k},
+		"band 4":        {append(sideband(4, []byte("x")), "0000"...), Sideband64k},
+		"not side-band": {pkts("unpack ok\n", "ok refs/heads/a\n", ""), Sideband64k},
+		"sb cut short":  {sideband(1, pkts("unpack ok\n")), Sideband64k},
+	}
+	for name, c := range cases {
+		if rp, err := ReadReport(bytes.NewReader(c.in), c.sb, 2); err == nil {
+			t.Errorf("%s: ReadReport = %+v, want an error", name, rp)
+		}
+	}
+}
+
+func FuzzReadReport(f *testing.F) {
+	f.Add(pkts("unpack ok\n", "ok refs/heads/openhands/a\n", "ng refs/heads/main stale info\n", ""), false)
+	f.Add(AppendReport(nil, "ok", []RefStatus{{Ref: "refs/heads/a"}, {Ref: "refs/heads/b", Reason: "no"}}, Sideband64k), true)
+	f.Add(append(sideband(2, []byte("progress\r")), append(sideband(1, pkts("unpack ok\n", "ok refs/heads/x\n", "option old-oid "+idA+"\n", "")), "0000"...)...), true)
+	f.Fuzz(func(t *testing.T, in []byte, sb bool) {
+		mode := NoSideband
+		if sb {
+			mode = Sideband64k
+		}
+		rp, err := ReadReport(bytes.NewReader(in), mode, 64)
+		if err != nil {
+			return
+		}
+		if rp.Unpack == "" || len(rp.Refs) > 64 {
+			t.Fatalf("accepted %+v", rp)
+		}
+		// What was read is what AppendReport would write: written again
+		// and read back, every ref keeps its verdict.
+		again, err := ReadReport(bytes.NewReader(AppendReport(nil, rp.Unpack, rp.Refs, mode)), mode, 64)
+		if err != nil {
+			t.Fatalf("a report written back does not read: %v", err)
+		}
+		for i, r := range rp.Refs {
+			if !ValidRefName(r.Ref) || again.Refs[i].Ref != r.Ref || (again.Refs[i].Reason == "") != (r.Reason == "") {
+				t.Fatalf("ref %d: %+v read back as %+v", i, r, again.Refs[i])
 			}
 		}
 	})

@@ -405,11 +405,12 @@ func (s *state) grantCmd() *cli.Command {
 	return &cli.Command{
 		Name: "grant", Usage: "let a conversation use a secret, git host, LLM profile, OAuth server, MCP server or network destination", ArgsUsage: "ID KIND NAME",
 		Description: "KIND is secret, git, llm, oauth, mcp or net. A git NAME is host[/path/prefix]: git reaches it through the broker's relay, which\n" +
-			"injects the credential, and a push may create or update refs/heads/openhands/* only (--push widens that). A net NAME is HOST[:PORT]\n" +
+			"injects the credential, and a push may create or update only the conversation's own branches: refs/heads/openhands/<ID> and below,\n" +
+			"and new branches under refs/heads/openhands/ it creates (--push widens that). A net NAME is HOST[:PORT]\n" +
 			"(port 443 when absent), *.example.com[:PORT] for that domain's hosts, or IP:PORT: the container may open\n" +
 			"connections to it through its broker (a revoke takes effect at the next connection). MCP servers are made by the conversation API from a create body's mcp_config.",
 		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "push", Usage: "git: a ref pattern a push may also create or update, e.g. 'refs/heads/feature/*' (* matches any characters; repeatable)"},
+			&cli.StringSliceFlag{Name: "push", Usage: "git: a ref pattern a push may also create or update, whoever made the ref, e.g. 'refs/heads/feature/*' (* matches any characters; repeatable)"},
 			&cli.BoolFlag{Name: "git-relay", Value: true, Usage: "git: reach the host through the broker's relay (the token stays on the host); false hands the token to git's credential helper in the container, with no push policy"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {

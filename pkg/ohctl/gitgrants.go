@@ -3,12 +3,15 @@ package ohctl
 import (
 	"strings"
 
+	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // gitGrantRoutes describes each git grant with the route git takes to
-// it: "github.com/acme (relay; push refs/heads/openhands/*)" or
-// "github.com/acme (credential helper: the token enters the container)".
+// it: "github.com/acme (relay; push its own branches under
+// refs/heads/openhands/)", with ", and <patterns>" for --push patterns
+// (the broker's push policy), or "github.com/acme (credential helper:
+// the token enters the container)".
 func gitGrantRoutes(g store.Grants) []string {
 	out := make([]string, 0, len(g.Git))
 	for _, name := range g.Git {
@@ -17,8 +20,11 @@ func gitGrantRoutes(g store.Grants) []string {
 			out = append(out, name+" (credential helper: the token enters the container)")
 			continue
 		}
-		push := append([]string{"refs/heads/openhands/*"}, opt.Push...)
-		out = append(out, name+" (relay; push "+strings.Join(push, " ")+")")
+		push := "its own branches under " + broker.OpenHandsBranches
+		if len(opt.Push) > 0 {
+			push += ", and " + strings.Join(opt.Push, " ")
+		}
+		out = append(out, name+" (relay; push "+push+")")
 	}
 	return out
 }

@@ -503,7 +503,8 @@ func (s *Store) Conversations() []Conversation {
 	return out
 }
 
-// DeleteConversation removes the record of id and its sealed key.
+// DeleteConversation removes the record of id, its sealed keys and the
+// records of the git branches it created.
 func (s *Store) DeleteConversation(id string) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -515,6 +516,9 @@ func (s *Store) DeleteConversation(id string) error {
 			return err
 		}
 		if err := tx.Bucket(bucketSecretKeys).Delete([]byte(id)); err != nil {
+			return err
+		}
+		if err := deleteGitBranches(tx, id); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketConvKeys).Delete([]byte(id))

@@ -24,6 +24,11 @@
 //	    <name>              JSON MCPServer: the server's URL, and per credential header the name of the secret holding its value
 //	oauth_servers/
 //	    <name>              JSON oauthRecord: token URL, client id, tokens sealed ("oauth_servers|<name>|access", "...|refresh")
+//	git_branches/
+//	    <host>/<repo> <ref> JSON {"conversation","created_at"}: the conversation that created branch ref of
+//	                        repository repo (the path as the git relay was asked for it) through the relay,
+//	                        recorded when the host reported the ref updated; its push policy lets that
+//	                        conversation update the branch (broker: pushpolicy.go). Removed with the conversation.
 //	audit/
 //	    <seq>               JSON AuditRecord; seq is a big-endian uint64 (bbolt NextSequence), oldest first
 //
@@ -45,6 +50,11 @@
 //	2 -> 3  live conversations with a container get inner_in_container:
 //	        their inner server's state is in the container's writable
 //	        layer (see Conversation.InnerInContainer)
+//
+// A bucket added without a change to what existing records mean
+// (git_branches) is created by Open and needs no migration: a file
+// without it had no branch created through the relay recorded, which
+// is what an empty bucket says.
 //
 // # Crash consistency
 //

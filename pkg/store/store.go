@@ -50,6 +50,7 @@ var (
 	bucketOAuth         = []byte("oauth_servers")
 	bucketMCP           = []byte("mcp_servers")
 	bucketAudit         = []byte("audit")
+	bucketGitBranches   = []byte("git_branches")
 
 	keySchema   = []byte("schema_version")
 	keyServerID = []byte("server_id")
@@ -151,7 +152,7 @@ func (s *Store) init(path string) error {
 		return err
 	}
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketConversations, bucketConvKeys, bucketSecretKeys, bucketSecrets, bucketGitCreds, bucketLLM, bucketOAuth, bucketMCP, bucketAudit} {
+		for _, b := range [][]byte{bucketMeta, bucketConversations, bucketConvKeys, bucketSecretKeys, bucketSecrets, bucketGitCreds, bucketLLM, bucketOAuth, bucketMCP, bucketAudit, bucketGitBranches} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

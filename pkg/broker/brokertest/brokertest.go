@@ -4,6 +4,7 @@ package brokertest
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ type Backend struct {
 	mcp     map[string]broker.MCPServer
 	oauth   map[string]broker.OAuthServer
 	saves   int
+	// branches maps "host/repo ref" to the conversation that created it.
+	branches map[string]string
 
 	auditMu  sync.Mutex
 	audit    []broker.AuditRecord
@@ -34,13 +37,14 @@ type Backend struct {
 // New returns an empty Backend that keeps every audit record.
 func New() *Backend {
 	return &Backend{
-		convs:   make(map[string]broker.Conversation),
-		secrets: make(map[string][]byte),
-		git:     make(map[string]broker.GitCredential),
-		llm:     make(map[string]broker.LLMProfile),
-		mcp:     make(map[string]broker.MCPServer),
-		oauth:   make(map[string]broker.OAuthServer),
-		notify:  make(chan struct{}),
+		convs:    make(map[string]broker.Conversation),
+		secrets:  make(map[string][]byte),
+		git:      make(map[string]broker.GitCredential),
+		llm:      make(map[string]broker.LLMProfile),
+		mcp:      make(map[string]broker.MCPServer),
+		oauth:    make(map[string]broker.OAuthServer),
+		branches: make(map[string]string),
+		notify:   make(chan struct{}),
 	}
 }
 
@@ -196,6 +200,37 @@ func (b *Backend) SaveOAuthTokens(_ context.Context, name string, access, refres
 	b.oauth[name] = s
 	b.saves++
 	return nil
+}
+
+// GitBranchCreators implements broker.Backend.
+func (b *Backend) GitBranchCreators(_ context.Context, host, repo string, refs []string) (map[string]string, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := map[string]string{}
+	for _, ref := range refs {
+		if id, ok := b.branches[host+"/"+repo+" "+ref]; ok {
+			out[ref] = id
+		}
+	}
+	return out, nil
+}
+
+// RecordGitBranches implements broker.Backend.
+func (b *Backend) RecordGitBranches(_ context.Context, id, host, repo string, refs []string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ref := range refs {
+		b.branches[host+"/"+repo+" "+ref] = id
+	}
+	return nil
+}
+
+// GitBranches returns the recorded creations, "host/repo ref" to the
+// conversation's id.
+func (b *Backend) GitBranches() map[string]string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return maps.Clone(b.branches)
 }
 
 // SetAuditErr makes AuditErr return err (nil: audit works again), as a
