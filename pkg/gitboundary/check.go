@@ -93,4 +93,3 @@ func CheckFilesystem(dir string) error {
 		return fmt.Errorf("check ACL support of %s: %w", dir, err)
 	}
 }
-
