@@ -3,6 +3,7 @@ package gitboundary
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -201,4 +202,31 @@ func aclError(path string, err error) error {
 		return fmt.Errorf("%w: %s is on a filesystem without POSIX ACLs (%v)", ErrNoACL, path, err)
 	}
 	return err
+}
+
+// Unshare takes the owner's and the agent's ACL entries off the one inode
+// at path (nothing below it; a symlink is not followed and has none): for
+// a pointer the user's git follows, such as a worktree's .git file, that
+// sits in a shared directory and inherited its default ACL.
+func Unshare(path string, ids IDs) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("unshare %s: %w", path, err)
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		return nil
+	}
+	var buf []byte
+	old, err := getACL(&buf, func(b []byte) (int, error) { return unix.Lgetxattr(path, xattrAccess, b) })
+	if err != nil {
+		return fmt.Errorf("unshare %s: %w", path, aclError(path, err))
+	}
+	a, changed := old.without(uint32(ids.Owner), uint32(ids.Agent))
+	if !changed {
+		return nil
+	}
+	if err := unix.Lsetxattr(path, xattrAccess, a.encode(), 0); err != nil {
+		return fmt.Errorf("unshare %s: %w", path, err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
@@ -30,7 +31,9 @@ type ReleaseOptions struct {
 type ReleaseResult struct {
 	// Moved are the agent's git directories moved out, relative to the
 	// tree, each now at the same relative path under KeptDir (a name
-	// taken already gets a suffix .1, .2, ...).
+	// taken already gets a suffix .1, .2, ...): those of this run and of
+	// every earlier run into the same KeptDir (a run killed midway), read
+	// from the journal KeptDir+".journal".
 	Moved []string
 	// Owned counts the inodes given back to the owner.
 	Owned int
@@ -66,6 +69,16 @@ func Release(root string, opts ReleaseOptions) (ReleaseResult, error) {
 	r := &releaser{opts: opts, root: root}
 	err := walk(root, r)
 	r.res.Duration = time.Since(t0)
+	if r.journal != nil {
+		if cerr := r.journal.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if moved, jerr := readJournal(opts.KeptDir + ".journal"); jerr == nil {
+		r.res.Moved = moved
+	} else if err == nil {
+		err = jerr
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, serr := os.Lstat(root); errors.Is(serr, fs.ErrNotExist) {
 			return r.res, nil
@@ -78,10 +91,11 @@ func Release(root string, opts ReleaseOptions) (ReleaseResult, error) {
 }
 
 type releaser struct {
-	opts ReleaseOptions
-	root string
-	res  ReleaseResult
-	buf  []byte
+	opts    ReleaseOptions
+	root    string
+	res     ReleaseResult
+	buf     []byte
+	journal *os.File
 }
 
 func (r *releaser) agent(st *unix.Stat_t) bool { return st.Uid == uint32(r.opts.Agent) }
@@ -201,6 +215,11 @@ func (r *releaser) move(dirfd int, name, rel string) error {
 		return fmt.Errorf("move %s out: %w", filepath.Join(r.root, rel), err)
 	}
 	dst = freeName(dst)
+	// The journal names the move before it happens, so what a killed run
+	// moved is reported by the next.
+	if err := r.note(rel); err != nil {
+		return fmt.Errorf("move %s out: %w", filepath.Join(r.root, rel), err)
+	}
 	err := unix.Renameat(dirfd, name, unix.AT_FDCWD, dst)
 	if errors.Is(err, unix.EXDEV) {
 		err = copyOut(dirfd, name, dst)
@@ -208,9 +227,46 @@ func (r *releaser) move(dirfd int, name, rel string) error {
 	if err != nil {
 		return fmt.Errorf("move %s out to %s: %w", filepath.Join(r.root, rel), dst, err)
 	}
-	r.res.Moved = append(r.res.Moved, rel)
 	failpoint.Hit("release/mid-move")
 	return nil
+}
+
+// note appends rel to the journal, synced.
+func (r *releaser) note(rel string) error {
+	if r.journal == nil {
+		f, err := os.OpenFile(r.opts.KeptDir+".journal", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return err
+		}
+		r.journal = f
+	}
+	if _, err := r.journal.WriteString(strconv.Quote(rel) + "\n"); err != nil {
+		return err
+	}
+	return r.journal.Sync()
+}
+
+// readJournal returns the paths a journal names, each once, in order; no
+// journal is none. A torn last line (a kill mid-write) is skipped.
+func readJournal(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		rel, err := strconv.Unquote(line)
+		if err != nil || seen[rel] {
+			continue
+		}
+		seen[rel] = true
+		out = append(out, rel)
+	}
+	return out, nil
 }
 
 // freeName returns p, or p.1, p.2, ... whichever does not exist.
