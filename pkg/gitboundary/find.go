@@ -64,7 +64,9 @@ func (f *finder) file(e entry) error {
 
 func (f *finder) dir(e entry, fd int) (bool, error) {
 	if e.name == ".git" {
-		if e.rel != ".git" {
+		// The root's own .git is the repository's, unless the agent
+		// made it (a plain folder's).
+		if e.rel != ".git" || e.st.Uid == f.agent {
 			f.found = append(f.found, Found{Rel: e.rel, Kind: KindGitDir, UID: int(e.st.Uid), AgentMade: e.st.Uid == f.agent})
 		}
 		return false, nil
