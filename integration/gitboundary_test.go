@@ -237,3 +237,52 @@ func TestAgentRunsAsItsOwnUIDWorktreeAndPlain(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateRefusedWhereTheBoundaryCannotHold: a folder on a filesystem
+// without ACLs (ramfs) cannot be shared with the agent's uid: the create
+// is refused with the fix named, and nothing is made (never silently
+// weaker: the container would otherwise have to run as the user).
+func TestCreateRefusedWhereTheBoundaryCannotHold(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	dir := filepath.Join(testenv.TempDir(t), "ramfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "ramfs", "none", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount ramfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	testenv.WriteFile(t, filepath.Join(dir, "notes.txt"), "n\n")
+	testenv.ChownR(t, dir, attackOwner, attackOwner)
+	out, err := d.ohctlErr("create", "--repo", dir)
+	if err == nil || !strings.Contains(err.Error(), "POSIX ACLs") || !strings.Contains(err.Error(), "ext4") {
+		t.Fatalf("create on ramfs = %v %q; want a refusal naming POSIX ACLs and the fix", err, out)
+	}
+	if ls := d.ohctl("ls", "--all"); strings.Contains(ls, dir) {
+		t.Errorf("a refused create left a record:\n%s", ls)
+	}
+}
+
+// TestServeRefusesRootAgent: --agent-uid 0 would make everything the agent
+// writes root's, which git trusts.
+func TestServeRefusesRootAgent(t *testing.T) {
+	binaries(t)
+	cmd := exec.Command(built.ohd, "serve", "--agent-uid", "0", "--runtime", "local")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--agent-uid 0") {
+		t.Fatalf("ohd serve --agent-uid 0 = %v %q, want a refusal", err, out)
+	}
+}
+
+// TestCreateRefusedForAgentUIDOfTheOwner: an agent uid equal to the
+// repository's owner would make the agent's .git the user's to git.
+func TestCreateRefusedForAgentUIDOfTheOwner(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t, "--agent-uid", "1000", "--agent-gid", "1000")
+	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: attackOwner, GID: attackOwner}})
+	out, err := d.ohctlErr("create", "--repo", repo)
+	if err == nil || !strings.Contains(err.Error(), "repository owner's") || !strings.Contains(err.Error(), "--agent-uid") {
+		t.Fatalf("create with the owner's uid as the agent's = %v %q; want a refusal naming --agent-uid", err, out)
+	}
+}
