@@ -273,6 +273,9 @@ func (m *Manager) removeInPlace(ctx context.Context, wt Worktree, opts RemoveOpt
 	if res.Conflict != "" {
 		b.WriteString("; " + res.Conflict)
 	}
+	if res.HeldMessage != "" {
+		b.WriteString("; " + res.HeldMessage)
+	}
 	res.Message = b.String()
 	m.log.Info("in place view removed", "conversation", wt.ConversationID, "folder", wt.Path, "branch_kept", res.BranchKept, "kept", len(res.Kept))
 	return res, nil
