@@ -260,6 +260,8 @@ func publishReason(err error) string {
 		return "locked"
 	case errors.Is(err, worktree.ErrRefused):
 		return worktree.RefusalReason(err)
+	case errors.Is(err, worktree.ErrHeld):
+		return "held"
 	}
 	return "error"
 }
@@ -380,7 +382,11 @@ func (m *Manager) mirror(ctx context.Context, id string, want map[string]string)
 	m.pub.mu.Unlock()
 	if failed {
 		_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
-			r.PublishError = ""
+			// Only the mirror's own failure: the branch's (a commit held
+			// back, say) stays until the branch publishes.
+			if strings.HasPrefix(r.PublishError, "live mirror: ") {
+				r.PublishError = ""
+			}
 			return nil
 		})
 	}
