@@ -242,6 +242,11 @@ func TestCanvasProfileLaunchThroughOhd(t *testing.T) {
 			Revision int    `json:"revision"`
 		} `json:"launched_agent_profile"`
 	}
+	r.json(t, &info)
+	if info.Launched == nil || info.Launched.ID != strings.ToLower(e.agentID) || info.Launched.Revision != 3 {
+		t.Errorf("the 201 create answer: launched_agent_profile = %+v, want the profile %s at revision 3 (issue 28)", info.Launched, e.agentID)
+	}
+	info.Launched = nil
 	e.call("GET", "/api/conversations/"+id, nil).json(t, &info)
 	if info.Launched == nil || info.Launched.ID != strings.ToLower(e.agentID) || info.Launched.Revision != 3 {
 		t.Errorf("launched_agent_profile = %+v, want the profile %s at revision 3", info.Launched, e.agentID)
