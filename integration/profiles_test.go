@@ -314,7 +314,9 @@ func TestSwitchLLMAndProfileThroughOhd(t *testing.T) {
 	if got := e.llmKeyUsed(id); got != bearer(e.keys["other"]) {
 		t.Errorf("after switch_llm the provider got %q, want the new key", got)
 	}
-	// switch_profile by name (the SDK's): the inner server loads the
+	// switch_profile by name (the SDK's; issue 28 acceptance 3: the
+	// stand-in loads it from ~/.openhands/profiles, as the real server
+	// does, while its profile router saves to OH_PERSISTENCE_DIR): the inner server loads the
 	// profile ohd saved in its store.
 	if r := e.call("POST", "/api/conversations/"+id+"/switch_profile", map[string]any{"profile_name": "cheap"}); r.Status != 200 {
 		t.Fatalf("switch_profile = %d %s", r.Status, r.Body)
