@@ -19,7 +19,7 @@ func TestEnvAndArgs(t *testing.T) {
 		"OH_CONVERSATIONS_PATH=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/conversations",
 		"OH_BASH_EVENTS_DIR=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/bash_events",
 		"OH_LEASE_TTL_SECONDS=0",
-		"OH_VSCODE_BASE_PATH=/api/conversations/6f9619ff-8b86-d011-b42d-00c04fc964ff/vscode",
+		"OH_VSCODE_BASE_PATH=/ohd/conversations/6f9619ff-8b86-d011-b42d-00c04fc964ff/vscode",
 		"OH_CONVERSATION_RUNTIME=local",
 		"GIT_TERMINAL_PROMPT=0",
 	}
