@@ -290,7 +290,7 @@ func TestCanvasWholeSession(t *testing.T) {
 	vr := call("GET", "/api/vscode/url?cid="+pickedID, nil)
 	vr.json(t, &vs)
 	innerKey, _ := os.ReadFile(filepath.Join(d.record(pickedID).BrokerDir, "session-api-key"))
-	if vr.Status != 200 || !strings.HasPrefix(vs.URL, "http://"+d.listen+"/api/conversations/"+pickedID+"/vscode/") ||
+	if vr.Status != 200 || !strings.HasPrefix(vs.URL, "http://"+d.listen+"/ohd/conversations/"+pickedID+"/vscode/") ||
 		len(bytes.TrimSpace(innerKey)) == 0 || strings.Contains(vs.URL, strings.TrimSpace(string(innerKey))) {
 		t.Errorf("VS Code URL = %d %s, want ohd's URL for the conversation, without the inner key", vr.Status, vr.Body)
 	} else if resp, err := http.Get(vs.URL); err != nil || resp.StatusCode != 200 {

@@ -85,7 +85,7 @@ func TestDockerInnerStateSurvivesContainer(t *testing.T) {
 		env[k] = v
 	}
 	for k, want := range map[string]string{
-		"HOME": inner.Persistence, "OH_PERSISTENCE_DIR": inner.Persistence, "OH_CONVERSATIONS_PATH": inner.Conversations,
+		"HOME": inner.Home, "OH_PERSISTENCE_DIR": inner.Persistence, "OH_CONVERSATIONS_PATH": inner.Conversations,
 		"OH_BASH_EVENTS_DIR": inner.BashEvents, "OH_LEASE_TTL_SECONDS": "0",
 		"OH_CONVERSATION_RUNTIME": "local", "GIT_TERMINAL_PROMPT": "0", "LOG_JSON": "false",
 	} {

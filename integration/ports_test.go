@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // TestConversationVSCodeAndDesktop: the URLs a conversation's agent server
@@ -42,7 +43,7 @@ func TestConversationVSCodeAndDesktop(t *testing.T) {
 		var ans struct{ URL string }
 		r.json(t, &ans)
 		u, err := url.Parse(ans.URL)
-		if r.Status != 200 || err != nil || u.Host != d.listen || !strings.HasPrefix(u.Path, "/api/conversations/"+id+"/"+svc+"/") || u.Query().Get("ohd_port_token") == "" {
+		if r.Status != 200 || err != nil || u.Host != d.listen || !strings.HasPrefix(u.Path, "/ohd/conversations/"+id+"/"+svc+"/") || u.Query().Get("ohd_port_token") == "" {
 			t.Fatalf("GET /api/%s/url?cid= = %d %s, want a URL of ohd under the conversation with a token\n%s", svc, r.Status, r.Body, tail(d.logs.String(), 20))
 		}
 		return u
@@ -82,8 +83,8 @@ func TestConversationVSCodeAndDesktop(t *testing.T) {
 	// The pages name the cookies that reached the container: VS Code's
 	// token, which ohd gives it, and never one of the client's.
 	for _, tt := range []struct{ svc, page, ws string }{
-		{"vscode", "<html><body>standin vscode /api/conversations/" + id + "/vscode/ cookies=vscode-tkn</body></html>\n", "/api/conversations/" + id + "/vscode/socket"},
-		{"desktop", "<html><body>standin desktop /vnc.html cookies=</body></html>\n", "/api/conversations/" + id + "/desktop/websockify"},
+		{"vscode", "<html><body>standin vscode /ohd/conversations/" + id + "/vscode/ cookies=vscode-tkn</body></html>\n", "/ohd/conversations/" + id + "/vscode/socket"},
+		{"desktop", "<html><body>standin desktop /vnc.html cookies=</body></html>\n", "/ohd/conversations/" + id + "/desktop/websockify"},
 	} {
 		u := urlOf(tt.svc)
 		if tt.svc == "vscode" && (u.Query().Has("tkn") || u.Query().Get("folder") != "workspace") {
@@ -104,7 +105,7 @@ func TestConversationVSCodeAndDesktop(t *testing.T) {
 			}
 			if c.Name == "ohd_port_"+tt.svc {
 				cookie = c.Name + "=" + c.Value
-				if !c.HttpOnly || c.Path != "/api/conversations/"+id+"/"+tt.svc+"/" {
+				if !c.HttpOnly || c.Path != "/ohd/conversations/"+id+"/"+tt.svc+"/" {
 					t.Errorf("%s cookie %+v: want HttpOnly, Path the service's", tt.svc, c)
 				}
 			}
@@ -140,6 +141,27 @@ func TestConversationVSCodeAndDesktop(t *testing.T) {
 		if err := echo("ws://"+d.listen+tt.ws, ""); err == nil {
 			t.Errorf("%s WebSocket without the cookie was accepted", tt.svc)
 		}
+	}
+
+	// The newer clients' scoped routes answer JSON, as the agent server's
+	// (issue 28: ohd served the editor's HTML there): the same URL as the
+	// ?cid= form, and VS Code's status.
+	scoped := d.call("GET", "/api/conversations/"+id+"/vscode/url", nil)
+	var su struct{ URL string }
+	scoped.json(t, &su)
+	if g := urlOf("vscode"); scoped.Status != 200 || su.URL != g.String() {
+		t.Errorf("GET /api/conversations/{id}/vscode/url = %d %s, want JSON with the ?cid= form's url %s", scoped.Status, scoped.Body, g)
+	}
+	st := d.call("GET", "/api/conversations/"+id+"/vscode/status", nil)
+	var status struct{ Running, Enabled bool }
+	if st.Status != 200 || json.Unmarshal(st.Body, &status) != nil || !status.Running || !status.Enabled {
+		t.Errorf("GET /api/conversations/{id}/vscode/status = %d %s, want the server's JSON", st.Status, st.Body)
+	}
+	if r := d.call("GET", "/api/conversations/"+id+"/vscode/status", nil, "X-Session-API-Key", "wrong"); r.Status != 401 {
+		t.Errorf("scoped vscode/status with a wrong key = %d, want 401", r.Status)
+	}
+	if r := d.call("GET", "/api/conversations/"+store.NewID()+"/vscode/url", nil); r.Status != 404 {
+		t.Errorf("scoped vscode/url of an unknown conversation = %d %s, want 404", r.Status, r.Body)
 	}
 
 	// Turned off in the conversation's server: a message naming the flag.

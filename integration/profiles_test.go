@@ -242,6 +242,11 @@ func TestCanvasProfileLaunchThroughOhd(t *testing.T) {
 			Revision int    `json:"revision"`
 		} `json:"launched_agent_profile"`
 	}
+	r.json(t, &info)
+	if info.Launched == nil || info.Launched.ID != strings.ToLower(e.agentID) || info.Launched.Revision != 3 {
+		t.Errorf("the 201 create answer: launched_agent_profile = %+v, want the profile %s at revision 3 (issue 28)", info.Launched, e.agentID)
+	}
+	info.Launched = nil
 	e.call("GET", "/api/conversations/"+id, nil).json(t, &info)
 	if info.Launched == nil || info.Launched.ID != strings.ToLower(e.agentID) || info.Launched.Revision != 3 {
 		t.Errorf("launched_agent_profile = %+v, want the profile %s at revision 3", info.Launched, e.agentID)
@@ -309,7 +314,9 @@ func TestSwitchLLMAndProfileThroughOhd(t *testing.T) {
 	if got := e.llmKeyUsed(id); got != bearer(e.keys["other"]) {
 		t.Errorf("after switch_llm the provider got %q, want the new key", got)
 	}
-	// switch_profile by name (the SDK's): the inner server loads the
+	// switch_profile by name (the SDK's; issue 28 acceptance 3: the
+	// stand-in loads it from ~/.openhands/profiles, as the real server
+	// does, while its profile router saves to OH_PERSISTENCE_DIR): the inner server loads the
 	// profile ohd saved in its store.
 	if r := e.call("POST", "/api/conversations/"+id+"/switch_profile", map[string]any{"profile_name": "cheap"}); r.Status != 200 {
 		t.Fatalf("switch_profile = %d %s", r.Status, r.Body)

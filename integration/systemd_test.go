@@ -228,8 +228,8 @@ func TestSystemdSocketActivation(t *testing.T) {
 
 // TestSystemdCredentials: with the master key and the API keys in
 // systemd's credential store, ohd.service (the shipped
-// LoadCredential=ohd-master-key, plus LoadCredential=ohd-session-api-keys
-// in a drop-in as packaging/README.md says) uses them: no key file is
+// LoadCredential=ohd-master-key and LoadCredential=ohd-session-api-keys,
+// no drop-in) uses them: no key file is
 // created in the state directory, the configured API key is the accepted
 // one, and neither key is in ohd's environment or the unit's properties.
 func TestSystemdCredentials(t *testing.T) {
@@ -243,7 +243,7 @@ func TestSystemdCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	box := bootSystemd(t, systemdOptions{Credstore: credstore, DropIn: []string{"LoadCredential=ohd-session-api-keys"}})
+	box := bootSystemd(t, systemdOptions{Credstore: credstore})
 	box.waitActive("start with credentials")
 	d := box.d
 

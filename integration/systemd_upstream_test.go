@@ -45,9 +45,18 @@ func TestSystemdUpstreamUnit(t *testing.T) {
 		}
 		unit = strings.ReplaceAll(unit, old, new)
 	}
+	// ohd's drop-in exactly as the README gives it (issue 28: the set-up
+	// followed as written answered 401 to every call, because the shipped
+	// unit did not load the ohd-session-api-keys credential and only this
+	// test's own drop-in did), with the upstream's port made this test's.
+	dropIn := readmeFence(t, "ohd's unit is the shipped `ohd.service` with a drop-in")
+	if !strings.HasPrefix(dropIn, "[Service]\n") || !strings.Contains(dropIn, "http://127.0.0.1:18000") {
+		t.Fatalf("the README's drop-in for ohd is not the [Service] section naming the upstream on 127.0.0.1:18000:\n%s", dropIn)
+	}
+	dropIn = strings.ReplaceAll(strings.TrimPrefix(dropIn, "[Service]\n"), "127.0.0.1:18000", port)
 	box := bootSystemd(t, systemdOptions{
 		Credstore: credstore,
-		DropIn:    []string{"LoadCredential=ohd-session-api-keys", "Environment=OHD_UPSTREAM=http://" + port},
+		DropIn:    []string{dropIn},
 		Units:     map[string]string{"openhands-upstream.service": unit},
 		Users:     []string{"openhands:x:10001:10001::/home/openhands:/usr/sbin/nologin"},
 		Mounts:    []string{filepath.Dir(standin) + ":" + filepath.Dir(standin) + ":ro"},
@@ -76,6 +85,23 @@ func TestSystemdUpstreamUnit(t *testing.T) {
 		}
 	}
 
+	// Canvas's first calls, with the operator's key K: ohd's own routes and
+	// the upstream's (a wrong key is refused by ohd).
+	for _, c := range []struct {
+		path, key string
+		want      int
+	}{
+		{"/api/conversations/count", key, http.StatusOK},
+		{"/api/conversations/search", key, http.StatusOK},
+		{"/api/conversations?ids=" + randomHex(t, 16), key, http.StatusOK},
+		{"/api/conversations/count", key + "-wrong", http.StatusUnauthorized},
+		{"/api/conversations/search", "", http.StatusUnauthorized},
+	} {
+		if r := box.d.call("GET", c.path, nil, "X-Session-API-Key", c.key); r.Status != c.want {
+			t.Errorf("GET %s with key %q = %d %s, want %d", c.path, c.key, r.Status, r.Body, c.want)
+		}
+	}
+
 	// A terminal command through ohd (no cid: the upstream's).
 	r := box.d.call("POST", "/api/bash/execute_bash_command", map[string]any{"command": "pwd", "cwd": nil}, "X-Session-API-Key", key)
 	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"stdout":"/var/lib/openhands-upstream\n"`) {
@@ -94,4 +120,28 @@ func TestSystemdUpstreamUnit(t *testing.T) {
 	if got := in("ls", "/var/lib/openhands-upstream"); strings.Contains(got, "workspace") {
 		t.Errorf("the upstream made a relative workspace/ in its directory (%s): a path is not set", got)
 	}
+}
+
+// readmeFence returns the text of the first fenced block of README.md
+// after the line that starts with marker, without its fences.
+func readmeFence(t *testing.T, marker string) string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(moduleRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "\n"+marker)
+	if !ok {
+		t.Fatalf("README.md has no line starting %q", marker)
+	}
+	_, rest, ok = strings.Cut(rest, "\n```")
+	if !ok {
+		t.Fatalf("README.md has no fenced block after %q", marker)
+	}
+	_, rest, _ = strings.Cut(rest, "\n") // the fence's info string
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatalf("README.md: the block after %q is not closed", marker)
+	}
+	return block
 }

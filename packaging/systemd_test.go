@@ -232,8 +232,10 @@ func TestServiceDecisions(t *testing.T) {
 		}
 	}
 	// Without a path, a missing credential does not fail the start: the
-	// master key, and the upstream agent server's OH_SECRET_KEY.
-	if d := cmp.Diff([]string{masterkey.CredentialName, "ohd-upstream-secret-key"}, svc["Service"]["LoadCredential"]); d != "" {
+	// master key, the upstream agent server's OH_SECRET_KEY, and the API
+	// keys the README's Canvas set-up writes (issue 28: without this line
+	// that set-up answered 401 to every call).
+	if d := cmp.Diff([]string{masterkey.CredentialName, "ohd-upstream-secret-key", "ohd-session-api-keys"}, svc["Service"]["LoadCredential"]); d != "" {
 		t.Errorf("ohd.service LoadCredential= (-want +got), each without a path (optional):\n%s", d)
 	}
 	caps := strings.Fields(svc.one(t, "Service", "CapabilityBoundingSet"))

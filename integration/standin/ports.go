@@ -19,6 +19,8 @@ import (
 //	GET /api/vscode/url?base_url=&workspace_dir=   {"url": "<base_url or http://localhost:8001><base path>/?tkn=<first session key>&folder=<workspace_dir, default workspace>"};
 //	                                              url null without a session key (no connection token);
 //	                                              503 {"detail":"VSCode is disabled in configuration. ..."} with OH_ENABLE_VSCODE=false
+//	GET /api/vscode/status                         {"running": true, "enabled": true}; {"running": false, "enabled": false,
+//	                                              "message": "VSCode is disabled in configuration"} when off
 //	GET /api/desktop/url?base_url=                 {"url": "<base_url, default http://localhost:8002>/vnc.html?autoconnect=1&resize=remote"};
 //	                                              503 {"detail":"Desktop is disabled in configuration. ..."} unless OH_ENABLE_VNC=true
 //
@@ -35,6 +37,13 @@ import (
 func (s *Server) portRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /api/vscode/url", s.vscodeURL)
 	m.HandleFunc("GET /api/desktop/url", s.desktopURL)
+	m.HandleFunc("GET /api/vscode/status", func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.VSCode {
+			writeJSON(w, http.StatusOK, map[string]any{"running": false, "enabled": false, "message": "VSCode is disabled in configuration"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"running": true, "enabled": true})
+	})
 }
 
 func (s *Server) vscodeURL(w http.ResponseWriter, r *http.Request) {

@@ -43,8 +43,9 @@ import (
 //
 //	POST /api/conversations/{id}/switch_llm      {"llm"}: tokens decrypted with the cipher, then switched
 //	                                             (conversation_router.py L491-514); {"success":true}
-//	POST /api/conversations/{id}/switch_profile  {"profile_name"}: loaded from the store, 404 "Profile
-//	                                             '<name>' not found" (L459-488); {"success":true}
+//	POST /api/conversations/{id}/switch_profile  {"profile_name"}: loaded from ~/.openhands/profiles (not
+//	                                             OH_PERSISTENCE_DIR: ref §10), 404 "Profile '<name>'
+//	                                             not found" (L459-488); {"success":true}
 //
 // Both switch through the conversation's LLM registry as LocalConversation
 // does (local_conversation.py L1634-1703): an LLM is kept by its usage_id
@@ -70,10 +71,20 @@ var llmRegistry = struct {
 	current map[string]string
 }{byID: map[string]map[string]map[string]any{}, current: map[string]string{}}
 
+// profileDir is the profile router's store: OH_PERSISTENCE_DIR/profiles,
+// else ~/.openhands/profiles (persistence/store.py L815-826, L943).
 func profileDir() string {
 	if d := os.Getenv("OH_PERSISTENCE_DIR"); d != "" {
 		return filepath.Join(d, "profiles")
 	}
+	return homeProfileDir()
+}
+
+// homeProfileDir is where a conversation's switch_profile loads a
+// profile: always ~/.openhands/profiles, whatever OH_PERSISTENCE_DIR says
+// (ref §10, measured on v1.43.1: with OH_PERSISTENCE_DIR elsewhere the
+// router saves a profile that switch_profile then answers 404 for).
+func homeProfileDir() string {
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".openhands", "profiles")
 }
@@ -93,15 +104,16 @@ func readProfileFile() profileFile {
 	return f
 }
 
-// loadProfile returns LLM profile name with its api_key in plaintext.
-func loadProfile(name string) (map[string]any, bool) {
+// loadProfile returns LLM profile name of the store in dir (profileDir or
+// homeProfileDir) with its api_key in plaintext.
+func loadProfile(name, dir string) (map[string]any, bool) {
 	if !profileNameRE.MatchString(name) {
 		return nil, false
 	}
 	if p, ok := readProfileFile().Profiles[name]; ok {
 		return p, true
 	}
-	b, err := os.ReadFile(filepath.Join(profileDir(), name+".json"))
+	b, err := os.ReadFile(filepath.Join(dir, name+".json"))
 	if err != nil {
 		return nil, false
 	}
@@ -191,7 +203,7 @@ func listProfiles(w http.ResponseWriter, r *http.Request) {
 
 func getProfile(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	llm, ok := loadProfile(name)
+	llm, ok := loadProfile(name, profileDir())
 	if !ok {
 		writeDetail(w, http.StatusNotFound, fmt.Sprintf("Profile '%s' not found", name))
 		return
@@ -275,7 +287,7 @@ func resolveAgentProfile(w http.ResponseWriter, body []byte) ([]byte, bool) {
 		return nil, false
 	}
 	ref, _ := prof["llm_profile_ref"].(string)
-	llm, ok := loadProfile(ref)
+	llm, ok := loadProfile(ref, profileDir())
 	if !ok {
 		writeDetail(w, http.StatusNotFound, fmt.Sprintf("LLM profile '%s' not found", ref))
 		return nil, false
@@ -374,7 +386,7 @@ func (s *Server) switchProfile(w http.ResponseWriter, r *http.Request) {
 		writeDetail(w, http.StatusNotFound, "Not Found")
 		return
 	}
-	llm, ok := loadProfile(*req.ProfileName)
+	llm, ok := loadProfile(*req.ProfileName, homeProfileDir())
 	if !ok {
 		writeDetail(w, http.StatusNotFound, fmt.Sprintf("Profile '%s' not found", *req.ProfileName))
 		return
@@ -404,7 +416,7 @@ func (s *Server) title(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &b)
 	source := "profile"
-	llm, ok := loadProfile(b.TitleLLMProfile)
+	llm, ok := loadProfile(b.TitleLLMProfile, profileDir())
 	if !ok {
 		source = "agent"
 		if llm, ok = agentLLM(id); !ok {

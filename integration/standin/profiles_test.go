@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +15,11 @@ import (
 // switched to by name; switch_llm decrypts a token and keeps the first
 // LLM of a usage_id, as the real server does (profiles.go cites it).
 func TestProfilesAsTheServer(t *testing.T) {
-	t.Setenv("OH_PERSISTENCE_DIR", t.TempDir())
+	// The real server's layout (ref §10): OH_PERSISTENCE_DIR is
+	// $HOME/.openhands, where switch_profile looks.
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("OH_PERSISTENCE_DIR", filepath.Join(home, ".openhands"))
 	t.Setenv("OH_SECRET_KEY", "standin-secret-key")
 	ts := newTestServer(t, Config{})
 	dir := t.TempDir()
@@ -48,6 +53,15 @@ func TestProfilesAsTheServer(t *testing.T) {
 	}
 	if llm, _ := agentLLM(c.ID); llm["api_key"] != "sk-fast" || llm["usage_id"] != "profile:fast" {
 		t.Errorf("after switch_profile the agent's LLM is %v", llm)
+	}
+	// With OH_PERSISTENCE_DIR elsewhere, the router saves where
+	// switch_profile does not look: 404, as measured on the real server.
+	t.Setenv("OH_PERSISTENCE_DIR", t.TempDir())
+	if code, out := ts.do(t, "POST", "/api/profiles/elsewhere", `{"llm":{"model":"openai/e","api_key":"sk-e"},"include_secrets":true}`); code != http.StatusCreated {
+		t.Fatalf("save profile = %d %s", code, out)
+	}
+	if code, out := ts.do(t, "POST", "/api/conversations/"+c.ID+"/switch_profile", `{"profile_name":"elsewhere"}`); code != http.StatusNotFound {
+		t.Errorf("switch_profile to a profile saved outside ~/.openhands = %d %s, want 404 as the real server", code, out)
 	}
 	tok, _ := openhands.NewFernet("standin-secret-key").Encrypt([]byte("sk-switched"))
 	sw := func(key, usage string) {

@@ -611,7 +611,7 @@ func shortID(id string) string {
 }
 
 // writeInnerState makes the conversation's inner state directories on the
-// host (openhands.DirsOf: persistence, conversations and bash events, owned by the
+// host (openhands.DirsOf: home and its .openhands, conversations and bash events, owned by the
 // conversation's uid, 0700, kept across containers) and writes the inner
 // server's stable cipher key into the broker directory (0400).
 func (m *Manager) writeInnerState(conv store.Conversation, brokerDir string) error {
@@ -627,7 +627,10 @@ func (m *Manager) writeInnerState(conv store.Conversation, brokerDir string) err
 	if err := os.MkdirAll(m.cfg.InnerRoot, 0o711); err != nil {
 		return fmt.Errorf("inner state: %w", err)
 	}
-	for _, dir := range append([]string{d.Root}, d.Mounted()...) {
+	// Persistence ($HOME/.openhands) is made inside Home, a directory the
+	// agent writes: Mkdir does not follow a link planted there, and Lchown
+	// would change only the link.
+	for _, dir := range append(append([]string{d.Root}, d.Mounted()...), d.Persistence) {
 		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("inner state: %w", err)
 		}

@@ -134,6 +134,13 @@ func (m *Manager) copyInnerOut(ctx context.Context, c store.Conversation) (strin
 		staged = append(staged, [2]string{sub, p[1]})
 	}
 	for _, s := range staged {
+		// Persistence is inside Home, which a container of the previous
+		// release did not have.
+		if parent := filepath.Dir(s[1]); parent != d.Root {
+			if err := os.Mkdir(parent, 0o700); err == nil && uid >= 0 {
+				_ = os.Lchown(parent, uid, gid)
+			}
+		}
 		if err := os.Remove(s[1]); err != nil && !errors.Is(err, os.ErrNotExist) {
 			continue // it holds files already: a copy before a crash
 		}

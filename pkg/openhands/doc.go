@@ -15,12 +15,14 @@
 // a conversation's host layout under ohd's <state-dir>/inner:
 //
 //	<state-dir>/inner/<id>/                   0700, the conversation's uid (the repository owner)
-//	<state-dir>/inner/<id>/persistence/       HOME and OH_PERSISTENCE_DIR: settings, secrets, profiles
+//	<state-dir>/inner/<id>/persistence/       HOME
+//	    .openhands/                           OH_PERSISTENCE_DIR ($HOME/.openhands, as the real server's
+//	                                          profile router and switch_profile both need): settings, secrets, profiles
 //	<state-dir>/inner/<id>/conversations/     OH_CONVERSATIONS_PATH
 //	    <id.hex>/meta.json, base_state.json, events/event-NNNNN-<event-id>.json
 //	<state-dir>/inner/<id>/bash_events/       OH_BASH_EVENTS_DIR: the terminal's events
 //
-// each directory (InnerDirs.Mounted) bind-mounted read-write at its own
+// each directory (InnerDirs.Mounted: persistence, conversations, bash_events) bind-mounted read-write at its own
 // path. paths.go is the table of every default path of the server, with
 // its source line and what ohd does with it. Env is the
 // environment (HOME, OH_PERSISTENCE_DIR, OH_CONVERSATIONS_PATH, OH_BASH_EVENTS_DIR,

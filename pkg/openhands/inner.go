@@ -30,8 +30,14 @@ type InnerDirs struct {
 	ID string
 	// Root is <root>/<id>: owned by the conversation's uid, 0700.
 	Root string
-	// Persistence is HOME and OH_PERSISTENCE_DIR (settings, secrets, LLM
-	// profiles: ref §6 "Default paths").
+	// Home is HOME (the directory <root>/<id>/persistence: its name is
+	// the one earlier releases gave HOME).
+	Home string
+	// Persistence is OH_PERSISTENCE_DIR, $HOME/.openhands (settings,
+	// secrets, LLM and agent profiles: ref §6 "Default paths"): the real
+	// server's profile router writes OH_PERSISTENCE_DIR/profiles but a
+	// conversation's switch_profile reads ~/.openhands/profiles, so the two
+	// must be one directory (ref §10; issue 28).
 	Persistence string
 	// Conversations is OH_CONVERSATIONS_PATH: one <id.hex>/ per
 	// conversation with meta.json, base_state.json and events/ (ref §5
@@ -45,13 +51,15 @@ type InnerDirs struct {
 // DirsOf returns the layout of conversation id under root (ohd uses
 // <state-dir>/inner):
 //
-//	<root>/<id>/persistence     HOME, OH_PERSISTENCE_DIR
-//	<root>/<id>/conversations   OH_CONVERSATIONS_PATH
-//	<root>/<id>/bash_events     OH_BASH_EVENTS_DIR
+//	<root>/<id>/persistence              HOME
+//	<root>/<id>/persistence/.openhands   OH_PERSISTENCE_DIR
+//	<root>/<id>/conversations            OH_CONVERSATIONS_PATH
+//	<root>/<id>/bash_events              OH_BASH_EVENTS_DIR
 func DirsOf(root, id string) InnerDirs {
 	r := filepath.Join(root, id)
+	home := filepath.Join(r, "persistence")
 	return InnerDirs{
-		ID: id, Root: r, Persistence: filepath.Join(r, "persistence"),
+		ID: id, Root: r, Home: home, Persistence: filepath.Join(home, ".openhands"),
 		Conversations: filepath.Join(r, "conversations"), BashEvents: filepath.Join(r, "bash_events"),
 	}
 }
@@ -59,9 +67,9 @@ func DirsOf(root, id string) InnerDirs {
 // Mounted are the directories under Root that the container gets, each
 // bind-mounted read-write at its own path, owned by the conversation's
 // uid: every writable default path of the server that ohd moves to the
-// host (paths.go).
+// host (paths.go). Persistence is inside Home.
 func (d InnerDirs) Mounted() []string {
-	return []string{d.Persistence, d.Conversations, d.BashEvents}
+	return []string{d.Home, d.Conversations, d.BashEvents}
 }
 
 // StateDir is where the agent server keeps conversation id's files under
@@ -92,7 +100,7 @@ func Args(port int) []string {
 // never through the container's configuration.
 func Env(d InnerDirs) []string {
 	return []string{
-		"HOME=" + d.Persistence,
+		"HOME=" + d.Home,
 		"OH_PERSISTENCE_DIR=" + d.Persistence,
 		"OH_CONVERSATIONS_PATH=" + d.Conversations,
 		BashEventsDirEnv + "=" + d.BashEvents,

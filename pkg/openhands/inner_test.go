@@ -15,11 +15,11 @@ func TestEnvAndArgs(t *testing.T) {
 	d := DirsOf("/var/lib/ohd/inner", "6f9619ff-8b86-d011-b42d-00c04fc964ff")
 	want := []string{
 		"HOME=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/persistence",
-		"OH_PERSISTENCE_DIR=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/persistence",
+		"OH_PERSISTENCE_DIR=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/persistence/.openhands",
 		"OH_CONVERSATIONS_PATH=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/conversations",
 		"OH_BASH_EVENTS_DIR=/var/lib/ohd/inner/6f9619ff-8b86-d011-b42d-00c04fc964ff/bash_events",
 		"OH_LEASE_TTL_SECONDS=0",
-		"OH_VSCODE_BASE_PATH=/api/conversations/6f9619ff-8b86-d011-b42d-00c04fc964ff/vscode",
+		"OH_VSCODE_BASE_PATH=/ohd/conversations/6f9619ff-8b86-d011-b42d-00c04fc964ff/vscode",
 		"OH_CONVERSATION_RUNTIME=local",
 		"GIT_TERMINAL_PROMPT=0",
 	}
@@ -32,9 +32,20 @@ func TestEnvAndArgs(t *testing.T) {
 		mounted[dir] = true
 	}
 	for _, kv := range Env(d) {
-		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(v, "/") && !mounted[v] && k != VSCodeBasePathEnv {
-			t.Errorf("Env sets %s, which is not one of Mounted %v", kv, d.Mounted())
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(v, "/") && !mounted[v] && !mounted[filepath.Dir(v)] && k != VSCodeBasePathEnv {
+			t.Errorf("Env sets %s, which is not one of Mounted %v (nor in one)", kv, d.Mounted())
 		}
+	}
+	// The real server's profile router writes OH_PERSISTENCE_DIR/profiles
+	// and a conversation's switch_profile reads ~/.openhands/profiles (ref
+	// §10): one directory.
+	env := map[string]string{}
+	for _, kv := range Env(d) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if env["OH_PERSISTENCE_DIR"] != filepath.Join(env["HOME"], ".openhands") {
+		t.Errorf("OH_PERSISTENCE_DIR=%s, want $HOME/.openhands (HOME=%s)", env["OH_PERSISTENCE_DIR"], env["HOME"])
 	}
 	if got := d.StateDir("6f9619ff-8b86-d011-b42d-00c04fc964ff"); got != d.Conversations+"/6f9619ff8b86d011b42d00c04fc964ff" {
 		t.Errorf("StateDir = %s, want the id's hex under the conversations path", got)

@@ -34,10 +34,11 @@ const LeaseTTLEnv = "OH_LEASE_TTL_SECONDS"
 //	  (workspace/conversations)             conversation_service.py L1950 (mkdir at start)
 //	bash_events_dir                         agent_server/config.py L272-277                OH_BASH_EVENTS_DIR=<inner>/<id>/bash_events
 //	  (workspace/bash_events)               bash_service.py L54-56 (mkdir on every use)
-//	settings, secrets, workspaces.json      agent_server/persistence/store.py L240,        OH_PERSISTENCE_DIR=<inner>/<id>/persistence
+//	settings, secrets, workspaces.json      agent_server/persistence/store.py L240,        OH_PERSISTENCE_DIR=<inner>/<id>/persistence/.openhands
 //	  (workspace/.openhands)                L801-812
-//	LLM and agent profiles                  persistence/store.py L815-826;                 OH_PERSISTENCE_DIR (profiles/ under it)
-//	  (~/.openhands/profiles)               sdk/llm/llm_profile_store.py L27
+//	LLM and agent profiles                  persistence/store.py L815-826;                 OH_PERSISTENCE_DIR (profiles/ under it),
+//	  (~/.openhands/profiles)               sdk/llm/llm_profile_store.py L27;              which is $HOME/.openhands: a conversation's
+//	                                        ref §10 (switch_profile reads ~/.openhands)    switch_profile reads there whatever the env says
 //	installed Canvas extensions             agent_server/canvas_extensions/installed.py    HOME=<inner>/<id>/persistence
 //	  (~/.openhands/canvas-extensions)      L46
 //	the SDK's caches, auth, hooks, plugins  sdk/context/prompts/prompt.py L64,             HOME

@@ -26,7 +26,20 @@ const (
 var PortServices = map[string]int{"vscode": VSCodePort, "desktop": DesktopPort}
 
 // PortPath is where ohd serves conversation id's service svc ("vscode" or
-// "desktop"): /api/conversations/<id>/<svc>. VS Code runs with it as its
-// base path (Env), so the path reaches it unchanged; the desktop's noVNC
-// serves from its root, so ohd strips it.
-func PortPath(id, svc string) string { return "/api/conversations/" + id + "/" + svc }
+// "desktop"): /ohd/conversations/<id>/<svc>, a path the agent server does
+// not use (its newer releases answer JSON under
+// /api/conversations/<id>/vscode/url and .../status: ref §10, "Scoped VS
+// Code routes"). VS Code runs with it as its base path (Env), so the path
+// reaches it unchanged; the desktop's noVNC serves from its root, so ohd
+// strips it.
+func PortPath(id, svc string) string { return "/ohd/conversations/" + id + "/" + svc }
+
+// LegacyPortPath is where ohd served svc before PortPath: VS Code in a
+// container started then runs with it as its base path, so ohd still
+// proxies it there (all but the scoped JSON routes, ScopedPortRoutes).
+func LegacyPortPath(id, svc string) string { return "/api/conversations/" + id + "/" + svc }
+
+// ScopedPortRoutes are the JSON routes of the agent server under
+// /api/conversations/<id>/<svc>/ (ref §10): each answers as the global
+// /api/<svc>/<route> of that conversation's server does.
+var ScopedPortRoutes = map[string][]string{"vscode": {"url", "status"}, "desktop": {"url"}}

@@ -13,7 +13,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
+	"github.com/ohd-dev/ohd/pkg/version"
 )
 
 // TestCORSPreflight checks the answers of LocalhostCORSMiddleware
@@ -172,10 +174,40 @@ func TestServerInfoWithoutKey(t *testing.T) {
 	}
 	for _, k := range []string{"uptime", "idle_time", "title", "version", "sdk_version", "tools_version", "workspace_version",
 		"build_git_sha", "build_git_ref", "python_version", "usable_tools", "runtime_idle_timeout_seconds", "capabilities",
-		"max_foreground_terminal_timeout_seconds", "docs", "redoc"} {
+		"max_foreground_terminal_timeout_seconds", "docs", "redoc", "ohd_version"} {
 		if _, ok := info[k]; !ok {
 			t.Errorf("/server_info lacks %q: %s", k, b)
 		}
+	}
+	// Issue 28: ohd's build id ("3a21a0b") as version made the newest
+	// Canvas refuse ohd; version is the agent server API ohd implements.
+	var v, ohdV string
+	_ = json.Unmarshal(info["version"], &v)
+	_ = json.Unmarshal(info["ohd_version"], &ohdV)
+	if v != openhands.ContractVersion || !openhands.AcceptedVersion(v) || ohdV != version.Version {
+		t.Errorf("/server_info version %q ohd_version %q, want %q (accepted by Canvas) and %q", v, ohdV, openhands.ContractVersion, version.Version)
+	}
+}
+
+// TestServerInfoUpstreamVersionCanvasRefuses: an upstream whose version
+// Canvas would refuse is answered with the contract version instead.
+func TestServerInfoUpstreamVersionCanvasRefuses(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"title":"OpenHands Agent Server","version":"unknown","capabilities":[]}`))
+	}))
+	t.Cleanup(up.Close)
+	p := startProxy(t, newFake(t), withUpstream(up.URL, newMemSecrets()))
+	_, b := p.do(t, "GET", "/server_info", "", nil)
+	var info struct {
+		Version    string `json:"version"`
+		OhdVersion string `json:"ohd_version"`
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.Version != openhands.ContractVersion || info.OhdVersion != version.Version {
+		t.Errorf("/server_info = %s, want version %q and ohd_version %q", b, openhands.ContractVersion, version.Version)
 	}
 }
 

@@ -330,7 +330,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", answer.contentType)
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(answer.status)
-	_, _ = w.Write(answer.body)
+	// The agent server's 201 carries launched_agent_profile when an
+	// agent profile launched the conversation (ref §10); the inner server
+	// got agent_settings instead, so ohd adds it.
+	_, _ = w.Write(openhands.WithLaunchedProfile(answer.body, cb.launched))
 }
 
 // skillsParam reads the client's include_skills (the agent server trims

@@ -80,8 +80,10 @@
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
 //	ANY    /api/{file,git}/...?path=P        without cid or an upstream: forwarded to the conversation whose working directory holds P (pathroute.go)
 //	GET    /api/vscode/url?cid=ID, /api/desktop/url?cid=ID   the inner server's answer, its URL made ohd's (ports.go)
-//	ANY    /api/conversations/{id}/vscode/..., .../desktop/...  the container's VS Code (8001) and desktop (8002), HTTP and
-//	                                         WebSocket, by a token in the URL or its cookie (ports.go)
+//	GET    /api/conversations/{id}/vscode/url|status, .../desktop/url  the newer server's scoped JSON routes: url as the ?cid= form, status the inner's
+//	ANY    /ohd/conversations/{id}/vscode/..., .../desktop/...  the container's VS Code (8001) and desktop (8002), HTTP and
+//	                                         WebSocket, by a token in the URL or its cookie (ports.go); also under
+//	                                         /api/conversations/{id}/ for containers started before the move
 //	WS     /sockets/bash-events?cid=ID       the global bash socket, bridged to conversation ID's inner server's (cid dropped):
 //	                                         a bad key 403 before the upgrade, a malformed cid 422, an unknown conversation 4004
 //	ANY    everything else (HTTP and WebSocket)  the upstream's (below); without one, 404 naming --upstream

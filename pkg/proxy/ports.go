@@ -27,11 +27,15 @@ import (
 // ohd answers those routes itself for ?cid=ID:
 //
 //	GET /api/vscode/url?cid=ID     the inner server's answer, its url rewritten to
-//	                               http://<ohd>/api/conversations/ID/vscode/?folder=...&ohd_port_token=T
-//	GET /api/desktop/url?cid=ID    the same for http://<ohd>/api/conversations/ID/desktop/vnc.html?...&path=...&ohd_port_token=T
-//	ANY /api/conversations/ID/vscode/...    proxied (HTTP and WebSocket) to port 8001 in the container's
+//	                               http://<ohd>/ohd/conversations/ID/vscode/?folder=...&ohd_port_token=T
+//	GET /api/desktop/url?cid=ID    the same for http://<ohd>/ohd/conversations/ID/desktop/vnc.html?...&path=...&ohd_port_token=T
+//	GET /api/conversations/ID/vscode/url, .../desktop/url   the same (the newer server's scoped routes, ref §10)
+//	GET /api/conversations/ID/vscode/status                 the inner server's /api/vscode/status
+//	ANY /ohd/conversations/ID/vscode/...    proxied (HTTP and WebSocket) to port 8001 in the container's
 //	                                        network namespace, path unchanged (VS Code runs with that base path)
-//	ANY /api/conversations/ID/desktop/...   to port 8002, the prefix stripped (noVNC serves from its root)
+//	ANY /ohd/conversations/ID/desktop/...   to port 8002, the prefix stripped (noVNC serves from its root)
+//	ANY /api/conversations/ID/vscode|desktop/...  the same, for containers started before the editor moved
+//	                                        under /ohd (their VS Code's base path), but for the JSON routes
 //
 // (without cid, both URL routes are the upstream's, as before). Why one
 // path under ohd's API rather than a loopback port per conversation: it
@@ -67,8 +71,44 @@ const (
 func (s *Server) portRoutes(m *http.ServeMux) {
 	for svc := range openhands.PortServices {
 		m.Handle("GET /api/"+svc+"/url", s.route(routeUpstream, false, s.portURL(svc)))
+		m.Handle("/ohd/conversations/{id}/"+svc, s.route(routeForward, false, s.portSlash(svc)))
+		m.Handle("/ohd/conversations/{id}/"+svc+"/{rest...}", s.route(routeForward, false, s.portProxy(svc, openhands.PortPath)))
+		// A container started before the editor moved under /ohd runs VS
+		// Code with the old base path: still served there, but for the
+		// agent server's own JSON routes (ScopedPortRoutes), which the mux
+		// prefers for being more specific.
 		m.Handle("/api/conversations/{id}/"+svc, s.route(routeForward, false, s.portSlash(svc)))
-		m.Handle("/api/conversations/{id}/"+svc+"/{rest...}", s.route(routeForward, false, s.portProxy(svc)))
+		m.Handle("/api/conversations/{id}/"+svc+"/{rest...}", s.route(routeForward, false, s.portProxy(svc, openhands.LegacyPortPath)))
+		for _, name := range openhands.ScopedPortRoutes[svc] {
+			if name == "url" {
+				m.Handle("GET /api/conversations/{id}/"+svc+"/url", s.route(routeForward, true, s.scopedPortURL(svc)))
+				continue
+			}
+			m.Handle("GET /api/conversations/{id}/"+svc+"/"+name, s.route(routeForward, true, s.scopedPortJSON(svc, name)))
+		}
+	}
+}
+
+// scopedPortURL answers GET /api/conversations/{id}/<svc>/url, the newer
+// agent server's scoped form of /api/<svc>/url?cid= (ref §10): the same
+// JSON.
+func (s *Server) scopedPortURL(svc string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.portURLOf(w, r, svc, r.PathValue("id"), "path", "conversation_id")
+	}
+}
+
+// scopedPortJSON answers GET /api/conversations/{id}/<svc>/<name> with the
+// conversation's server's own /api/<svc>/<name> (e.g. vscode/status:
+// {"running","enabled"}, vscode_router.py).
+func (s *Server) scopedPortJSON(svc, name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, ok := parseID(r.PathValue("id"))
+		if !ok {
+			writeValidation(w, uuidError(r.PathValue("id"), "path", "conversation_id"))
+			return
+		}
+		s.forwardTo(w, r, id, "/api/"+svc+"/"+name, stripAuthQuery(r.URL.RawQuery))
 	}
 }
 
@@ -107,59 +147,69 @@ func (s *Server) portURL(svc string) http.HandlerFunc {
 			writeDetail(w, http.StatusUnprocessableEntity, "X-Expose-Secrets is not supported on a conversation's routes: secrets never leave a conversation's container; drop the header")
 			return
 		}
-		id, ok := parseID(cid)
-		if !ok {
-			writeValidation(w, uuidError(cid, "query", openhands.CIDParam))
-			return
-		}
-		base := clientBase(r)
-		query := dropQueryParam(stripAuthQuery(r.URL.RawQuery), openhands.CIDParam)
-		q, _ := url.ParseQuery(query)
-		if svc == "desktop" {
-			// desktop_router.py: the URL is <base_url>/vnc.html?...
-			q.Set("base_url", base+openhands.PortPath(id, svc))
-		} else {
-			q.Del("base_url") // VS Code's base path is set; the host is ohd's
-		}
-		rec := &bufferedResponse{header: http.Header{}}
-		r = r.Clone(r.Context())
-		r.Header.Del("Accept-Encoding") // a body ohd rewrites comes plain
-		s.forwardTo(rec, r, id, r.URL.EscapedPath(), q.Encode())
-		var ans struct {
-			URL *string `json:"url"`
-		}
-		if rec.code == http.StatusServiceUnavailable && rec.header.Get("X-Ohd-Failed-Step") == "" && strings.Contains(rec.body.String(), "disabled in configuration") {
-			// vscode_router.py / desktop_router.py: the service is off in
-			// the conversation's server; say which ohd flag turns it on.
-			env := map[string]string{"vscode": "OH_ENABLE_VSCODE=true", "desktop": "OH_ENABLE_VNC=true"}[svc]
-			writeDetail(w, http.StatusServiceUnavailable, "conversation "+id+"'s "+svc+" is turned off in its agent server (the image's default, or the operator's choice); ohd serve --inner-env "+env+" turns it on for conversations started afterwards")
-			return
-		}
-		if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &ans) != nil || ans.URL == nil {
-			for k, v := range rec.header {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.status())
-			_, _ = w.Write(rec.body.Bytes())
-			return
-		}
-		u, err := url.Parse(*ans.URL)
-		if err != nil || !strings.HasPrefix(u.EscapedPath(), openhands.PortPath(id, svc)+"/") && svc == "vscode" {
-			// VS Code answers under its base path (Env sets it); an image
-			// that ignores it serves from its root, which ohd cannot map.
-			writeDetail(w, http.StatusBadGateway, "the conversation's VS Code does not serve under "+openhands.PortPath(id, svc)+"/ (the image ignores "+openhands.VSCodeBasePathEnv+"): ohd cannot serve it")
-			return
-		}
-		uq := u.Query()
-		uq.Del("tkn") // the inner session key (vscode_service.py)
-		if svc == "desktop" {
-			// noVNC opens its WebSocket at /<path>, default websockify.
-			uq.Set("path", strings.TrimPrefix(openhands.PortPath(id, svc), "/")+"/websockify")
-		}
-		uq.Set(portTokenParam, s.portToken(id, svc))
-		out := base + u.EscapedPath() + "?" + uq.Encode()
-		writeJSON(w, http.StatusOK, map[string]string{"url": out})
+		s.portURLOf(w, r, svc, cid, "query", openhands.CIDParam)
 	}
+}
+
+// portURLOf answers conversation cid's <svc> URL (the global route's
+// ?cid= or the scoped route's path id; where and name locate cid in a
+// 422): the inner server's answer, its url made one of ohd's.
+func (s *Server) portURLOf(w http.ResponseWriter, r *http.Request, svc, cid, where, name string) {
+	id, ok := parseID(cid)
+	if !ok {
+		writeValidation(w, uuidError(cid, where, name))
+		return
+	}
+	base := clientBase(r)
+	query := dropQueryParam(stripAuthQuery(r.URL.RawQuery), openhands.CIDParam)
+	q, _ := url.ParseQuery(query)
+	if svc == "desktop" {
+		// desktop_router.py: the URL is <base_url>/vnc.html?...
+		q.Set("base_url", base+openhands.PortPath(id, svc))
+	} else {
+		q.Del("base_url") // VS Code's base path is set; the host is ohd's
+	}
+	rec := &bufferedResponse{header: http.Header{}}
+	r = r.Clone(r.Context())
+	r.Header.Del("Accept-Encoding") // a body ohd rewrites comes plain
+	s.forwardTo(rec, r, id, "/api/"+svc+"/url", q.Encode())
+	var ans struct {
+		URL *string `json:"url"`
+	}
+	if rec.code == http.StatusServiceUnavailable && rec.header.Get("X-Ohd-Failed-Step") == "" && strings.Contains(rec.body.String(), "disabled in configuration") {
+		// vscode_router.py / desktop_router.py: the service is off in
+		// the conversation's server; say which ohd flag turns it on.
+		env := map[string]string{"vscode": "OH_ENABLE_VSCODE=true", "desktop": "OH_ENABLE_VNC=true"}[svc]
+		writeDetail(w, http.StatusServiceUnavailable, "conversation "+id+"'s "+svc+" is turned off in its agent server (the image's default, or the operator's choice); ohd serve --inner-env "+env+" turns it on for conversations started afterwards")
+		return
+	}
+	if rec.code != http.StatusOK || json.Unmarshal(rec.body.Bytes(), &ans) != nil || ans.URL == nil {
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status())
+		_, _ = w.Write(rec.body.Bytes())
+		return
+	}
+	u, err := url.Parse(*ans.URL)
+	// VS Code of a container started before the editor moved answers
+	// under LegacyPortPath, which ohd still serves.
+	underBase := err == nil && (strings.HasPrefix(u.EscapedPath(), openhands.PortPath(id, svc)+"/") || strings.HasPrefix(u.EscapedPath(), openhands.LegacyPortPath(id, svc)+"/"))
+	if err != nil || !underBase && svc == "vscode" {
+		// VS Code answers under its base path (Env sets it); an image
+		// that ignores it serves from its root, which ohd cannot map.
+		writeDetail(w, http.StatusBadGateway, "the conversation's VS Code does not serve under "+openhands.PortPath(id, svc)+"/ (the image ignores "+openhands.VSCodeBasePathEnv+"): ohd cannot serve it")
+		return
+	}
+	uq := u.Query()
+	uq.Del("tkn") // the inner session key (vscode_service.py)
+	if svc == "desktop" {
+		// noVNC opens its WebSocket at /<path>, default websockify.
+		uq.Set("path", strings.TrimPrefix(openhands.PortPath(id, svc), "/")+"/websockify")
+	}
+	uq.Set(portTokenParam, s.portToken(id, svc))
+	out := base + u.EscapedPath() + "?" + uq.Encode()
+	writeJSON(w, http.StatusOK, map[string]string{"url": out})
 }
 
 // clientBase is the scheme and host the client reached ohd at.
@@ -198,8 +248,9 @@ func (s *Server) portAuthorized(r *http.Request, id, svc string) (ok, byQuery bo
 	return false, false
 }
 
-// portProxy serves /api/conversations/{id}/<svc>/...
-func (s *Server) portProxy(svc string) http.HandlerFunc {
+// portProxy serves <prefixOf(id, svc)>/... (openhands.PortPath, or
+// LegacyPortPath for containers started before the move).
+func (s *Server) portProxy(svc string, prefixOf func(id, svc string) string) http.HandlerFunc {
 	port := openhands.PortServices[svc]
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, ok := parseID(r.PathValue("id"))
@@ -209,7 +260,7 @@ func (s *Server) portProxy(svc string) http.HandlerFunc {
 		}
 		authorized, byQuery := s.portAuthorized(r, id, svc)
 		if !authorized {
-			writeJSON(w, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: open the URL GET /api/" + svc + "/url?cid=" + id + " answers (it carries a token), or send a valid session API key in the X-Session-API-Key header"})
+			writeJSON(w, http.StatusUnauthorized, errorBody{Detail: "Unauthorized: open the URL GET /api/conversations/" + id + "/" + svc + "/url (or /api/" + svc + "/url?cid=" + id + ") answers (it carries a token), or send a valid session API key in the X-Session-API-Key header"})
 			return
 		}
 		t, err := s.conv.Target(r.Context(), id)
@@ -226,7 +277,7 @@ func (s *Server) portProxy(svc string) http.HandlerFunc {
 			return
 		}
 		s.conv.Touch(id)
-		prefix := openhands.PortPath(id, svc)
+		prefix := prefixOf(id, svc)
 		if byQuery {
 			c := &http.Cookie{Name: portCookiePre + svc, Value: s.portToken(id, svc), Path: prefix + "/", HttpOnly: true, SameSite: http.SameSiteLaxMode}
 			if openhands.SecureContext(r) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 )
@@ -24,12 +25,15 @@ const CapabilityRuntimeRoutes = "conversation_runtime_routes_v1"
 
 // serverInfoBody is the agent server's ServerInfo
 // (server_details_router.py L34-80), as ohd answers it without an
-// upstream: ohd's own version, no tools of its own.
+// upstream: version the agent server API ohd implements
+// (openhands.ContractVersion, a version clients accept), ohd's own
+// version beside it, no tools of its own.
 type serverInfoBody struct {
 	Uptime                       float64  `json:"uptime"`
 	IdleTime                     float64  `json:"idle_time"`
 	Title                        string   `json:"title"`
 	Version                      string   `json:"version"`
+	OhdVersion                   string   `json:"ohd_version"`
 	SDKVersion                   string   `json:"sdk_version"`
 	ToolsVersion                 string   `json:"tools_version"`
 	WorkspaceVersion             string   `json:"workspace_version"`
@@ -47,7 +51,8 @@ type serverInfoBody struct {
 // serverInfo answers GET /server_info without a key, as the agent server
 // does: the upstream's answer when there is one, else ohd's own in the
 // same shape. Either way "capabilities" holds only what ohd serves: the
-// credential-binding ones are dropped (ohd answers those routes 501), and
+// credential-binding ones are dropped (ohd answers those routes 501),
+// "version" is one Agent Canvas accepts and "ohd_version" ohd's, and
 // CapabilityRuntimeRoutes is there only when the conversation image's own
 // /server_info says it serves those routes.
 func (s *Server) serverInfo(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +61,7 @@ func (s *Server) serverInfo(w http.ResponseWriter, r *http.Request) {
 		up := time.Since(s.started).Seconds()
 		writeJSON(w, http.StatusOK, serverInfoBody{
 			Uptime: float64(int64(up)), IdleTime: float64(int64(up)),
-			Title: "OpenHands Agent Server (ohd " + version.Version + ")", Version: version.Version,
+			Title: "OpenHands Agent Server (ohd " + version.Version + ")", Version: openhands.ContractVersion, OhdVersion: version.Version,
 			SDKVersion: "unknown", ToolsVersion: "unknown", WorkspaceVersion: "unknown",
 			BuildGitSHA: "unknown", BuildGitRef: "unknown", PythonVersion: "none (ohd, Go " + runtime.Version() + ")",
 			UsableTools: []string{}, Capabilities: caps, Docs: "/docs", Redoc: "/redoc",
@@ -73,6 +78,14 @@ func (s *Server) serverInfo(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info["capabilities"] = mustJSON(caps)
+	// The upstream's version stays when clients accept it (it says which
+	// settings and profile routes they find there); otherwise the version
+	// of the API ohd serves, which the newest Canvas checks.
+	var v string
+	if json.Unmarshal(info["version"], &v) != nil || !openhands.AcceptedVersion(v) {
+		info["version"] = mustJSON(openhands.ContractVersion)
+	}
+	info["ohd_version"] = mustJSON(version.Version)
 	writeRaw(w, http.StatusOK, mustJSON(info))
 }
 
