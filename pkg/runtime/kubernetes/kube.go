@@ -343,11 +343,10 @@ func (k *Kube) ResolveImage(ctx context.Context, ref string) (runtime.Image, err
 	if err != nil {
 		return runtime.Image{}, err
 	}
-	img.Ref, img.ID = ref, ref
-	if strings.HasPrefix(ref, "sha256:") && len(img.Entrypoint)+len(img.Cmd) > 0 {
-		// An ID recorded by an earlier resolve: keep it.
-		img.ID = ref
-	}
+	// The pod names the reference as given: the kubelet resolves it in
+	// the node's container runtime, not by Docker's image ID, so it is
+	// not pinned (Floating would claim a pin).
+	img.Ref, img.ID, img.Floating = ref, ref, false
 	return img, nil
 }
 
@@ -544,6 +543,9 @@ func (k *Kube) OpenNetns(ctx context.Context, id string) (*runtime.NetnsDialer, 
 	}
 	return runtime.NewAddrDialer(ID(p), net.JoinHostPort(p.Status.PodIP, strconv.Itoa(innerPortOf(p)))), nil
 }
+
+// DialOnly says pods are reached only through OpenNetns's dialer.
+func (k *Kube) DialOnly() bool { return true }
 
 // ProbeNetns always succeeds: pod IPs are routed on their node, where
 // ohd runs, so a pod without egress is still reached (ohd serve --egress
