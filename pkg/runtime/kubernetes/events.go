@@ -71,6 +71,9 @@ func (k *Kube) Events(ctx context.Context, serverID string, fn func(runtime.Even
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		if k.onWatch != nil {
+			k.onWatch()
+		}
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
 				rv = "" // too old: list again and resync

@@ -87,6 +87,8 @@ type Kube struct {
 	log       *slog.Logger
 	host      string
 	httpc     *http.Client
+	// onWatch, if set, is called each time Events has its watch (tests).
+	onWatch func()
 }
 
 var (
