@@ -49,7 +49,9 @@ func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.E
 		if dir == "" {
 			dir = "."
 		}
-		wrapped := []string{"/bin/sh", "-c", `cd "$0" && exec env "$@"`, dir}
+		// sh's own cd and export: the image need have no env(1).
+		wrapped := []string{"/bin/sh", "-c", `cd "$0" || exit 126; n=$1; shift; while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n-1)); done; exec "$@"`,
+			dir, strconv.Itoa(len(opts.Env))}
 		wrapped = append(wrapped, opts.Env...)
 		cmd = append(wrapped, cmd...)
 	}

@@ -208,7 +208,7 @@ func TestKubeLifecycle(t *testing.T) {
 	resp.Body.Close()
 	nd.Close()
 
-	if code, out := execOut(t, k, inst.ContainerID, "id", "-u"); code != 0 || strings.TrimSpace(out) != "1000" {
+	if code, out := execOut(t, k, inst.ContainerID, "sh", "-c", "while IFS= read -r l; do case $l in Uid:*) echo $l;; esac; done < /proc/self/status"); code != 0 || !strings.Contains(out, "Uid: 1000 1000 1000 1000") {
 		t.Errorf("id -u: %d %q", code, out)
 	}
 	if code, out := execOut(t, k, inst.ContainerID, "sh", "-c", "echo hi > "+rw+"/f"); code != 0 {
@@ -285,7 +285,7 @@ func TestKubeHardening(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	_, status := execOut(t, k, inst.ContainerID, "cat", "/proc/self/status")
+	_, status := execOut(t, k, inst.ContainerID, "sh", "-c", `while IFS= read -r l; do printf '%s\n' "$l"; done < /proc/self/status`)
 	for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "NoNewPrivs:\t1", "Uid:\t1000\t1000\t1000\t1000", "Gid:\t1000\t1000\t1000\t1000"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("/proc/self/status lacks %q:\n%s", want, status)
