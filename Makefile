@@ -9,7 +9,7 @@ STATIC    := CGO_ENABLED=0
 PREFIX    ?= /usr/local
 FUZZTIME  ?= 10s
 
-.PHONY: help build run test test-unit test-integration fmt-check vet test-image bench fuzz fuzz-long install uninstall clean
+.PHONY: help build run test test-kube test-unit test-integration fmt-check vet test-image bench fuzz fuzz-long install uninstall clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,16 @@ TESTSUMMARY = $(GO) run ./internal/testsummary
 
 test: fmt-check vet ## gofmt check, go vet, and every test with -race (Docker tests included); ends with what was skipped and why
 	$(GO) test -race -timeout 30m -json ./... | $(TESTSUMMARY)
+
+# The Kubernetes tests: scripts/kube/up brings up a one-node cluster
+# (pinned build, cached in ~/.cache/ohd-kube), the tests run against it
+# with OHD_KUBE=1 (none skips), scripts/kube/down tears it down whatever
+# they did.
+KUBERUN ?= /var/lib/ohd-kube
+test-kube: ## bring up a one-node Kubernetes cluster, run the Kubernetes tests (both backends where they differ) against it, tear it down
+	./scripts/kube/up
+	. $(KUBERUN)/env && OHD_KUBE=1 $(GO) test -race -timeout 30m -json -run 'Kube|Backend/kubernetes' ./pkg/runtime/kubernetes/ ./packaging/ ./integration/ | $(TESTSUMMARY); \
+	rc=$$?; ./scripts/kube/down; exit $$rc
 
 test-unit: ## only the fast package tests (no integration/)
 	$(GO) test -race -json $$($(GO) list ./... | grep -v /integration) | $(TESTSUMMARY)

@@ -165,6 +165,13 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 			conv.GitLayout = store.GitLayoutView
 		}
 	}
+	if pr, ok := m.rt.(runtime.PolicyReporter); ok && conv.Egress == store.EgressBroker {
+		// Said before anything runs, in the answer: isolation that ohd
+		// cannot verify is not claimed.
+		if enforced, why := pr.PolicyEnforcement(ctx); !enforced {
+			conv.Notes = append(conv.Notes, "egress: "+why)
+		}
+	}
 	if img.Floating {
 		conv.Notes = append(conv.Notes, fmt.Sprintf("image %s is a floating reference; it was pinned to %s for this conversation", img.Ref, img.ID))
 		m.log.Warn("floating image reference: pin a version tag or digest", "image", img.Ref, "id", img.ID)

@@ -146,7 +146,7 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 	// without copying its record.
 	var r route
 	if m.st.Peek(id, func(c *store.Conversation) {
-		r = route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker}
+		r = route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker || runtime.IsDialOnly(m.rt)}
 	}) &&
 		r.state == store.StateRunning && (r.hostPort != 0 || m.rt.Kind() == "local") {
 		return m.target(ctx, id, r)
@@ -163,7 +163,7 @@ func (m *Manager) Target(ctx context.Context, id string) (Target, error) {
 			return Target{}, err
 		}
 	}
-	return m.target(ctx, id, route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker})
+	return m.target(ctx, id, route{c.State, c.ContainerID, c.HostPort, c.Egress == store.EgressBroker || runtime.IsDialOnly(m.rt)})
 }
 
 // route is what Target needs of a record.
@@ -172,7 +172,9 @@ type route struct {
 	containerID string
 	hostPort    int
 	// noNetwork: the container has no network (egress broker), so its
-	// inner server is reached only inside its namespace.
+	// inner server is reached only inside its namespace; or the runtime
+	// reaches every container only through its dialer
+	// (runtime.DialOnly: a pod at its IP).
 	noNetwork bool
 }
 

@@ -421,6 +421,13 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 	check := func(name, status, detail string) {
 		out = append(out, control.DoctorCheck{Conversation: c.ID, Check: name, Status: status, Detail: detail})
 	}
+	if pr, ok := m.rt.(runtime.PolicyReporter); ok && c.Egress == store.EgressBroker {
+		if enforced, why := pr.PolicyEnforcement(ctx); enforced {
+			check("egress-policy", "ok", "the pod may send nothing (deny-all egress NetworkPolicy): "+why)
+		} else {
+			check("egress-policy", "warn", why)
+		}
+	}
 	if c.InPlace {
 		out = append(out, checkInPlaceHost(c))
 	} else if c.Worktree != "" && c.AdminID != "" {

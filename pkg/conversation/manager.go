@@ -218,8 +218,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Store == nil || cfg.Worktrees == nil || cfg.Broker == nil || cfg.Runtime == nil || cfg.RuntimeDir == "" {
 		return nil, errors.New("conversation manager: store, worktrees, broker, runtime and runtime dir are required")
 	}
-	if cfg.Runtime.Kind() == "docker" && cfg.Helper == "" {
-		return nil, errors.New("conversation manager: the docker runtime needs a static ohctl to mount into containers (Helper)")
+	if cfg.Runtime.Kind() != "local" && cfg.Helper == "" {
+		return nil, errors.New("conversation manager: a container runtime needs a static ohctl to mount into containers (Helper)")
 	}
 	if cfg.Runtime.Kind() != "local" && cfg.AgentUID == 0 {
 		return nil, errors.New("conversation manager: a container runtime needs the agent's own uid (AgentUID; ohd serve --agent-uid)")

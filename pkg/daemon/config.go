@@ -39,9 +39,13 @@ type Config struct {
 	// 127.0.0.1:8000; "" after defaults never happens; "off" disables it.
 	// A non-loopback address is refused unless SessionAPIKeys are given.
 	Listen string
-	// Runtime is "docker", "local", or "auto" (the default): docker when the
-	// engine answers at start-up, else local with a warning.
+	// Runtime is "docker", "local", "kubernetes", or "auto" (the
+	// default): docker when the engine answers at start-up, else local
+	// with a warning. kubernetes runs each conversation in a pod on
+	// ohd's own node (package runtime/kubernetes); never chosen by auto.
 	Runtime string
+	// Kube configures the kubernetes runtime (--kube-*).
+	Kube KubeConfig
 	// Image is the conversation container image reference. Default
 	// openhands.DefaultImage, the real agent server pinned to a version.
 	Image string
@@ -164,6 +168,25 @@ func defaultAgentIDs() (uid, gid int) {
 	return uid, gid
 }
 
+// KubeConfig is what the kubernetes runtime is told.
+type KubeConfig struct {
+	// Kubeconfig is a kubeconfig file; "" uses the in-cluster
+	// ServiceAccount (the DaemonSet in packaging/kubernetes).
+	Kubeconfig string
+	// Namespace holds the conversations' pods and network policies.
+	// Default "ohd".
+	Namespace string
+	// Node is ohd's node, where its pods are pinned; "" reads NODE_NAME
+	// (the downward API).
+	Node string
+	// PullImages lets the kubelet pull an image the node lacks; by
+	// default only the node's images run.
+	PullImages bool
+	// PolicyEnforced: the operator says the cluster's network plugin
+	// enforces NetworkPolicy (ohd can tell only for Calico and Cilium).
+	PolicyEnforced bool
+}
+
 // Defaults fills every zero field. It reads the environment (XDG dirs,
 // CREDENTIALS_DIRECTORY is read later by the master key loader).
 func (c *Config) Defaults() error {
@@ -193,6 +216,9 @@ func (c *Config) Defaults() error {
 	}
 	if c.Runtime == "" {
 		c.Runtime = "auto"
+	}
+	if c.Kube.Namespace == "" {
+		c.Kube.Namespace = "ohd"
 	}
 	if c.Egress == "" {
 		c.Egress = "auto"
@@ -235,8 +261,12 @@ func (c *Config) Validate() error {
 	}
 	switch c.Runtime {
 	case "auto", "docker", "local":
+	case "kubernetes":
+		if c.Kube.Namespace == "" {
+			return fmt.Errorf("--runtime kubernetes: --kube-namespace is empty")
+		}
 	default:
-		return fmt.Errorf("--runtime %q: use docker, local or auto", c.Runtime)
+		return fmt.Errorf("--runtime %q: use docker, kubernetes, local or auto", c.Runtime)
 	}
 	switch c.LogFormat {
 	case "text", "json":

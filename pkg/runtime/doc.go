@@ -10,6 +10,12 @@
 // that run on the host (Start succeeds with an empty [Instance], Exec and
 // Logs return [ErrNoContainer]).
 //
+// A second backend, package runtime/kubernetes, runs each conversation in
+// a pod on ohd's own node and fills the same interface; it starts from
+// [PrepareSpec] (the defaults and checks Docker.Start applies), reaches
+// its pods through [NewAddrDialer] (it is [DialOnly]), and says through
+// [PolicyReporter] whether its egress isolation is enforced.
+//
 // A [Spec] says what one conversation's container is: image, uid:gid, bind
 // mounts, environment, limits. [Docker.Start] creates it, starts it and
 // waits until GET http://127.0.0.1:<port>/health answers 200; it returns an

@@ -56,6 +56,7 @@ type NetnsDialer struct {
 
 	addrs  [2]string
 	pref   atomic.Int32 // index in addrs that answered last
+	direct bool         // NewAddrDialer: dial Addr from this namespace
 	mu     sync.RWMutex
 	fd     int // the namespace; -1 once closed
 	closed bool
@@ -154,6 +155,9 @@ func (nd *NetnsDialer) DialContext(ctx context.Context) (net.Conn, error) {
 	if nd.closed {
 		return nil, fmt.Errorf("dial container %s: its network namespace was released", shortID(nd.ContainerID))
 	}
+	if nd.direct {
+		return nd.dialDirect(ctx, nd.Addr)
+	}
 	i := nd.pref.Load()
 	c, err := dialInNetns(ctx, nd.fd, nd.addrs[i])
 	if errors.Is(err, syscall.ECONNREFUSED) && nd.addrs[1-i] != nd.addrs[i] {
@@ -176,6 +180,10 @@ func (nd *NetnsDialer) DialPort(ctx context.Context, port int) (net.Conn, error)
 	if nd.closed {
 		return nil, fmt.Errorf("dial container %s: its network namespace was released", shortID(nd.ContainerID))
 	}
+	if nd.direct {
+		host, _, _ := net.SplitHostPort(nd.Addr)
+		return nd.dialDirect(ctx, net.JoinHostPort(host, strconv.Itoa(port)))
+	}
 	c, err := dialInNetns(ctx, nd.fd, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("dial container %s port %d: %w", shortID(nd.ContainerID), port, err)
@@ -191,5 +199,29 @@ func (nd *NetnsDialer) Close() error {
 		return nil
 	}
 	nd.closed = true
+	if nd.direct {
+		return nil
+	}
 	return closeNetns(nd.fd)
+}
+
+// NewAddrDialer returns a NetnsDialer for a runtime whose containers have
+// an address of their own that this host routes to, such as a Kubernetes
+// pod's IP on its node: it dials addr (the pod's IP and inner port) and,
+// for DialPort, other ports of that IP, from this process's own network
+// namespace. Close only stops further dials. A runtime hands one out only
+// while the container at addr is the one named containerID; a later
+// container given the same IP is reached by a new dialer.
+func NewAddrDialer(containerID, addr string) *NetnsDialer {
+	return &NetnsDialer{ContainerID: containerID, Addr: addr, Serial: netnsSerial.Add(1), fd: -1, direct: true,
+		addrs: [2]string{addr, addr}}
+}
+
+func (nd *NetnsDialer) dialDirect(ctx context.Context, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial container %s: %w", shortID(nd.ContainerID), err)
+	}
+	return c, nil
 }

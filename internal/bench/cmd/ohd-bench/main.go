@@ -17,8 +17,11 @@
 // commit made inside a conversation's container reaches the host's
 // branch, and what a publish costs), gitrelay (a 200 MiB clone and a
 // 50 MiB push through the broker's git relay against git directly at the
-// same git http-backend) and go (every Go benchmark under pkg/, without a
-// baseline).
+// same git http-backend), kube (a conversation's pod created and removed
+// by the kubernetes runtime against the same pod created and deleted
+// through the API directly; needs the cluster of scripts/kube/up, whose
+// env file names it: without one the row says so) and go (every Go
+// benchmark under pkg/, without a baseline).
 package main
 
 import (
@@ -29,6 +32,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -51,7 +55,7 @@ func main() {
 }
 
 // all is every benchmark, in the order they run and are shown.
-var all = []string{"broker", "egress", "llm", "proxy", "create", "publish", "gitrelay", "go"}
+var all = []string{"broker", "egress", "llm", "proxy", "create", "kube", "publish", "gitrelay", "go"}
 
 // config is the command line.
 type config struct {
@@ -128,7 +132,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// What the create benchmark needs is checked before anything runs, so
 	// a missing engine fails in seconds, not after the other benchmarks.
-	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") {
+	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "kube") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") {
 		if err := prepareDocker(ctx, cfg, progress); err != nil {
 			fmt.Fprintf(stderr, "ohd-bench: create: %v\n", err)
 			return 1
@@ -201,6 +205,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			res, err = bench.Create(ctx, bench.CreateOptions{Iterations: cfg.iterations, Image: cfg.image, Files: 10000, Suffix: "-10000-files"})
 			if err != nil {
 				fail("create", err)
+			}
+			rows = append(rows, bench.CreateRows(res)...)
+			for _, r := range res {
+				lines, details = append(lines, r.Line()), append(details, r.Detail())
+			}
+		case "kube":
+			if !bench.KubeConfigured() {
+				rows = append(rows, bench.Row{Name: "kube-create-remove", OHD: "not run: no cluster (scripts/kube/up, then . /var/lib/ohd-kube/env)", Ratio: math.NaN()})
+				break
+			}
+			if out, err := exec.CommandContext(ctx, filepath.Join(root, "scripts/kube/load-image"), cfg.image).CombinedOutput(); err != nil {
+				fail("kube-create-remove", fmt.Errorf("load %s into the cluster: %v: %s", cfg.image, err, out))
+				break
+			}
+			res, err := bench.Kube(ctx, bench.KubeOptions{Iterations: cfg.iterations, Image: cfg.image})
+			if err != nil {
+				fail("kube-create-remove", err)
 			}
 			rows = append(rows, bench.CreateRows(res)...)
 			for _, r := range res {

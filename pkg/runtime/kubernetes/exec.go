@@ -1,0 +1,142 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	kexec "k8s.io/client-go/util/exec"
+
+	"github.com/ohd-dev/ohd/pkg/runtime"
+)
+
+// Exec runs cmd in the pod's agent container through the API server's
+// exec subresource (WebSocket, falling back to SPDY for an older server)
+// and returns its exit code. Kubernetes runs it as the container's user:
+// opts.User must be "" or that user. WorkingDir and Env, which the API
+// has no field for, are applied by /bin/sh in the container (cd, env).
+// ctx ending closes the stream (the command may keep running).
+func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.ExecOptions) (int, error) {
+	if len(cmd) == 0 {
+		return -1, fmt.Errorf("exec in pod %s: no command", id)
+	}
+	p, err := k.get(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	if opts.User != "" {
+		sc := p.Spec.SecurityContext
+		want := ""
+		if sc != nil && sc.RunAsUser != nil {
+			want = strconv.FormatInt(*sc.RunAsUser, 10)
+			if sc.RunAsGroup != nil {
+				want += ":" + strconv.FormatInt(*sc.RunAsGroup, 10)
+			}
+		}
+		if opts.User != want && (sc == nil || sc.RunAsUser == nil || opts.User != strconv.FormatInt(*sc.RunAsUser, 10)) {
+			return -1, fmt.Errorf("exec in pod %s as %s: Kubernetes runs commands only as the pod's user (%s)", id, opts.User, want)
+		}
+	}
+	if opts.WorkingDir != "" || len(opts.Env) > 0 {
+		dir := opts.WorkingDir
+		if dir == "" {
+			dir = "."
+		}
+		// sh's own cd and export: the image need have no env(1).
+		wrapped := []string{"/bin/sh", "-c", `cd "$0" || exit 126; n=$1; shift; while [ "$n" -gt 0 ]; do export "$1"; shift; n=$((n-1)); done; exec "$@"`,
+			dir, strconv.Itoa(len(opts.Env))}
+		wrapped = append(wrapped, opts.Env...)
+		cmd = append(wrapped, cmd...)
+	}
+	req := k.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(k.ns).Name(p.Name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{
+			Container: ContainerName,
+			Command:   cmd,
+			Stdin:     opts.Stdin != nil,
+			Stdout:    true,
+			Stderr:    !opts.TTY,
+			TTY:       opts.TTY,
+		}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(k.rc, http.MethodGet, req.URL().String())
+	if err != nil {
+		return -1, fmt.Errorf("exec in pod %s: %w", id, err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(k.rc, http.MethodPost, req.URL())
+	if err != nil {
+		return -1, fmt.Errorf("exec in pod %s: %w", id, err)
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return -1, fmt.Errorf("exec in pod %s: %w", id, err)
+	}
+	so := remotecommand.StreamOptions{Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr, Tty: opts.TTY}
+	if so.Stdout == nil {
+		so.Stdout = io.Discard
+	}
+	if so.Stderr == nil && !opts.TTY {
+		so.Stderr = io.Discard
+	}
+	if opts.TTY {
+		so.Stderr = nil
+		fin := make(chan struct{})
+		defer close(fin)
+		q := &sizeQueue{first: opts.Size, sizes: opts.Resize, done: fin}
+		so.TerminalSizeQueue = q
+	}
+	err = ex.StreamWithContext(ctx, so)
+	if err == nil {
+		return 0, nil
+	}
+	var ee kexec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		return ee.ExitStatus(), nil
+	}
+	if ctx.Err() != nil {
+		return -1, fmt.Errorf("exec in pod %s: %w", id, ctx.Err())
+	}
+	return -1, k.wrap("exec in pod", id, err)
+}
+
+// sizeQueue hands the exec's terminal its first size, then each resize,
+// until the caller's channel closes or the exec ends.
+type sizeQueue struct {
+	first runtime.TermSize
+	sent  bool
+	sizes <-chan runtime.TermSize
+	done  <-chan struct{}
+}
+
+func (q *sizeQueue) Next() *remotecommand.TerminalSize {
+	if !q.sent {
+		q.sent = true
+		if q.first.Rows > 0 && q.first.Cols > 0 {
+			return &remotecommand.TerminalSize{Width: q.first.Cols, Height: q.first.Rows}
+		}
+	}
+	if q.sizes == nil {
+		<-q.done
+		return nil
+	}
+	for {
+		select {
+		case <-q.done:
+			return nil
+		case s, ok := <-q.sizes:
+			if !ok {
+				return nil
+			}
+			if s.Rows > 0 && s.Cols > 0 {
+				return &remotecommand.TerminalSize{Width: s.Cols, Height: s.Rows}
+			}
+		}
+	}
+}
