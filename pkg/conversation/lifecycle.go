@@ -646,7 +646,21 @@ func (m *Manager) adopt(ctx context.Context, c store.Conversation, containers []
 	var found *runtime.Container
 	for i := range containers {
 		if containers[i].ID == c.ContainerID {
-			found = &containers[i]
+			ct := containers[i]
+			found = &ct
+		}
+	}
+	if found != nil && found.State == "paused" && c.Removal == nil {
+		// Paused by a removal that did not finish and was called off
+		// (or by hand): a conversation that lives runs. A container an
+		// unfinished removal froze stays so: the removal goes on
+		// (retryRemovals), or thaws it when called off (saveWork). The
+		// agent's own SIGSTOP freeze is thawed the same ways.
+		m.log.Info("reconcile: thawing a paused container of a live conversation", "id", c.ID, "container", shortID(found.ID))
+		if err := m.rt.Unpause(ctx, found.ID); err != nil {
+			m.log.Warn("reconcile: thaw a paused container", "id", c.ID, "err", err)
+		} else if ins, err := m.rt.Inspect(ctx, found.ID); err == nil {
+			found.Running, found.HostPort, found.State = ins.Running, ins.HostPort, ins.State
 		}
 	}
 	stopped := ""

@@ -303,6 +303,9 @@ func (m *Manager) Doctor(ctx context.Context, id string, repair bool) (control.D
 	if id == "" {
 		rep.Checks = append(rep.Checks, m.checkRepositories(ctx, all, repair)...)
 		rep.Checks = append(rep.Checks, m.checkHostBoundary(ctx)...)
+		rep.Checks = append(rep.Checks, m.checkEngine(nil)...)
+	} else {
+		rep.Checks = append(rep.Checks, m.checkEngine(&convs[0])...)
 	}
 	return rep, nil
 }

@@ -120,6 +120,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "agent-gid", Usage: "gid conversation containers run as (default: the group ohd-agent, else 10001)", Sources: env("agent-gid")},
 			&cli.DurationFlag{Name: "ready-timeout", Value: 60 * time.Second, Usage: "wait this long for a container's health check", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
+			&cli.DurationFlag{Name: "engine-timeout", Value: time.Minute, Usage: "give up on a Docker engine call (and an exec the engine has not started) after this long; it is logged and shown by ohctl show and ohctl doctor", Sources: env("engine-timeout")},
 			str("metrics-listen", "also serve metrics on this loopback address"),
 			&cli.IntFlag{Name: "broker-git-in-flight", Value: 8, Usage: "git credential requests one conversation may have in progress (-1: no limit)", Sources: env("broker-git-in-flight")},
 			&cli.IntFlag{Name: "broker-secret-in-flight", Value: 8, Usage: "secret requests one conversation may have in progress (-1: no limit)", Sources: env("broker-secret-in-flight")},
@@ -183,6 +184,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				ReadOnlyRootfs: cmd.Bool("read-only-rootfs"), MemoryBytes: memory,
 				NanoCPUs: int64(cmd.Float64("cpus") * 1e9), PidsLimit: cmd.Int64("pids"),
 				ReadyTimeout: cmd.Duration("ready-timeout"), HealthPath: cmd.String("health-path"),
+				EngineTimeout: cmd.Duration("engine-timeout"),
 				MetricsListen: cmd.String("metrics-listen"), Getenv: os.Getenv,
 				BrokerLimits: broker.Limits{
 					GitInFlight: int(cmd.Int("broker-git-in-flight")), SecretInFlight: int(cmd.Int("broker-secret-in-flight")),

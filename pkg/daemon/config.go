@@ -87,6 +87,11 @@ type Config struct {
 	// 60s. HealthPath is the path polled; "" = /health.
 	ReadyTimeout time.Duration
 	HealthPath   string
+	// EngineTimeout bounds each call ohd makes to the Docker engine (and
+	// the start of each exec); 0 = 1m (runtime.DefaultEngineTimeout). A
+	// call that outlives it is given up, logged, and shown by ohctl show
+	// and ohctl doctor (--engine-timeout).
+	EngineTimeout time.Duration
 	// Network is the Docker network containers join; "" means
 	// runtime.IsolatedNetwork (created if missing: containers cannot reach
 	// each other). "bridge" is the engine's default network.

@@ -252,6 +252,7 @@ func (d *Daemon) handleGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return fmt.Errorf("conversation %s: %w: see `ohctl ls`", id, conversation.ErrNotFound)
 	}
+	c.EngineStalls = d.mgr.StallsOf(c)
 	writeJSON(w, http.StatusOK, c)
 	return nil
 }

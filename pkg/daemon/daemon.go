@@ -274,7 +274,7 @@ func (d *Daemon) takeLock() error {
 }
 
 func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
-	opts := runtime.DockerOptions{Logger: d.log, Network: d.cfg.Network, OnStep: func(step string) { failpoint.Hit("create/after-container-" + step) }}
+	opts := runtime.DockerOptions{Logger: d.log, Network: d.cfg.Network, EngineTimeout: d.cfg.EngineTimeout, OnStep: func(step string) { failpoint.Hit("create/after-container-" + step) }}
 	switch d.cfg.Runtime {
 	case "local":
 		return runtime.NewLocal(), nil

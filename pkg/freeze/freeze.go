@@ -19,11 +19,31 @@ import (
 // is stopped: a process in a system call finishes it first. It signals
 // again while it waits, so a child forked meanwhile is stopped too. It
 // fails if some process is still running when ctx ends.
+//
+// It never leaves stopped a process the container runtime is still
+// starting (a `runc init` of an exec, see Starting): the engine waits
+// for that process and would hang on the container for ever. While one
+// is there, All stops nothing, and if one appeared as it signalled, it
+// resumes everything (SIGCONT) and tries again once the start is over.
 func All(ctx context.Context) error {
 	self := os.Getpid()
 	for {
+		if starting := Starting(); len(starting) > 0 {
+			if !wait(ctx) {
+				return fmt.Errorf("freeze: the container runtime is still starting processes %s: %w", strings.Join(starting, ", "), ctx.Err())
+			}
+			continue
+		}
 		if err := syscall.Kill(-1, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("freeze: %w", err)
+		}
+		if len(Starting()) > 0 {
+			// One started between the check and the signal: it may be
+			// stopped. Resume all; try again after its start.
+			if err := Thaw(); err != nil {
+				return err
+			}
+			continue
 		}
 		running, err := runningOthers(self)
 		if err != nil {
@@ -32,12 +52,51 @@ func All(ctx context.Context) error {
 		if len(running) == 0 {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !wait(ctx) {
 			return fmt.Errorf("freeze: processes %s still run: %w", strings.Join(running, ", "), ctx.Err())
-		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+// wait waits a moment; false if ctx ended.
+func wait(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(2 * time.Millisecond):
+		return true
+	}
+}
+
+// Starting lists the processes of the caller's PID namespace (any user)
+// that the container runtime is still starting: runc's init stages name
+// themselves runc:[0:PARENT], runc:[1:CHILD] and runc:[2:INIT] until they
+// exec the command (runc's nsexec), crun's helpers crun. A process here
+// still owes runc an answer (runc waits for its exec).
+func Starting() []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil {
+			continue
+		}
+		if isRuntimeInit(strings.TrimSpace(string(b))) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// isRuntimeInit says a process's comm is a container runtime's init.
+func isRuntimeInit(comm string) bool {
+	return strings.HasPrefix(comm, "runc:[") || comm == "runc" || comm == "runc-init" || comm == "crun"
 }
 
 // Thaw sends SIGCONT to every process the caller may signal.

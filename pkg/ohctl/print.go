@@ -193,6 +193,9 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	if c.RemovalFailed != "" && c.State.Live() {
 		t.row("removal", c.RemovalFailed)
 	}
+	for _, s := range c.EngineStalls {
+		t.row("engine stall", s)
+	}
 	if r := c.Removal; r != nil {
 		t.row("removal", removalSummary(c))
 		if r.SnapshotRef != "" {

@@ -80,6 +80,13 @@ type DockerOptions struct {
 	// PingTimeout bounds NewDocker's first contact with the engine; 0
 	// means 10s.
 	PingTimeout time.Duration
+	// EngineTimeout bounds every later call to the engine that answers
+	// once (inspect, create, start, remove, pause, exec create and
+	// start, ...; a stop gets its grace period on top), and the start of
+	// an exec (Exec's watchdog: a command the engine has not started by
+	// then is given up). 0 means DefaultEngineTimeout (1m). A call that
+	// outlives it fails with ErrEngineTimeout and is listed by Stalls.
+	EngineTimeout time.Duration
 	// OnStep, if set, is called as Start passes each step: "created"
 	// (the engine created the container) and "started" (it runs, before
 	// readiness). Crash tests stop the daemon there.
@@ -103,6 +110,10 @@ type Docker struct {
 	cgroup       string // "1" or "2"
 	httpc        *http.Client
 	pulls        pulls
+	// engineTimeout is DockerOptions.EngineTimeout with its default;
+	// stalls are the calls given up on.
+	engineTimeout time.Duration
+	stalls        stalls
 }
 
 var _ Runtime = (*Docker)(nil)
@@ -138,7 +149,6 @@ func newDocker(ctx context.Context, api engine, opts DockerOptions) (*Docker, er
 	}
 	d := &Docker{
 		onStep:     opts.OnStep,
-		api:        api,
 		host:       api.DaemonHost(),
 		log:        log,
 		extraHosts: slices.Clone(opts.ExtraHosts),
@@ -155,6 +165,12 @@ func newDocker(ctx context.Context, api engine, opts DockerOptions) (*Docker, er
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
+	d.engineTimeout = opts.EngineTimeout
+	if d.engineTimeout <= 0 {
+		d.engineTimeout = DefaultEngineTimeout
+	}
+	d.api = &bounded{engine: api, timeout: d.engineTimeout, stalls: &d.stalls, log: log}
+	api = d.api
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, err := api.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {

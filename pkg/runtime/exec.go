@@ -2,8 +2,10 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -43,6 +45,23 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 	// The hijacked connection does not watch ctx.
 	stopClose := context.AfterFunc(ctx, att.Close)
 	defer stopClose()
+	// The watchdog: a command the engine has not started within the
+	// engine timeout (a `runc init` stopped mid-exec, a wedged shim) is
+	// given up, and the connection closed, instead of waited on for ever.
+	var stuck atomic.Bool
+	if d.engineTimeout > 0 {
+		wd := time.AfterFunc(d.engineTimeout, func() {
+			if d.execStuck(ctx, id, created.ID) {
+				stuck.Store(true)
+				att.Close()
+			}
+		})
+		defer wd.Stop()
+	}
+	stuckErr := func() error {
+		return fmt.Errorf("exec in container %s: %w: the engine did not start the command within %v (it may be wedged on this container)",
+			shortID(id), ErrEngineTimeout, d.engineTimeout)
+	}
 
 	if size != (client.ConsoleSize{}) {
 		// Engines before API 1.42 ignore ConsoleSize: set the size now, as
@@ -84,7 +103,11 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 	} else {
 		copyOut = func() error { return demux(opts.Stdout, opts.Stderr, att.Reader) }
 	}
-	if err := copyOut(); err != nil && ctx.Err() == nil {
+	err = copyOut()
+	if stuck.Load() {
+		return -1, stuckErr()
+	}
+	if err != nil && ctx.Err() == nil {
 		return -1, fmt.Errorf("exec in container %s: reading output: %w", shortID(id), err)
 	}
 	if ctx.Err() != nil {
@@ -103,6 +126,27 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 			return -1, fmt.Errorf("exec in container %s: %w", shortID(id), ctx.Err())
 		}
 	}
+}
+
+// execStuck reports whether the exec execID in container id has not
+// started (no process yet) or the engine does not say: the watchdog's
+// check. It records the stall.
+func (d *Docker) execStuck(ctx context.Context, id, execID string) bool {
+	ins, err := d.api.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+	switch {
+	case ctx.Err() != nil:
+		return false // the caller gave up itself
+	case err == nil && ins.PID > 0:
+		// Started. (The engine marks an exec Running before its runtime
+		// has started the process: only a pid says it has.)
+		return false
+	case err != nil && !errors.Is(err, ErrEngineTimeout):
+		return false // gone, or the engine answered: the read will end
+	}
+	st := Stall{Op: "exec start", Container: id, At: time.Now().UTC(), Timeout: d.engineTimeout}
+	d.stalls.add(st)
+	d.log.Warn("docker runtime: "+st.String()+"; ohd gave up on the command", "container", shortID(id))
+	return true
 }
 
 // forwardResizes passes each size from sizes to the exec's terminal until

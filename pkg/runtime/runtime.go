@@ -61,6 +61,10 @@ var (
 	ErrNoContainer = errors.New("the local runtime has no container")
 	// ErrNotRunning: the container exists but does not run (Pause).
 	ErrNotRunning = errors.New("container not running")
+	// ErrEngineTimeout: the engine did not answer a call within its
+	// deadline (DockerOptions.EngineTimeout): it may be wedged on that
+	// container. The call was given up and recorded (Docker.Stalls).
+	ErrEngineTimeout = errors.New("docker engine call timed out")
 )
 
 // Mount is a bind mount of a host path into the container.

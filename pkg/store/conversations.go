@@ -303,6 +303,12 @@ type Conversation struct {
 	// could not save its work (so it removed nothing) and how to get the
 	// work out: "removal failed: <why>; ...". A later removal clears it.
 	RemovalFailed string `json:"removal_failed,omitempty"`
+	// EngineStalls are the engine calls on this conversation's container
+	// that ohd gave up on ("engine call exec start on container ... timed
+	// out at ..."), as the control API's show fills them in from the
+	// runtime (runtime.StallReporter); the store does not keep them (it
+	// clears the field on every write).
+	EngineStalls []string `json:"engine_stalls,omitempty"`
 
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
@@ -437,6 +443,7 @@ func (s *Store) UpdateConversation(id string, fn func(*Conversation) error) (Con
 	}
 	c.ID = id
 	c.UpdatedAt = time.Now().UTC()
+	c.EngineStalls = nil // shown, never kept
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		return putJSON(tx.Bucket(bucketConversations), id, &c)
 	})

@@ -1,0 +1,250 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// WedgeLabel marks the containers StartWedged makes, so that a later run
+// can find and release what a killed test run left wedged (SweepWedged).
+const WedgeLabel = "dev.ohd.test-wedged"
+
+// Wedged is a container on which the Docker engine hangs: its
+// containerd shim is stopped (SIGSTOP), so every engine call that reaches
+// the container's task — exec, inspect, stop, kill, rm, pause — waits
+// for ever, while calls that do not (ps, events, other containers) still
+// answer. This is what a container whose `runc init` was frozen mid-exec
+// does to the engine (issue 27), made on demand and undone at will.
+//
+// It is always released: Release (idempotent), t.Cleanup, and a watchdog
+// process that outlives the test binary (a `go test -timeout` panic runs
+// no cleanup) and sends SIGCONT to the shim when the test process is gone.
+type Wedged struct {
+	// ID is the container's full ID; Name its name ("" when Wedge was
+	// given an ID).
+	ID, Name string
+	// Shim is the pid of the container's containerd shim.
+	Shim int
+
+	once     sync.Once
+	watchdog *os.Process
+	remove   bool
+}
+
+// RequireLocalEngine stops t unless the tests run as root next to the
+// Docker engine (the shim's process must be ours to signal).
+func RequireLocalEngine(t testing.TB) {
+	t.Helper()
+	RequireDocker(t)
+	RequireRoot(t)
+	if h := os.Getenv("DOCKER_HOST"); h != "" && !strings.HasPrefix(h, "unix://") {
+		Missing(t, "DOCKER_HOST=%s is not a local engine: a wedged container needs the engine's processes on this host", h)
+	}
+}
+
+// StartWedged starts a container of image (which must have /bin/sh) that
+// idles, then wedges it (see Wedged); Release thaws and removes it. It
+// first releases what an earlier, killed run left (SweepWedged).
+func StartWedged(t testing.TB, image string) *Wedged {
+	t.Helper()
+	RequireLocalEngine(t)
+	SweepWedged(t)
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	name := "ohd-test-wedged-" + hex.EncodeToString(rnd[:])
+	out, err := dockerCLI(30*time.Second, "run", "-d", "-i", "--label", WedgeLabel+"=1", "--name", name,
+		"--network", "none", "--entrypoint", "/bin/sh", image, "-c", "read x")
+	if err != nil {
+		t.Fatalf("start a container to wedge: %v", err)
+	}
+	w, err := wedge(strings.TrimSpace(out))
+	if err != nil {
+		_, _ = dockerCLI(30*time.Second, "rm", "-f", name)
+		t.Fatalf("wedge container %s: %v", name, err)
+	}
+	w.Name, w.remove = name, true
+	t.Cleanup(w.Release)
+	return w
+}
+
+// Wedge wedges the running container id (see Wedged) until Release or
+// the end of t.
+func Wedge(t testing.TB, id string) *Wedged {
+	t.Helper()
+	RequireLocalEngine(t)
+	w, err := wedge(id)
+	if err != nil {
+		t.Fatalf("wedge container %s: %v", id, err)
+	}
+	t.Cleanup(w.Release)
+	return w
+}
+
+func wedge(id string) (*Wedged, error) {
+	out, err := dockerCLI(30*time.Second, "inspect", "-f", "{{.Id}} {{.State.Pid}}", id)
+	if err != nil {
+		return nil, err
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return nil, fmt.Errorf("docker inspect: unexpected %q", out)
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil || pid <= 0 {
+		return nil, fmt.Errorf("container %s does not run (pid %q)", id, f[1])
+	}
+	shim, err := parentPid(pid)
+	if err != nil {
+		return nil, err
+	}
+	if cmd := cmdline(shim); !strings.Contains(cmd, "containerd-shim") {
+		return nil, fmt.Errorf("the parent of the container's init (pid %d) is %q, not a containerd shim", shim, cmd)
+	}
+	w := &Wedged{ID: f[0], Shim: shim}
+	// The watchdog runs in a session of its own and thaws the shim once
+	// this process is gone, whatever ended it.
+	script := fmt.Sprintf("while kill -0 %d 2>/dev/null; do sleep 1; done; kill -CONT %d", os.Getpid(), shim)
+	wd := exec.Command("/bin/sh", "-c", script)
+	wd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := wd.Start(); err != nil {
+		return nil, fmt.Errorf("start the watchdog: %w", err)
+	}
+	w.watchdog = wd.Process
+	go func() { _, _ = wd.Process.Wait() }()
+	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
+		_ = wd.Process.Kill()
+		return nil, fmt.Errorf("stop the shim (pid %d): %w", shim, err)
+	}
+	return w, nil
+}
+
+// Release thaws the shim (the engine's calls on the container go on)
+// and, for a container StartWedged made, removes it. It may be called
+// more than once.
+func (w *Wedged) Release() {
+	w.once.Do(func() {
+		_ = syscall.Kill(w.Shim, syscall.SIGCONT)
+		if w.watchdog != nil {
+			_ = w.watchdog.Kill()
+		}
+		if w.remove {
+			removeContainer(w.ID)
+		}
+	})
+}
+
+// SweepWedged thaws and removes the containers labelled WedgeLabel that
+// an earlier test run left (killed before its cleanup ran). The engine
+// lists a wedged container (ps does not reach its shim); its shim is
+// found by its command line.
+func SweepWedged(t testing.TB) {
+	t.Helper()
+	out, err := dockerCLI(30*time.Second, "ps", "-a", "-q", "--no-trunc", "--filter", "label="+WedgeLabel)
+	if err != nil {
+		t.Logf("sweep wedged containers: %v", err)
+		return
+	}
+	for _, id := range strings.Fields(out) {
+		for _, shim := range shimsOf(id) {
+			_ = syscall.Kill(shim, syscall.SIGCONT)
+		}
+		if err := removeContainer(id); err != nil {
+			t.Logf("sweep wedged container %s: %v", id, err)
+		}
+	}
+}
+
+// removeContainer removes the container id and waits (up to a minute)
+// until the engine no longer lists it: a removal a timed-out client
+// started may still be under way ("removal already in progress").
+func removeContainer(id string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := dockerCLI(30*time.Second, "rm", "-f", id)
+		out, lerr := dockerCLI(30*time.Second, "ps", "-a", "-q", "--no-trunc", "--filter", "id="+id)
+		if lerr == nil && strings.TrimSpace(out) == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.Join(err, lerr, fmt.Errorf("container %s is still there after a minute", id))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// shimsOf finds the containerd shims whose command line names id.
+func shimsOf(id string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if c := cmdline(pid); strings.Contains(c, "containerd-shim") && strings.Contains(c, " "+id) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func parentPid(pid int) (int, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
+	}
+	return strconv.Atoi(f[1])
+}
+
+func cmdline(pid int) string {
+	b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+}
+
+// dockerCLI runs the docker CLI with a deadline: on a loaded engine a
+// test must never wait for ever either.
+func dockerCLI(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = errors.Join(err, fmt.Errorf("docker %s: no answer within %v", args[0], timeout))
+	}
+	if err != nil {
+		return "", fmt.Errorf("docker %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Docker runs the docker CLI with args and a deadline (timeout), and
+// returns its standard output; tests use it instead of an unbounded
+// exec.Command("docker", ...).
+func Docker(timeout time.Duration, args ...string) (string, error) {
+	return dockerCLI(timeout, args...)
+}
