@@ -174,7 +174,7 @@ func (m *Manager) checkGitDirs(conv store.Conversation) control.DoctorCheck {
 	ck := control.DoctorCheck{Conversation: conv.ID, Check: "agent-git-dirs"}
 	tree := releasedTree(conv)
 	if !separated(conv) {
-		ck.Status, ck.Detail = "ok", "the agent runs as the user (local runtime, or a container made before agent uids until it is next created): nothing to tell apart"
+		ck.Status, ck.Detail = "warn", fmt.Sprint("its container runs as the repository owner (made before the agent had a uid of its own): your git cannot tell a git directory the agent makes from yours until its container is next created with the agent's uid; do not run git in directories it wrote meanwhile")
 		return ck
 	}
 	found, took, err := gitboundary.FindGitDirs(tree, boundaryIDs(conv))
