@@ -312,10 +312,13 @@ func (m *Manager) checkRepoGitDirs(top string, uid, gid int) []control.DoctorChe
 	if err != nil {
 		return []control.DoctorCheck{{Check: "git-dirs", Status: "warn", Detail: err.Error()}}
 	}
+	subs := submodulePaths(top)
 	var out []control.DoctorCheck
 	for _, f := range found {
 		ck := control.DoctorCheck{Check: "git-dirs", Status: "warn"}
 		switch {
+		case !f.AgentMade && f.UID == uid && f.Kind != gitboundary.KindBare && f.Kind != gitboundary.KindBareParts && !subs[filepath.Dir(f.Rel)]:
+			ck.Detail = fmt.Sprintf("%s: %s %s is a repository of yours that is no submodule of this one: if you did not make it (an agent of an earlier ohd ran as you and could), your git runs its configuration there; check `git -C %s config --list --show-origin` or move it out of the tree", top, f.Kind, f.Rel, filepath.Join(top, filepath.Dir(f.Rel)))
 		case f.AgentMade:
 			ck.Detail = fmt.Sprintf("%s: %s %s made by ohd's agent (uid %d); ohctl rm of its conversation moves it out, or move it out of the tree yourself (never run git in it)", top, f.Kind, f.Rel, f.UID)
 		case f.UID != uid:
@@ -330,5 +333,22 @@ func (m *Manager) checkRepoGitDirs(top string, uid, gid int) []control.DoctorChe
 	}
 	// A clean work tree adds nothing to the report.
 	m.log.Debug("doctor looked for git directories", "tree", top, "found", len(out), "took", took)
+	return out
+}
+
+// submodulePaths are the paths .gitmodules at top names (read as text, no
+// git run), relative to top.
+func submodulePaths(top string) map[string]bool {
+	out := map[string]bool{}
+	b, err := os.ReadFile(filepath.Join(top, ".gitmodules"))
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if ok && strings.TrimSpace(k) == "path" {
+			out[filepath.Clean(strings.TrimSpace(v))] = true
+		}
+	}
 	return out
 }
