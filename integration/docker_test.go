@@ -138,8 +138,8 @@ func TestDockerContainerSettings(t *testing.T) {
 	hc := get(info, "HostConfig").(map[string]any)
 	cfg := get(info, "Config").(map[string]any)
 
-	if got := cfg["User"]; got != "0:0" {
-		t.Errorf("User = %v, want the repository owner 0:0", got)
+	if got := cfg["User"]; got != "10001:10001" {
+		t.Errorf("User = %v, want the agent's own 10001:10001, not the repository owner (issue 26)", got)
 	}
 	if got := fmt.Sprint(hc["CapDrop"]); got != "[ALL]" {
 		t.Errorf("CapDrop = %v", got)

@@ -352,3 +352,22 @@ func submodulePaths(top string) map[string]bool {
 	}
 	return out
 }
+
+// SystemGitConfigFile is the file of the conversation's broker directory
+// that the container's git reads as its system configuration
+// (GIT_CONFIG_SYSTEM=ContainerSystemGitConfig): the image's own
+// /etc/gitconfig, included, and safe.directory=*. The agent's uid is not
+// the tree's owner, so its git needs safe.directory; the command scope
+// (worktree.ContainerGitConfig) has it too, but git clears that scope for
+// the git it runs on a local repository (upload-pack for `git fetch` from
+// the view's remote "host"), while the system scope stays.
+const (
+	SystemGitConfigFile      = "gitconfig-system"
+	ContainerSystemGitConfig = ContainerBrokerDir + "/" + SystemGitConfigFile
+)
+
+// writeSystemGitConfig writes SystemGitConfigFile into dir for conv.
+func writeSystemGitConfig(conv store.Conversation, dir string) error {
+	uid, gid := agentOf(conv)
+	return writeOwnedFile(filepath.Join(dir, SystemGitConfigFile), []byte("[include]\n\tpath = /etc/gitconfig\n[safe]\n\tdirectory = *\n"), 0o444, uid, gid)
+}
