@@ -286,3 +286,27 @@ func TestCreateRefusedForAgentUIDOfTheOwner(t *testing.T) {
 		t.Fatalf("create with the owner's uid as the agent's = %v %q; want a refusal naming --agent-uid", err, out)
 	}
 }
+
+// TestDoctorRepoFindsGitDirsOfEarlierAgents: an earlier ohd's agent ran as
+// the user, so what it planted is the user's to git's ownership check:
+// doctor --repo reports a repository in a tracked directory that is no
+// submodule, and an implicit bare repository in a directory of the user's,
+// and recommends safe.bareRepository=explicit.
+func TestDoctorRepoFindsGitDirsOfEarlierAgents(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := startDaemon(t, daemonOptions{})
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(repo, "docs", "guide.md"), "g\n")
+	testenv.WriteFile(t, filepath.Join(repo, "notes", "n.md"), "n\n")
+	testenv.Git(t, repo, "add", "-A")
+	testenv.Git(t, repo, "commit", "-q", "-m", "docs")
+	testenv.Git(t, filepath.Join(repo, "docs"), "init", "-q", ".")
+	testenv.Git(t, repo, "init", "-q", "--bare", "notes")
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	out, _ := d.ohctlErr("doctor", "--repo", repo)
+	for _, want := range []string{"docs/.git", "no submodule", "notes", "implicit bare repository", "safe.bareRepository"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ohctl doctor --repo does not say %q:\n%s", want, out)
+		}
+	}
+}

@@ -234,7 +234,9 @@ func TestGitViewAttackDotGitSymlink(t *testing.T) {
 func TestGitViewAttackDotGitRedirectedStopped(t *testing.T) {
 	a := newAttack(t)
 	a.commitAndWait()
-	a.run(`echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git && echo wip > wip.txt`)
+	// The worktree's .git is read-only to the agent (issue 26), which can
+	// still replace it: its directory is the agent's to write.
+	a.run(`rm -f .git && echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git && echo wip > wip.txt`)
 	run(t, "docker", "kill", a.attacker.ContainerID)
 	a.checkHost("after the attack")
 	a.checkVictim()

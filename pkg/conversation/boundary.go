@@ -174,7 +174,7 @@ func (m *Manager) checkGitDirs(conv store.Conversation) control.DoctorCheck {
 	ck := control.DoctorCheck{Conversation: conv.ID, Check: "agent-git-dirs"}
 	tree := releasedTree(conv)
 	if !separated(conv) {
-		ck.Status, ck.Detail = "ok", "the agent runs as the user (local runtime, or a container made before agent uids until it is next created): nothing to tell apart"
+		ck.Status, ck.Detail = "warn", fmt.Sprint("its container runs as the repository owner (made before the agent had a uid of its own): your git cannot tell a git directory the agent makes from yours until its container is next created with the agent's uid; do not run git in directories it wrote meanwhile")
 		return ck
 	}
 	found, took, err := gitboundary.FindGitDirs(tree, boundaryIDs(conv))
@@ -312,10 +312,13 @@ func (m *Manager) checkRepoGitDirs(top string, uid, gid int) []control.DoctorChe
 	if err != nil {
 		return []control.DoctorCheck{{Check: "git-dirs", Status: "warn", Detail: err.Error()}}
 	}
+	subs := submodulePaths(top)
 	var out []control.DoctorCheck
 	for _, f := range found {
 		ck := control.DoctorCheck{Check: "git-dirs", Status: "warn"}
 		switch {
+		case !f.AgentMade && f.UID == uid && f.Kind != gitboundary.KindBare && f.Kind != gitboundary.KindBareParts && !subs[filepath.Dir(f.Rel)]:
+			ck.Detail = fmt.Sprintf("%s: %s %s is a repository of yours that is no submodule of this one: if you did not make it (an agent of an earlier ohd ran as you and could), your git runs its configuration there; check `git -C %s config --list --show-origin` or move it out of the tree", top, f.Kind, f.Rel, filepath.Join(top, filepath.Dir(f.Rel)))
 		case f.AgentMade:
 			ck.Detail = fmt.Sprintf("%s: %s %s made by ohd's agent (uid %d); ohctl rm of its conversation moves it out, or move it out of the tree yourself (never run git in it)", top, f.Kind, f.Rel, f.UID)
 		case f.UID != uid:
@@ -331,4 +334,40 @@ func (m *Manager) checkRepoGitDirs(top string, uid, gid int) []control.DoctorChe
 	// A clean work tree adds nothing to the report.
 	m.log.Debug("doctor looked for git directories", "tree", top, "found", len(out), "took", took)
 	return out
+}
+
+// submodulePaths are the paths .gitmodules at top names (read as text, no
+// git run), relative to top.
+func submodulePaths(top string) map[string]bool {
+	out := map[string]bool{}
+	b, err := os.ReadFile(filepath.Join(top, ".gitmodules"))
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if ok && strings.TrimSpace(k) == "path" {
+			out[filepath.Clean(strings.TrimSpace(v))] = true
+		}
+	}
+	return out
+}
+
+// SystemGitConfigFile is the file of the conversation's broker directory
+// that the container's git reads as its system configuration
+// (GIT_CONFIG_SYSTEM=ContainerSystemGitConfig): the image's own
+// /etc/gitconfig, included, and safe.directory=*. The agent's uid is not
+// the tree's owner, so its git needs safe.directory; the command scope
+// (worktree.ContainerGitConfig) has it too, but git clears that scope for
+// the git it runs on a local repository (upload-pack for `git fetch` from
+// the view's remote "host"), while the system scope stays.
+const (
+	SystemGitConfigFile      = "gitconfig-system"
+	ContainerSystemGitConfig = ContainerBrokerDir + "/" + SystemGitConfigFile
+)
+
+// writeSystemGitConfig writes SystemGitConfigFile into dir for conv.
+func writeSystemGitConfig(conv store.Conversation, dir string) error {
+	uid, gid := agentOf(conv)
+	return writeOwnedFile(filepath.Join(dir, SystemGitConfigFile), []byte("[include]\n\tpath = /etc/gitconfig\n[safe]\n\tdirectory = *\n"), 0o444, uid, gid)
 }

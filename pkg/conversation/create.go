@@ -146,7 +146,10 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 		UID: uid, GID: gid, Grants: req.Grants, BrokerEpoch: 1,
 		Image: img.Ref, ImageID: img.ID, Request: req.Request, LaunchedAgentProfile: req.LaunchedAgentProfile,
 	}
-	if m.rt.Kind() != "local" {
+	if m.rt.Kind() != "local" && !failpoint.On("legacy/shared-git-layout") {
+		// (A conversation made in the legacy layout is made as an
+		// earlier release made it: its container runs as the owner until
+		// it is next created.)
 		conv.AgentUID, conv.AgentGID = m.cfg.AgentUID, m.cfg.AgentGID
 	}
 	if req.Worktree && !repo.IsGit {

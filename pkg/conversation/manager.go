@@ -332,6 +332,9 @@ func (m *Manager) openBroker(ctx context.Context, conv store.Conversation) ([]by
 		if err := m.writeGitRelayConfig(conv); err != nil {
 			return nil, err
 		}
+		if err := writeSystemGitConfig(conv, ep.Dir); err != nil {
+			return nil, err
+		}
 		if err := ensureMountpoint(filepath.Join(ep.Dir, "bin", "ohctl"), uid, gid); err != nil {
 			return nil, err
 		}
@@ -545,7 +548,7 @@ func (m *Manager) env(conv store.Conversation) []string {
 	// credential (DESIGN §5, gitrelay.go): their url rewrites are in a
 	// file ohd rewrites when the grants change.
 	git = append(git, [2]string{"include.path", ContainerGitRelayConfig})
-	env = append(env, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
+	env = append(env, "GIT_CONFIG_SYSTEM="+ContainerSystemGitConfig, "GIT_CONFIG_COUNT="+strconv.Itoa(len(git)))
 	for i, kv := range git {
 		env = append(env, fmt.Sprintf("GIT_CONFIG_KEY_%d=%s", i, kv[0]), fmt.Sprintf("GIT_CONFIG_VALUE_%d=%s", i, kv[1]))
 	}

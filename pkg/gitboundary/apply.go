@@ -128,6 +128,8 @@ func (a *applier) dir(e entry, fd int) (bool, error) {
 	return true, nil
 }
 
+func (a *applier) wants(string) bool { return true }
+
 func (a *applier) file(e entry) error {
 	if !e.isRegular() || e.name == ".git" {
 		return nil // symlinks carry no ACL; a .git file is the user's pointer

@@ -50,6 +50,8 @@ type finder struct {
 	found []Found
 }
 
+func (f *finder) wants(name string) bool { return name == ".git" }
+
 func (f *finder) file(e entry) error {
 	if e.name != ".git" {
 		return nil
