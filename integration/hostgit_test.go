@@ -544,7 +544,7 @@ func runHostGit(t *testing.T, mode byte) {
 			})
 		}
 	}
-	t.Logf("TestHostGit %c took %v", mode, time.Since(start).Round(time.Second))
+	t.Logf("TestHostGit %c took %v; summary:\n%s", mode, time.Since(start).Round(time.Second), summarize(mode, worlds, p))
 }
 
 // plantAll installs the attack tools in each world (the image has only
@@ -620,4 +620,40 @@ func selfTest(t *testing.T, u *hostUser, box *markerBox, p *prober, worlds []*ho
 			}
 		}
 	}
+}
+
+// summarize is one line per case: where the container held the plant,
+// how often the user's git refused it for its ownership, and at which
+// stages the program ran.
+func summarize(mode byte, worlds []*hostGitWorld, p *prober) string {
+	found := p.byTag()
+	var b strings.Builder
+	for _, w := range worlds {
+		for _, c := range w.cases {
+			fmt.Fprintf(&b, "SUMMARY %c %-26s", mode, c.name)
+			if f := failedSteps(w.plant[c.name]); len(f) > 0 {
+				fmt.Fprintf(&b, " held-in-container=%q", clipN(f[0], 160))
+			}
+			if n := len(p.notes[c.name]); n > 0 {
+				fmt.Fprintf(&b, " refused-by-ownership=%d", n)
+			}
+			counts := map[string]int{}
+			var order []string
+			for _, f := range found[c.name] {
+				st := strings.TrimSuffix(f.stage, " (ide scan)")
+				if counts[st] == 0 {
+					order = append(order, st)
+				}
+				counts[st]++
+			}
+			if len(order) == 0 {
+				b.WriteString(" HOLDS")
+			}
+			for _, st := range order {
+				fmt.Fprintf(&b, " FIRES[%s x%d]", st, counts[st])
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }
