@@ -139,6 +139,9 @@ type hostGitWorld struct {
 	plant    map[string]string // case -> the plant's output
 }
 
+// tag names the case's program and marker: unique among worlds.
+func (w *hostGitWorld) tag(c hostGitCase) string { return string(w.mode) + "-" + c.name }
+
 func (w *hostGitWorld) agentDir() string { return filepath.Join(w.tree, ".agent") }
 
 func (w *hostGitWorld) evil(c hostGitCase) string {
@@ -316,7 +319,7 @@ func (p *prober) probe(stage string, w *hostGitWorld) {
 	byDir := map[string]string{}
 	for _, c := range w.cases {
 		add(w.planted(c))
-		byDir[w.planted(c)] = c.name
+		byDir[w.planted(c)] = w.tag(c)
 	}
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err != nil {
@@ -379,7 +382,7 @@ func runControl(t *testing.T, mode byte, c hostGitCase) {
 	for _, s := range c.steps {
 		steps = append(steps, w.expand(s, c))
 	}
-	out, err := u.sh(w.tree, plantScript("", w.evil(c), box.program(c.name), steps))
+	out, err := u.sh(w.tree, plantScript("", w.evil(c), box.program(w.tag(c)), steps))
 	if err != nil || len(failedSteps(out)) > 0 {
 		t.Fatalf("control: the plant failed on the host: %v\n%s", err, out)
 	}
@@ -391,10 +394,10 @@ func runControl(t *testing.T, mode byte, c hostGitCase) {
 	}
 	p := newProber(u, box)
 	p.probe("control", w)
-	if len(p.byTag()[c.name]) == 0 {
+	if len(p.byTag()[w.tag(c)]) == 0 {
 		t.Fatalf("control: the plant did not fire under the user's git without ohd; plant:\n%s", out)
 	}
-	t.Logf("control fires: %s", p.byTag()[c.name][0])
+	t.Logf("control fires: %s", p.byTag()[w.tag(c)][0])
 }
 
 // TestHostGitInPlace runs the attack table against in-place
@@ -444,18 +447,34 @@ func runHostGit(t *testing.T, mode byte) {
 			args = append(args, "--worktree")
 		}
 		d.ohctlJSON(&w.conv, args...)
-		if mode == 'W' {
-			if w.conv.Worktree == "" {
-				t.Fatalf("create --worktree = %+v, want a worktree", w.conv)
-			}
-			w.tree, w.repo = w.conv.Worktree, w.conv.Worktree
+		if mode == 'W' && w.conv.Worktree == "" {
+			t.Fatalf("create --worktree = %+v, want a worktree", w.conv)
 		}
-		w.mergeRef = "openhands/" + w.conv.ID
-		w.setRoots()
+		w.adopt(w.conv)
 		worlds = append(worlds, w)
 	}
+	attackWorlds(t, d, u, box, worlds)
+	t.Logf("TestHostGit %c took %v", mode, time.Since(start).Round(time.Second))
+}
+
+// adopt makes c the world's conversation (in W, its worktree the tree).
+func (w *hostGitWorld) adopt(c store.Conversation) {
+	w.conv = c
+	if w.mode == 'W' {
+		w.tree, w.repo = c.Worktree, c.Worktree
+	}
+	w.mergeRef = "openhands/" + c.ID
+	w.setRoots()
+}
+
+// attackWorlds plants every world's cases from inside its conversation,
+// runs the user's git at the four stages (during, after an ohd restart,
+// after ohctl rm, after another restart), and reports per case: a
+// subtest that fails when the case's program ran, and a summary line.
+func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds []*hostGitWorld) {
+	start := time.Now()
 	plantAll(t, d, box, worlds)
-	t.Logf("set-up and plants took %v", time.Since(start).Round(time.Second))
+	t.Logf("plants took %v", time.Since(start).Round(time.Second))
 
 	p := newProber(u, box)
 	residual := map[string]bool{}
@@ -491,7 +510,7 @@ func runHostGit(t *testing.T, mode byte) {
 				if err != nil {
 					t.Errorf("ohctl rm %s: %v\n%s", w.conv.ID, err, out)
 				}
-				t.Logf("ohctl rm (%c %s): %s", mode, w.group, clipN(out, 1500))
+				t.Logf("ohctl rm (%c %s): %s", w.mode, w.group, clipN(out, 1500))
 			}
 		}},
 		{"after ohctl rm and an ohd restart", false, func() { d.restart() }},
@@ -517,17 +536,17 @@ func runHostGit(t *testing.T, mode byte) {
 	for _, w := range worlds {
 		for _, c := range w.cases {
 			c, w := c, w
-			t.Run(c.name, func(t *testing.T) {
+			t.Run(w.tag(c), func(t *testing.T) {
 				if f := failedSteps(w.plant[c.name]); len(f) > 0 {
 					t.Logf("held inside the container at: %s", strings.Join(f, "\n"))
 				}
-				for _, n := range p.notes[c.name] {
+				for _, n := range p.notes[w.tag(c)] {
 					t.Logf("held by the user's git: %s", n)
 				}
 				// One line per stage: how often, and the first run in full.
 				var order []string
 				byStage := map[string][]finding{}
-				for _, f := range found[c.name] {
+				for _, f := range found[w.tag(c)] {
 					if byStage[f.stage] == nil {
 						order = append(order, f.stage)
 					}
@@ -544,7 +563,7 @@ func runHostGit(t *testing.T, mode byte) {
 			})
 		}
 	}
-	t.Logf("TestHostGit %c took %v; summary:\n%s", mode, time.Since(start).Round(time.Second), summarize(mode, worlds, p))
+	t.Logf("the attacks took %v; summary:\n%s", time.Since(start).Round(time.Second), summarize(worlds, p))
 }
 
 // plantAll installs the attack tools in each world (the image has only
@@ -564,7 +583,7 @@ func plantAll(t *testing.T, d *daemon, box *markerBox, worlds []*hostGitWorld) {
 			for _, s := range c.steps {
 				steps = append(steps, w.expand(s, c))
 			}
-			_, out := d.execIn(w.conv.ID, "sh", "-c", plantScript(tools, w.evil(c), box.program(c.name), steps))
+			_, out := d.execIn(w.conv.ID, "sh", "-c", plantScript(tools, w.evil(c), box.program(w.tag(c)), steps))
 			w.plant[c.name] = out
 			t.Logf("plant %s (%c%s): %s", c.name, w.mode, w.group, clipN(out, 2000))
 			if c.merge {
@@ -609,14 +628,14 @@ func selfTest(t *testing.T, u *hostUser, box *markerBox, p *prober, worlds []*ho
 				continue
 			}
 			out, err := u.run(w.tree, prog, "self-test")
-			if !strings.Contains(box.fired()[c.name], "self-test") {
+			if !strings.Contains(box.fired()[w.tag(c)], "self-test") {
 				t.Errorf("%s: the planted program does not run on the host by hand (%v: %s): a silent git would prove nothing", c.name, err, out)
 			}
-			if len(already[c.name]) == 0 {
-				box.clear(c.name)
-				delete(p.seen, c.name)
+			if len(already[w.tag(c)]) == 0 {
+				box.clear(w.tag(c))
+				delete(p.seen, w.tag(c))
 			} else {
-				p.seen[c.name] = box.fired()[c.name]
+				p.seen[w.tag(c)] = box.fired()[w.tag(c)]
 			}
 		}
 	}
@@ -625,21 +644,21 @@ func selfTest(t *testing.T, u *hostUser, box *markerBox, p *prober, worlds []*ho
 // summarize is one line per case: where the container held the plant,
 // how often the user's git refused it for its ownership, and at which
 // stages the program ran.
-func summarize(mode byte, worlds []*hostGitWorld, p *prober) string {
+func summarize(worlds []*hostGitWorld, p *prober) string {
 	found := p.byTag()
 	var b strings.Builder
 	for _, w := range worlds {
 		for _, c := range w.cases {
-			fmt.Fprintf(&b, "SUMMARY %c %-26s", mode, c.name)
+			fmt.Fprintf(&b, "SUMMARY %c %-26s", w.mode, c.name)
 			if f := failedSteps(w.plant[c.name]); len(f) > 0 {
 				fmt.Fprintf(&b, " held-in-container=%q", clipN(f[0], 160))
 			}
-			if n := len(p.notes[c.name]); n > 0 {
+			if n := len(p.notes[w.tag(c)]); n > 0 {
 				fmt.Fprintf(&b, " refused-by-ownership=%d", n)
 			}
 			counts := map[string]int{}
 			var order []string
-			for _, f := range found[c.name] {
+			for _, f := range found[w.tag(c)] {
 				st := strings.TrimSuffix(f.stage, " (ide scan)")
 				if counts[st] == 0 {
 					order = append(order, st)
