@@ -128,11 +128,26 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 			}
 		}
 	}
+	// The agent's own uid must be able to share the trees it writes, and
+	// the host's git must refuse what it plants (package gitboundary).
+	tree := repo.Workspace
+	switch {
+	case plan.InPlace:
+		tree = plan.Repo
+	case plan.Path != "":
+		tree = m.wt.Root()
+	}
+	if err := m.checkBoundary(ctx, uid, gid, tree); err != nil {
+		return store.Conversation{}, err
+	}
 	conv := store.Conversation{
 		ID: id, State: store.StateProvisioning, Runtime: m.rt.Kind(), Egress: m.egressMode(),
 		Workspace: repo.Workspace, WorkingDir: repo.Workspace,
 		UID: uid, GID: gid, Grants: req.Grants, BrokerEpoch: 1,
 		Image: img.Ref, ImageID: img.ID, Request: req.Request, LaunchedAgentProfile: req.LaunchedAgentProfile,
+	}
+	if m.rt.Kind() != "local" {
+		conv.AgentUID, conv.AgentGID = m.cfg.AgentUID, m.cfg.AgentGID
 	}
 	if req.Worktree && !repo.IsGit {
 		conv.Notes = append(conv.Notes, "the workspace is not a git repository: started without a worktree, the workspace is mounted at its own path")
@@ -238,7 +253,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	}
 	if repo.IsGit && req.Worktree {
 		planned := worktreeOf(conv)
-		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint, Planned: &planned, View: m.views()})
+		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint, Planned: &planned, View: m.views(), Share: m.shareConvDir(conv)})
 		if werr != nil {
 			return conv, &StepError{ID: id, Step: "worktree", Err: werr}
 		}
@@ -259,6 +274,12 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		}
 		done("worktree")
 		failpoint.Hit("create/after-worktree")
+	}
+	if separated(conv) {
+		if err := m.shareTrees(conv, false); err != nil {
+			return conv, &StepError{ID: id, Step: "worktree", Err: err}
+		}
+		done("share")
 	}
 	innerKey, err := m.openBroker(ctx, conv)
 	if err != nil {

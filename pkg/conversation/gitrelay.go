@@ -204,7 +204,8 @@ func (m *Manager) writeGitRelayConfig(conv store.Conversation) error {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil // written when the broker opens
 	}
-	return writeOwnedFile(filepath.Join(dir, GitRelayConfigFile), gitConfigText(m.gitRelayConfig(conv.Grants)), 0o444, conv.UID, conv.GID)
+	uid, gid := agentOf(conv)
+	return writeOwnedFile(filepath.Join(dir, GitRelayConfigFile), gitConfigText(m.gitRelayConfig(conv.Grants)), 0o444, uid, gid)
 }
 
 // RefreshGitRelayConfigs rewrites the git relay configuration of every

@@ -122,7 +122,8 @@ func (m *Manager) RotateToken(id string) (store.Conversation, error) {
 	if err != nil {
 		return c, err
 	}
-	if err := m.br.WriteToken(id, c.BrokerEpoch, c.UID, c.GID); err != nil {
+	uid, gid := agentOf(c)
+	if err := m.br.WriteToken(id, c.BrokerEpoch, uid, gid); err != nil {
 		return c, fmt.Errorf("rotate token of %s: %w", id, err)
 	}
 	return c, nil
@@ -259,6 +260,9 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 			return c, fmt.Errorf("start conversation %s: %w", id, err)
 		}
 	}
+	if c, err = m.separateAgent(ctx, c); err != nil {
+		return c, fmt.Errorf("start conversation %s: %w", id, err)
+	}
 	if c.GitLayout == store.GitLayoutShared && c.Worktree != "" {
 		// Its old container mounts the repository's git dir: it goes, and
 		// the new one gets the conversation's own view.
@@ -272,6 +276,9 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 		if c, err = m.moveToView(ctx, c); err != nil {
 			return c, fmt.Errorf("start conversation %s: %w", id, err)
 		}
+	}
+	if err := m.shareTrees(c, true); err != nil {
+		return c, fmt.Errorf("start conversation %s: %w", id, err)
 	}
 	spec, err := m.spec(ctx, c)
 	if err != nil {

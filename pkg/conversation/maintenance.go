@@ -455,14 +455,15 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 				check("worktree-container", "ok", "git status in the container: "+strings.SplitN(stdout.String(), "\n", 2)[0])
 			}
 		}
-		problems, err := m.rt.Hardening(ctx, c.ContainerID, c.UID, c.GID)
+		uid, gid := agentOf(c)
+		problems, err := m.rt.Hardening(ctx, c.ContainerID, uid, gid)
 		switch {
 		case err != nil:
 			check("container-hardening", "fail", err.Error())
 		case len(problems) > 0:
 			check("container-hardening", "fail", strings.Join(problems, "; "))
 		default:
-			check("container-hardening", "ok", fmt.Sprintf("user %d:%d, all capabilities dropped, no-new-privileges, limits, port on 127.0.0.1 only", c.UID, c.GID))
+			check("container-hardening", "ok", fmt.Sprintf("user %d:%d (the agent's own, not the repository owner's %d), all capabilities dropped, no-new-privileges, limits, port on 127.0.0.1 only", uid, gid, c.UID))
 		}
 	}
 	dir := m.brokerDir(c.ID)

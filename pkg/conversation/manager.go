@@ -126,11 +126,13 @@ type Config struct {
 	UndoRetryInterval time.Duration
 	// OnStep, if set, is called after each step of a create or remove
 	// with its duration, for metrics and benchmarks. Steps of a create:
-	// "worktree", "broker", "container_create", "container_start",
+	// "worktree", "share" (the agent's own uid given the trees it writes),
+	// "broker", "container_create", "container_start",
 	// "container_ready", "forward", "create_total"; of a remove:
 	// "save_view" (a running conversation's work, saved through its
 	// container), "remove_container", "remove_broker", "remove_worktree",
-	// "remove_total". It must not block.
+	// "release" (in place or a plain folder: the tree given back to its
+	// owner), "remove_total". It must not block.
 	OnStep func(id, step string, d time.Duration)
 	// Metrics receives create results, container starts and deaths; nil
 	// reports nothing.
@@ -151,6 +153,16 @@ type Config struct {
 	// InnerEnv are the operator's extra NAME=VALUE variables for inner
 	// servers, checked by openhands.CheckExtraEnv.
 	InnerEnv []string
+	// AgentUID and AgentGID are the user a container runs as: a uid of
+	// its own, neither root nor a repository's owner, so that the user's
+	// git refuses every git directory the agent makes (package
+	// gitboundary); required for a container runtime (ohd serve
+	// --agent-uid: the system user ohd-agent, else 10001).
+	AgentUID, AgentGID int
+	// KeptRoot holds what a removal moves out of the user's tree, one
+	// <KeptRoot>/<id>/git-dirs per conversation (the daemon uses
+	// <state-dir>/kept); "" moves nothing out.
+	KeptRoot string
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -190,6 +202,9 @@ type Manager struct {
 	// inPlace serializes the check that a work tree has no in-place
 	// conversation with the writing of a new one's record.
 	inPlace sync.Mutex
+
+	// git is the host git's ownership check, run once (checkBoundary).
+	git hostGit
 }
 
 type startCall struct {
@@ -205,6 +220,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Runtime.Kind() == "docker" && cfg.Helper == "" {
 		return nil, errors.New("conversation manager: the docker runtime needs a static ohctl to mount into containers (Helper)")
+	}
+	if cfg.Runtime.Kind() != "local" && cfg.AgentUID == 0 {
+		return nil, errors.New("conversation manager: a container runtime needs the agent's own uid (AgentUID; ohd serve --agent-uid)")
 	}
 	if cfg.Runtime.Kind() != "local" && cfg.InnerRoot == "" {
 		return nil, errors.New("conversation manager: a container runtime needs a directory for the inner servers' state (InnerRoot)")
@@ -304,7 +322,8 @@ func (m *Manager) openBroker(ctx context.Context, conv store.Conversation) ([]by
 		return nil, err
 	}
 	if m.rt.Kind() != "local" {
-		if err := writeOwnedFile(filepath.Join(ep.Dir, InnerKeyFile), key, 0o400, conv.UID, conv.GID); err != nil {
+		uid, gid := agentOf(conv)
+		if err := writeOwnedFile(filepath.Join(ep.Dir, InnerKeyFile), key, 0o400, uid, gid); err != nil {
 			return nil, err
 		}
 		if err := m.writeInnerState(conv, ep.Dir); err != nil {
@@ -313,7 +332,7 @@ func (m *Manager) openBroker(ctx context.Context, conv store.Conversation) ([]by
 		if err := m.writeGitRelayConfig(conv); err != nil {
 			return nil, err
 		}
-		if err := ensureMountpoint(filepath.Join(ep.Dir, "bin", "ohctl"), conv.UID, conv.GID); err != nil {
+		if err := ensureMountpoint(filepath.Join(ep.Dir, "bin", "ohctl"), uid, gid); err != nil {
 			return nil, err
 		}
 	}
@@ -390,9 +409,12 @@ func ownerOf(path string) (int, int, error) {
 	return int(sys.Uid), int(sys.Gid), nil
 }
 
+// brokerConversation is c as the broker serves it: its socket, token and
+// key files belong to the user its container runs as (agentOf).
 func brokerConversation(c store.Conversation) broker.Conversation {
+	uid, gid := agentOf(c)
 	return broker.Conversation{
-		ID: c.ID, UID: c.UID, GID: c.GID, Epoch: c.BrokerEpoch,
+		ID: c.ID, UID: uid, GID: gid, Epoch: c.BrokerEpoch,
 		Grants: broker.Grants{Secrets: c.Grants.Secrets, Git: c.Grants.Git, LLM: c.Grants.LLM, OAuth: c.Grants.OAuth, MCP: c.Grants.MCP, Net: c.Grants.Net,
 			GitOptions: brokerGitOptions(c.Grants.GitOptions)},
 	}
@@ -476,12 +498,13 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 		port = 8000
 	}
 	cmd = append(cmd, openhands.Args(port)...)
+	uid, gid := agentOf(conv)
 	return runtime.Spec{
 		ConversationID: conv.ID,
 		ServerID:       m.st.ServerID(),
 		Image:          conv.ImageID,
-		UID:            conv.UID,
-		GID:            conv.GID,
+		UID:            uid,
+		GID:            gid,
 		Mounts:         mounts,
 		Env:            m.env(conv),
 		Entrypoint: []string{ContainerHelper, "inner-exec",
@@ -596,7 +619,8 @@ func (m *Manager) writeInnerState(conv store.Conversation, brokerDir string) err
 	if err != nil {
 		return err
 	}
-	if err := writeOwnedFile(filepath.Join(brokerDir, InnerSecretKeyFile), key, 0o400, conv.UID, conv.GID); err != nil {
+	uid, gid := agentOf(conv)
+	if err := writeOwnedFile(filepath.Join(brokerDir, InnerSecretKeyFile), key, 0o400, uid, gid); err != nil {
 		return err
 	}
 	d := openhands.DirsOf(m.cfg.InnerRoot, conv.ID)
@@ -608,7 +632,7 @@ func (m *Manager) writeInnerState(conv store.Conversation, brokerDir string) err
 			return fmt.Errorf("inner state: %w", err)
 		}
 		if os.Geteuid() == 0 {
-			if err := os.Lchown(dir, conv.UID, conv.GID); err != nil {
+			if err := os.Lchown(dir, uid, gid); err != nil {
 				return fmt.Errorf("inner state: %w", err)
 			}
 		}

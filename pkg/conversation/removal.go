@@ -108,6 +108,10 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 		c.Removal.BranchKept, c.Removal.Message = res.BranchKept, res.Message
 		c.Removal.Kept, c.Removal.IgnoredFiles, c.Removal.IgnoredBytes = res.Kept, res.IgnoredFiles, res.IgnoredBytes
 		c.Removal.NestedRepos = res.NestedRepos
+		c.Removal.GitDirsMoved = append(c.Removal.GitDirsMoved, res.GitDirsMoved...)
+		if res.GitDirsKept != "" {
+			c.Removal.GitDirsKept = res.GitDirsKept
+		}
 		if res.Published != "" {
 			c.Published = res.Published
 		}
@@ -121,6 +125,27 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 	}
 	m.log.Info("conversation removed", "id", conv.ID, "snapshot", res.SnapshotRef, "branch_kept", res.BranchKept)
 	return conv, nil
+}
+
+// removed is what a teardown did: the worktree's removal, and the git
+// directories of the agent's moved out of the user's tree.
+type removed struct {
+	worktree.RemoveResult
+	GitDirsMoved []string
+	GitDirsKept  string
+}
+
+// release runs releaseTree for a teardown and adds what it moved to res.
+func (m *Manager) release(conv store.Conversation, moveOnly bool, res *removed) error {
+	r, err := m.releaseTree(conv, moveOnly)
+	if len(r.Moved) > 0 {
+		res.GitDirsMoved = append(res.GitDirsMoved, r.Moved...)
+		res.GitDirsKept = m.keptGitDirs(conv.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("give the tree back to its owner: %w", err)
+	}
+	return nil
 }
 
 // saveError is a teardown that stopped at saving the work: nothing was
@@ -173,8 +198,8 @@ const (
 // is idempotent: each step tolerates what an earlier run already removed.
 // With keepWork the work is saved first (see saveWork); a failed save is
 // a *saveError and nothing is torn down.
-func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode teardownMode) (worktree.RemoveResult, error) {
-	var res worktree.RemoveResult
+func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode teardownMode) (removed, error) {
+	var res removed
 	t0, step := time.Now(), time.Now()
 	done := func(name string) {
 		m.cfg.OnStep(conv.ID, name, time.Since(step))
@@ -218,18 +243,38 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	}
 	done("remove_broker")
 	failpoint.Hit("delete/after-broker")
+	// The agent is stopped: the git directories it made go out of the
+	// user's tree (into the kept state), its files back to the user. A
+	// worktree is deleted next, so only the move matters there; it is
+	// done before the worktree's snapshot (when that is not saved yet),
+	// which then holds a nested repository's files as files.
+	if conv.Worktree != "" {
+		if err := m.release(conv, true, &res); err != nil {
+			return res, err
+		}
+	}
 	if conv.Worktree != "" || conv.InPlace {
 		wt, found, err := m.worktreeToRemove(ctx, conv)
 		if err != nil {
 			return res, fmt.Errorf("remove worktree: %w", err)
 		}
 		if found {
-			if res, err = m.removeWorktree(ctx, conv, wt, mode, saved); err != nil {
+			if res.RemoveResult, err = m.removeWorktree(ctx, conv, wt, mode, saved); err != nil {
 				return res, fmt.Errorf("remove worktree: %w", err)
 			}
 		}
 		done("remove_worktree")
 		failpoint.Hit("delete/after-worktree")
+	}
+	if conv.Worktree == "" {
+		// In place and a plain folder: the user's own tree, after the
+		// view is saved and gone.
+		if err := m.release(conv, false, &res); err != nil {
+			return res, err
+		}
+		if separated(conv) {
+			done("release")
+		}
 	}
 	if m.cfg.InnerRoot != "" {
 		// The inner server's state (events, its settings) ends with the

@@ -94,7 +94,7 @@ func (m *Manager) copyInnerOut(ctx context.Context, c store.Conversation) (strin
 	defer os.RemoveAll(stage)
 	uid, gid := -1, -1
 	if os.Geteuid() == 0 {
-		uid, gid = c.UID, c.GID
+		uid, gid = agentOf(c)
 	}
 	var total safetar.Result
 	var staged [][2]string

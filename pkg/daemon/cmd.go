@@ -111,6 +111,8 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.StringFlag{Name: "import-max-object", Value: FormatSize(packcheck.DefaultMaxObjectBytes), Usage: "largest object (or delta result) an import may declare; bounds the importing git's memory", Sources: env("import-max-object")},
 			&cli.StringFlag{Name: "import-max-expanded", Value: FormatSize(packcheck.DefaultMaxExpandedBytes), Usage: "most bytes one import's objects may expand to in all", Sources: env("import-max-expanded")},
 			&cli.IntFlag{Name: "import-max-tree-depth", Value: worktree.DefaultMaxTreeDepth, Usage: "deepest directory nesting an imported commit may have", Sources: env("import-max-tree-depth")},
+			&cli.IntFlag{Name: "agent-uid", Usage: "uid conversation containers run as: one of its own, never root nor a repository's owner (default: the system user ohd-agent, else 10001)", Sources: env("agent-uid")},
+			&cli.IntFlag{Name: "agent-gid", Usage: "gid conversation containers run as (default: the group ohd-agent, else 10001)", Sources: env("agent-gid")},
 			&cli.DurationFlag{Name: "ready-timeout", Value: 60 * time.Second, Usage: "wait this long for a container's health check", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
 			str("metrics-listen", "also serve metrics on this loopback address"),
@@ -187,6 +189,12 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				UpstreamAllowRemote: cmd.Bool("upstream-allow-remote"),
 				CORSOrigins:         cmd.StringSlice("cors-origin"), WorkspaceRoots: cmd.StringSlice("workspace-root"),
 				ImportLimits: imp, MaxTreeDepth: treeDepth,
+				AgentUID: int(cmd.Int("agent-uid")), AgentGID: int(cmd.Int("agent-gid")),
+			}
+			for _, name := range []string{"agent-uid", "agent-gid"} {
+				if n := cmd.Int(name); cmd.IsSet(name) && n <= 0 {
+					return usageError{fmt.Errorf("--%s %d: the agent needs an unprivileged id of its own, never root's (0): omit the flag for the system user ohd-agent (else 10001)", name, n)}
+				}
 			}
 			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections", "egress-connections"} {
 				if n := cmd.Int(name); n == 0 || n < -1 {

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
@@ -128,8 +130,38 @@ type Config struct {
 	// working_dir is made, besides the upstream's home
 	// (--workspace-root); each must be an existing absolute directory.
 	WorkspaceRoots []string
+	// AgentUID and AgentGID are the user conversation containers run as
+	// (--agent-uid, --agent-gid): a uid of its own, neither root nor any
+	// repository's owner, so that the user's git refuses every git
+	// directory the agent makes (package gitboundary). Default: the
+	// system user (and group) ohd-agent when it exists, else 10001.
+	AgentUID, AgentGID int
 	// Getenv reads the environment; nil means os.Getenv (tests inject).
 	Getenv func(string) string
+}
+
+// DefaultAgentUID is the agent's uid and gid when no system user ohd-agent
+// exists: above the range distributions give people.
+const DefaultAgentUID = 10001
+
+// defaultAgentIDs are the ids of the system user and group ohd-agent, each
+// DefaultAgentUID when absent.
+func defaultAgentIDs() (uid, gid int) {
+	uid, gid = DefaultAgentUID, DefaultAgentUID
+	if u, err := user.Lookup("ohd-agent"); err == nil {
+		if n, err := strconv.Atoi(u.Uid); err == nil {
+			uid = n
+		}
+		if n, err := strconv.Atoi(u.Gid); err == nil {
+			gid = n
+		}
+	}
+	if g, err := user.LookupGroup("ohd-agent"); err == nil {
+		if n, err := strconv.Atoi(g.Gid); err == nil {
+			gid = n
+		}
+	}
+	return uid, gid
 }
 
 // Defaults fills every zero field. It reads the environment (XDG dirs,
@@ -176,6 +208,15 @@ func (c *Config) Defaults() error {
 	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
+	}
+	if c.AgentUID == 0 || c.AgentGID == 0 {
+		uid, gid := defaultAgentIDs()
+		if c.AgentUID == 0 {
+			c.AgentUID = uid
+		}
+		if c.AgentGID == 0 {
+			c.AgentGID = gid
+		}
 	}
 	if c.Helper == "" {
 		if exe, err := os.Executable(); err == nil {

@@ -175,6 +175,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 		InnerRoot: filepath.Join(cfg.StateDir, "inner"), InnerEnv: cfg.InnerEnv, Egress: d.egress,
 		Helper: cfg.Helper, HelperDir: filepath.Join(cfg.StateDir, "bin"), IdleTimeout: cfg.IdleTimeout, Logger: log,
 		Metrics: d.metrics, OnStep: d.observeStep, Protected: d.protectedPaths(),
+		AgentUID: cfg.AgentUID, AgentGID: cfg.AgentGID, KeptRoot: filepath.Join(cfg.StateDir, "kept"),
 	})
 	if err != nil {
 		return nil, err

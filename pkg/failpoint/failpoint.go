@@ -18,6 +18,7 @@ var Steps = []string{
 	"delete/after-container",
 	"delete/after-broker",
 	"delete/after-worktree",
+	"release/mid-move",
 	"publish/after-import",
 	"publish/after-ref",
 }

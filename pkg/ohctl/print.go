@@ -169,6 +169,9 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 		}
 	}
 	t.row("user", fmt.Sprintf("%d:%d", c.UID, c.GID))
+	if c.Runtime != "local" && c.AgentUID != 0 {
+		t.row("agent user", fmt.Sprintf("%d:%d (the container's; your git refuses what it owns)", c.AgentUID, c.AgentGID))
+	}
 	t.row("broker", c.BrokerDir)
 	t.row("broker epoch", fmt.Sprint(c.BrokerEpoch))
 	for _, kind := range store.Kinds {
@@ -199,6 +202,9 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 		}
 		for _, n := range r.NestedRepos {
 			t.row("kept", n+"/: a nested repository's files, in the snapshot (not its history)")
+		}
+		for _, g := range r.GitDirsMoved {
+			t.row("moved out", g+": a git directory the agent made, now under "+r.GitDirsKept)
 		}
 		if r.IgnoredFiles > 0 {
 			t.row("not kept", fmt.Sprintf("%d ignored files (%d bytes)", r.IgnoredFiles, r.IgnoredBytes))
@@ -248,6 +254,9 @@ func printRemoval(w io.Writer, c store.Conversation) {
 	}
 	for _, n := range r.NestedRepos {
 		fmt.Fprintf(w, "nested repository %s/ saved in the snapshot as files (its own history is not kept)\n", n)
+	}
+	if len(r.GitDirsMoved) > 0 {
+		fmt.Fprintf(w, "moved out of your tree (git directories the agent made, which your git must never read): %s, now under %s\n", strings.Join(r.GitDirsMoved, ", "), r.GitDirsKept)
 	}
 	if r.IgnoredFiles > 0 {
 		fmt.Fprintf(w, "not kept: %d ignored files (%d bytes)\n", r.IgnoredFiles, r.IgnoredBytes)

@@ -10,7 +10,7 @@ import (
 )
 
 // Hardening inspects a running container and lists every way it departs
-// from ohd's hardening: the expected user, all capabilities dropped,
+// from ohd's hardening: the expected user (uid:gid, the agent's own), all capabilities dropped,
 // no-new-privileges, no privileged mode or host namespaces, memory, CPU
 // and pids limits, and its ports published on 127.0.0.1 only. An empty
 // list means the container is hardened as ohd created it.
@@ -26,7 +26,7 @@ func (d *Docker) Hardening(ctx context.Context, id string, uid, gid int) ([]stri
 		return []string{"the engine returned no configuration"}, nil
 	}
 	if want := fmt.Sprintf("%d:%d", uid, gid); ci.Config.User != want {
-		bad("runs as %q, not the repository owner %s", ci.Config.User, want)
+		bad("runs as %q, not the agent's user %s", ci.Config.User, want)
 	}
 	hc := ci.HostConfig
 	if !slices.ContainsFunc(hc.CapDrop, func(c string) bool { return strings.EqualFold(c, "ALL") }) {

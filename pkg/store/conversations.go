@@ -194,7 +194,14 @@ type Removal struct {
 	// NestedRepos are the worktree's nested repositories the snapshot
 	// holds as files (their own history was not kept).
 	NestedRepos []string `json:"nested_repos,omitempty"`
-	Message     string   `json:"message,omitempty"`
+	// GitDirsMoved are the git directories the agent made in the user's
+	// tree (a .git of its own, an implicit bare repository), relative to
+	// the tree, moved out at the removal into GitDirsKept
+	// (<state-dir>/kept/<id>/git-dirs), each under the same relative path
+	// (package gitboundary).
+	GitDirsMoved []string `json:"git_dirs_moved,omitempty"`
+	GitDirsKept  string   `json:"git_dirs_kept,omitempty"`
+	Message      string   `json:"message,omitempty"`
 }
 
 // Conversation is everything ohd knows about one conversation. It never
@@ -262,6 +269,13 @@ type Conversation struct {
 
 	UID int `json:"uid"`
 	GID int `json:"gid"`
+	// AgentUID and AgentGID are the user the conversation's container runs
+	// as, a uid of its own (ohd serve --agent-uid), so that the user's git
+	// refuses every git directory the agent makes (package gitboundary).
+	// 0 in records made before, whose containers ran as UID:GID, until
+	// their container is next created.
+	AgentUID int `json:"agent_uid,omitempty"`
+	AgentGID int `json:"agent_gid,omitempty"`
 
 	Grants      Grants `json:"grants"`
 	BrokerEpoch uint64 `json:"broker_epoch"`

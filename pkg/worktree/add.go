@@ -36,6 +36,11 @@ type AddOptions struct {
 	// for a conversation whose agent runs in a container: the container
 	// then never writes the host repository.
 	View bool
+	// Share, when set, is called on the conversation directory right
+	// after Add makes it, before git writes anything below it: package
+	// gitboundary gives it the default ACL that every file git checks out
+	// then inherits (the agent's own uid may write them), with no walk.
+	Share func(convDir string) error
 }
 
 // Worktree is a conversation's worktree as Add created it. Persist every
@@ -250,6 +255,12 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 	if err := m.chown(convDir, repo.UID, repo.GID); err != nil {
 		defer unlock()
 		return undo(err)
+	}
+	if opts.Share != nil {
+		if err := opts.Share(convDir); err != nil {
+			defer unlock()
+			return undo(err)
+		}
 	}
 	// --no-checkout: the files are checked out below by a separate git
 	// run in the new worktree's own context, because that context (its

@@ -13,9 +13,15 @@ import (
 // repository's worktree metadata: gc.auto=0 (no automatic gc, which would
 // run `git worktree prune`), gc.worktreePruneExpire=never (even an explicit
 // gc keeps worktree registrations) and maintenance.auto=false (no
-// background maintenance after commands). The slice is fresh on each call.
+// background maintenance after commands). The agent runs as a uid of its
+// own while the user owns the repository, so its git would refuse the
+// user's tree ("dubious ownership"): safe.directory=* lets it, and git
+// honours safe.directory in this command scope (GIT_CONFIG_*), never from
+// a repository's own config (package gitboundary). The slice is fresh on
+// each call.
 func ContainerGitConfig() [][2]string {
 	return [][2]string{
+		{"safe.directory", "*"},
 		{"gc.auto", "0"},
 		{"gc.worktreePruneExpire", "never"},
 		{"maintenance.auto", "false"},

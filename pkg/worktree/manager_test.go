@@ -62,13 +62,13 @@ func TestParseGitVersion(t *testing.T) {
 }
 
 func TestContainerGitConfig(t *testing.T) {
-	want := [][2]string{{"gc.auto", "0"}, {"gc.worktreePruneExpire", "never"}, {"maintenance.auto", "false"}}
+	want := [][2]string{{"safe.directory", "*"}, {"gc.auto", "0"}, {"gc.worktreePruneExpire", "never"}, {"maintenance.auto", "false"}}
 	got := ContainerGitConfig()
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ContainerGitConfig mismatch (-want +got):\n%s", diff)
 	}
 	got[0][1] = "changed"
-	if ContainerGitConfig()[0][1] != "0" {
+	if ContainerGitConfig()[0][1] != "*" {
 		t.Errorf("ContainerGitConfig returns shared state")
 	}
 }

@@ -1,0 +1,155 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// Issue 26: the user's git never runs what the agent wrote. The agent's
+// container runs as a uid of its own (10001 here, the default without a
+// system user ohd-agent); the user's tree is shared with it through ACLs;
+// git's ownership check refuses every git directory it makes; at the
+// removal those move out of the tree and every file is the user's again.
+
+const agentUID = 10001
+
+// userGit runs git on the host as the repository owner with git's own
+// default config (no safe.directory), as the user would.
+func userGit(t *testing.T, dir string, args ...string) (string, error) {
+	t.Helper()
+	cmd := testenv.AsUser(exec.Command("git", args...), attackOwner, attackOwner)
+	cmd.Dir, cmd.Env = dir, append(testenv.GitEnv(), "GIT_PAGER=cat")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// asOwner runs a shell command on the host as the repository owner.
+func asOwner(t *testing.T, dir, script string) (string, error) {
+	t.Helper()
+	cmd := testenv.AsUser(exec.Command("sh", "-c", script), attackOwner, attackOwner)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestAgentRunsAsItsOwnUIDInPlace: in place, in a repository of uid 1000,
+// the container runs as the agent's uid; what the agent writes the user
+// edits; the .git the agent plants in the user's docs/ (with an fsmonitor
+// that would mark its run) is refused by the user's git there during the
+// conversation; `ohctl rm` moves it out into ohd's kept state and says so,
+// and every file in the folder is uid 1000's again.
+func TestAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(repo, "docs", "guide.md"), "guide\n")
+	testenv.Git(t, repo, "add", "docs")
+	testenv.Git(t, repo, "commit", "-q", "-m", "docs")
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	markers := mustTempDir(t, "ohd-marker-")
+	if err := os.Chmod(markers, 0o777); err != nil {
+		t.Fatal(err)
+	}
+
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo)
+	if !c.InPlace || c.UID != attackOwner || c.AgentUID != agentUID {
+		t.Fatalf("create: want in place, owner %d, agent %d; got %+v", attackOwner, agentUID, c)
+	}
+	out, err := exec.Command("docker", "inspect", "-f", "{{.Config.User}}", c.ContainerID).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "10001:10001" {
+		t.Fatalf("the container runs as %q (%v), want the agent's 10001:10001", out, err)
+	}
+
+	// The agent's everyday work: a new file, an edit of the user's, a
+	// commit in its view.
+	script := "cd " + repo + " && echo agent > agent.txt && echo more >> README.md && echo m > docs/made.md && " +
+		"git add -A && git -c user.name=a -c user.email=a@x commit -q -m agent && git status --short"
+	if code, out := d.execIn(c.ID, "sh", "-c", script); code != 0 {
+		t.Fatalf("the agent's git in the user's tree: exit %d: %s", code, out)
+	}
+	if st, err := os.Lstat(filepath.Join(repo, "agent.txt")); err != nil || st.Sys().(*syscall.Stat_t).Uid != agentUID {
+		t.Fatalf("the agent's file on the host: %v, want it owned by the agent's uid %d", err, agentUID)
+	}
+	// The user edits and deletes the agent's files, with their own git.
+	if out, err := asOwner(t, repo, "echo user >> agent.txt && echo u >> docs/made.md && rm docs/made.md && echo n > docs/new.md"); err != nil {
+		t.Fatalf("the user cannot edit the agent's files: %v\n%s", err, out)
+	}
+	if out, err := userGit(t, repo, "status", "--short"); err != nil {
+		t.Fatalf("the user's git status at the root: %v\n%s", err, out)
+	}
+
+	// The plant: a repository in the user's docs/ whose fsmonitor marks.
+	plant := "cd " + repo + "/docs && git init -q . && git config core.fsmonitor 'touch " + markers + "/fsmonitor-ran; false'"
+	if code, out := d.execIn(c.ID, "sh", "-c", plant); code != 0 {
+		t.Fatalf("plant: exit %d: %s", code, out)
+	}
+	// status and log refuse with git's words; diff, refused the same way,
+	// falls back to comparing paths and says it is no repository.
+	for _, args := range [][]string{{"status"}, {"diff"}, {"log", "-p", "-1"}} {
+		out, err := userGit(t, filepath.Join(repo, "docs"), args...)
+		if err == nil || !strings.Contains(out, "dubious ownership") && !strings.Contains(out, "Not a git repository") {
+			t.Errorf("the user's git %v in docs/ during the conversation = %v %q; want a refusal (dubious ownership)", args, err, tail(out, 3))
+		}
+	}
+	if out, err := userGit(t, repo, "status"); err != nil {
+		t.Errorf("the user's git status at the root during the conversation: %v\n%s", err, out)
+	}
+	assertNoMarker(t, markers, "during the conversation")
+
+	rm := d.ohctl("rm", c.ID)
+	kept := filepath.Join(d.dirs.State, "kept", c.ID, "git-dirs")
+	if !strings.Contains(rm, "docs/.git") || !strings.Contains(rm, kept) {
+		t.Errorf("ohctl rm does not say it moved docs/.git to %s:\n%s", kept, rm)
+	}
+	if _, err := os.Lstat(filepath.Join(repo, "docs", ".git")); err == nil {
+		t.Errorf("docs/.git is still in the user's tree after ohctl rm")
+	}
+	if st, err := os.Stat(filepath.Join(kept, "docs", ".git", "config")); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("the agent's docs/.git is not kept under %s: %v", kept, err)
+	}
+	var after store.Conversation
+	d.ohctlJSON(&after, "show", c.ID)
+	if after.Removal == nil || len(after.Removal.GitDirsMoved) != 1 || after.Removal.GitDirsMoved[0] != "docs/.git" || after.Removal.GitDirsKept != kept {
+		t.Errorf("removal record = %+v, want docs/.git moved to %s", after.Removal, kept)
+	}
+	assertOwnedBy(t, repo, attackOwner)
+	for _, dir := range []string{repo, filepath.Join(repo, "docs")} {
+		for _, args := range [][]string{{"status"}, {"diff"}, {"log", "-p", "-1"}} {
+			if out, err := userGit(t, dir, args...); err != nil {
+				t.Errorf("the user's git %v in %s after ohctl rm: %v\n%s", args, dir, err, out)
+			}
+		}
+	}
+	assertNoMarker(t, markers, "after ohctl rm")
+}
+
+// assertOwnedBy fails for every inode under root that uid does not own.
+func assertOwnedBy(t *testing.T, root string, uid int) {
+	t.Helper()
+	bad := 0
+	_ = filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		if got := int(fi.Sys().(*syscall.Stat_t).Uid); got != uid && bad < 10 {
+			bad++
+			t.Errorf("%s is owned by uid %d after ohctl rm, want %d", p, got, uid)
+		}
+		return nil
+	})
+}
+
+func assertNoMarker(t *testing.T, dir, stage string) {
+	t.Helper()
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+		t.Errorf("%s: the agent's program ran on the host as the user: %s", stage, ents[0].Name())
+	}
+}

@@ -1,0 +1,265 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
+	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// The ownership boundary (package gitboundary): a containerized
+// conversation's agent runs as a uid of its own (Config.AgentUID), the
+// trees it writes are shared with it through ACLs before its container
+// starts (shareTrees), and given back at the removal (releaseTrees).
+
+// agentOf returns the user conv's container runs as: the record's agent
+// uid, or (the local runtime's agent runs on the host as the user; a
+// record made before agent uids, until its container is next created)
+// the repository owner.
+func agentOf(conv store.Conversation) (uid, gid int) {
+	if conv.Runtime == "local" || conv.AgentUID == 0 {
+		return conv.UID, conv.GID
+	}
+	return conv.AgentUID, conv.AgentGID
+}
+
+// boundaryIDs are conv's owner and agent.
+func boundaryIDs(conv store.Conversation) gitboundary.IDs {
+	uid, gid := agentOf(conv)
+	return gitboundary.IDs{Owner: conv.UID, OwnerGID: conv.GID, Agent: uid, AgentGID: gid}
+}
+
+// separated says whether conv's agent has a uid of its own (the trees are
+// shared and released).
+func separated(conv store.Conversation) bool {
+	return conv.Runtime != "local" && conv.AgentUID != 0
+}
+
+// hostGit caches the host git check: its version does not change under a
+// running ohd often enough to run git on every create.
+type hostGit struct {
+	once sync.Once
+	err  error
+}
+
+// checkBoundary refuses, before anything is made, a create the boundary
+// cannot hold: an agent uid that is root or the repository owner's, a host
+// git without the ownership check, a workspace (or worktree root) on a
+// filesystem without ACLs.
+func (m *Manager) checkBoundary(ctx context.Context, owner, ownerGID int, trees ...string) error {
+	if m.rt.Kind() == "local" {
+		return nil
+	}
+	ids := gitboundary.IDs{Owner: owner, OwnerGID: ownerGID, Agent: m.cfg.AgentUID, AgentGID: m.cfg.AgentGID}
+	if err := ids.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	m.git.once.Do(func() { _, m.git.err = gitboundary.CheckGit(context.WithoutCancel(ctx)) })
+	if m.git.err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, m.git.err)
+	}
+	for _, t := range trees {
+		if t == "" {
+			continue
+		}
+		if err := gitboundary.CheckFilesystem(t); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
+// shareConvDir is worktree.AddOptions.Share for conv.
+func (m *Manager) shareConvDir(conv store.Conversation) func(string) error {
+	if !separated(conv) {
+		return nil
+	}
+	return func(dir string) error { return gitboundary.ShareDir(dir, boundaryIDs(conv)) }
+}
+
+// shareTrees shares every tree conv's agent writes with its uid, before
+// its container starts: the git view (small), and the in-place folder or
+// the plain folder (a walk; a worktree inherits from its conversation
+// directory, see shareConvDir, except on a later start, when files the
+// user brought in since are shared too). The worktree's own .git file is
+// kept from the agent: a pointer the user's git follows.
+func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
+	if !separated(conv) {
+		return nil
+	}
+	ids := boundaryIDs(conv)
+	var trees []string
+	switch {
+	case conv.InPlace:
+		trees = append(trees, conv.Repo)
+	case conv.Worktree != "":
+		if start {
+			trees = append(trees, conv.Worktree)
+		}
+	default:
+		trees = append(trees, conv.Workspace)
+	}
+	if conv.GitView != "" {
+		trees = append(trees, filepath.Dir(conv.GitView))
+	}
+	for _, t := range trees {
+		st, err := gitboundary.Apply(t, ids)
+		if err != nil {
+			return err
+		}
+		m.log.Debug("shared a tree with the agent's uid", "id", conv.ID, "tree", t, "dirs", st.Dirs, "files", st.Files, "changed", st.Changed, "took", st.Duration)
+	}
+	if conv.Worktree != "" {
+		if err := gitboundary.Unshare(filepath.Join(conv.Worktree, ".git"), ids); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// keptGitDirs is where the git directories the agent made in conv's tree
+// go at its removal.
+func (m *Manager) keptGitDirs(id string) string {
+	return filepath.Join(m.cfg.KeptRoot, id, "git-dirs")
+}
+
+// releaseTree gives conv's tree back to its owner at the removal, after
+// the agent has stopped (gitboundary.Release): the agent's git
+// directories moved out to keptGitDirs, and (but in a worktree, deleted
+// next) its files chowned back and the ACL entries removed. Idempotent: an
+// interrupted removal runs it again.
+func (m *Manager) releaseTree(conv store.Conversation, moveOnly bool) (gitboundary.ReleaseResult, error) {
+	tree := releasedTree(conv)
+	if !separated(conv) || tree == "" || m.cfg.KeptRoot == "" {
+		return gitboundary.ReleaseResult{}, nil
+	}
+	if _, err := os.Lstat(tree); errors.Is(err, fs.ErrNotExist) {
+		return gitboundary.ReleaseResult{}, nil
+	}
+	res, err := gitboundary.Release(tree, gitboundary.ReleaseOptions{IDs: boundaryIDs(conv), KeptDir: m.keptGitDirs(conv.ID), MoveOnly: moveOnly})
+	if err != nil {
+		return res, err
+	}
+	if len(res.Moved) > 0 {
+		m.log.Info("moved the agent's git directories out of the user's tree", "id", conv.ID, "tree", tree, "to", m.keptGitDirs(conv.ID), "moved", res.Moved)
+	}
+	return res, nil
+}
+
+// releasedTree is the tree of the user's that conv's agent wrote.
+func releasedTree(conv store.Conversation) string {
+	switch {
+	case conv.InPlace:
+		return conv.Repo
+	case conv.Worktree != "":
+		return conv.Worktree
+	}
+	return conv.Workspace
+}
+
+// checkGitDirs is doctor's report of the git directories conv's agent made
+// in the user's tree (ohctl rm moves them out).
+func (m *Manager) checkGitDirs(conv store.Conversation) control.DoctorCheck {
+	ck := control.DoctorCheck{Conversation: conv.ID, Check: "agent-git-dirs"}
+	tree := releasedTree(conv)
+	if !separated(conv) {
+		ck.Status, ck.Detail = "ok", "the agent runs as the user (local runtime, or a container made before agent uids until it is next created): nothing to tell apart"
+		return ck
+	}
+	found, took, err := gitboundary.FindGitDirs(tree, boundaryIDs(conv))
+	if err != nil {
+		ck.Status, ck.Detail = "warn", err.Error()
+		return ck
+	}
+	var agent []string
+	for _, f := range found {
+		if f.AgentMade {
+			agent = append(agent, f.Rel+" ("+f.Kind+")")
+		}
+	}
+	if len(agent) == 0 {
+		ck.Status, ck.Detail = "ok", fmt.Sprintf("no git directory of the agent's in %s (looked in %v)", tree, took.Round(time.Millisecond))
+		return ck
+	}
+	ck.Status = "warn"
+	ck.Detail = fmt.Sprintf("the agent made git directories in %s: %s; your git refuses each (another user owns it) except an implicit bare repository in a directory of yours, which `git log` there reads unless safe.bareRepository=explicit is in your global git config; `ohctl rm %s` moves every one out to %s",
+		tree, strings.Join(agent, ", "), conv.ID, m.keptGitDirs(conv.ID))
+	return ck
+}
+
+// separateAgent gives a conversation made before agent uids (its container
+// ran as the repository owner) today's boundary when its container is
+// next created: the old container goes (a restart would keep its user),
+// and the record gets the agent's uid; shareTrees then shares its trees.
+// A host that cannot hold the boundary (checkBoundary) stops the start
+// with the reason.
+func (m *Manager) separateAgent(ctx context.Context, c store.Conversation) (store.Conversation, error) {
+	if c.Runtime == "local" || c.AgentUID != 0 {
+		return c, nil
+	}
+	if err := m.checkBoundary(ctx, c.UID, c.GID, releasedTree(c)); err != nil {
+		return c, fmt.Errorf("it was made before the agent had a uid of its own and cannot get one here: %w", err)
+	}
+	if c.ContainerID != "" {
+		m.retire(c.ContainerID)
+		if err := m.rt.Remove(ctx, c.ContainerID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			return c, fmt.Errorf("remove its container, which runs as the repository owner: %w", err)
+		}
+	}
+	c, err := m.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
+		r.AgentUID, r.AgentGID = m.cfg.AgentUID, m.cfg.AgentGID
+		r.ContainerID, r.HostPort = "", 0
+		return nil
+	})
+	if err != nil {
+		return c, err
+	}
+	// What the old container's user owned is the agent's now: the
+	// broker's directory is made anew for it, the inner server's state
+	// given to it.
+	if err := m.br.Close(c.ID); err != nil {
+		return c, fmt.Errorf("close its broker: %w", err)
+	}
+	if err := os.RemoveAll(m.brokerDir(c.ID)); err != nil {
+		return c, fmt.Errorf("remove its broker directory: %w", err)
+	}
+	if m.cfg.InnerRoot != "" {
+		if err := chownTree(openhands.DirsOf(m.cfg.InnerRoot, c.ID).Root, c.AgentUID, c.AgentGID); err != nil {
+			return c, fmt.Errorf("give its inner state to the agent's uid: %w", err)
+		}
+	}
+	if _, err := m.openBroker(ctx, c); err != nil {
+		return c, fmt.Errorf("broker: %w", err)
+	}
+	m.log.Info("the conversation's agent has a uid of its own from this container on", "id", c.ID, "agent_uid", c.AgentUID)
+	return c, nil
+}
+
+// chownTree gives every inode under root (ohd's own state, not a user's
+// tree) to uid:gid, never following a symlink.
+func chownTree(root string, uid, gid int) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

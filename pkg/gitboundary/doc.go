@@ -1,0 +1,60 @@
+// Package gitboundary keeps the user's git from ever running what the
+// agent wrote, in every directory the agent can write (a worktree, the
+// repository's own folder, a plain folder, the conversation's git view),
+// during the conversation and after it.
+//
+// # What holds, and why
+//
+// git's own boundary is ownership: since 2.35.2 it refuses a repository
+// whose work tree, .git or git dir another user owns ("dubious
+// ownership"). So the agent runs as a uid of its own (ohd serve
+// --agent-uid; IDs.Check refuses root and the repository owner), and
+// everything it makes is its own: a .git it plants in the user's docs/, a
+// repository it inits anywhere, is refused by the user's git by discovery.
+// The agent's own git accepts the user's tree through safe.directory=* in
+// its command scope (worktree.ContainerGitConfig).
+//
+// The trees stay writable by both through POSIX ACLs (Apply, ShareDir):
+// every directory gets access and default entries user:<owner>:rwx and
+// user:<agent>:rwx with mask rwx, every file access entries rw for both.
+// Under a default ACL the umask is not applied, so the 0666 files git,
+// editors and most programs create stay writable by both. No directory
+// named .git gets an entry (the user's git directories stay the user's
+// alone), no symlink is followed, no other filesystem entered. A worktree
+// needs no walk: its conversation directory gets the default ACL before
+// git checks anything out (ShareDir), and every file inherits it.
+//
+// At the end (Release, after the container is stopped and the work
+// saved), every git directory the agent made in the tree (a .git that is
+// its own: directory, gitdir file or symlink; and every implicit bare
+// repository it filled, HEAD, objects/ and refs/ in one directory) is
+// moved out into the conversation's kept state, every file the agent made
+// is chowned back to the owner, and the agent's ACL entries go. Nothing is
+// deleted.
+//
+// What does not hold by ownership alone, and where it is handled:
+//
+//   - git skips the ownership check when it recurses into a submodule
+//     (it sets GIT_DIR): the pointers it follows there are fixed inside the
+//     container (pkg/worktree's submodule mounts, issue 26's fixed
+//     pointers).
+//   - git checks a repository's directories, not its files: a directory
+//     the user owns and the agent may write can be filled as an implicit
+//     bare repository that the user's `git log` there reads during the
+//     conversation. git's answer is safe.bareRepository=explicit in the
+//     user's global config; `ohctl doctor` recommends it (FindGitDirs
+//     reports such directories) and Release moves them out.
+//
+// Where the host cannot hold this (git older than 2.35.2, CheckGit; a
+// filesystem without ACLs, CheckFilesystem and ErrNoACL), ohd refuses the
+// create with the fix named, never silently weaker.
+//
+// # Where to start
+//
+// IDs names the two users. Apply shares a tree, ShareDir one directory;
+// Release ends the sharing; FindGitDirs lists the agent's git directories
+// (doctor). CheckGit and CheckFilesystem are the preconditions. The files:
+// acl.go is the kernel's ACL attribute format, walk.go the one-pass walk
+// (getdents and fstatat, every call relative to an open directory),
+// apply.go the sharing, release.go the end, find.go the search.
+package gitboundary
