@@ -260,6 +260,8 @@ func publishReason(err error) string {
 		return "locked"
 	case errors.Is(err, worktree.ErrRefused):
 		return worktree.RefusalReason(err)
+	case errors.Is(err, worktree.ErrHeld):
+		return "held"
 	}
 	return "error"
 }

@@ -277,6 +277,16 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 			return c, fmt.Errorf("start conversation %s: %w", id, err)
 		}
 	}
+	// Made before in place existed, with the repository writable in its
+	// container: it gets its own git view first (inplace_upgrade.go), and
+	// then its trees are shared with the agent's uid like any other's.
+	if repo, due, err := m.legacyInPlace(ctx, c); err != nil {
+		return c, fmt.Errorf("start conversation %s: %w", id, err)
+	} else if due {
+		if c, err = m.moveInPlace(ctx, c, repo); err != nil {
+			return c, fmt.Errorf("start conversation %s: %w", id, err)
+		}
+	}
 	if err := m.shareTrees(c, true); err != nil {
 		return c, fmt.Errorf("start conversation %s: %w", id, err)
 	}
@@ -638,6 +648,23 @@ func (m *Manager) adopt(ctx context.Context, c store.Conversation, containers []
 			found = &containers[i]
 		}
 	}
+	stopped := ""
+	if found != nil && found.Running {
+		// A container of an earlier version with the repository's .git
+		// writable is not adopted: stopped, it is made anew with a git
+		// view on the next request (inplace_upgrade.go).
+		if _, due, err := m.legacyInPlace(ctx, c); err != nil {
+			return fmt.Errorf("reconcile %s: %w", c.ID, err)
+		} else if due {
+			m.retire(found.ID)
+			if err := m.rt.Stop(ctx, found.ID, m.cfg.StopTimeout); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				return fmt.Errorf("reconcile %s: stop its container of an earlier version, which has the repository's .git writable: %w", c.ID, err)
+			}
+			found.Running = false
+			stopped = "its container, made by an earlier version of ohd with the repository's .git writable, was stopped; it starts again in place, with its own git view, on the next request"
+			m.log.Warn("reconcile: stopped a container of an earlier version that has the repository's .git writable", "id", c.ID, "container", shortID(found.ID))
+		}
+	}
 	_, err := m.st.UpdateConversation(c.ID, func(r *store.Conversation) error {
 		switch {
 		case found == nil:
@@ -650,6 +677,9 @@ func (m *Manager) adopt(ctx context.Context, c store.Conversation, containers []
 			r.LastActiveAt = time.Now().UTC()
 		default:
 			r.State, r.HostPort = store.StateStopped, 0
+		}
+		if stopped != "" {
+			r.Notes = append(r.Notes, stopped)
 		}
 		return nil
 	})

@@ -91,10 +91,11 @@ var containerActions = []string{"die", "oom", "destroy"}
 var containerActionSet = set(containerActions...)
 
 // Reasons a publish fails (pkg/worktree's refusal reasons, with
-// packcheck's, and pkg/conversation's conflict, stale_lock and error).
+// packcheck's, and pkg/conversation's conflict, stale_lock, held (a gitlink
+// into a repository the agent made, worktree.ErrHeld) and error).
 var publishReasons = []string{
 	"too_many_objects", "object_too_large", "pack_too_large", "expands_too_much", "malformed_pack",
-	"tree_too_deep", "not_a_commit", "missing_objects", "invalid_objects", "conflict", "stale_lock", "locked", "error",
+	"tree_too_deep", "not_a_commit", "missing_objects", "invalid_objects", "conflict", "stale_lock", "locked", "held", "error",
 }
 
 var publishReasonSet = set(publishReasons...)

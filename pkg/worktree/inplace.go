@@ -273,6 +273,9 @@ func (m *Manager) removeInPlace(ctx context.Context, wt Worktree, opts RemoveOpt
 	if res.Conflict != "" {
 		b.WriteString("; " + res.Conflict)
 	}
+	if res.HeldMessage != "" {
+		b.WriteString("; " + res.HeldMessage)
+	}
 	res.Message = b.String()
 	m.log.Info("in place view removed", "conversation", wt.ConversationID, "folder", wt.Path, "branch_kept", res.BranchKept, "kept", len(res.Kept))
 	return res, nil
@@ -349,8 +352,8 @@ func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 	case st.Mode().IsRegular():
 		// A linked worktree's or a separate git dir's pointer: the
-		// agent must not point the user's git at a directory it made.
-		mounts = append(mounts, Mount{Source: dotGit, Target: dotGit, ReadOnly: true})
+		// agent must not point the user's git at a directory it made
+		// (workTreePointers mounts it read-only).
 	case st.IsDir() && dotGit == wt.CommonDir:
 		// Covered by the view's mount.
 	default:
@@ -360,12 +363,13 @@ func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 	if wt.AdminDir != "" {
 		gitDir = wt.AdminDir
 	}
-	subs, err := m.submoduleMounts(wt.Path, gitDir, wt.UID, wt.GID)
+	ptrs, err := m.workTreePointers(wt.Path, gitDir, wt.UID, wt.GID)
 	if err != nil {
 		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 	}
-	mounts = append(mounts, subs...)
-	sortMounts(mounts)
+	if mounts, err = pinPointers(mounts, ptrs); err != nil {
+		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+	}
 	return mounts, nil
 }
 

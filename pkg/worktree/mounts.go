@@ -27,6 +27,10 @@ type Mount struct {
 //	<Root>/<id>/.ohd/objects <- <CommonDir>/objects
 //	                                read-only   the real object store, the
 //	                                            view's alternate
+//	<Path>/.git, submodules         read-only   the pointers the user's git
+//	                                            follows, and the directories
+//	                                            holding them pinned (see
+//	                                            pointers.go)
 //
 // Without a view (a worktree created before views existed, until its
 // container is next started: see SeedView), the layout of old:
@@ -45,13 +49,13 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 	if err := m.checkWorktree(wt); err != nil {
 		return nil, fmt.Errorf("worktree mount plan: %w", err)
 	}
-	// With a view the container sees neither pointer of the host's:
-	// <Path>/.git is the agent's to rewrite (nothing on the host follows
-	// it; the sandbox names the view's admin dir itself), and the host's
-	// registration is not mounted. Neither may stop the work being saved
-	// in a sandbox, nor the container starting: a removal interrupted
-	// after it deleted the registration must still finish. `ohctl doctor`
-	// checks the host's side.
+	// With a view the host's registration is not mounted, and
+	// <Path>/.git is mounted read-only (the user's git on the host
+	// follows it: see pointers.go) but need not point at it: neither may
+	// stop the work being saved in a sandbox, nor the container
+	// starting, since a removal interrupted after it deleted the
+	// registration must still finish. `ohctl doctor` checks the host's
+	// side.
 	if wt.View == "" && !wt.InPlace && (!dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path)) {
 		return nil, fmt.Errorf("worktree mount plan %s: %w: its .git file and %s/gitdir do not point at each other: check `ohctl doctor`, or remove and recreate the conversation", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
@@ -98,7 +102,16 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 		m.log.Warn("repository uses objects/info/alternates; those object stores are not mounted into the container",
 			"common_dir", wt.CommonDir)
 	}
-	sortMounts(mounts)
+	// The pointers the user's git on the host follows into the worktree
+	// and its submodules (pointers.go); the host's admin dir holds the
+	// index that git reads.
+	ptrs, err := m.workTreePointers(wt.Path, wt.AdminDir, wt.UID, wt.GID)
+	if err != nil {
+		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+	}
+	if mounts, err = pinPointers(mounts, ptrs); err != nil {
+		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
+	}
 	return mounts, nil
 }
 

@@ -13,8 +13,9 @@ import (
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
-// TestMountPlan checks the mounts' shape and that a missing logs/ is
-// created for the owner.
+// TestMountPlan checks the mounts' shape (the worktree's .git read-only:
+// the user's git follows it) and that a missing logs/ is created for the
+// owner.
 func TestMountPlan(t *testing.T) {
 	m, repo, wt := newRepoWorktree(t)
 	logs := filepath.Join(repo.CommonDir, "logs")
@@ -33,6 +34,7 @@ func TestMountPlan(t *testing.T) {
 		{Source: c + "/refs", Target: c + "/refs"},
 		{Source: wt.AdminDir, Target: wt.AdminDir},
 		{Source: wt.Path, Target: wt.Path},
+		{Source: wt.Path + "/.git", Target: wt.Path + "/.git", ReadOnly: true}, // pointers.go
 	}
 	sortMounts(want) // the worktree's depth depends on the temp dirs
 	if diff := cmp.Diff(want, plan); diff != "" {
@@ -112,12 +114,13 @@ func TestWorktreeResolvesInPrivateNamespace(t *testing.T) {
 	s.WriteString("set -eu\n")
 	for i, mt := range plan {
 		st := filepath.Join(stage, strconv.Itoa(i))
-		s.WriteString("mkdir -p " + shellQuote(st) + " && mount --bind " + shellQuote(mt.Source) + " " + shellQuote(st) + "\n")
+		// A file (a .git pointer) is bound onto a file.
+		s.WriteString("if [ -d " + shellQuote(mt.Source) + " ]; then mkdir -p " + shellQuote(st) + "; else : > " + shellQuote(st) + "; fi; mount --bind " + shellQuote(mt.Source) + " " + shellQuote(st) + "\n")
 	}
 	s.WriteString("mount -t tmpfs tmpfs " + shellQuote(hide) + "\n")
 	for i, mt := range plan {
 		st := filepath.Join(stage, strconv.Itoa(i))
-		s.WriteString("mkdir -p " + shellQuote(mt.Target) + " && mount --bind " + shellQuote(st) + " " + shellQuote(mt.Target) + "\n")
+		s.WriteString("[ -e " + shellQuote(mt.Target) + " ] || mkdir -p " + shellQuote(mt.Target) + "; mount --bind " + shellQuote(st) + " " + shellQuote(mt.Target) + "\n")
 		if mt.ReadOnly {
 			s.WriteString("mount -o remount,bind,ro " + shellQuote(mt.Target) + "\n")
 		}

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 )
 
 // A plain folder (a workspace that is not itself in a git work tree: a
@@ -47,13 +46,8 @@ func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
 	if err := checkMountSource(ws); err != nil {
 		return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 	}
-	mounts := []Mount{{Source: ws, Target: ws}}
-	self := map[string]bool{} // directories mounted onto themselves, read-write
-	hold := func(dir string) {
-		for p := dir; p != ws && within(p, ws); p = filepath.Dir(p) {
-			self[p] = true
-		}
-	}
+	base := []Mount{{Source: ws, Target: ws}}
+	var ptrs []Mount // pinned by pinPointers
 	repos, dirs := 0, 0
 	for stack := []string{ws}; len(stack) > 0; {
 		dir := stack[len(stack)-1]
@@ -76,8 +70,7 @@ func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
 			if repos++; repos > maxPlainRepos {
 				return nil, tooManyRepos(ws)
 			}
-			hold(filepath.Dir(dir))
-			mounts = append(mounts, Mount{Source: dir, Target: dir, ReadOnly: true})
+			ptrs = append(ptrs, Mount{Source: dir, Target: dir, ReadOnly: true})
 			continue // the whole of it is read-only
 		}
 		if e, ok := names[".git"]; ok && dir != ws {
@@ -88,8 +81,7 @@ func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
 			if !e.IsDir() && !e.Type().IsRegular() {
 				return nil, fmt.Errorf("%w: %s is a symlink or a special file, not a git dir or a .git file: ohd cannot keep the agent from pointing it elsewhere; choose the repository itself, or replace it with a .git file", ErrInvalidPath, dg)
 			}
-			hold(dir)
-			mounts = append(mounts, Mount{Source: dg, Target: dg, ReadOnly: true})
+			ptrs = append(ptrs, Mount{Source: dg, Target: dg, ReadOnly: true})
 			st, err := os.Lstat(dg)
 			if err != nil {
 				return nil, fmt.Errorf("plain folder %s: %w", ws, err)
@@ -99,7 +91,7 @@ func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
 				if err != nil {
 					return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 				}
-				mounts = append(mounts, subs...)
+				ptrs = append(ptrs, subs...)
 			}
 			continue // its own work tree is its own (submodules above)
 		}
@@ -109,18 +101,10 @@ func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
 			}
 		}
 	}
-	held := make([]string, 0, len(self))
-	for p := range self {
-		held = append(held, p)
+	mounts, err := pinPointers(base, ptrs)
+	if err != nil {
+		return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 	}
-	sort.Strings(held)
-	for _, p := range held {
-		if err := checkMountSource(p); err != nil {
-			return nil, fmt.Errorf("plain folder %s: %w", ws, err)
-		}
-		mounts = append(mounts, Mount{Source: p, Target: p})
-	}
-	sortMounts(mounts)
 	return mounts, nil
 }
 

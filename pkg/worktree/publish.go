@@ -41,6 +41,12 @@ type PublishResult struct {
 	// ClearedLock is a lock file of the branch an earlier, killed ohd
 	// left, which Publish removed.
 	ClearedLock string
+	// Held is the ref Commit was held back under (HeldRef) because it
+	// adds or changes the gitlinks HeldPaths, whose directories in the
+	// work tree hold a repository the agent made; Publish then fails with
+	// ErrHeld. Both empty otherwise.
+	Held      string
+	HeldPaths []string
 }
 
 // ErrLocked is returned when a ref ohd moves is locked by someone else
@@ -105,6 +111,26 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 		res.Published = tip
 		return res, nil
 	}
+	// A commit that would make the user's git enter a repository the
+	// agent made is held back (held.go).
+	heldRef := HeldRef(wt.ConversationID, ref)
+	paths, err := m.heldGitlinks(ctx, ct, wt, cur, tip)
+	if err != nil {
+		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
+	if len(paths) > 0 {
+		if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-m", "ohd: held back from conversation "+wt.ConversationID, heldRef, tip); err != nil {
+			return res, fmt.Errorf("worktree publish %s: hold %s: %w", wt.Path, heldRef, err)
+		}
+		res.Held, res.HeldPaths = heldRef, paths
+		msg := heldMessage(wt, tip, heldRef, paths, false)
+		m.log.Warn("publish held back", "conversation", wt.ConversationID, "commit", tip, "held", heldRef, "paths", paths)
+		return res, fmt.Errorf("worktree publish %s: %w: %s", wt.Path, ErrHeld, msg)
+	}
+	heldOld, _, err := m.revParse(ctx, ct, heldRef)
+	if err != nil {
+		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
+	}
 	if cur != published && published != "" {
 		res.Kept = KeptRef(wt.ConversationID, ref)
 		res.Conflict = fmt.Sprintf("branch %s was moved on the host (to %s) since ohd published %s: the conversation's commit %s is kept as %s",
@@ -115,7 +141,12 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 		m.log.Warn("publish conflict", "conversation", wt.ConversationID, "branch", wt.Branch, "host", cur, "kept", res.Kept)
 		return res, nil
 	}
-	if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-m", "ohd: publish conversation "+wt.ConversationID, ref, tip, cur); err != nil {
+	// The branch moves, and a commit held back before is no longer.
+	tx := fmt.Sprintf("update %s %s %s\n", ref, tip, orZero(cur))
+	if heldOld != "" {
+		tx += fmt.Sprintf("delete %s %s\n", heldRef, heldOld)
+	}
+	if err := m.updateRefs(ctx, ct, tx, "-m", "ohd: publish conversation "+wt.ConversationID); err != nil {
 		return res, fmt.Errorf("worktree publish %s: move %s: %w", wt.Path, wt.Branch, err)
 	}
 	res.Published = tip

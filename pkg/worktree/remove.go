@@ -68,6 +68,13 @@ type RemoveResult struct {
 	// Conflict says the host branch had been moved by someone else, so
 	// the view's commit was kept instead of published.
 	Conflict string
+	// Held is the ref the view's last commit was held back under, in
+	// place, because it adds or changes the gitlinks HeldPaths, whose
+	// directories in the folder hold a repository the agent made (see
+	// HeldPrefix); HeldMessage says so in a sentence. Empty otherwise.
+	Held        string
+	HeldPaths   []string
+	HeldMessage string
 	// Published is the host branch's value ohd wrote last.
 	Published string
 	// IgnoredFiles and IgnoredBytes count the worktree's ignored files,
@@ -384,6 +391,22 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if tip != "" && tip == cur {
 		res.Published = cur // published already
 	}
+	if tip != "" && tip != cur && wt.InPlace {
+		// The folder stays: a commit that would make the user's git enter
+		// a repository the agent left there is held back (held.go). (A
+		// worktree's directories go with it.)
+		paths, err := m.heldGitlinks(ctx, ct, wt, cur, tip)
+		if err != nil {
+			return err
+		}
+		if len(paths) > 0 {
+			res.Held, res.HeldPaths = HeldRef(wt.ConversationID, hostRef), paths
+			res.HeldMessage = heldMessage(wt, tip, res.Held, paths, true)
+			fmt.Fprintf(&tx, "update %s %s\n", res.Held, tip)
+			m.log.Warn("last publish held back", "conversation", wt.ConversationID, "commit", tip, "held", res.Held, "paths", paths)
+			tip = ""
+		}
+	}
 	if tip != "" && tip != cur {
 		if cur == opts.Published || opts.Published == "" {
 			fmt.Fprintf(&tx, "update %s %s %s\n", hostRef, tip, cur)
@@ -522,7 +545,7 @@ func cleanRelPath(p string) bool {
 
 // deleteKept deletes the refs kept from conversation id's view (Discard).
 func (m *Manager) deleteKept(ctx context.Context, ct gitTarget, id string) error {
-	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=delete %(refname) %(objectname)", KeptPrefix(id))
+	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=delete %(refname) %(objectname)", KeptPrefix(id), HeldPrefix(id))
 	if err != nil {
 		return fmt.Errorf("list kept refs: %w", err)
 	}
@@ -545,7 +568,7 @@ func (m *Manager) ListKept(ctx context.Context, commonDir, id string) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	return m.readRefsUnder(ctx, commonTarget(commonDir, uid, gid), KeptPrefix(id), SnapshotRef(id))
+	return m.readRefsUnder(ctx, commonTarget(commonDir, uid, gid), KeptPrefix(id), HeldPrefix(id), SnapshotRef(id))
 }
 
 // readRefsUnder returns the refs matching the patterns (prefixes or full

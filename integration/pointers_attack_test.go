@@ -1,0 +1,226 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// Issue 26, fixed pointers (pkg/worktree, pointers.go). When the user's
+// git recurses into a submodule it sets GIT_DIR for the child and skips
+// its ownership check, so what it follows there must stay the user's:
+// each submodule's .git, each submodule's directory and every directory
+// above it, an unpopulated submodule's directory, a linked worktree's
+// .git. The agent (uid 1000, the repository's owner: these hold without
+// the ownership check) tries, from inside its container, to move each
+// away and put a repository of its own with an fsmonitor in its place,
+// or to `git init` where the user's git would enter; the user's git
+// status and diff on the host, as uid 1000 with git's default config,
+// must run nothing. The control runs the same attacks on the host without
+// ohd, and each fires.
+
+// pointerRepo makes dir a repository with submodules: sub (checked out,
+// with its own submodule deep, not checked out), a/b/lib (checked out,
+// two directories down, with deep too) and vendor/x (not checked out).
+func pointerRepo(t *testing.T, dir string) {
+	t.Helper()
+	deep := testenv.NewRepo(t, testenv.RepoOptions{})
+	inner := testenv.NewRepo(t, testenv.RepoOptions{})
+	git := func(dir string, args ...string) {
+		testenv.Git(t, dir, append([]string{"-c", "safe.directory=*", "-c", "protocol.file.allow=always"}, args...)...)
+	}
+	git(inner, "submodule", "add", "-q", deep, "deep")
+	git(inner, "commit", "-q", "-m", "deep")
+	testenv.InitRepo(t, dir, "main")
+	for _, p := range []string{"sub", "a/b/lib", "vendor/x"} {
+		git(dir, "submodule", "add", "-q", inner, p)
+	}
+	git(dir, "commit", "-q", "-m", "submodules")
+	git(dir, "submodule", "deinit", "-q", "-f", "vendor/x")
+}
+
+// pointerAttack is one attack: Script runs in the work tree as the agent
+// and plants a repository whose fsmonitor touches $MARKERS/<Name>.
+type pointerAttack struct{ Name, Script string }
+
+// pointerAttacks are the attacks on pointerRepo's layout, in an order
+// where each leaves what the next needs: checkedOut for the repository
+// itself (in place, a plain folder), !checkedOut for a fresh worktree (no
+// submodule populated, its .git a file).
+func pointerAttacks(checkedOut bool) []pointerAttack {
+	plant := func(p, name string) string {
+		return "git init -q " + p + " && git -C " + p + " config core.fsmonitor \"touch $MARKERS/" + name + "; false\""
+	}
+	var as []pointerAttack
+	if checkedOut {
+		as = append(as,
+			pointerAttack{"init-sub-deep", plant("sub/deep", "init-sub-deep")},
+			pointerAttack{"init-lib-deep", plant("a/b/lib/deep", "init-lib-deep")},
+			pointerAttack{"sub-dotgit", "rm -f sub/.git && " + plant("sub", "sub-dotgit")},
+			pointerAttack{"move-sub", "mv sub sub.moved && mkdir -p sub && " + plant("sub", "move-sub")},
+		)
+	} else {
+		as = append(as,
+			pointerAttack{"init-sub", plant("sub", "init-sub")},
+			pointerAttack{"init-lib", plant("a/b/lib", "init-lib")},
+		)
+	}
+	as = append(as,
+		pointerAttack{"init-vendor-x", plant("vendor/x", "init-vendor-x")},
+		pointerAttack{"move-vendor", "mv vendor vendor.moved && mkdir -p vendor/x && " + plant("vendor/x", "move-vendor")},
+		pointerAttack{"move-a", "mv a a.moved && mkdir -p a/b/lib && " + plant("a/b/lib", "move-a")},
+	)
+	if !checkedOut {
+		as = append(as, pointerAttack{"dotgit", plant(".agent/evil", "dotgit") + " && printf 'gitdir: %s/.agent/evil/.git\\n' \"$(pwd)\" > .git"})
+	}
+	return as
+}
+
+// pointerScript is the attacks as one script, each introduced by a line
+// "== <name>".
+func pointerScript(attacks []pointerAttack, markers string) string {
+	var b strings.Builder
+	for _, a := range attacks {
+		b.WriteString("echo '== " + a.Name + "'; ( " + strings.ReplaceAll(a.Script, "$MARKERS", markers) + " ) 2>&1\n")
+	}
+	return b.String()
+}
+
+// userGitAt runs the user's everyday git in dir on the host, as the
+// owner, with git's default config.
+func userGitAt(dir string) string {
+	var out []byte
+	for _, args := range [][]string{{"status"}, {"diff"}, {"log", "-p", "-1"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir, cmd.Env = dir, append(testenv.GitEnv(), "GIT_PAGER=cat")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackOwner, Gid: attackOwner}}
+		b, _ := cmd.CombinedOutput()
+		out = append(out, b...)
+	}
+	return string(out)
+}
+
+func firedMarkers(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func markerDir(t *testing.T) string {
+	t.Helper()
+	d := mustTempDir(t, "ohd-marker-")
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestPointerAttacksControl: without ohd, each attack, run as the owner in
+// the work tree, makes the user's next git status run the agent's
+// fsmonitor: in the repository (submodules checked out) and in a linked
+// worktree (none populated, .git a file).
+func TestPointerAttacksControl(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, worktree := range []bool{false, true} {
+		t.Run(map[bool]string{false: "repository", true: "worktree"}[worktree], func(t *testing.T) {
+			base := testenv.TempDir(t)
+			top := filepath.Join(base, "repo")
+			pointerRepo(t, top)
+			if worktree {
+				testenv.Git(t, top, "worktree", "add", "-q", filepath.Join(base, "wt"))
+				top = filepath.Join(base, "wt")
+			}
+			testenv.ChownR(t, base, attackOwner, attackOwner)
+			for _, a := range pointerAttacks(!worktree) {
+				markers := markerDir(t)
+				cmd := exec.Command("sh", "-c", pointerScript([]pointerAttack{a}, markers))
+				cmd.Dir, cmd.Env = top, testenv.GitEnv()
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackOwner, Gid: attackOwner}}
+				out, _ := cmd.CombinedOutput()
+				user := userGitAt(top)
+				if fired := firedMarkers(markers); len(fired) != 1 || fired[0] != a.Name {
+					t.Errorf("control %s: markers %v, want %s to fire under the user's git status:\n%s\n%s", a.Name, fired, a.Name, out, user)
+				}
+			}
+		})
+	}
+}
+
+// TestPointerAttacksFailInContainer: the same attacks from inside the
+// conversation's container, in place, in a worktree and in a plain folder
+// holding the repository: each fails on a mount (EBUSY: a mount point
+// cannot be moved or removed; EROFS: a read-only .git or unpopulated
+// submodule), and the user's git on the host runs nothing, during the
+// conversation and after `ohctl rm`.
+func TestPointerAttacksFailInContainer(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	for _, mode := range []string{"in place", "worktree", "plain folder"} {
+		t.Run(mode, func(t *testing.T) {
+			base := testenv.TempDir(t)
+			repo := filepath.Join(base, "repo")
+			pointerRepo(t, repo)
+			testenv.ChownR(t, base, attackOwner, attackOwner)
+			var c store.Conversation
+			top, tools := repo, ""
+			switch mode {
+			case "in place":
+				d.ohctlJSON(&c, "create", "--repo", repo)
+				if !c.InPlace {
+					t.Fatalf("create = %+v, want in place", c)
+				}
+				// In the view: at <repo>/.git/tools inside.
+				installAttackTool(t, filepath.Join(c.GitView, "tools"), attackOwner, attackOwner, "rm", "mv", "mkdir")
+				tools = filepath.Join(c.CommonDir, "tools")
+			case "worktree":
+				d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+				top = c.Worktree
+				installAttackTool(t, filepath.Join(c.GitView, "tools"), attackOwner, attackOwner, "rm", "mv", "mkdir")
+				tools = filepath.Join(c.CommonDir, "tools")
+			case "plain folder":
+				d.ohctlJSON(&c, "create", "--repo", base)
+				if c.InPlace || c.Worktree != "" {
+					t.Fatalf("create = %+v, want a plain folder", c)
+				}
+				tools = filepath.Join(base, ".tools")
+				installAttackTool(t, tools, attackOwner, attackOwner, "rm", "mv", "mkdir")
+			}
+			markers := markerDir(t)
+			attacks := pointerAttacks(mode != "worktree")
+			_, out := d.execIn(c.ID, "sh", "-c", "export PATH="+tools+":$PATH; cd "+top+" && "+pointerScript(attacks, markers))
+			t.Logf("attacks inside:\n%s", out)
+			for _, part := range strings.Split(out, "== ")[1:] {
+				name, said, _ := strings.Cut(part, "\n")
+				said = strings.ToLower(said) // the attack tool says Go's words
+				if !strings.Contains(said, "device or resource busy") && !strings.Contains(said, "read-only file system") {
+					t.Errorf("attack %s inside did not meet a mount (EBUSY or EROFS): %q", name, said)
+				}
+			}
+			if user := userGitAt(top); len(firedMarkers(markers)) > 0 {
+				t.Errorf("during the conversation, the user's git ran the agent's fsmonitor: %v\n%s", firedMarkers(markers), user)
+			}
+			if mode == "worktree" {
+				d.ohctl("rm", "--discard", c.ID) // the worktree goes with it
+				return
+			}
+			d.ohctl("rm", c.ID)
+			if user := userGitAt(top); len(firedMarkers(markers)) > 0 {
+				t.Errorf("after ohctl rm, the user's git ran the agent's fsmonitor: %v\n%s", firedMarkers(markers), user)
+			}
+			for _, p := range []string{"sub.moved", "vendor.moved", "a.moved"} {
+				if _, err := os.Lstat(filepath.Join(top, p)); err == nil {
+					t.Errorf("%s exists: a pinned directory was moved", p)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,314 @@
+package worktree
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// submoduleRepo returns a repository with three submodules: sub (checked
+// out, with its own submodule deep not checked out), a/b/lib (checked out,
+// two directories down) and vendor/x (not checked out: deinit).
+func submoduleRepo(t *testing.T) string {
+	t.Helper()
+	deep := testenv.NewRepo(t, testenv.RepoOptions{})
+	inner := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, inner, "-c", "protocol.file.allow=always", "submodule", "add", "-q", deep, "deep")
+	hostGit(t, inner, "commit", "-qm", "deep")
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	for _, p := range []string{"sub", "a/b/lib", "vendor/x"} {
+		hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", inner, p)
+	}
+	hostGit(t, dir, "commit", "-qm", "submodules")
+	hostGit(t, dir, "submodule", "deinit", "-q", "-f", "vendor/x")
+	return dir
+}
+
+// mountModes returns the mounts under root by path relative to it: "rw"
+// or "ro", each at its own path; t fails on a mount elsewhere than its
+// source, one twice, or one before a mount it lies in.
+func mountModes(t *testing.T, mounts []Mount, root string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for i, mt := range mounts {
+		for _, before := range mounts[:i] {
+			if within(before.Target, mt.Target) && before.Target != mt.Target {
+				t.Errorf("mount %s comes after %s, which is inside it", mt.Target, before.Target)
+			}
+		}
+		if !within(mt.Target, root) {
+			continue
+		}
+		if mt.Source != mt.Target {
+			continue // the view and its alternate
+		}
+		rel, _ := filepath.Rel(root, mt.Target)
+		if _, dup := got[rel]; dup {
+			t.Errorf("%s is mounted twice", rel)
+		}
+		got[rel] = map[bool]string{false: "rw", true: "ro"}[mt.ReadOnly]
+	}
+	return got
+}
+
+func checkModes(t *testing.T, got, want map[string]string) {
+	t.Helper()
+	for rel, mode := range want {
+		if got[rel] != mode {
+			t.Errorf("%s: mounted %q, want %q (all: %v)", rel, got[rel], mode, got)
+		}
+	}
+	for rel, mode := range got {
+		if _, ok := want[rel]; !ok {
+			t.Errorf("%s is mounted %s, want it left alone (all: %v)", rel, mode, got)
+		}
+	}
+}
+
+// TestMountPlanPinsEveryPointer: in every mode, each .git the user's git
+// follows into a submodule is read-only, each unpopulated submodule's
+// directory is read-only, and the directory holding each of them and
+// every directory above it up to the work tree's mount is bound onto
+// itself (a mount point cannot be renamed); in a read-only part of the
+// plan nothing is pinned (a pin there would make it writable).
+func TestMountPlanPinsEveryPointer(t *testing.T) {
+	t.Run("in place", func(t *testing.T) {
+		m := newManager(t)
+		dir := submoduleRepo(t)
+		wt := addInPlace(t, m, mustInspect(t, m, dir))
+		mounts, err := m.MountPlan(wt)
+		if err != nil {
+			t.Fatalf("MountPlan: %v", err)
+		}
+		checkModes(t, mountModes(t, mounts, dir), map[string]string{
+			".": "rw", ".git/hooks": "ro", ".git/modules": "ro",
+			"sub": "rw", "sub/.git": "ro", "sub/deep": "ro",
+			"a": "rw", "a/b": "rw", "a/b/lib": "rw", "a/b/lib/.git": "ro", "a/b/lib/deep": "ro",
+			"vendor": "rw", "vendor/x": "ro",
+		})
+	})
+	t.Run("in place, a subdirectory", func(t *testing.T) {
+		m := newManager(t)
+		dir := submoduleRepo(t)
+		wt := addInPlace(t, m, mustInspect(t, m, filepath.Join(dir, "a")))
+		mounts, err := m.MountPlan(wt)
+		if err != nil {
+			t.Fatalf("MountPlan: %v", err)
+		}
+		checkModes(t, mountModes(t, mounts, dir), map[string]string{
+			".": "ro", "a": "rw", ".git/hooks": "ro", ".git/modules": "ro",
+			"sub/.git": "ro", "sub/deep": "ro", // sub itself is in the read-only part
+			"a/b": "rw", "a/b/lib": "rw", "a/b/lib/.git": "ro", "a/b/lib/deep": "ro",
+			"vendor/x": "ro",
+		})
+	})
+	t.Run("worktree", func(t *testing.T) {
+		m := newManager(t)
+		repo := mustInspect(t, m, submoduleRepo(t))
+		wt, err := m.Add(testCtx(t), AddOptions{Repo: repo, ConversationID: newID(t), View: true})
+		if err != nil {
+			t.Fatalf("Add: %v", err)
+		}
+		mounts, err := m.MountPlan(wt)
+		if err != nil {
+			t.Fatalf("MountPlan: %v", err)
+		}
+		// git worktree add populates no submodule.
+		checkModes(t, mountModes(t, mounts, wt.Path), map[string]string{
+			".": "rw", ".git": "ro", "sub": "ro", "a": "rw", "a/b": "rw", "a/b/lib": "ro", "vendor": "rw", "vendor/x": "ro",
+		})
+	})
+	t.Run("plain folder", func(t *testing.T) {
+		m := newManager(t)
+		ws := testenv.TempDir(t)
+		if err := os.Rename(submoduleRepo(t), filepath.Join(ws, "r")); err != nil {
+			t.Fatal(err)
+		}
+		hostGit(t, filepath.Join(ws, "r"), "submodule", "--quiet", "absorbgitdirs") // paths fixed after the move
+		mounts, err := m.PlainFolderMounts(ws, os.Getuid(), os.Getgid())
+		if err != nil {
+			t.Fatalf("PlainFolderMounts: %v", err)
+		}
+		checkModes(t, mountModes(t, mounts, ws), map[string]string{
+			".": "rw", "r": "rw", "r/.git": "ro",
+			"r/sub": "rw", "r/sub/.git": "ro", "r/sub/deep": "ro",
+			"r/a": "rw", "r/a/b": "rw", "r/a/b/lib": "rw", "r/a/b/lib/.git": "ro", "r/a/b/lib/deep": "ro",
+			"r/vendor": "rw", "r/vendor/x": "ro",
+		})
+	})
+}
+
+// TestPinPointersBound: a plan that would need more than maxMounts mounts
+// is refused, saying why, rather than leaving a pointer unfixed.
+func TestPinPointersBound(t *testing.T) {
+	root := testenv.TempDir(t)
+	var ptrs []Mount
+	for i := 0; i < maxMounts/2+1; i++ {
+		d := filepath.Join(root, "d"+strconv.Itoa(i), "sub")
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ptrs = append(ptrs, Mount{Source: d, Target: d, ReadOnly: true})
+	}
+	_, err := pinPointers([]Mount{{Source: root, Target: root}}, ptrs)
+	if !errors.Is(err, ErrInvalidWorktree) || !strings.Contains(err.Error(), "more than "+strconv.Itoa(maxMounts)) {
+		t.Errorf("pinPointers(%d pointers in as many directories) = %v, want a refusal naming the bound", len(ptrs), err)
+	}
+	got, err := pinPointers([]Mount{{Source: root, Target: root}}, ptrs[:10])
+	if err != nil || len(got) != 21 {
+		t.Errorf("pinPointers(10 pointers) = %d mounts, %v; want 21", len(got), err)
+	}
+}
+
+// pointerAttack is one way the agent could make the user's git run its
+// program through a submodule: Script (sh, run as the agent in the work
+// tree) plants a repository whose core.fsmonitor writes the marker
+// $MARK/<Name>, and the user's `git status` at the work tree's root runs
+// it unless a fixed pointer stops the script.
+type pointerAttack struct{ Name, Script string }
+
+// pointerAttacks are the attacks on submoduleRepo's layout: sub and
+// a/b/lib checked out (in place), sub/deep, a/b/lib/deep and vendor/x
+// not, and the work tree's .git.
+func pointerAttacks(checkedOut bool) []pointerAttack {
+	plant := func(p, name string) string {
+		return "git init -q " + p + " && git -C " + p + " config core.fsmonitor \"touch $MARK/" + name + "; false\""
+	}
+	moved := func(p, name string) string {
+		return "mv " + p + " " + p + ".moved && mkdir -p " + p + " && " + plant(p, name)
+	}
+	// Each attack leaves the layout the next ones need: plants first,
+	// then moves, the work tree's own .git last.
+	var as []pointerAttack
+	if checkedOut {
+		as = append(as,
+			pointerAttack{"init-sub-deep", plant("sub/deep", "init-sub-deep")},
+			pointerAttack{"init-lib-deep", plant("a/b/lib/deep", "init-lib-deep")},
+			pointerAttack{"sub-dotgit", "rm -f sub/.git && " + plant("sub", "sub-dotgit")},
+			pointerAttack{"move-sub", moved("sub", "move-sub")},
+		)
+	} else {
+		as = append(as,
+			pointerAttack{"init-sub", plant("sub", "init-sub")},
+			pointerAttack{"init-lib", plant("a/b/lib", "init-lib")},
+		)
+	}
+	as = append(as,
+		pointerAttack{"init-vendor-x", plant("vendor/x", "init-vendor-x")},
+		pointerAttack{"move-vendor", "mv vendor vendor.moved && mkdir -p vendor/x && " + plant("vendor/x", "move-vendor")},
+		pointerAttack{"move-a", "mv a a.moved && mkdir -p a/b/lib && " + plant("a/b/lib", "move-a")},
+	)
+	if !checkedOut {
+		// A linked worktree's .git pointed at a repository of the
+		// agent's (in place, .git is the git dir: the view's mount).
+		as = append(as, pointerAttack{"dotgit", "git init -q ../evil && git -C ../evil config core.fsmonitor \"touch $MARK/dotgit; false\" && " +
+			"printf 'gitdir: %s\\n' \"$(cd ../evil && pwd)/.git\" > .git"})
+	}
+	return as
+}
+
+// runPointerAttacks runs attacks as uid:gid in the work tree top, each
+// followed by the user's `git status` there (same uid: the fixed pointers
+// must hold without the ownership check), in a mount namespace where the
+// mounts are bound onto their own paths (none: the control). It returns
+// which attacks' markers appeared.
+func runPointerAttacks(t *testing.T, top string, mounts []Mount, attacks []pointerAttack, uid, gid int) map[string]bool {
+	t.Helper()
+	mark := testenv.TempDir(t)
+	if err := os.Chmod(mark, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var s strings.Builder
+	s.WriteString("set -u\n")
+	for _, mt := range mounts {
+		q := shellQuote(mt.Target)
+		s.WriteString("mount --bind " + q + " " + q + " || exit 1\n")
+		if mt.ReadOnly {
+			s.WriteString("mount -o remount,bind,ro " + q + " || exit 1\n")
+		}
+	}
+	asUser := "setpriv --reuid " + strconv.Itoa(uid) + " --regid " + strconv.Itoa(gid) + " --clear-groups "
+	for _, a := range attacks {
+		s.WriteString("echo '== " + a.Name + "'\n")
+		s.WriteString(asUser + "sh -c " + shellQuote("cd "+shellQuote(top)+" && "+a.Script) + " 2>&1\n")
+		s.WriteString(asUser + "git -C " + shellQuote(top) + " status --porcelain >/dev/null 2>&1\n")
+	}
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", s.String())
+	cmd.Env = append(testenv.GitEnv(), "MARK="+mark)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("in the namespace: %v\n%s", err, out)
+	}
+	t.Logf("attacks:\n%s", out)
+	// The user's git on the host, after the namespace is gone.
+	host := exec.Command("git", "-C", top, "status", "--porcelain")
+	host.Env = append(testenv.GitEnv(), "MARK="+mark)
+	_ = testenv.AsUser(host, uid, gid).Run()
+	fired := map[string]bool{}
+	ents, _ := os.ReadDir(mark)
+	for _, e := range ents {
+		fired[e.Name()] = true
+	}
+	return fired
+}
+
+// TestPinnedPointersHoldInNamespace tries every pointer attack in a mount
+// namespace carrying the plan's mounts, as the repository's owner (the
+// same uid as the user: this holds without git's ownership check), in
+// place and in a worktree: the user's git status runs nothing. The
+// control runs the same attacks without the mounts, and each fires.
+func TestPinnedPointersHoldInNamespace(t *testing.T) {
+	testenv.RequireUnshare(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		testenv.Missing(t, "setpriv(1) not found (install util-linux)")
+	}
+	uid, gid := testenv.UnprivilegedUID, testenv.UnprivilegedGID
+	for _, mode := range []string{"in place", "worktree"} {
+		for _, control := range []bool{false, true} {
+			name := mode + map[bool]string{false: "", true: ", control"}[control]
+			t.Run(name, func(t *testing.T) {
+				m := newManager(t)
+				dir := submoduleRepo(t)
+				testenv.ChownR(t, filepath.Dir(dir), uid, gid)
+				var wt Worktree
+				var err error
+				if mode == "in place" {
+					// ../evil must be the agent's to make: the
+					// repository's parent is its scratch space.
+					wt = addInPlace(t, m, mustInspect(t, m, dir))
+				} else {
+					wt, err = m.Add(testCtx(t), AddOptions{Repo: mustInspect(t, m, dir), ConversationID: newID(t), View: true})
+					if err != nil {
+						t.Fatalf("Add: %v", err)
+					}
+					if err := os.Chown(filepath.Dir(wt.Path), uid, gid); err != nil {
+						t.Fatal(err)
+					}
+				}
+				mounts, err := m.MountPlan(wt)
+				if err != nil {
+					t.Fatalf("MountPlan: %v", err)
+				}
+				if control {
+					mounts = nil
+				}
+				attacks := pointerAttacks(mode == "in place")
+				fired := runPointerAttacks(t, wt.Path, mounts, attacks, uid, gid)
+				for _, a := range attacks {
+					if control && !fired[a.Name] {
+						t.Errorf("control: attack %s did not fire without the mounts: the attack is broken, so its protected run proves nothing", a.Name)
+					}
+					if !control && fired[a.Name] {
+						t.Errorf("attack %s: the user's git status ran the agent's fsmonitor", a.Name)
+					}
+				}
+			})
+		}
+	}
+}
