@@ -227,6 +227,15 @@ func newHostGitTree(t *testing.T, mode byte) *hostGitWorld {
 	return w
 }
 
+// repoRoots are the user's repositories in the world, where their git
+// must work.
+func (w *hostGitWorld) repoRoots() []string {
+	if w.mode == 'W' {
+		return []string{w.tree, w.main}
+	}
+	return []string{w.repo}
+}
+
 // setRoots fills in where the user runs git "at the root".
 func (w *hostGitWorld) setRoots() {
 	switch w.mode {
@@ -260,8 +269,13 @@ type prober struct {
 	residual func(dir string) bool
 	found    []finding
 	// notes are the user's git's refusals in planted directories
-	// ("dubious ownership"), per case.
+	// ("dubious ownership") and the user's merges, per case.
 	notes map[string][]string
+	// live: the conversation is still there at this stage.
+	live bool
+	// broken lists where the user's git did not work in their own
+	// repository.
+	broken []string
 }
 
 func newProber(u *hostUser, box *markerBox) *prober {
@@ -301,8 +315,30 @@ func (p *prober) git(stage, dir string, args ...string) string {
 // scan over the roots.
 func (p *prober) probe(stage string, w *hostGitWorld) {
 	for _, c := range w.cases {
-		if c.merge && w.mergeRef != "" {
-			p.git(stage, w.main, "merge", "--no-edit", w.mergeRef)
+		if !c.merge || w.mergeRef == "" {
+			continue
+		}
+		refs := []string{w.mergeRef}
+		if !p.live && w.conv.ID != "" {
+			// After the conversation, a commit ohd held back is the
+			// user's to take, as ohd's message tells them: its
+			// directory's repository has been moved out by then.
+			held, _ := testenv.GitOutput(w.main, "-c", "safe.directory=*", "for-each-ref", "--format=%(refname)", "refs/ohd/held/"+w.conv.ID+"/")
+			refs = append(refs, strings.Fields(held)...)
+		}
+		for _, r := range refs {
+			out := p.git(stage, w.main, "merge", "--no-edit", r)
+			p.notes[w.tag(c)] = append(p.notes[w.tag(c)], fmt.Sprintf("%s: the user merged %s: %s", stage, r, clipN(out, 300)))
+		}
+	}
+	// The user's git must work in their repositories (acceptance 2):
+	// were it refused there, its silence would prove nothing.
+	for _, r := range w.repoRoots() {
+		if _, err := os.Stat(r); err != nil {
+			continue
+		}
+		if out, err := p.u.git(r, nil, "status"); err != nil || strings.Contains(out, "fatal:") {
+			p.broken = append(p.broken, fmt.Sprintf("%s: the user's `git status` in %s does not work: %v\n%s", stage, r, err, clipN(out, 600)))
 		}
 	}
 	seen := map[string]bool{}
@@ -519,6 +555,7 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		if st.before != nil {
 			st.before()
 		}
+		p.live = st.live
 		if st.live {
 			p.residual = live
 		} else {
@@ -532,6 +569,11 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		}
 	}
 
+	t.Run("user-git-works", func(t *testing.T) {
+		for _, b := range p.broken {
+			t.Error(b)
+		}
+	})
 	found := p.byTag()
 	for _, w := range worlds {
 		for _, c := range w.cases {
@@ -541,7 +583,7 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 					t.Logf("held inside the container at: %s", strings.Join(f, "\n"))
 				}
 				for _, n := range p.notes[w.tag(c)] {
-					t.Logf("held by the user's git: %s", n)
+					t.Logf("the user's git: %s", n)
 				}
 				// One line per stage: how often, and the first run in full.
 				var order []string
@@ -653,7 +695,13 @@ func summarize(worlds []*hostGitWorld, p *prober) string {
 			if f := failedSteps(w.plant[c.name]); len(f) > 0 {
 				fmt.Fprintf(&b, " held-in-container=%q", clipN(f[0], 160))
 			}
-			if n := len(p.notes[w.tag(c)]); n > 0 {
+			n := 0
+			for _, note := range p.notes[w.tag(c)] {
+				if strings.Contains(note, "dubious ownership") {
+					n++
+				}
+			}
+			if n > 0 {
 				fmt.Fprintf(&b, " refused-by-ownership=%d", n)
 			}
 			counts := map[string]int{}
