@@ -144,7 +144,7 @@ func (m *markerBox) clear(tag string) { _ = os.Remove(filepath.Join(m.dir, tag))
 const plantPrelude = `G() { git -c user.name=agent -c user.email=agent@example.com -c init.defaultBranch=main -c safe.directory='*' -c protocol.file.allow=always "$@"; }
 arm() { G --git-dir="$1" config core.fsmonitor "$EVIL" && G --git-dir="$1" config diff.evil.textconv "$EVIL" && mkdir -p "$1/info" && echo '* diff=evil' > "$1/info/attributes"; }
 mkrepo() { mkdir -p "$1" && G init -q "$1" && printf one > "$1/evil.txt" && G -C "$1" add evil.txt && G -C "$1" commit -q -m one && printf two > "$1/evil.txt" && G -C "$1" commit -q -a -m two && arm "$1/.git"; }
-step() { if out=$(eval "$1" 2>&1); then echo "ok: $1"; else echo "FAILED($?): $1: $out"; fi; }
+step() { if out=$(eval "$1" 2>&1); then printf 'ok: %s\n' "$1"; else printf 'FAILED(%s): %s: %s\n' "$?" "$1" "$out"; fi; }
 `
 
 // plantScript is the script that plants steps (shell commands, each run

@@ -2,10 +2,12 @@ package integration
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -529,6 +531,7 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		}
 		return false
 	}
+	var foreign, unreported []string
 	stages := []struct {
 		name   string
 		live   bool
@@ -546,7 +549,11 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 				if err != nil {
 					t.Errorf("ohctl rm %s: %v\n%s", w.conv.ID, err, out)
 				}
-				t.Logf("ohctl rm (%c %s): %s", w.mode, w.group, clipN(out, 1500))
+				t.Logf("ohctl rm (%c %s): %s", w.mode, w.group, rmSays(out))
+				if w.mode != 'W' {
+					foreign = append(foreign, notOwnedBy(w.tree, attackOwner)...)
+					unreported = append(unreported, unmoved(w, out)...)
+				}
 			}
 		}},
 		{"after ohctl rm and an ohd restart", false, func() { d.restart() }},
@@ -569,6 +576,20 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		}
 	}
 
+	t.Run("files-are-the-users-after-rm", func(t *testing.T) {
+		// Acceptance 2: at the end every file the agent made belongs to
+		// the user again (a worktree is gone by then).
+		for _, f := range foreign {
+			t.Error(f)
+		}
+	})
+	t.Run("rm-moves-agent-git-dirs-out", func(t *testing.T) {
+		// Acceptance 3: ohctl rm moves every git directory the agent
+		// made out of the user's tree, and says so.
+		for _, f := range unreported {
+			t.Error(f)
+		}
+	})
 	t.Run("user-git-works", func(t *testing.T) {
 		for _, b := range p.broken {
 			t.Error(b)
@@ -723,4 +744,77 @@ func summarize(worlds []*hostGitWorld, p *prober) string {
 		}
 	}
 	return b.String()
+}
+
+// rmSays is what `ohctl --json rm` said that matters here: its notes, a
+// publish error, and anything about moving git directories out.
+func rmSays(out string) string {
+	var m map[string]any
+	if err := jsonUnmarshal(out, &m); err != nil {
+		return clipN(out, 1500)
+	}
+	var keep []string
+	for k, v := range m {
+		if k == "notes" || k == "removal" || k == "publish_error" || strings.Contains(k, "moved") || strings.Contains(k, "kept") || strings.Contains(k, "held") || strings.Contains(k, "agent") {
+			keep = append(keep, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	sort.Strings(keep)
+	return clipN(strings.Join(keep, "; "), 3000)
+}
+
+// notOwnedBy lists what under root (not following links) uid does not
+// own, at most 10 entries.
+func notOwnedBy(root string, uid int) []string {
+	var out []string
+	_ = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || len(out) >= 10 {
+			return nil
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil
+		}
+		if sys := st.Sys().(*syscall.Stat_t); int(sys.Uid) != uid {
+			out = append(out, fmt.Sprintf("%s is owned by uid %d after ohctl rm, want the user's %d", p, sys.Uid, uid))
+		}
+		return nil
+	})
+	return out
+}
+
+// unmoved lists the git directories the world's plants made in the
+// user's tree (those whose every step worked) that ohctl rm's answer out
+// does not say it moved out, or that are still there.
+func unmoved(w *hostGitWorld, out string) []string {
+	var r struct {
+		Removal struct {
+			GitDirsMoved []string `json:"git_dirs_moved"`
+		} `json:"removal"`
+	}
+	if err := jsonUnmarshal(out, &r); err != nil {
+		return []string{fmt.Sprintf("ohctl --json rm: %v: %s", err, clipN(out, 300))}
+	}
+	moved := map[string]bool{}
+	for _, m := range r.Removal.GitDirsMoved {
+		moved[m] = true
+	}
+	var bad []string
+	for _, c := range w.cases {
+		if len(failedSteps(w.plant[c.name])) > 0 {
+			continue
+		}
+		rel, _ := filepath.Rel(w.tree, w.planted(c))
+		want := filepath.Join(rel, ".git")
+		if c.bareResidual {
+			want = filepath.Join(rel, "HEAD")
+		}
+		if !moved[want] {
+			bad = append(bad, fmt.Sprintf("%s: ohctl rm does not say it moved %s out (moved: %v)", c.name, want, r.Removal.GitDirsMoved))
+		}
+		if _, err := os.Lstat(filepath.Join(w.tree, want)); err == nil {
+			bad = append(bad, fmt.Sprintf("%s: %s is still in the user's tree after ohctl rm", c.name, want))
+		}
+	}
+	return bad
 }
