@@ -80,9 +80,16 @@ func gitlinkSteps(name, dir string) []string {
 	return []string{"mkrepo $A/g-" + name, "mkdir -p " + dir + " && ln -s $A/g-" + name + "/.git " + dir + "/.git"}
 }
 
-// signedCommit fills the bare repository at $R/notes with a commit whose
-// gpgsig header makes `git log` (log.showSignature) run gpg.program.
-const signedCommit = `t=$(G --git-dir=$R/notes mktree </dev/null) && c=$(printf 'tree %s\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\ngpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n' $t | G --git-dir=$R/notes hash-object -t commit -w --stdin) && G --git-dir=$R/notes update-ref refs/heads/main $c`
+// bareSteps fill dir (which exists) as an implicit bare repository whose
+// config makes `git log` run $EVIL: log.showSignature and gpg.program,
+// and a commit whose gpgsig header gives git a signature to check.
+func bareSteps(dir string) []string {
+	return []string{
+		"G init -q --bare " + dir,
+		"G --git-dir=" + dir + " config log.showSignature true && G --git-dir=" + dir + " config gpg.program $EVIL",
+		`t=$(G --git-dir=` + dir + ` mktree </dev/null) && c=$(printf 'tree %s\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\ngpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n' $t | G --git-dir=` + dir + ` hash-object -t commit -w --stdin) && G --git-dir=` + dir + ` update-ref refs/heads/main $c`,
+	}
+}
 
 var hostGitCases = []hostGitCase{
 	// A checked-out submodule's directory moved away and replaced (in a
@@ -112,11 +119,16 @@ var hostGitCases = []hostGitCase{
 	// The worktree's own .git rewritten to a git dir of the agent's.
 	{name: "worktree-dotgit-rewritten", modes: "W", group: "rewrite", base: "T", dir: ".", steps: []string{"mkrepo $A/g-worktree-dotgit-rewritten", "printf 'gitdir: %s\\n' $A/g-worktree-dotgit-rewritten/.git > $T/.git"}},
 	// An implicit bare repository in a directory the user owns.
-	{name: "implicit-bare", modes: "IWP", base: "R", dir: "notes", bareResidual: true, steps: []string{
-		"G init -q --bare $R/notes",
-		"G --git-dir=$R/notes config log.showSignature true && G --git-dir=$R/notes config gpg.program $EVIL",
-		signedCommit,
-	}},
+	{name: "implicit-bare", modes: "IWP", base: "R", dir: "notes", bareResidual: true, steps: bareSteps("$R/notes")},
+	// The same at a plain folder's root, which the user owns: the user's
+	// git anywhere in the folder outside a repository finds it.
+	{name: "implicit-bare-plainroot", modes: "P", group: "root-bare", base: "T", dir: ".", bareResidual: true, steps: bareSteps("$T")},
+	// An implicit bare repository in a directory the agent made: git's
+	// ownership check covers it.
+	{name: "implicit-bare-agentdir", modes: "IWP", base: "R", dir: "made-bare", steps: append([]string{"mkdir -p $R/made-bare"}, bareSteps("$R/made-bare")...)},
+	// A nested submodule (sub/inner, a submodule of the submodule)
+	// moved away and replaced.
+	{name: "nested-submodule-replaced", modes: "IP", base: "R", dir: "sub/inner", steps: []string{"mv $R/sub/inner $R/sub/inner-moved", "mkrepo $R/sub/inner"}},
 	// A gitlink the agent commits whose directory holds its own
 	// repository; the user merges the agent's branch in the folder. (In a
 	// worktree the gitlink's directory is in the worktree, not in the
@@ -165,14 +177,19 @@ func (w *hostGitWorld) planted(c hostGitCase) string {
 
 // buildUserRepo makes the user's repository at dir (owned by root until
 // the caller chowns it): tracked directories docs/, src/, lib/, notes/; a
-// checked-out submodule sub; submodules vendor/lib and ext/mod that are
+// checked-out submodule sub, with its own submodule inner checked out
+// too; submodules vendor/lib and ext/mod that are
 // not checked out (an empty directory for each gitlink, as a clone
 // without --recurse-submodules leaves them).
 func buildUserRepo(t *testing.T, dir string) {
 	t.Helper()
-	src := filepath.Join(testenv.TempDir(t), "subsrc")
+	srcs := testenv.TempDir(t)
+	src, inner := filepath.Join(srcs, "subsrc"), filepath.Join(srcs, "innersrc")
+	testenv.InitRepo(t, inner, "main")
 	testenv.InitRepo(t, src, "main")
-	defer testenv.ChownR(t, filepath.Dir(src), attackOwner, attackOwner)
+	testenv.Git(t, src, "-c", "protocol.file.allow=always", "submodule", "add", "-q", inner, "inner")
+	testenv.Git(t, src, "commit", "-q", "-m", "a nested submodule")
+	defer testenv.ChownR(t, srcs, attackOwner, attackOwner)
 	testenv.InitRepo(t, dir, "main")
 	g := func(args ...string) string { return testenv.Git(t, dir, args...) }
 	for _, d := range []string{"docs", "src", "lib", "notes"} {
@@ -184,6 +201,7 @@ func buildUserRepo(t *testing.T, dir string) {
 		g("-c", "protocol.file.allow=always", "submodule", "add", "-q", src, s)
 	}
 	g("commit", "-q", "-m", "submodules")
+	g("-c", "protocol.file.allow=always", "submodule", "update", "-q", "--init", "--recursive", "sub")
 	for _, s := range []string{"vendor/lib", "ext/mod"} {
 		g("submodule", "deinit", "-q", "-f", s)
 		if err := os.RemoveAll(filepath.Join(dir, ".git", "modules", s)); err != nil {
@@ -804,16 +822,16 @@ func unmoved(w *hostGitWorld, out string) []string {
 		if len(failedSteps(w.plant[c.name])) > 0 {
 			continue
 		}
+		// Moved: its .git, or the files of a bare repository in a
+		// directory of the user's, or a directory of the agent's whole.
 		rel, _ := filepath.Rel(w.tree, w.planted(c))
-		want := filepath.Join(rel, ".git")
-		if c.bareResidual {
-			want = filepath.Join(rel, "HEAD")
+		if !moved[filepath.Join(rel, ".git")] && !moved[filepath.Join(rel, "HEAD")] && !moved[rel] {
+			bad = append(bad, fmt.Sprintf("%s: ohctl rm does not say it moved %s's repository out (moved: %v)", c.name, rel, r.Removal.GitDirsMoved))
 		}
-		if !moved[want] {
-			bad = append(bad, fmt.Sprintf("%s: ohctl rm does not say it moved %s out (moved: %v)", c.name, want, r.Removal.GitDirsMoved))
-		}
-		if _, err := os.Lstat(filepath.Join(w.tree, want)); err == nil {
-			bad = append(bad, fmt.Sprintf("%s: %s is still in the user's tree after ohctl rm", c.name, want))
+		for _, left := range []string{".git", "HEAD", "objects"} {
+			if _, err := os.Lstat(filepath.Join(w.planted(c), left)); err == nil {
+				bad = append(bad, fmt.Sprintf("%s: %s is still in the user's tree after ohctl rm", c.name, filepath.Join(rel, left)))
+			}
 		}
 	}
 	return bad
