@@ -55,6 +55,7 @@ fuzz-long: ## run every fuzz target for 10 minutes
 	./scripts/fuzz.sh 10m
 
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 
 install: build ## install binaries and service files (PREFIX=/usr/local; starts nothing)
 	install -d $(DESTDIR)$(PREFIX)/bin
@@ -64,6 +65,9 @@ ifeq ($(shell uname -s),Linux)
 	sed 's|/usr/local/bin/ohd|$(PREFIX)/bin/ohd|' packaging/systemd/ohd.service > $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.service
 	install -m 0644 packaging/systemd/ohd.socket packaging/systemd/ohd-api.socket $(DESTDIR)$(SYSTEMDUNITDIR)/
+	install -d $(DESTDIR)$(SYSUSERSDIR)
+	install -m 0644 packaging/systemd/ohd-agent.sysusers $(DESTDIR)$(SYSUSERSDIR)/ohd-agent.conf
+	-[ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null && systemd-sysusers $(SYSUSERSDIR)/ohd-agent.conf
 	@echo "next: sudo systemctl daemon-reload && sudo systemctl enable --now ohd (see packaging/README.md)"
 endif
 ifeq ($(shell uname -s),Darwin)
@@ -75,6 +79,7 @@ endif
 uninstall: ## remove installed binaries and unit files (state is kept: see README)
 	rm -f $(DESTDIR)$(PREFIX)/bin/ohd $(DESTDIR)$(PREFIX)/bin/ohctl
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.service $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.socket $(DESTDIR)$(SYSTEMDUNITDIR)/ohd-api.socket
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/ohd-agent.conf
 
 clean: ## remove build output
 	rm -rf $(BIN)

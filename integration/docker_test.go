@@ -335,19 +335,28 @@ func TestDockerNonRootRepository(t *testing.T) {
 	if c.UID != 1000 || c.GID != 1000 {
 		t.Fatalf("conversation uid:gid = %d:%d, want 1000:1000", c.UID, c.GID)
 	}
-	if u := get(inspect(t, c.ContainerID), "Config", "User"); u != "1000:1000" {
-		t.Errorf("container user = %v", u)
+	// The container runs as the agent's own uid (issue 26), which git
+	// in there accepts in the user's worktree (safe.directory in the
+	// command scope).
+	if u := get(inspect(t, c.ContainerID), "Config", "User"); u != "10001:10001" {
+		t.Errorf("container user = %v, want the agent's 10001:10001", u)
 	}
 	code, out := d.execIn(c.ID, "sh", "-c", "echo hi > "+filepath.Join(c.Worktree, "agent.txt")+" && git -C "+c.Worktree+" status --short --branch")
 	if code != 0 || strings.Contains(out, "dubious") {
-		t.Fatalf("write + git status as 1000: %d %s", code, out)
+		t.Fatalf("write + git status as the agent: %d %s", code, out)
 	}
 	st, err := os.Stat(filepath.Join(c.Worktree, "agent.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 1000 || sys.Gid != 1000 {
-		t.Errorf("file written by the agent is owned by %d:%d on the host, want 1000:1000", sys.Uid, sys.Gid)
+	if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 10001 || sys.Gid != 10001 {
+		t.Errorf("file written by the agent is owned by %d:%d on the host, want the agent's 10001:10001", sys.Uid, sys.Gid)
+	}
+	// The user edits it.
+	edit := testenv.AsUser(exec.Command("sh", "-c", "echo user >> agent.txt"), 1000, 1000)
+	edit.Dir = c.Worktree
+	if out, err := edit.CombinedOutput(); err != nil {
+		t.Errorf("the user cannot edit the agent's file: %v %s", err, out)
 	}
 	d.ohctl("rm", "--discard", c.ID)
 }

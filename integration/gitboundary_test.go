@@ -153,3 +153,136 @@ func assertNoMarker(t *testing.T, dir, stage string) {
 		t.Errorf("%s: the agent's program ran on the host as the user: %s", stage, ents[0].Name())
 	}
 }
+
+// TestAgentRunsAsItsOwnUIDWorktreeAndPlain: the same boundary in a
+// worktree (shared by inheritance from its conversation directory, no
+// walk) and in a plain folder (the agent's .git at the folder's root and
+// in a subfolder), through the conversation's removal.
+func TestAgentRunsAsItsOwnUIDWorktreeAndPlain(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	for _, mode := range []string{"worktree", "plain"} {
+		t.Run(mode, func(t *testing.T) {
+			var tree string
+			args := []string{"create"}
+			switch mode {
+			case "worktree":
+				repo := testenv.NewRepo(t, testenv.RepoOptions{})
+				testenv.WriteFile(t, filepath.Join(repo, "docs", "guide.md"), "guide\n")
+				testenv.Git(t, repo, "add", "docs")
+				testenv.Git(t, repo, "commit", "-q", "-m", "docs")
+				testenv.ChownR(t, repo, attackOwner, attackOwner)
+				args = append(args, "--repo", repo, "--worktree")
+			case "plain":
+				tree = filepath.Join(testenv.TempDir(t), "folder")
+				testenv.WriteFile(t, filepath.Join(tree, "docs", "guide.md"), "guide\n")
+				testenv.ChownR(t, tree, attackOwner, attackOwner)
+				args = append(args, "--repo", tree)
+			}
+			var c store.Conversation
+			d.ohctlJSON(&c, args...)
+			if mode == "worktree" {
+				tree = c.Worktree
+			}
+			if c.AgentUID != agentUID || tree == "" {
+				t.Fatalf("create: want agent %d, got %+v", agentUID, c)
+			}
+			plant := "cd " + tree + " && echo agent > agent.txt && echo a >> docs/guide.md && git init -q docs && git -C docs config core.fsmonitor 'echo ran > " + tree + "/fsmonitor-ran; false'"
+			if mode == "plain" {
+				plant += " && git init -q . && git config core.fsmonitor 'echo ran > " + tree + "/fsmonitor-ran; false'"
+			}
+			if code, out := d.execIn(c.ID, "sh", "-c", plant); code != 0 {
+				t.Fatalf("the agent's work: exit %d: %s", code, out)
+			}
+			if out, err := asOwner(t, tree, "echo user >> agent.txt && echo u >> docs/guide.md"); err != nil {
+				t.Fatalf("the user cannot edit the agent's files: %v\n%s", err, out)
+			}
+			dirs := []string{filepath.Join(tree, "docs")}
+			if mode == "plain" {
+				dirs = append(dirs, tree)
+			}
+			for _, dir := range dirs {
+				if out, err := userGit(t, dir, "status"); err == nil || !strings.Contains(out, "dubious ownership") {
+					t.Errorf("the user's git status in %s during the conversation = %v %q; want dubious ownership", dir, err, tail(out, 3))
+				}
+			}
+			if _, err := os.Lstat(filepath.Join(tree, "fsmonitor-ran")); err == nil {
+				t.Fatalf("the agent's fsmonitor ran during the conversation")
+			}
+			if out, err := d.ohctlErr("doctor", c.ID); !strings.Contains(out, "docs/.git") {
+				t.Errorf("ohctl doctor %s does not list the agent's docs/.git (%v):\n%s", c.ID, err, out)
+			}
+			rm := d.ohctl("rm", c.ID)
+			if !strings.Contains(rm, "docs/.git") {
+				t.Errorf("ohctl rm does not say it moved docs/.git:\n%s", rm)
+			}
+			kept := filepath.Join(d.dirs.State, "kept", c.ID, "git-dirs")
+			if _, err := os.Stat(filepath.Join(kept, "docs", ".git", "config")); err != nil {
+				t.Errorf("docs/.git is not kept: %v", err)
+			}
+			if mode == "plain" {
+				if _, err := os.Stat(filepath.Join(kept, ".git", "config")); err != nil {
+					t.Errorf("the folder's planted .git is not kept: %v", err)
+				}
+				assertOwnedBy(t, tree, attackOwner)
+				for _, dir := range dirs {
+					if out, err := userGit(t, dir, "status"); err == nil || !strings.Contains(out, "not a git repository") {
+						t.Errorf("the user's git status in %s after rm = %v %q; want no repository", dir, err, tail(out, 3))
+					}
+				}
+				if _, err := os.Lstat(filepath.Join(tree, "fsmonitor-ran")); err == nil {
+					t.Errorf("the agent's fsmonitor ran after rm")
+				}
+			}
+		})
+	}
+}
+
+// TestCreateRefusedWhereTheBoundaryCannotHold: a folder on a filesystem
+// without ACLs (ramfs) cannot be shared with the agent's uid: the create
+// is refused with the fix named, and nothing is made (never silently
+// weaker: the container would otherwise have to run as the user).
+func TestCreateRefusedWhereTheBoundaryCannotHold(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	dir := filepath.Join(testenv.TempDir(t), "ramfs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "ramfs", "none", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount ramfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	testenv.WriteFile(t, filepath.Join(dir, "notes.txt"), "n\n")
+	testenv.ChownR(t, dir, attackOwner, attackOwner)
+	out, err := d.ohctlErr("create", "--repo", dir)
+	if err == nil || !strings.Contains(err.Error(), "POSIX ACLs") || !strings.Contains(err.Error(), "ext4") {
+		t.Fatalf("create on ramfs = %v %q; want a refusal naming POSIX ACLs and the fix", err, out)
+	}
+	if ls := d.ohctl("ls", "--all"); strings.Contains(ls, dir) {
+		t.Errorf("a refused create left a record:\n%s", ls)
+	}
+}
+
+// TestServeRefusesRootAgent: --agent-uid 0 would make everything the agent
+// writes root's, which git trusts.
+func TestServeRefusesRootAgent(t *testing.T) {
+	binaries(t)
+	cmd := exec.Command(built.ohd, "serve", "--agent-uid", "0", "--runtime", "local")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--agent-uid 0") {
+		t.Fatalf("ohd serve --agent-uid 0 = %v %q, want a refusal", err, out)
+	}
+}
+
+// TestCreateRefusedForAgentUIDOfTheOwner: an agent uid equal to the
+// repository's owner would make the agent's .git the user's to git.
+func TestCreateRefusedForAgentUIDOfTheOwner(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t, "--agent-uid", "1000", "--agent-gid", "1000")
+	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: attackOwner, GID: attackOwner}})
+	out, err := d.ohctlErr("create", "--repo", repo)
+	if err == nil || !strings.Contains(err.Error(), "repository owner's") || !strings.Contains(err.Error(), "--agent-uid") {
+		t.Fatalf("create with the owner's uid as the agent's = %v %q; want a refusal naming --agent-uid", err, out)
+	}
+}

@@ -54,6 +54,9 @@ type CreateOptions struct {
 	// Files is the number of files committed in the benchmark's
 	// repository (what a worktree checks out); default 64.
 	Files int
+	// Suffix is added to the results' names ("create"+Suffix,
+	// "remove"+Suffix), e.g. "-10000-files"; default none.
+	Suffix string
 	// ReadyTimeout bounds each wait for the inner server's /health; 0
 	// means 60s.
 	ReadyTimeout time.Duration
@@ -321,8 +324,8 @@ func Create(ctx context.Context, opts CreateOptions) (_ []CreateResult, err erro
 		return r
 	}
 	return []CreateResult{
-		result("create", createSteps, sides[0].create, sides[1].create),
-		result("remove", removeSteps, sides[0].remove, sides[1].remove),
+		result("create"+opts.Suffix, createSteps, sides[0].create, sides[1].create),
+		result("remove"+opts.Suffix, removeSteps, sides[0].remove, sides[1].remove),
 	}, nil
 }
 
@@ -403,7 +406,15 @@ func benchRepo(ctx context.Context, dir string, files int) (string, string, erro
 	}
 	for i := range files {
 		body := fmt.Sprintf("// file %d of the ohd bench repository\npackage src\n\nconst N%d = %d\n", i, i, i)
-		if err := os.WriteFile(filepath.Join(dir, "src", fmt.Sprintf("f%03d.go", i)), []byte(body), 0o644); err != nil {
+		name := filepath.Join(dir, "src", fmt.Sprintf("f%03d.go", i))
+		if files > 1000 {
+			// A large repository has directories too: 100 files each.
+			name = filepath.Join(dir, "src", fmt.Sprintf("d%03d", i/100), fmt.Sprintf("f%05d.go", i))
+			if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+				return "", "", err
+			}
+		}
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
 			return "", "", err
 		}
 	}
@@ -475,6 +486,10 @@ func (l *stepLog) end() map[string]time.Duration {
 	return s
 }
 
+// benchAgentUID is the agent's uid on ohd's side, ohd serve's default
+// without a system user ohd-agent.
+const benchAgentUID = 10001
+
 // ohdSide is ohd's components, assembled as pkg/daemon does.
 type ohdSide struct {
 	rec   *stepLog
@@ -530,7 +545,10 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 		Store: o.st, Worktrees: wt, Broker: o.br,
 		Runtime: rt, RuntimeDir: run, Image: opts.Image, ReadyTimeout: opts.ReadyTimeout,
 		InnerRoot: filepath.Join(state, "inner"),
-		Helper:    helper, OnStep: func(id, step string, d time.Duration) {
+		// As ohd serve: the agent runs as a uid of its own, its trees
+		// shared with it (package gitboundary).
+		AgentUID: benchAgentUID, AgentGID: benchAgentUID, KeptRoot: filepath.Join(state, "kept"),
+		Helper: helper, OnStep: func(id, step string, d time.Duration) {
 			rec.Step(id, step, d)
 			if opts.OnStep != nil {
 				opts.OnStep(id, step, d)

@@ -92,8 +92,8 @@ func (m *Manager) shareConvDir(conv store.Conversation) func(string) error {
 // its container starts: the git view (small), and the in-place folder or
 // the plain folder (a walk; a worktree inherits from its conversation
 // directory, see shareConvDir, except on a later start, when files the
-// user brought in since are shared too). The worktree's own .git file is
-// kept from the agent: a pointer the user's git follows.
+// user brought in since are shared too). The worktree's own .git file the
+// agent only reads: a pointer the user's git follows.
 func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 	if !separated(conv) {
 		return nil
@@ -121,7 +121,7 @@ func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 		m.log.Debug("shared a tree with the agent's uid", "id", conv.ID, "tree", t, "dirs", st.Dirs, "files", st.Files, "changed", st.Changed, "took", st.Duration)
 	}
 	if conv.Worktree != "" {
-		if err := gitboundary.Unshare(filepath.Join(conv.Worktree, ".git"), ids); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := gitboundary.ReadOnly(filepath.Join(conv.Worktree, ".git"), ids); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}
@@ -174,7 +174,7 @@ func (m *Manager) checkGitDirs(conv store.Conversation) control.DoctorCheck {
 	ck := control.DoctorCheck{Conversation: conv.ID, Check: "agent-git-dirs"}
 	tree := releasedTree(conv)
 	if !separated(conv) {
-		ck.Status, ck.Detail = "ok", "the agent runs as the user (local runtime, or a container made before agent uids until it is next created): nothing to tell apart"
+		ck.Status, ck.Detail = "warn", fmt.Sprint("its container runs as the repository owner (made before the agent had a uid of its own): your git cannot tell a git directory the agent makes from yours until its container is next created with the agent's uid; do not run git in directories it wrote meanwhile")
 		return ck
 	}
 	found, took, err := gitboundary.FindGitDirs(tree, boundaryIDs(conv))
@@ -262,4 +262,73 @@ func chownTree(root string, uid, gid int) error {
 		return nil
 	}
 	return err
+}
+
+// checkHostBoundary is doctor's report of what the boundary needs from the
+// host: the agent's own uid, a git that refuses what another user owns,
+// ACLs on the worktree root's filesystem.
+func (m *Manager) checkHostBoundary(ctx context.Context) []control.DoctorCheck {
+	if m.rt.Kind() == "local" {
+		return nil
+	}
+	var out []control.DoctorCheck
+	check := func(name, status, detail string) {
+		out = append(out, control.DoctorCheck{Check: name, Status: status, Detail: detail})
+	}
+	if m.cfg.AgentUID == 0 {
+		check("agent-uid", "fail", "containers run as root: run ohd serve with --agent-uid of an unprivileged uid of its own")
+	} else {
+		check("agent-uid", "ok", fmt.Sprintf("containers run as %d:%d, a uid of their own: your git refuses every git directory the agent makes", m.cfg.AgentUID, m.cfg.AgentGID))
+	}
+	switch v, err := gitboundary.CheckGit(ctx); {
+	case errors.Is(err, gitboundary.ErrOldGit):
+		check("host-git", "fail", err.Error())
+	case err != nil:
+		check("host-git", "warn", err.Error())
+	default:
+		check("host-git", "ok", fmt.Sprintf("%s refuses a repository another user owns (2.35.2 or later)", v))
+	}
+	if err := gitboundary.CheckFilesystem(m.wt.Root()); err != nil {
+		check("worktree-root-acl", "fail", err.Error())
+	} else {
+		check("worktree-root-acl", "ok", m.wt.Root()+" is on a filesystem with POSIX ACLs")
+	}
+	return out
+}
+
+// checkRepoGitDirs is doctor --repo's report of the git directories in a
+// repository's work tree that are not its own: the agent's (another uid's,
+// which the user's git refuses, but for a bare repository's parts in a
+// directory of the user's), and every implicit bare repository and nested
+// .git an earlier ohd's agent, which ran as the user, may have left
+// (nothing when there is none).
+func (m *Manager) checkRepoGitDirs(top string, uid, gid int) []control.DoctorCheck {
+	agent := m.cfg.AgentUID
+	if agent == 0 {
+		agent = -1 // the local runtime: no agent uid, nothing is the agent's
+	}
+	ids := gitboundary.IDs{Owner: uid, OwnerGID: gid, Agent: agent, AgentGID: m.cfg.AgentGID}
+	found, took, err := gitboundary.FindGitDirs(top, ids)
+	if err != nil {
+		return []control.DoctorCheck{{Check: "git-dirs", Status: "warn", Detail: err.Error()}}
+	}
+	var out []control.DoctorCheck
+	for _, f := range found {
+		ck := control.DoctorCheck{Check: "git-dirs", Status: "warn"}
+		switch {
+		case f.AgentMade:
+			ck.Detail = fmt.Sprintf("%s: %s %s made by ohd's agent (uid %d); ohctl rm of its conversation moves it out, or move it out of the tree yourself (never run git in it)", top, f.Kind, f.Rel, f.UID)
+		case f.UID != uid:
+			ck.Detail = fmt.Sprintf("%s: %s %s belongs to uid %d, not to the repository's owner %d: your git refuses it; if you did not make it, move it out of the tree", top, f.Kind, f.Rel, f.UID, uid)
+		case f.Kind == gitboundary.KindBare:
+			ck.Detail = fmt.Sprintf("%s: %s %s is a repository your git opens by discovery (git log there reads its config): if you did not make it (an agent of an earlier ohd ran as you), move it out of the tree; set safe.bareRepository=explicit in your global git config", top, f.Kind, f.Rel)
+		default:
+			// The user's own nested repository or submodule: nothing to say.
+			continue
+		}
+		out = append(out, ck)
+	}
+	// A clean work tree adds nothing to the report.
+	m.log.Debug("doctor looked for git directories", "tree", top, "found", len(out), "took", took)
+	return out
 }

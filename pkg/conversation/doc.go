@@ -115,6 +115,24 @@
 // removes it and makes a container of this release's contract, with the
 // image ohd is configured with; a copy that fails changes nothing.
 //
+// # The agent's own uid
+//
+// A container runs as Config.AgentUID (recorded per conversation,
+// AgentUID), never the repository owner, so the user's git refuses every
+// git directory the agent makes (package gitboundary; boundary.go). Create
+// refuses, before anything is made, what cannot hold that (an agent uid
+// that is root or the owner's, host git older than 2.35.2, a tree on a
+// filesystem without ACLs). The trees the agent writes are shared with its
+// uid before each container start (a worktree by the default ACL of its
+// conversation directory, set before git checks out; the view, the
+// in-place folder and a plain folder by a walk), and the broker's files
+// and the inner state belong to it. Removal, once the container is gone,
+// moves the git directories the agent made out of the user's tree into
+// <KeptRoot>/<id>/git-dirs (Removal.GitDirsMoved) and, in place and in a
+// plain folder, gives every file back to the owner; an interrupted
+// removal does it again. A conversation made before agent uids gets one
+// when its container is next created.
+//
 // # Running, idle and stopped
 //
 // A conversation is running when its container is up and ready, stopped

@@ -302,6 +302,7 @@ func (m *Manager) Doctor(ctx context.Context, id string, repair bool) (control.D
 	}
 	if id == "" {
 		rep.Checks = append(rep.Checks, m.checkRepositories(ctx, all, repair)...)
+		rep.Checks = append(rep.Checks, m.checkHostBoundary(ctx)...)
 	}
 	return rep, nil
 }
@@ -357,6 +358,9 @@ func (m *Manager) DoctorRepo(ctx context.Context, path string, repair bool) (con
 	if len(rep.Checks) == 0 {
 		rep.Checks = append(rep.Checks, control.DoctorCheck{Check: "stale-worktree", Status: "ok",
 			Detail: repo.CommonDir + ": every worktree registration points at a path that exists on the host"})
+	}
+	if repo.TopLevel != "" {
+		rep.Checks = append(rep.Checks, m.checkRepoGitDirs(repo.TopLevel, repo.UID, repo.GID)...)
 	}
 	return rep, nil
 }
@@ -465,6 +469,9 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 		default:
 			check("container-hardening", "ok", fmt.Sprintf("user %d:%d (the agent's own, not the repository owner's %d), all capabilities dropped, no-new-privileges, limits, port on 127.0.0.1 only", uid, gid, c.UID))
 		}
+	}
+	if c.Runtime != "local" {
+		out = append(out, m.checkGitDirs(c))
 	}
 	dir := m.brokerDir(c.ID)
 	cl := broker.NewClient(filepath.Join(dir, "broker.sock"), filepath.Join(dir, "token"))

@@ -128,6 +128,8 @@ func (a *applier) dir(e entry, fd int) (bool, error) {
 	return true, nil
 }
 
+func (a *applier) wants(string) bool { return true }
+
 func (a *applier) file(e entry) error {
 	if !e.isRegular() || e.name == ".git" {
 		return nil // symlinks carry no ACL; a .git file is the user's pointer
@@ -204,14 +206,18 @@ func aclError(path string, err error) error {
 	return err
 }
 
-// Unshare takes the owner's and the agent's ACL entries off the one inode
-// at path (nothing below it; a symlink is not followed and has none): for
-// a pointer the user's git follows, such as a worktree's .git file, that
-// sits in a shared directory and inherited its default ACL.
-func Unshare(path string, ids IDs) error {
+// ReadOnly leaves the agent only reading (and, a directory, searching)
+// the one inode at path (nothing below it; a symlink is not followed and
+// has no ACL): for a pointer the user's git follows, such as a worktree's
+// .git file, that sits in a shared directory and inherited write access
+// for the agent from its default ACL.
+func ReadOnly(path string, ids IDs) error {
+	if err := ids.Check(); err != nil {
+		return err
+	}
 	st, err := os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("unshare %s: %w", path, err)
+		return fmt.Errorf("make %s read-only to the agent: %w", path, err)
 	}
 	if st.Mode()&os.ModeSymlink != 0 {
 		return nil
@@ -219,14 +225,17 @@ func Unshare(path string, ids IDs) error {
 	var buf []byte
 	old, err := getACL(&buf, func(b []byte) (int, error) { return unix.Lgetxattr(path, xattrAccess, b) })
 	if err != nil {
-		return fmt.Errorf("unshare %s: %w", path, aclError(path, err))
+		return fmt.Errorf("make %s read-only to the agent: %w", path, aclError(path, err))
 	}
-	a, changed := old.without(uint32(ids.Owner), uint32(ids.Agent))
-	if !changed {
-		return nil
+	mode := uint32(st.Mode().Perm())
+	a := shared(mode, old, uint32(ids.Owner), uint32(ids.Agent), uint16(mode>>6)&7)
+	for i, e := range a {
+		if e.tag == tagUser && e.id == uint32(ids.Agent) {
+			a[i].perm &= permR | permX
+		}
 	}
 	if err := unix.Lsetxattr(path, xattrAccess, a.encode(), 0); err != nil {
-		return fmt.Errorf("unshare %s: %w", path, err)
+		return fmt.Errorf("make %s read-only to the agent: %w", path, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -81,9 +82,14 @@ func CheckGit(ctx context.Context) (string, error) {
 }
 
 // CheckFilesystem returns ErrNoACL when the filesystem of dir holds no
-// POSIX ACLs. It reads an attribute and changes nothing.
+// POSIX ACLs (for a dir not made yet, of its nearest existing parent). It
+// reads an attribute and changes nothing.
 func CheckFilesystem(dir string) error {
 	_, err := unix.Lgetxattr(dir, xattrAccess, make([]byte, 256))
+	for p := dir; errors.Is(err, unix.ENOENT) && p != filepath.Dir(p); {
+		p = filepath.Dir(p)
+		_, err = unix.Lgetxattr(p, xattrAccess, make([]byte, 256))
+	}
 	switch {
 	case err == nil, errors.Is(err, unix.ENODATA), errors.Is(err, unix.ERANGE):
 		return nil

@@ -51,9 +51,31 @@
 //
 // # Where to start
 //
-// IDs names the two users. Apply shares a tree, ShareDir one directory;
-// Release ends the sharing; FindGitDirs lists the agent's git directories
-// (doctor). CheckGit and CheckFilesystem are the preconditions. The files:
+// IDs names the two users. Apply shares a tree, ShareDir one directory,
+// ReadOnly keeps one pointer (a worktree's .git file) from the agent's
+// writes; Release ends the sharing; FindGitDirs lists the agent's git
+// directories (doctor). CheckGit and CheckFilesystem are the
+// preconditions.
+//
+// # Cost
+//
+// One pass, no process per file: getdents and one fstatat per entry, and
+// per shared inode a read and (when it differs) a write of its ACL
+// attribute, each relative to an open directory. Measured on 10,000 files
+// in 100 directories (ext4, two loaded cores, bench_test.go): Apply
+// ~350 ms, Release ~310 ms, the move-only walk of a worktree's removal
+// ~25 ms (it stats only directories and .git entries). A worktree's
+// create walks nothing.
+//
+// # Caveats
+//
+// Under a default ACL the umask is not applied: a file the agent or the
+// user creates 0600 in a shared directory is readable as that directory's
+// default ACL says (both users; others only as the directory's own other
+// bits allowed). Release removes the owner's and the agent's named
+// entries and drops a default ACL left with none; an ACL the user had
+// before keeps its other entries. ohd must be root (or the owner of every
+// inode) to share and release. The files:
 // acl.go is the kernel's ACL attribute format, walk.go the one-pass walk
 // (getdents and fstatat, every call relative to an open directory),
 // apply.go the sharing, release.go the end, find.go the search.

@@ -50,6 +50,8 @@ type finder struct {
 	found []Found
 }
 
+func (f *finder) wants(name string) bool { return name == ".git" }
+
 func (f *finder) file(e entry) error {
 	if e.name != ".git" {
 		return nil
@@ -64,7 +66,9 @@ func (f *finder) file(e entry) error {
 
 func (f *finder) dir(e entry, fd int) (bool, error) {
 	if e.name == ".git" {
-		if e.rel != ".git" {
+		// The root's own .git is the repository's, unless the agent
+		// made it (a plain folder's).
+		if e.rel != ".git" || e.st.Uid == f.agent {
 			f.found = append(f.found, Found{Rel: e.rel, Kind: KindGitDir, UID: int(e.st.Uid), AgentMade: e.st.Uid == f.agent})
 		}
 		return false, nil

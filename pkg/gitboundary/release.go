@@ -150,6 +150,8 @@ func (r *releaser) dir(e entry, fd int) (bool, error) {
 	return true, nil
 }
 
+func (r *releaser) wants(name string) bool { return !r.opts.MoveOnly || name == ".git" }
+
 func (r *releaser) file(e entry) error {
 	if e.name == ".git" && r.agent(&e.st) {
 		return r.move(e.dirfd, e.name, e.rel)

@@ -40,6 +40,9 @@ type visitor interface {
 	// dir is called for a directory with its own descriptor; it returns
 	// whether to walk into it.
 	dir(e entry, fd int) (descend bool, err error)
+	// wants reports whether file must see the entry name that is no
+	// directory: the walk skips the others without a stat.
+	wants(name string) bool
 }
 
 // walk visits root (a directory, not followed if a symlink) and everything
@@ -81,12 +84,16 @@ func walkDir(root string, e entry, fd int, dev uint64, v visitor) error {
 		return &os.PathError{Op: "dup", Path: filepath.Join(root, e.rel), Err: err}
 	}
 	f := os.NewFile(uintptr(dup), filepath.Join(root, e.rel))
-	names, err := f.Readdirnames(-1)
+	ents, err := f.ReadDir(-1)
 	f.Close()
 	if err != nil {
 		return err
 	}
-	for _, name := range names {
+	for _, de := range ents {
+		name := de.Name()
+		if !de.IsDir() && !v.wants(name) {
+			continue // known from the directory entry's type alone
+		}
 		c := entry{dirfd: fd, rel: filepath.Join(e.rel, name), name: name}
 		if err := unix.Fstatat(fd, name, &c.st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			if errors.Is(err, unix.ENOENT) {

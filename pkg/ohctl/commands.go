@@ -305,6 +305,9 @@ func (s *state) doctorCmd() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if id == "" {
+				rep.Checks = append(rep.Checks, bareRepositoryCheck(ctx))
+			}
 			if s.json {
 				if err := printJSON(s.env.Stdout, rep); err != nil {
 					return err

@@ -196,6 +196,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			for _, r := range res {
 				lines, details = append(lines, r.Line()), append(details, r.Detail())
 			}
+			// The same in a large repository: what the agent's own uid
+			// costs must not grow with the tree (issue 26).
+			res, err = bench.Create(ctx, bench.CreateOptions{Iterations: cfg.iterations, Image: cfg.image, Files: 10000, Suffix: "-10000-files"})
+			if err != nil {
+				fail("create", err)
+			}
+			rows = append(rows, bench.CreateRows(res)...)
+			for _, r := range res {
+				lines, details = append(lines, r.Line()), append(details, r.Detail())
+			}
 		case "publish":
 			res, err := bench.Publish(ctx, bench.PublishOptions{Image: cfg.image})
 			if err != nil {

@@ -1,0 +1,84 @@
+package gitboundary
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// bigTree makes n files in directories of 100, as a repository's work tree.
+func bigTree(b *testing.B, n int) string {
+	b.Helper()
+	root := filepath.Join(b.TempDir(), "tree")
+	for i := range n {
+		p := filepath.Join(root, fmt.Sprintf("d%03d", i/100), fmt.Sprintf("f%05d.go", i))
+		if i%100 == 0 {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(p, []byte("package x\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return root
+}
+
+// BenchmarkApply10000Files is the walk an in-place or plain-folder create
+// pays: every ACL of a 10,000-file tree written.
+func BenchmarkApply10000Files(b *testing.B) {
+	root := bigTree(b, 10000)
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := Release(root, ReleaseOptions{IDs: testIDs, KeptDir: filepath.Join(b.TempDir(), "kept")}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := Apply(root, testIDs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkApplyAgain10000Files is a later start's walk: nothing to write.
+func BenchmarkApplyAgain10000Files(b *testing.B) {
+	root := bigTree(b, 10000)
+	if _, err := Apply(root, testIDs); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := Apply(root, testIDs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRelease10000Files is an in-place or plain-folder removal's
+// walk: every ACL entry removed.
+func BenchmarkRelease10000Files(b *testing.B) {
+	root := bigTree(b, 10000)
+	kept := filepath.Join(b.TempDir(), "kept")
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := Apply(root, testIDs); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := Release(root, ReleaseOptions{IDs: testIDs, KeptDir: kept}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMoveOnly10000Files is a worktree removal's walk: only the
+// search for the agent's git directories.
+func BenchmarkMoveOnly10000Files(b *testing.B) {
+	root := bigTree(b, 10000)
+	kept := filepath.Join(b.TempDir(), "kept")
+	for b.Loop() {
+		if _, err := Release(root, ReleaseOptions{IDs: testIDs, KeptDir: kept, MoveOnly: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
