@@ -1,12 +1,14 @@
 package integration
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/store"
@@ -222,5 +224,69 @@ func TestPointerAttacksFailInContainer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHeldGitlinkNeverReachesTheUsersMerge: in place, the agent makes a
+// repository x of its own in the folder (its fsmonitor planted) and
+// commits it as a gitlink. ohd holds that commit back (ohctl show says
+// so, naming x) under refs/ohd/held/<id>/: the user's merge of
+// openhands/<id> on the host and their git status run nothing, while the
+// conversation runs and after `ohctl rm` (the agent's x is still there,
+// so the commit stays held, and the removal says so). The control merges
+// the held commit itself: the fsmonitor fires.
+func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	markers := markerDir(t)
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo)
+	if !c.InPlace {
+		t.Fatalf("create = %+v, want in place", c)
+	}
+	g := "git -c user.name=a -c user.email=a@x "
+	if code, out := d.execIn(c.ID, "sh", "-c", "cd "+repo+" && git init -q x && "+g+"-C x commit -q --allow-empty -m agent && "+
+		"git -C x config core.fsmonitor \"touch "+markers+"/fired; false\" && git add x && "+g+"commit -q -m 'add x'"); code != 0 {
+		t.Fatalf("the agent's commit inside: %s", out)
+	}
+	held := "refs/ohd/held/" + c.ID + "/heads/openhands/" + c.ID
+	waitFor(t, 30*time.Second, "the commit held back", func() bool {
+		var now store.Conversation
+		d.ohctlJSON(&now, "show", c.ID)
+		return strings.Contains(now.PublishError, "held back") && strings.Contains(now.PublishError, "submodule entry x")
+	})
+	if out := d.ohctl("show", c.ID); !strings.Contains(out, held) {
+		t.Errorf("ohctl show does not name the held ref %s:\n%s\n--- ohd log ---\n%s", held, out, tail(d.logs.String(), 30))
+	}
+	userMerge := func(dir, ref string) string {
+		var out []byte
+		for _, args := range [][]string{{"-c", "user.name=u", "-c", "user.email=u@x", "merge", "-q", "--no-edit", ref}, {"status"}, {"diff"}} {
+			cmd := exec.Command("git", args...)
+			cmd.Dir, cmd.Env = dir, testenv.GitEnv()
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackOwner, Gid: attackOwner}}
+			b, _ := cmd.CombinedOutput()
+			out = append(out, b...)
+		}
+		return string(out)
+	}
+	if out := userMerge(repo, "openhands/"+c.ID); len(firedMarkers(markers)) > 0 {
+		t.Errorf("the user's merge of openhands/%s and git status ran the agent's fsmonitor:\n%s", c.ID, out)
+	}
+	var rm struct {
+		Message string `json:"message"`
+	}
+	out := d.ohctl("--json", "rm", c.ID)
+	_ = json.Unmarshal([]byte(out), &rm)
+	if !strings.Contains(out, "held back") {
+		t.Errorf("ohctl rm does not say the last commit is held back:\n%s", out)
+	}
+	if out := userMerge(repo, "openhands/"+c.ID); len(firedMarkers(markers)) > 0 {
+		t.Errorf("after ohctl rm, the user's merge and git status ran the agent's fsmonitor:\n%s", out)
+	}
+	// Control: the held commit itself, merged, fires.
+	if out := userMerge(repo, held); len(firedMarkers(markers)) == 0 {
+		t.Errorf("control: merging the held commit did not run the fsmonitor: the attack is broken\n%s", out)
 	}
 }

@@ -382,7 +382,11 @@ func (m *Manager) mirror(ctx context.Context, id string, want map[string]string)
 	m.pub.mu.Unlock()
 	if failed {
 		_, _ = m.st.UpdateConversation(id, func(r *store.Conversation) error {
-			r.PublishError = ""
+			// Only the mirror's own failure: the branch's (a commit held
+			// back, say) stays until the branch publishes.
+			if strings.HasPrefix(r.PublishError, "live mirror: ") {
+				r.PublishError = ""
+			}
 			return nil
 		})
 	}

@@ -151,12 +151,13 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 		if c.Published != "" {
 			t.row("published", short(c.Published)+" on "+c.Branch)
 		}
-		if c.PublishConflict != "" {
-			t.row("publish conflict", c.PublishConflict)
-		}
-		if c.PublishError != "" {
-			t.row("publish error", c.PublishError)
-		}
+	}
+	// In place as in a worktree (a commit held back, say).
+	if c.PublishConflict != "" {
+		t.row("publish conflict", c.PublishConflict)
+	}
+	if c.PublishError != "" {
+		t.row("publish error", c.PublishError)
 	}
 	if c.Runtime != "local" {
 		t.row("image", fmt.Sprintf("%s (%s)", c.Image, short(strings.TrimPrefix(c.ImageID, "sha256:"))))

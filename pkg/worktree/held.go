@@ -17,6 +17,11 @@ import (
 // directory as a submodule, setting GIT_DIR for the child, so git's
 // ownership check is skipped and the repository's config (an fsmonitor)
 // runs as the user. In place that directory is in the user's own folder.
+// In place while the conversation runs, any gitlink the agent adds that
+// is not one of the user's submodules is held, even over an empty
+// directory: the user could merge it in that very folder, and the agent
+// could then make the repository its directory lacked (the container's
+// mounts fix only the gitlinks the host's index had when it started).
 // So such a commit is held back: kept as refs/ohd/held/<id>/<ref without
 // refs/> instead of moving the conversation's branch, reported (the
 // publish fails with ErrHeld, naming the paths; a removal says so), and
@@ -44,12 +49,13 @@ var ErrHeld = errors.New("held back")
 const maxGitlinkChanges = 10000
 
 // heldGitlinks returns the paths of the gitlinks that commit tip adds or
-// changes relative to base (the host branch's commit; "" for none) whose
-// directory in wt's work tree holds a git repository that is not one of
-// the user's submodules (a gitlink of the host's index), or cannot be
-// told apart from one (a symlink on the way). It reads objects and the
+// changes relative to base (the host branch's commit; "" for none) that
+// are not the user's submodules (gitlinks of the host's index) and whose
+// directory in wt's work tree holds a git repository, or cannot be told
+// apart from one (a symlink on the way), or, in place with live (the
+// conversation runs), is the agent's to fill. It reads objects and the
 // host's index only, with hardened git.
-func (m *Manager) heldGitlinks(ctx context.Context, ct gitTarget, wt Worktree, base, tip string) ([]string, error) {
+func (m *Manager) heldGitlinks(ctx context.Context, ct gitTarget, wt Worktree, base, tip string, live bool) ([]string, error) {
 	var out string
 	var err error
 	if base == "" {
@@ -87,7 +93,7 @@ func (m *Manager) heldGitlinks(ctx context.Context, ct gitTarget, wt Worktree, b
 			held = append(held, p)
 			continue
 		}
-		if !users[p] && holdsRepo(wt.Path, p) {
+		if !users[p] && ((live && wt.InPlace) || holdsRepo(wt.Path, p)) {
 			held = append(held, p)
 		}
 	}
@@ -154,6 +160,11 @@ func heldMessage(wt Worktree, tip, held string, paths []string, ended bool) stri
 	if ended {
 		then = fmt.Sprintf("remove the repository the agent left there (its .git) before you take the commit (git -C %s branch <name> %s)", wt.Repo, held)
 	}
-	return fmt.Sprintf("the conversation's commit %s is held back as %s, not published to %s: it adds or changes the submodule entry %s%s, whose directory in %s holds a git repository the agent made, which the user's git would enter (running its config) after a merge; %s",
-		shortOID(tip), held, wt.Branch, strings.Join(shown, ", "), more, wt.Path, then)
+	what := "holds a git repository the agent made"
+	if wt.InPlace && !ended {
+		what = "is the agent's to fill with a git repository while the conversation runs"
+		then = "it is published when the conversation ends, if that directory then holds no repository"
+	}
+	return fmt.Sprintf("the conversation's commit %s is held back as %s, not published to %s: it adds or changes the submodule entry %s%s, whose directory in %s %s, which the user's git would enter (running its config) after a merge; %s",
+		shortOID(tip), held, wt.Branch, strings.Join(shown, ", "), more, wt.Path, what, then)
 }

@@ -44,9 +44,11 @@ func userMergeAndStatus(t *testing.T, dir, ref, marker string) bool {
 // enter x as a submodule (GIT_DIR set: no ownership check) and run its
 // fsmonitor (the control merges the held commit and it fires). So the
 // publish is held: the branch stays, the commit is under
-// refs/ohd/held/<id>/, the error says which path; once x holds no
-// repository, the next publish moves the branch and drops the held ref,
-// and the user's merge and status run nothing.
+// refs/ohd/held/<id>/, the error says which path. In place it stays held
+// while the conversation runs even once x is empty (the agent could fill
+// it again after a merge); the removal's last publish, x holding no
+// repository, moves the branch and drops the held ref, and the user's
+// merge and status run nothing.
 func TestPublishHoldsAGitlinkIntoTheAgentsRepo(t *testing.T) {
 	m := newManager(t)
 	dir := testenv.NewRepo(t, testenv.RepoOptions{})
@@ -82,16 +84,24 @@ func TestPublishHoldsAGitlinkIntoTheAgentsRepo(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The agent's repository goes: published, the held ref dropped.
+	// The agent's repository goes; in place, while the conversation runs,
+	// the commit stays held (the agent could make the repository again
+	// after the user merged it)...
 	if err := os.RemoveAll(filepath.Join(dir, "x", ".git")); err != nil {
 		t.Fatal(err)
 	}
 	res, err = m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit)
-	if err != nil || res.Published != tip || res.Held != "" {
-		t.Fatalf("Publish once x holds no repository = %+v, %v; want published", res, err)
+	if !errors.Is(err, ErrHeld) || res.Held != held {
+		t.Fatalf("Publish in place while running, x empty = %+v, %v; want still held", res, err)
+	}
+	// ... and is published when it ends: the branch moves, the held ref
+	// goes, and the user's merge and git status run nothing.
+	rm, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit})
+	if err != nil || rm.Published != tip || rm.Held != "" {
+		t.Fatalf("Remove once x holds no repository = %+v, %v; want %s published", rm, err, tip)
 	}
 	if refExists(t, dir, held) {
-		t.Errorf("%s is still there after the publish", held)
+		t.Errorf("%s is still there after the last publish", held)
 	}
 	if userMergeAndStatus(t, dir, "refs/heads/"+wt.Branch, marker) {
 		t.Error("after the publish, the user's merge and git status ran the agent's fsmonitor")

@@ -114,7 +114,7 @@ func (m *Manager) Publish(ctx context.Context, wt Worktree, sb Sandbox, tip, pub
 	// A commit that would make the user's git enter a repository the
 	// agent made is held back (held.go).
 	heldRef := HeldRef(wt.ConversationID, ref)
-	paths, err := m.heldGitlinks(ctx, ct, wt, cur, tip)
+	paths, err := m.heldGitlinks(ctx, ct, wt, cur, tip, true)
 	if err != nil {
 		return res, fmt.Errorf("worktree publish %s: %w", wt.Path, err)
 	}

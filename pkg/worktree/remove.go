@@ -395,7 +395,7 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		// The folder stays: a commit that would make the user's git enter
 		// a repository the agent left there is held back (held.go). (A
 		// worktree's directories go with it.)
-		paths, err := m.heldGitlinks(ctx, ct, wt, cur, tip)
+		paths, err := m.heldGitlinks(ctx, ct, wt, cur, tip, false)
 		if err != nil {
 			return err
 		}
@@ -411,6 +411,13 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 		if cur == opts.Published || opts.Published == "" {
 			fmt.Fprintf(&tx, "update %s %s %s\n", hostRef, tip, cur)
 			res.Published = tip
+			// A commit held back while the conversation ran is no longer.
+			heldRef := HeldRef(wt.ConversationID, hostRef)
+			if old, ok, err := m.revParse(ctx, ct, heldRef); err != nil {
+				return err
+			} else if ok {
+				fmt.Fprintf(&tx, "delete %s %s\n", heldRef, old)
+			}
 		} else {
 			kept := KeptRef(wt.ConversationID, hostRef)
 			fmt.Fprintf(&tx, "update %s %s\n", kept, tip)
