@@ -293,6 +293,9 @@ type prober struct {
 	notes map[string][]string
 	// live: the conversation is still there at this stage.
 	live bool
+	// firstOnly stops a probe at the first run of a program (a
+	// control, which has only to show that its plant fires).
+	firstOnly bool
 	// broken lists where the user's git did not work in their own
 	// repository.
 	broken []string
@@ -381,6 +384,9 @@ func (p *prober) probe(stage string, w *hostGitWorld) {
 		if _, err := os.Stat(d); err != nil {
 			continue // gone with the conversation (a worktree)
 		}
+		if p.firstOnly && len(p.found) > 0 {
+			return
+		}
 		for _, tr := range userTriggers {
 			out := p.git(stage, d, tr...)
 			if name := byDir[d]; name != "" && strings.Contains(out, "dubious ownership") {
@@ -391,6 +397,9 @@ func (p *prober) probe(stage string, w *hostGitWorld) {
 	for _, r := range w.roots {
 		if _, err := os.Stat(r); err != nil {
 			continue
+		}
+		if p.firstOnly && len(p.found) > 0 {
+			return
 		}
 		for _, d := range ideScan(p.u, r, p.config) {
 			for _, tr := range userTriggers {
@@ -449,6 +458,7 @@ func runControl(t *testing.T, mode byte, c hostGitCase) {
 		w.mergeRef = "agent"
 	}
 	p := newProber(u, box)
+	p.firstOnly = true
 	p.probe("control", w)
 	if len(p.byTag()[w.tag(c)]) == 0 {
 		t.Fatalf("control: the plant did not fire under the user's git without ohd; plant:\n%s", out)
