@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -559,7 +560,7 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		}
 		return false
 	}
-	var foreign, unreported []string
+	var foreign, unreported, undoctored []string
 	stages := []struct {
 		name   string
 		live   bool
@@ -601,6 +602,9 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		}
 		if i == 0 {
 			selfTest(t, u, box, p, worlds)
+			for _, w := range worlds {
+				undoctored = append(undoctored, undoctoredDirs(d, w)...)
+			}
 		}
 	}
 
@@ -608,6 +612,13 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		// Acceptance 2: at the end every file the agent made belongs to
 		// the user again (a worktree is gone by then).
 		for _, f := range foreign {
+			t.Error(f)
+		}
+	})
+	t.Run("doctor-lists-agent-git-dirs", func(t *testing.T) {
+		// Acceptance 3: `ohctl doctor ID` lists the git directories the
+		// agent made, during the conversation.
+		for _, f := range undoctored {
 			t.Error(f)
 		}
 	})
@@ -842,6 +853,27 @@ func unmoved(w *hostGitWorld, out string) []string {
 			if _, err := os.Lstat(filepath.Join(w.planted(c), left)); err == nil {
 				bad = append(bad, fmt.Sprintf("%s: %s is still in the user's tree after ohctl rm", c.name, filepath.Join(rel, left)))
 			}
+		}
+	}
+	return bad
+}
+
+// undoctoredDirs lists the git directories the world's plants made (those
+// whose every step worked) that `ohctl doctor ID` does not name.
+func undoctoredDirs(d *daemon, w *hostGitWorld) []string {
+	out, err := d.ohctlErr("doctor", w.conv.ID)
+	var oe *ohctlError
+	if errors.As(err, &oe) {
+		out += oe.stderr
+	}
+	var bad []string
+	for _, c := range w.cases {
+		if len(failedSteps(w.plant[c.name])) > 0 {
+			continue
+		}
+		rel, _ := filepath.Rel(w.tree, w.planted(c))
+		if !strings.Contains(out, filepath.Join(rel, ".git")+" (") && !strings.Contains(out, rel+" (") {
+			bad = append(bad, fmt.Sprintf("%c %s: ohctl doctor %s does not name %s:\n%s", w.mode, c.name, w.conv.ID, rel, clipN(out, 1500)))
 		}
 	}
 	return bad
