@@ -211,7 +211,9 @@ func TestGitViewAttackAdminGitdirToOtherWorktree(t *testing.T) {
 func TestGitViewAttackDotGitRedirected(t *testing.T) {
 	a := newAttack(t)
 	a.commitAndWait()
-	a.run(`mkdir -p $GITDIR/worktrees/$VADMIN && cp $ADMIN/HEAD $ADMIN/commondir $GITDIR/worktrees/$VADMIN/ && echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git && echo wip > wip.txt; git status --short`)
+	// The .git file is read-only inside (pointers.go): the write fails,
+	// and what follows must hold either way.
+	a.run(`mkdir -p $GITDIR/worktrees/$VADMIN && cp $ADMIN/HEAD $ADMIN/commondir $GITDIR/worktrees/$VADMIN/ && echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git; echo wip > wip.txt; git status --short`)
 	a.d.ohctlErr("doctor")
 	a.checkHost("after doctor")
 	a.d.ohctlErr("doctor", "--repair")
@@ -221,7 +223,7 @@ func TestGitViewAttackDotGitRedirected(t *testing.T) {
 func TestGitViewAttackDotGitSymlink(t *testing.T) {
 	a := newAttack(t)
 	a.commitAndWait()
-	a.run(`rm .git && ln -s $VICTIM/.git .git && echo wip > wip.txt; ls -la .git`)
+	a.run(`rm .git && ln -s $VICTIM/.git .git; echo wip > wip.txt; ls -la .git`)
 	a.d.ohctlErr("doctor")
 	a.checkHost("after doctor")
 	a.finish()
@@ -234,9 +236,7 @@ func TestGitViewAttackDotGitSymlink(t *testing.T) {
 func TestGitViewAttackDotGitRedirectedStopped(t *testing.T) {
 	a := newAttack(t)
 	a.commitAndWait()
-	// The worktree's .git is read-only to the agent (issue 26), which can
-	// still replace it: its directory is the agent's to write.
-	a.run(`rm -f .git && echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git && echo wip > wip.txt`)
+	a.run(`echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git; echo wip > wip.txt`)
 	run(t, "docker", "kill", a.attacker.ContainerID)
 	a.checkHost("after the attack")
 	a.checkVictim()

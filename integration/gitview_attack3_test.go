@@ -103,6 +103,10 @@ func TestGitViewAttackNestedRepoFsmonitor(t *testing.T) {
 	a.finish()
 }
 
+// heldRef is where ohd holds back conversation id's commit that adds a
+// gitlink over a repository of the agent's (pkg/worktree, held.go).
+func heldRef(id string) string { return "refs/ohd/held/" + id + "/heads/openhands/" + id }
+
 // hookNames are the hooks a host-side git could run.
 var hookNames = []string{"pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout", "post-merge",
 	"pre-auto-gc", "post-rewrite", "reference-transaction", "post-index-change", "pre-push", "push-to-checkout", "fsmonitor-watchman"}
@@ -115,7 +119,9 @@ func TestGitViewAttackNestedRepoHooks(t *testing.T) {
 		" && git config core.hooksPath $WT/.agent/hooks && git -C sub config core.hooksPath $WT/.agent/hooks")
 	// The agent's own commit runs its hooks, in its container.
 	a.must("git -c user.name=a -c user.email=a@x commit -q -m 'with hooks' && echo more >> sub/f")
-	waitHostRef(t, a.repo, "refs/heads/openhands/"+a.attacker.ID, a.must("git rev-parse HEAD"), 5*time.Second)
+	// The commit's gitlink sub holds the agent's repository: held back,
+	// not published, while the conversation runs (held.go).
+	waitHostRef(t, a.repo, heldRef(a.attacker.ID), a.must("git rev-parse HEAD"), 5*time.Second)
 	a.restoreAfter()
 }
 
@@ -133,7 +139,7 @@ func TestGitViewAttackSubmoduleURL(t *testing.T) {
 	a.run(strings.Replace(nestedRepo, "%s", "true", 1) + ` && printf '[submodule "sub"]\n\tpath = sub\n\turl = ext::sh -c $WT/.agent/evil\n[submodule "other"]\n\tpath = other\n\turl = file://$MARKERS\n' > .gitmodules &&
 		git add .gitmodules && git config submodule.sub.update '!$WT/.agent/evil' && git config submodule.sub.url 'ext::sh -c $WT/.agent/evil' && git config protocol.ext.allow always &&
 		git -c user.name=a -c user.email=a@x commit -q -m 'submodules' && echo more >> sub/f`)
-	waitHostRef(t, a.repo, "refs/heads/openhands/"+a.attacker.ID, a.must("git rev-parse HEAD"), 5*time.Second)
+	waitHostRef(t, a.repo, heldRef(a.attacker.ID), a.must("git rev-parse HEAD"), 5*time.Second)
 	a.restoreAfter()
 }
 

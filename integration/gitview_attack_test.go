@@ -303,7 +303,7 @@ func ohdWrites(rel string, c store.Conversation) bool {
 		}
 	}
 	for _, p := range []string{"refs/ohd/kept/" + c.ID + "/", "logs/refs/ohd/kept/" + c.ID + "/", "worktrees/" + c.AdminID + "/",
-		"refs/ohd/live/" + c.ID + "/", "logs/refs/ohd/live/" + c.ID + "/"} {
+		"refs/ohd/live/" + c.ID + "/", "logs/refs/ohd/live/" + c.ID + "/", "refs/ohd/held/" + c.ID + "/", "logs/refs/ohd/held/" + c.ID + "/"} {
 		if strings.HasPrefix(rel, p) {
 			return true
 		}
@@ -331,7 +331,7 @@ func (a *attack) ownRef(line string) bool {
 	_, name, _ := strings.Cut(line, " ")
 	for _, c := range a.allowed {
 		if name == "refs/heads/openhands/"+c.ID || name == "refs/ohd/snapshots/"+c.ID || strings.HasPrefix(name, "refs/ohd/kept/"+c.ID+"/") ||
-			strings.HasPrefix(name, "refs/ohd/live/"+c.ID+"/") {
+			strings.HasPrefix(name, "refs/ohd/live/"+c.ID+"/") || strings.HasPrefix(name, "refs/ohd/held/"+c.ID+"/") {
 			return true
 		}
 	}

@@ -153,13 +153,22 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 // binary and the image's unique reference.
 func buildPreviousRelease(t *testing.T) (ohdBin, image string) {
 	t.Helper()
+	return buildRelease(t, previousRelease)
+}
+
+// buildRelease builds the release at commit: its ohd (with its ohctl
+// beside it) and its test image, from its own sources (a `git archive` of
+// the commit: the clone's worktree registrations are left alone), and
+// returns the binary and the image's unique reference.
+func buildRelease(t *testing.T, commit string) (ohdBin, image string) {
+	t.Helper()
 	root := moduleRoot()
-	if err := exec.Command("git", "-C", root, "cat-file", "-e", previousRelease+"^{commit}").Run(); err != nil {
-		testenv.Missing(t, "the previous release's commit %s is not in this clone (a shallow clone?): git fetch --unshallow", previousRelease)
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
+		testenv.Missing(t, "the release commit %s is not in this clone (a shallow clone?): git fetch --unshallow", commit)
 	}
 	src := testenv.TempDir(t)
-	if out, err := exec.Command("sh", "-c", `git -C "$0" archive --format=tar "$1" | tar -x -C "$2"`, root, previousRelease, src).CombinedOutput(); err != nil {
-		t.Fatalf("extract %s: %v\n%s", previousRelease, err, out)
+	if out, err := exec.Command("sh", "-c", `git -C "$0" archive --format=tar "$1" | tar -x -C "$2"`, root, commit, src).CombinedOutput(); err != nil {
+		t.Fatalf("extract %s: %v\n%s", commit, err, out)
 	}
 	bin, err := os.MkdirTemp("", "ohd-previous-bin-")
 	if err != nil {
@@ -179,7 +188,7 @@ func buildPreviousRelease(t *testing.T) (ohdBin, image string) {
 		cmd.Dir = src
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("previous release: go %v: %v\n%s", args, err, out)
+			t.Fatalf("release %s: go %v: %v\n%s", commit, args, err, out)
 		}
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", image).Run() })

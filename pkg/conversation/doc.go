@@ -37,7 +37,10 @@
 // reason (ohd_publish_failures_total), logged once while it stays the
 // same and retried with a backoff of 2 s doubling to a minute. A conversation made before views (GitLayoutShared)
 // is moved to its own view when its container next starts, or at its
-// removal.
+// removal. One made without a worktree before in place existed (716a702:
+// the folder, .git and all, writable in its container) is moved in place
+// with its own view before its container is made again, and its running
+// container is stopped at reconcile, not adopted (inplace_upgrade.go).
 //
 // # In place
 //

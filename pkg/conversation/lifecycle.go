@@ -280,7 +280,8 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 		}
 	}
 	// Made before in place existed, with the repository writable in its
-	// container: it gets its own git view first (inplace_upgrade.go).
+	// container: it gets its own git view first (inplace_upgrade.go), and
+	// then its trees are shared with the agent's uid like any other's.
 	if repo, due, err := m.legacyInPlace(ctx, c); err != nil {
 		return c, fmt.Errorf("start conversation %s: %w", id, err)
 	} else if due {

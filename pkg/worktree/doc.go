@@ -26,7 +26,12 @@
 // lifecycle; inplace.go is in place; view.go (seeding), publish.go (ref
 // moves), import.go (the bounded, quarantined import) and
 // sandbox.go (the in-container side) are the git view; git.go is hardened
-// git; mounts.go the container's mounts, plain.go a plain folder's.
+// git; mounts.go the container's mounts, plain.go a plain folder's,
+// pointers.go the pointers every mode fixes (what the user's git follows
+// into a submodule without its ownership check: .git files, submodule
+// directories and every directory above them), held.go the commits held
+// back because they would make the user's git enter a repository the
+// agent made (refs/ohd/held/<id>/, ErrHeld).
 //
 // # One path, two namespaces
 //

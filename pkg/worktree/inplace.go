@@ -37,6 +37,9 @@ import (
 //	                                            worktree, a separate git
 //	                                            dir): the agent cannot
 //	                                            point it elsewhere
+//	submodules' .git, unpopulated   read-only   and the directories holding
+//	submodule directories                       them pinned onto themselves
+//	                                            (pointers.go)
 //
 // The view's HEAD is on the branch the host has checked out (ViewBranch;
 // a detached host HEAD gives the view openhands/<id>), its index a copy of
