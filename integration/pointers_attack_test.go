@@ -315,6 +315,19 @@ func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 		t.Fatalf("in the container made before lib, lib could not be moved (the test's premise): %s", out)
 	}
 
+	// ohctl doctor says the container lacks lib's mounts.
+	doctor := func() string {
+		out, _ := d.ohctlErr("--json", "doctor", c.ID)
+		for _, l := range strings.Split(out, "{") {
+			if strings.Contains(l, `"fixed-pointers"`) {
+				return l
+			}
+		}
+		return ""
+	}
+	if got := doctor(); !strings.Contains(got, `"fail"`) || !strings.Contains(got, filepath.Join(repo, "lib")) {
+		t.Errorf("doctor's fixed-pointers check before the restart = %q, want a failure naming lib", got)
+	}
 	run(t, "docker", "stop", "-t", "1", c.ContainerID)
 	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
 		var now store.Conversation
@@ -329,5 +342,8 @@ func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 	d.ohctlJSON(&now, "show", c.ID)
 	if now.ContainerID == c.ContainerID {
 		t.Errorf("the container %s was restarted with its old mounts, not made anew", c.ContainerID)
+	}
+	if got := doctor(); !strings.Contains(got, `"ok"`) {
+		t.Errorf("doctor's fixed-pointers check after the restart = %q, want ok", got)
 	}
 }
