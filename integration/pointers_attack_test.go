@@ -290,3 +290,60 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 		t.Errorf("control: merging the held commit did not run the fsmonitor: the attack is broken\n%s", out)
 	}
 }
+
+// TestStaleMountsMakeTheContainerAnew: a container keeps the mounts it
+// was made with. The user checks out a new submodule in the folder while
+// an in-place conversation runs: its directory is not pinned in the
+// running container (the agent can still move it). When the container
+// next starts, ohd sees its mounts are not the plan's and makes it anew,
+// and the new submodule is pinned.
+func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo)
+	installAttackTool(t, filepath.Join(c.GitView, "tools"), attackOwner, attackOwner, "mv")
+	mv := "export PATH=" + filepath.Join(c.CommonDir, "tools") + ":$PATH; cd " + repo + " && mv lib lib.moved 2>&1 && mv lib.moved lib"
+
+	other := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "lib")
+	hostGit(t, repo, "commit", "-q", "-m", "lib")
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	if code, out := d.execIn(c.ID, "sh", "-c", mv); code != 0 {
+		t.Fatalf("in the container made before lib, lib could not be moved (the test's premise): %s", out)
+	}
+
+	// ohctl doctor says the container lacks lib's mounts.
+	doctor := func() string {
+		out, _ := d.ohctlErr("--json", "doctor", c.ID)
+		for _, l := range strings.Split(out, "{") {
+			if strings.Contains(l, `"fixed-pointers"`) {
+				return l
+			}
+		}
+		return ""
+	}
+	if got := doctor(); !strings.Contains(got, `"fail"`) || !strings.Contains(got, filepath.Join(repo, "lib")) {
+		t.Errorf("doctor's fixed-pointers check before the restart = %q, want a failure naming lib", got)
+	}
+	run(t, "docker", "stop", "-t", "1", c.ContainerID)
+	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
+		var now store.Conversation
+		d.ohctlJSON(&now, "show", c.ID)
+		return now.State == store.StateStopped
+	})
+	code, out := d.execIn(c.ID, "sh", "-c", mv)
+	if code == 0 || !strings.Contains(strings.ToLower(out), "device or resource busy") {
+		t.Errorf("after the restart, moving the new submodule lib = exit %d %q, want EBUSY (a mount point)", code, out)
+	}
+	var now store.Conversation
+	d.ohctlJSON(&now, "show", c.ID)
+	if now.ContainerID == c.ContainerID {
+		t.Errorf("the container %s was restarted with its old mounts, not made anew", c.ContainerID)
+	}
+	if got := doctor(); !strings.Contains(got, `"ok"`) {
+		t.Errorf("doctor's fixed-pointers check after the restart = %q, want ok", got)
+	}
+}

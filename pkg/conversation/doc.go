@@ -40,7 +40,10 @@
 // removal. One made without a worktree before in place existed (716a702:
 // the folder, .git and all, writable in its container) is moved in place
 // with its own view before its container is made again, and its running
-// container is stopped at reconcile, not adopted (inplace_upgrade.go).
+// container is stopped at reconcile, not adopted (inplace_upgrade.go). A
+// container whose bind mounts are not the conversation's current plan
+// (worktree.MountPlan: a submodule checked out since, an earlier version's
+// layout) is made anew at its next start instead of restarted.
 //
 // # In place
 //

@@ -114,3 +114,24 @@ func TestLegacyInPlaceGetsItsView(t *testing.T) {
 		t.Errorf("legacyInPlace after the move = %v, %v; want not due", due, err)
 	}
 }
+
+// TestSameMounts: a container is made anew when its bind mounts differ
+// from the plan's as a set (order does not matter; read-only does).
+func TestSameMounts(t *testing.T) {
+	a, b := runtime.Mount{Source: "/r", Target: "/r"}, runtime.Mount{Source: "/r/.git", Target: "/r/.git", ReadOnly: true}
+	for _, tc := range []struct {
+		name string
+		x, y []runtime.Mount
+		want bool
+	}{
+		{"equal", []runtime.Mount{a, b}, []runtime.Mount{a, b}, true},
+		{"reordered", []runtime.Mount{b, a}, []runtime.Mount{a, b}, true},
+		{"a pin more", []runtime.Mount{a}, []runtime.Mount{a, b}, false},
+		{"writable now", []runtime.Mount{a, {Source: "/r/.git", Target: "/r/.git"}}, []runtime.Mount{a, b}, false},
+		{"duplicate", []runtime.Mount{a, a}, []runtime.Mount{a, b}, false},
+	} {
+		if got := sameMounts(tc.x, tc.y); got != tc.want {
+			t.Errorf("%s: sameMounts(%v, %v) = %v, want %v", tc.name, tc.x, tc.y, got, tc.want)
+		}
+	}
+}

@@ -296,6 +296,20 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 	if err != nil {
 		return c, fmt.Errorf("start conversation %s: %w", id, err)
 	}
+	if c.ContainerID != "" {
+		// A container keeps the mounts it was made with: one whose mounts
+		// are not today's (made by an earlier version, or before a
+		// submodule was added) is made anew, so that every pointer the
+		// user's git follows is fixed (worktree, pointers.go).
+		if ins, err := m.rt.Inspect(ctx, c.ContainerID); err == nil && ins.Mounts != nil && !sameMounts(ins.Mounts, spec.Mounts) {
+			m.retire(c.ContainerID)
+			if err := m.rt.Remove(ctx, c.ContainerID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				return c, fmt.Errorf("start conversation %s: remove its container, whose mounts are out of date: %w", id, err)
+			}
+			m.log.Info("container made anew: its mounts were out of date", "id", id, "container", shortID(c.ContainerID))
+			c.ContainerID = ""
+		}
+	}
 	var inst runtime.Instance
 	if c.ContainerID != "" {
 		m.dropNetns(c.ContainerID)
@@ -715,4 +729,22 @@ func contractHint(err error, image string) error {
 	}
 	return fmt.Errorf("%w; the image %s must run the OpenHands agent server, which ohd starts with the arguments %q after the image's entrypoint and the environment OH_CONVERSATIONS_PATH and OH_PERSISTENCE_DIR (the agent server's contract: README, \"Running the real agent server\"): an image that refuses them (one made for an earlier ohd) must be rebuilt, or choose another with --image",
 		err, image, strings.Join(openhands.Args(8000), " "))
+}
+
+// sameMounts reports whether a and b are the same set of bind mounts.
+func sameMounts(a, b []runtime.Mount) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	set := make(map[runtime.Mount]int, len(a))
+	for _, m := range a {
+		set[m]++
+	}
+	for _, m := range b {
+		if set[m] == 0 {
+			return false
+		}
+		set[m]--
+	}
+	return true
 }

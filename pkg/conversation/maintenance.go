@@ -469,6 +469,7 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 				check("worktree-container", "ok", "git status in the container: "+strings.SplitN(stdout.String(), "\n", 2)[0])
 			}
 		}
+		out = append(out, m.checkPointers(ctx, c))
 		uid, gid := agentOf(c)
 		problems, err := m.rt.Hardening(ctx, c.ContainerID, uid, gid)
 		switch {

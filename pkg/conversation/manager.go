@@ -442,27 +442,34 @@ func (m *Manager) views() bool {
 	return m.rt.Kind() != "local" && !failpoint.On("legacy/shared-git-layout")
 }
 
+// workspaceMounts is the part of conv's container spec that mounts its
+// workspace: the worktree's or in place's plan (worktree.MountPlan), or a
+// plain folder's (worktree.PlainFolderMounts), the pointers the user's git
+// follows fixed in each.
+func (m *Manager) workspaceMounts(conv store.Conversation) ([]runtime.Mount, error) {
+	var plan []worktree.Mount
+	var err error
+	if conv.Worktree != "" || conv.InPlace {
+		plan, err = m.wt.MountPlan(worktreeOf(conv))
+	} else {
+		// A plain folder: the repositories in it are the user's.
+		plan, err = m.wt.PlainFolderMounts(conv.Workspace, conv.UID, conv.GID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	mounts := make([]runtime.Mount, 0, len(plan))
+	for _, p := range plan {
+		mounts = append(mounts, runtime.Mount{Source: p.Source, Target: p.Target, ReadOnly: p.ReadOnly})
+	}
+	return mounts, nil
+}
+
 // spec builds the container spec of conv.
 func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Spec, error) {
-	var mounts []runtime.Mount
-	if conv.Worktree != "" || conv.InPlace {
-		plan, err := m.wt.MountPlan(worktreeOf(conv))
-		if err != nil {
-			return runtime.Spec{}, err
-		}
-		for _, p := range plan {
-			mounts = append(mounts, runtime.Mount{Source: p.Source, Target: p.Target, ReadOnly: p.ReadOnly})
-		}
-	} else {
-		// A plain folder: the repositories in it are the user's
-		// (worktree.PlainFolderMounts).
-		plan, err := m.wt.PlainFolderMounts(conv.Workspace, conv.UID, conv.GID)
-		if err != nil {
-			return runtime.Spec{}, err
-		}
-		for _, p := range plan {
-			mounts = append(mounts, runtime.Mount{Source: p.Source, Target: p.Target, ReadOnly: p.ReadOnly})
-		}
+	mounts, err := m.workspaceMounts(conv)
+	if err != nil {
+		return runtime.Spec{}, err
 	}
 	helper := m.cfg.Helper
 	if m.helpers != nil {

@@ -670,6 +670,14 @@ func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
 	if !c.Running {
 		c.HostPort = 0
 	}
+	if ci.HostConfig != nil {
+		c.Mounts = []Mount{}
+		for _, m := range ci.HostConfig.Mounts {
+			if m.Type == mount.TypeBind {
+				c.Mounts = append(c.Mounts, Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+			}
+		}
+	}
 	return c, nil
 }
 

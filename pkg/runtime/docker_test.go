@@ -552,6 +552,7 @@ func TestStopRestart(t *testing.T) {
 	want := Container{
 		ID: first.ContainerID, Name: first.Name, ConversationID: s.ConversationID, ServerID: server,
 		Running: true, State: "running", HostPort: again.HostPort, ImageID: c.ImageID,
+		Mounts: append([]Mount{}, s.Mounts...), // the bind mounts it was made with
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("Inspect after Restart (-want +got):\n%s", diff)

@@ -194,6 +194,11 @@ type Container struct {
 	// WorkingDir is the container's working directory (its image's
 	// WORKDIR unless its create set one; "" is /); set by Inspect only.
 	WorkingDir string
+	// Mounts are the bind mounts it was created with, in the engine's
+	// order; set by Inspect only (nil when the runtime cannot tell). A
+	// container whose mounts are not its conversation's current ones is
+	// made anew rather than restarted.
+	Mounts []Mount
 }
 
 // Archiver reads a container's files as a tar archive (Docker.Archive).

@@ -129,3 +129,30 @@ func TestRemoveInPlaceHoldsAGitlinkIntoTheAgentsRepo(t *testing.T) {
 	}
 	t.Logf("message: %s", res.Message)
 }
+
+// TestPublishInAWorktreeHoldsOnlyOverARepository: in a worktree (whose
+// directories go with it, and which the user's main work tree does not
+// share), a gitlink the agent adds is held only while its directory in
+// the worktree holds a repository, and published as soon as it does not.
+func TestPublishInAWorktreeHoldsOnlyOverARepository(t *testing.T) {
+	m, _, _, wt := newView(t)
+	x := filepath.Join(wt.Path, "x")
+	testenv.Git(t, wt.Path, "init", "-q", "x")
+	testenv.Git(t, x, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "agent's")
+	inView(t, wt, "add", "x")
+	inView(t, wt, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-qm", "add x")
+	tip, err := m.ViewBranch(wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit)
+	if !errors.Is(err, ErrHeld) || len(res.HeldPaths) != 1 || res.HeldPaths[0] != "x" {
+		t.Fatalf("Publish over x's repository = %+v, %v; want held for x", res, err)
+	}
+	if err := os.RemoveAll(filepath.Join(x, ".git")); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, tip, wt.StartCommit); err != nil || res.Published != tip {
+		t.Fatalf("Publish once x holds no repository = %+v, %v; want published", res, err)
+	}
+}
