@@ -549,6 +549,11 @@ var worktreeFailpoints = map[string]string{
 	"view":     "create/mid-view",
 	"snapshot": "delete/mid-snapshot",
 	"publish":  "publish/after-import",
+	// A restore: its journal written, its worktree added (not yet
+	// checked out), the repository's stash cleared (not yet rebuilt).
+	"restore":               "restore/after-journal",
+	"restore-checkout":      "restore/mid-checkout",
+	"restore-stash-cleared": "restore/mid-stash",
 }
 
 // goServe runs srv on ln until ctx ends, then shuts it down gracefully.

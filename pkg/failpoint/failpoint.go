@@ -20,6 +20,9 @@ var Steps = []string{
 	"delete/after-worktree",
 	"publish/after-import",
 	"publish/after-ref",
+	"restore/after-journal",
+	"restore/mid-checkout",
+	"restore/mid-stash",
 }
 
 // Switches name behaviours a failpoint build can switch on through
