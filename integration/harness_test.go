@@ -397,3 +397,17 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// dockerCLITimeout bounds every docker CLI call of the tests: with a
+// container the engine is wedged on (wedged, started by TestMain) or a
+// loaded engine, a test fails instead of waiting for ever.
+const dockerCLITimeout = 5 * time.Minute
+
+// dockerCmd is exec.Command("docker", args...) with a deadline.
+func dockerCmd(args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), dockerCLITimeout)
+	time.AfterFunc(dockerCLITimeout, cancel) // released at its deadline
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}

@@ -240,7 +240,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger, helpers: helpers,
 		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
 		pub: publisher{inflight: map[string]bool{}, failed: map[string]failedPublish{}, live: map[string]map[string]string{}}, pubLocks: map[string]*sync.Mutex{},
-		retrying: map[string]bool{},
+		retrying:  map[string]bool{},
 		protected: canonicalPaths(append([]string{cfg.RuntimeDir}, cfg.Protected...)),
 	}, nil
 }
