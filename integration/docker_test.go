@@ -33,6 +33,7 @@ func dockerDaemonEnv(t testing.TB, env []string, extra ...string) *daemon {
 	t.Helper()
 	testenv.RequireDocker(t)
 	img := testimage.Ensure(t)
+	ensurePackageWedge(t, img)
 	d := startDaemon(t, daemonOptions{Runtime: "docker", Env: env, Args: append([]string{"--image", img, "--memory", "268435456", "--ready-timeout", "60s"}, extra...)})
 	t.Cleanup(func() { removeServerContainers(t, d) })
 	return d

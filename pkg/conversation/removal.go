@@ -93,8 +93,14 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 	}
 	res, err := m.teardown(ctx, conv, mode)
 	var se *saveError
-	if errors.As(err, &se) {
+	if errors.As(err, &se) && ctx.Err() == nil {
 		return m.removalFailed(conv, se)
+	}
+	if err != nil && ctx.Err() != nil {
+		// Interrupted (a shutdown, a client that went away): not a
+		// failed save. The removal stays marked; the next start, or the
+		// background retry, finishes it.
+		return conv, fmt.Errorf("remove conversation %s: interrupted (%w): it is finished in the background", conv.ID, err)
 	}
 	if err != nil {
 		return conv, fmt.Errorf("remove conversation %s: %w (run the removal again, or restart ohd, to finish it)", conv.ID, err)
