@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -122,7 +121,7 @@ func badInputState(t testing.TB, d *daemon, ctl *http.Client, repos ...string) s
 		fmt.Fprintf(&b, "refs of %s:\n%s\n", repo, testenv.Git(t, repo, "for-each-ref"))
 		fmt.Fprintf(&b, "worktrees of %s:\n%s\n", repo, testenv.Git(t, repo, "worktree", "list", "--porcelain"))
 	}
-	out, err := exec.Command("docker", "ps", "-a", "--no-trunc", "--filter", "label=dev.ohd.server="+d.serverID(), "--format", "{{.ID}} {{.State}} {{.Label \"dev.ohd.conversation\"}}").Output()
+	out, err := dockerCmd("ps", "-a", "--no-trunc", "--filter", "label=dev.ohd.server="+d.serverID(), "--format", "{{.ID}} {{.State}} {{.Label \"dev.ohd.conversation\"}}").Output()
 	if err != nil {
 		t.Fatalf("docker ps: %v", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -310,7 +309,7 @@ func TestCanvasWholeSession(t *testing.T) {
 	for _, id := range []string{newID, pickedID, profID} {
 		c := d.record(id)
 		body := call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
-		inspected, _ := exec.Command("docker", "inspect", c.ContainerID).Output()
+		inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
 		sinks := []sink{{"the create body the inner server received", body.Body}, {"docker inspect", inspected}}
 		sinks = append(sinks, containerEnvirons(t, c.ContainerID)...)
 		sinks = append(sinks, filesUnder(t, c.BrokerDir)...)
@@ -332,7 +331,7 @@ func TestCanvasWholeSession(t *testing.T) {
 	if lr.Header.Get("X-Ohd-Source") != "inner" || string(live["execution_status"]) != `"running"` {
 		t.Fatalf("live answer = %s (source %s), want the inner server's, running", lr.Body, lr.Header.Get("X-Ohd-Source"))
 	}
-	if err := exec.Command("docker", "rm", "-f", d.record(pickedID).ContainerID).Run(); err != nil {
+	if err := dockerCmd("rm", "-f", d.record(pickedID).ContainerID).Run(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the record to become stopped", func() bool { return d.record(pickedID).State == store.StateStopped })

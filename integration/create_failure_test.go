@@ -169,7 +169,7 @@ func waitHeldCreate(t *testing.T, d *daemon, id string) {
 // its inner server is not ready: the readiness wait is under way).
 func waitContainerOf(t *testing.T, d *daemon, id string) {
 	waitForQuiet(2*time.Minute, func() bool {
-		out, _ := exec.Command("docker", "ps", "-q", "--filter", "label=dev.ohd.conversation="+id).Output()
+		out, _ := dockerCmd("ps", "-q", "--filter", "label=dev.ohd.conversation="+id).Output()
 		return strings.TrimSpace(string(out)) != ""
 	})
 }

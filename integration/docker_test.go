@@ -33,6 +33,7 @@ func dockerDaemonEnv(t testing.TB, env []string, extra ...string) *daemon {
 	t.Helper()
 	testenv.RequireDocker(t)
 	img := testimage.Ensure(t)
+	ensurePackageWedge(t, img)
 	d := startDaemon(t, daemonOptions{Runtime: "docker", Env: env, Args: append([]string{"--image", img, "--memory", "268435456", "--ready-timeout", "60s"}, extra...)})
 	t.Cleanup(func() { removeServerContainers(t, d) })
 	return d
@@ -45,9 +46,9 @@ func removeServerContainers(t testing.TB, d *daemon) {
 	if id == "" {
 		return
 	}
-	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+id).Output()
+	out, _ := dockerCmd("ps", "-aq", "--filter", "label=dev.ohd.server="+id).Output()
 	for _, c := range strings.Fields(string(out)) {
-		_ = exec.Command("docker", "rm", "-f", c).Run()
+		_ = dockerCmd("rm", "-f", c).Run()
 	}
 }
 
@@ -70,7 +71,7 @@ func (d *daemon) serverID() string {
 // inspect returns docker inspect of a container as decoded JSON.
 func inspect(t testing.TB, id string) map[string]any {
 	t.Helper()
-	out, err := exec.Command("docker", "inspect", id).Output()
+	out, err := dockerCmd("inspect", id).Output()
 	if err != nil {
 		t.Fatalf("docker inspect %s: %v", id, err)
 	}
@@ -83,7 +84,7 @@ func inspect(t testing.TB, id string) map[string]any {
 
 func inspectRaw(t testing.TB, id string) string {
 	t.Helper()
-	out, err := exec.Command("docker", "inspect", id).Output()
+	out, err := dockerCmd("inspect", id).Output()
 	if err != nil {
 		t.Fatalf("docker inspect %s: %v", id, err)
 	}
@@ -103,7 +104,7 @@ func get(v any, keys ...string) any {
 }
 
 func containerExists(id string) bool {
-	return exec.Command("docker", "inspect", id).Run() == nil
+	return dockerCmd("inspect", id).Run() == nil
 }
 
 // execIn runs a command in a conversation's container through ohctl exec
@@ -441,7 +442,7 @@ func TestDockerContainerExitsDuringStart(t *testing.T) {
 	if !strings.Contains(oe.stderr, "exiting") && !strings.Contains(oe.stderr, "STANDIN_EXIT_AFTER") {
 		t.Errorf("error carries no log tail: %q", oe.stderr)
 	}
-	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()).Output()
+	out, _ := dockerCmd("ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()).Output()
 	if strings.TrimSpace(string(out)) != "" {
 		t.Errorf("containers left: %s", out)
 	}
@@ -458,7 +459,7 @@ func TestDockerContainerRemovedBehindOurBack(t *testing.T) {
 	d := dockerDaemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
-	if err := exec.Command("docker", "rm", "-f", c.ContainerID).Run(); err != nil {
+	if err := dockerCmd("rm", "-f", c.ContainerID).Run(); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -527,7 +528,7 @@ func TestDockerReconcileAfterKill(t *testing.T) {
 
 	// While ohd is down: b's container vanishes, and a stranger with our
 	// label appears.
-	if err := exec.Command("docker", "rm", "-f", b.ContainerID).Run(); err != nil {
+	if err := dockerCmd("rm", "-f", b.ContainerID).Run(); err != nil {
 		t.Fatal(err)
 	}
 	stranger := strings.TrimSpace(run(t, "docker", "create", "--label", "dev.ohd.server="+serverID, "--label", "dev.ohd.conversation="+store.NewID(), testimage.Ref))

@@ -3,7 +3,6 @@ package integration
 import (
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -274,10 +273,10 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 				return
 			default:
 			}
-			out, _ := exec.Command("docker", "ps", "-q", "--filter", "label=dev.ohd.role=sandbox", "--filter", "label=dev.ohd.conversation="+a.attacker.ID).Output()
+			out, _ := dockerCmd("ps", "-q", "--filter", "label=dev.ohd.role=sandbox", "--filter", "label=dev.ohd.conversation="+a.attacker.ID).Output()
 			if id := strings.TrimSpace(string(out)); id != "" {
 				if ms, err := mountsErr(id); err == nil {
-					netMode, _ := exec.Command("docker", "inspect", "-f", "{{.HostConfig.NetworkMode}}", id).Output()
+					netMode, _ := dockerCmd("inspect", "-f", "{{.HostConfig.NetworkMode}}", id).Output()
 					seen <- append(ms, "network="+strings.TrimSpace(string(netMode)))
 					<-stop
 					close(seen)
@@ -325,7 +324,7 @@ func mounts(t *testing.T, id string) []string {
 }
 
 func mountsErr(id string) ([]string, error) {
-	out, err := exec.Command("docker", "inspect", "-f", `{{range .Mounts}}{{.Source}} -> {{.Destination}} {{.RW}}{{"\n"}}{{end}}`, id).Output()
+	out, err := dockerCmd("inspect", "-f", `{{range .Mounts}}{{.Source}} -> {{.Destination}} {{.RW}}{{"\n"}}{{end}}`, id).Output()
 	if err != nil {
 		return nil, err
 	}

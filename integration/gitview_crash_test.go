@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,7 +54,7 @@ func TestGitViewCrashDuringPublishing(t *testing.T) {
 				case <-time.After(150 * time.Millisecond):
 				}
 				script := fmt.Sprintf("cd %s && echo %d > n.txt && git add n.txt && git -c user.name=a -c user.email=a@x commit -q -m c%d", c.Worktree, i, i)
-				if out, err := exec.Command("docker", "exec", c.ContainerID, "sh", "-c", script).CombinedOutput(); err != nil {
+				if out, err := dockerCmd("exec", c.ContainerID, "sh", "-c", script).CombinedOutput(); err != nil {
 					t.Errorf("the agent's commit %d: %v %s", i, err, out)
 					return
 				}

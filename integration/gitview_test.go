@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -211,7 +210,7 @@ func TestGitViewPublishSurvivesRestart(t *testing.T) {
 	waitHostRef(t, repo, "refs/heads/"+c.Branch, tip, 5*time.Second)
 	d.kill()
 	// The agent goes on while ohd is down.
-	out, err := exec.Command("docker", "exec", c.ContainerID, "sh", "-c",
+	out, err := dockerCmd("exec", c.ContainerID, "sh", "-c",
 		"cd "+c.Worktree+" && git -c user.name=a -c user.email=a@x commit -q --allow-empty -m during && git rev-parse HEAD").CombinedOutput()
 	if err != nil {
 		t.Fatalf("commit while ohd is down: %v %s", err, out)

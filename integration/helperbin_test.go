@@ -2,7 +2,6 @@ package integration
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,7 +28,7 @@ func TestStoppedConversationStartsAfterTheOhctlBinaryIsGone(t *testing.T) {
 	d := dockerDaemon(t, "--ohctl-binary", bin)
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.NewRepo(t, testenv.RepoOptions{})}})
 	c := d.record(id)
-	src, err := exec.Command("docker", "inspect", "-f", `{{range .Mounts}}{{if eq .Destination "/run/ohd/bin/ohctl"}}{{.Source}}{{end}}{{end}}`, c.ContainerID).Output()
+	src, err := dockerCmd("inspect", "-f", `{{range .Mounts}}{{if eq .Destination "/run/ohd/bin/ohctl"}}{{.Source}}{{end}}{{end}}`, c.ContainerID).Output()
 	if err != nil {
 		t.Fatal(err)
 	}

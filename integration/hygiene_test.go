@@ -303,10 +303,10 @@ func TestSecretHygiene(t *testing.T) {
 		sinks = append(sinks, sink{"ohctl " + l + " ls", []byte(d.ohctl("--json", l, "ls"))})
 	}
 	if all := strings.Fields(run(t, "docker", "ps", "-aq")); len(all) > 0 {
-		inspected, _ := exec.Command("docker", append([]string{"inspect"}, all...)...).Output()
+		inspected, _ := dockerCmd(append([]string{"inspect"}, all...)...).Output()
 		sinks = append(sinks, sink{"docker inspect of every container", inspected})
 	}
-	logs, _ := exec.Command("docker", "logs", c.ContainerID).CombinedOutput()
+	logs, _ := dockerCmd("logs", c.ContainerID).CombinedOutput()
 	sinks = append(sinks, sink{"the container's output", logs})
 	if got := leaks(values, sinks); len(got) > 0 {
 		t.Errorf("leaks:\n  %s", strings.Join(got, "\n  "))

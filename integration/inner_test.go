@@ -209,7 +209,7 @@ func TestDockerInnerEnvRefused(t *testing.T) {
 // image and how to load it, having created nothing.
 func TestDockerDefaultImageMissing(t *testing.T) {
 	testenv.RequireDocker(t)
-	if out, err := exec.Command("docker", "image", "inspect", openhands.DefaultImage).CombinedOutput(); err == nil {
+	if out, err := dockerCmd("image", "inspect", openhands.DefaultImage).CombinedOutput(); err == nil {
 		testenv.Missing(t, "the engine has %s; this test needs it absent (%s)", openhands.DefaultImage, strings.TrimSpace(string(out)))
 	}
 	d := startDaemon(t, daemonOptions{Runtime: "docker"})

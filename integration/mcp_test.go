@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -151,7 +150,7 @@ func TestMCPCredentialsThroughOhd(t *testing.T) {
 		t.Fatalf("the inner create body %s does not point at the relay: the scan would prove nothing", body.Body)
 	}
 	c := d.record(id)
-	inspected, _ := exec.Command("docker", "inspect", c.ContainerID).Output()
+	inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
 	sinks := []sink{{"the create body the inner server received", body.Body}, {"docker inspect", inspected}}
 	sinks = append(sinks, containerEnvirons(t, c.ContainerID)...)
 	dirs := openhands.DirsOf(filepath.Join(d.dirs.State, "inner"), id)

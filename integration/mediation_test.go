@@ -264,7 +264,7 @@ func TestCanvasThroughOhdWithUpstream(t *testing.T) {
 	body := call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
 	c := d.record(id)
 	sinks := []sink{{"the create body the inner server received", body.Body}}
-	inspected, _ := exec.Command("docker", "inspect", c.ContainerID).Output()
+	inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
 	sinks = append(sinks, sink{"docker inspect", inspected})
 	sinks = append(sinks, containerEnvirons(t, c.ContainerID)...)
 	sinks = append(sinks, filesUnder(t, d.dirs.State)...)
@@ -336,7 +336,7 @@ func TestSDKPlaintextCreateThroughOhd(t *testing.T) {
 	}
 	c := d.record(id)
 	body := d.call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
-	inspected, _ := exec.Command("docker", "inspect", c.ContainerID).Output()
+	inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
 	sinks := append([]sink{{"the inner create body", body.Body}, {"docker inspect", inspected}}, containerEnvirons(t, c.ContainerID)...)
 	// The state directory but the generated key file (the outer key's
 	// home on the host).

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,7 +86,7 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	conn.Close(websocket.StatusNormalClosure, "done")
 	// A container removed behind ohd's back, one conversation deleted.
 	bc := d.record(b)
-	if err := exec.Command("docker", "rm", "-f", bc.ContainerID).Run(); err != nil {
+	if err := dockerCmd("rm", "-f", bc.ContainerID).Run(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "b to be stopped", func() bool { return d.record(b).State == store.StateStopped })

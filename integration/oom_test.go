@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,7 +31,7 @@ func TestOOMInsideIsNotADeath(t *testing.T) {
 		t.Fatalf("the memory hog exited 0: %q", out)
 	}
 	waitFor(t, 30*time.Second, "the engine's oom event", func() bool {
-		ev, _ := exec.Command("docker", "events", "--since", strconv.FormatInt(since, 10), "--until", strconv.FormatInt(time.Now().Unix(), 10),
+		ev, _ := dockerCmd("events", "--since", strconv.FormatInt(since, 10), "--until", strconv.FormatInt(time.Now().Unix(), 10),
 			"--filter", "container="+c.ContainerID, "--filter", "event=oom", "--format", "{{.Action}}").Output()
 		return strings.Contains(string(ev), "oom")
 	})
@@ -53,7 +52,7 @@ func TestOOMInsideIsNotADeath(t *testing.T) {
 }
 
 func containerRunning(t *testing.T, id string) bool {
-	out, err := exec.Command("docker", "inspect", "-f", "{{.State.Running}}", id).Output()
+	out, err := dockerCmd("inspect", "-f", "{{.State.Running}}", id).Output()
 	return err == nil && strings.TrimSpace(string(out)) == "true"
 }
 
@@ -68,9 +67,9 @@ func TestOrphanContainerIsRemoved(t *testing.T) {
 	live := d.record(id)
 	orphan := strings.TrimSpace(run(t, "docker", "create", "--label", "dev.ohd.server="+d.serverID(),
 		"--label", "dev.ohd.conversation=0b8f8f4e-6d1a-4c55-9b55-1c1f4f0c9d3a", testimage.Ensure(t), "sh", "-c", ":"))
-	t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", orphan).Run() })
+	t.Cleanup(func() { _ = dockerCmd("rm", "-f", orphan).Run() })
 	waitFor(t, 60*time.Second, "the orphan container to be removed", func() bool {
-		return exec.Command("docker", "inspect", orphan).Run() != nil
+		return dockerCmd("inspect", orphan).Run() != nil
 	})
 	if !containerRunning(t, live.ContainerID) {
 		t.Errorf("the live conversation's container %s was removed too", shortID(live.ContainerID))

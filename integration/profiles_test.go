@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -157,7 +156,7 @@ func (e *profileEnv) assertNoKeyInContainer(id string, values []secretValue) {
 	e.t.Helper()
 	body := e.call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
 	c := e.d.record(id)
-	inspected, _ := exec.Command("docker", "inspect", c.ContainerID).Output()
+	inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
 	llms := e.call("GET", "/api/conversations/"+id+"/standin/llms", nil)
 	sinks := []sink{{"the create body the inner server received", body.Body}, {"docker inspect", inspected},
 		{"the inner server's LLMs (create and switches)", llms.Body}}

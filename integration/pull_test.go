@@ -108,7 +108,7 @@ func TestDockerPullProgressInOhctl(t *testing.T) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	ref := "ohd-pull-test.invalid/ohd/agent:" + hex.EncodeToString(rnd[:])
-	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", ref).Run() })
+	t.Cleanup(func() { _ = dockerCmd("image", "rm", ref).Run() })
 	d := startDaemon(t, daemonOptions{Runtime: "docker", Env: []string{"DOCKER_HOST=" + proxy.Host},
 		Args: []string{"--image", ref, "--memory", "268435456", "--ready-timeout", "60s"}})
 	t.Cleanup(func() { removeServerContainers(t, d) })
@@ -134,7 +134,7 @@ func TestDockerPullProgressInOhctl(t *testing.T) {
 	create.waitStderr(t, line+"1 of 2 layers done, 4.5 MiB of 6.0 MiB downloaded [Pulling from ohd/agent]\n")
 
 	// What a real pull leaves behind: the reference in the engine.
-	if out, err := exec.Command("docker", "tag", img, ref).CombinedOutput(); err != nil {
+	if out, err := dockerCmd("tag", img, ref).CombinedOutput(); err != nil {
 		t.Fatalf("docker tag: %v: %s", err, out)
 	}
 	pull.Send(pullSecondLayer...)
@@ -146,7 +146,7 @@ func TestDockerPullProgressInOhctl(t *testing.T) {
 	t.Logf("ohctl create's standard error:\n%s", create.stderr.String())
 	var convs []store.Conversation
 	d.ohctlJSON(&convs, "ls")
-	wantID, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", img).Output()
+	wantID, err := dockerCmd("image", "inspect", "--format", "{{.Id}}", img).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestDockerPullProgressInOhctl(t *testing.T) {
 	}
 
 	// The image gone again, and the engine's mirror down.
-	if out, err := exec.Command("docker", "image", "rm", ref).CombinedOutput(); err != nil {
+	if out, err := dockerCmd("image", "rm", ref).CombinedOutput(); err != nil {
 		t.Fatalf("docker image rm: %v: %s", err, out)
 	}
 	failed := d.ohctlBackground("create", "--repo", repo, "--worktree")

@@ -72,11 +72,11 @@ func claimDefaultDirs(t *testing.T) {
 		// Containers the test's daemon left (a failed step): the server id
 		// is in the store, which only the daemon reads; its containers are
 		// the ones bind-mounting /run/ohd/conversations.
-		out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=dev.ohd.server").Output()
+		out, _ := dockerCmd("ps", "-aq", "--filter", "label=dev.ohd.server").Output()
 		for _, id := range strings.Fields(string(out)) {
-			mounts, _ := exec.Command("docker", "inspect", "--format", "{{range .Mounts}}{{.Source}} {{end}}", id).Output()
+			mounts, _ := dockerCmd("inspect", "--format", "{{range .Mounts}}{{.Source}} {{end}}", id).Output()
 			if strings.Contains(string(mounts), "/run/ohd/conversations/") {
-				_ = exec.Command("docker", "rm", "-f", id).Run()
+				_ = dockerCmd("rm", "-f", id).Run()
 			}
 		}
 		os.RemoveAll("/var/lib/ohd")

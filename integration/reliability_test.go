@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -68,9 +67,9 @@ func removeContainersOf(t testing.TB, d *daemon) {
 	if id == "" {
 		return
 	}
-	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+id).Output()
+	out, _ := dockerCmd("ps", "-aq", "--filter", "label=dev.ohd.server="+id).Output()
 	if ids := strings.Fields(string(out)); len(ids) > 0 {
-		_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
+		_ = dockerCmd(append([]string{"rm", "-f"}, ids...)...).Run()
 	}
 }
 
@@ -205,7 +204,7 @@ type containerState struct {
 // inspectAll inspects containers with one docker command.
 func inspectAll(t testing.TB, ids ...string) map[string]containerState {
 	t.Helper()
-	out, err := exec.Command("docker", append([]string{"inspect"}, ids...)...).Output()
+	out, err := dockerCmd(append([]string{"inspect"}, ids...)...).Output()
 	if err != nil {
 		t.Fatalf("docker inspect %v: %v", ids, err)
 	}
@@ -637,7 +636,7 @@ func engineTroubleState(t testing.TB, d *daemon, repo string) string {
 			live = append(live, fmt.Sprintf("live %s %s", c.ID, c.State))
 		}
 	}
-	out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=dev.ohd.server="+d.serverID(), "--format", "container {{.ID}} {{.State}}").Output()
+	out, _ := dockerCmd("ps", "-a", "--filter", "label=dev.ohd.server="+d.serverID(), "--format", "container {{.ID}} {{.State}}").Output()
 	lines := append(live, strings.Split(strings.TrimSpace(string(out)), "\n")...)
 	sort.Strings(lines)
 	b.WriteString(strings.Join(lines, "\n"))

@@ -33,7 +33,7 @@ func startBusyAgent(t *testing.T, c store.Conversation) *busyAgent {
 	t.Helper()
 	script := `cd ` + c.Worktree + ` && n=0; while :; do n=$((n+1)); echo $n > last.txt; echo "wrote $n"; ` +
 		`git add last.txt && git -c user.name=a -c user.email=a@x commit -q -m "c$n" && echo "committed $n"; sleep 0.2; done`
-	a := &busyAgent{cmd: exec.Command("docker", "exec", c.ContainerID, "sh", "-c", script)}
+	a := &busyAgent{cmd: dockerCmd("exec", c.ContainerID, "sh", "-c", script)}
 	out, err := a.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -295,10 +295,10 @@ func TestImageRefusingTheArgumentsNamesTheContract(t *testing.T) {
 	testenv.WriteFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+img+"\n"+
 		`ENTRYPOINT ["/bin/sh", "-c", "if [ $# -gt 0 ]; then echo 'usage: standin (configured by environment)' >&2; exit 2; fi; exec /usr/local/bin/standin", "standin"]`+"\n")
 	tag := "ohd-test-old-args:" + strings.ToLower(store.NewID()[:8])
-	if out, err := exec.Command("docker", "build", "-q", "-t", tag, dir).CombinedOutput(); err != nil {
+	if out, err := dockerCmd("build", "-q", "-t", tag, dir).CombinedOutput(); err != nil {
 		t.Fatalf("docker build: %v\n%s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", tag).Run() })
+	t.Cleanup(func() { _ = dockerCmd("rmi", "-f", tag).Run() })
 	d := startDaemon(t, daemonOptions{Runtime: "docker", Args: []string{"--image", tag, "--memory", "268435456", "--ready-timeout", "30s"}})
 	t.Cleanup(func() { removeServerContainers(t, d) })
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})

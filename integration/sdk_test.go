@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -158,7 +157,7 @@ func TestDockerSDKRemoteConversation(t *testing.T) {
 
 	// The plaintext key crossed into the inner server's (encrypted) state
 	// only: not into the container's configuration, ohd's record or log.
-	out, _ := exec.Command("docker", "inspect", d.record(id).ContainerID).CombinedOutput()
+	out, _ := dockerCmd("inspect", d.record(id).ContainerID).CombinedOutput()
 	rec := d.ohctl("--json", "show", id)
 	for what, s := range map[string]string{"docker inspect": string(out), "ohd's record": rec, "ohd's log": d.logs.String()} {
 		if strings.Contains(s, llmKey) {

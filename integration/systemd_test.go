@@ -47,7 +47,7 @@ func TestSystemdUnit(t *testing.T) {
 	// The sandbox is on: ohd runs under a system call filter, with no new
 	// privileges and only the unit's capabilities.
 	mainPID, _ := systemctl("show", "-p", "MainPID", "--value", "ohd.service")
-	status, err := exec.Command("docker", "exec", name, "cat", "/proc/"+mainPID+"/status").Output()
+	status, err := dockerCmd("exec", name, "cat", "/proc/"+mainPID+"/status").Output()
 	if err != nil {
 		t.Fatalf("read the status of ohd (pid %s): %v", mainPID, err)
 	}
@@ -272,7 +272,7 @@ func TestSystemdCredentials(t *testing.T) {
 		t.Errorf("after a restart: ohctl secret ls = %v %q", err, out)
 	}
 	mainPID, _ := box.systemctl("show", "-p", "MainPID", "--value", "ohd.service")
-	environ, err := exec.Command("docker", "exec", box.name, "cat", "/proc/"+mainPID+"/environ").Output()
+	environ, err := dockerCmd("exec", box.name, "cat", "/proc/"+mainPID+"/environ").Output()
 	if err != nil {
 		t.Fatalf("read ohd's environment: %v", err)
 	}
@@ -312,7 +312,7 @@ func TestSystemdCredentials(t *testing.T) {
 func systemdRootImage(t *testing.T) string {
 	t.Helper()
 	const ref = "ohd-test-systemd-root:1"
-	if exec.Command("docker", "image", "inspect", ref).Run() == nil {
+	if dockerCmd("image", "inspect", ref).Run() == nil {
 		return ref
 	}
 	var buf bytes.Buffer
@@ -342,7 +342,7 @@ func systemdRootImage(t *testing.T) string {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("docker", "import", "-", ref)
+	cmd := dockerCmd("import", "-", ref)
 	cmd.Stdin = &buf
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("docker import: %v\n%s", err, out)
@@ -472,7 +472,7 @@ func checkNetnsUnderUnit(t *testing.T, name, units, shared, unitText string) {
 // systemctlIn runs systemctl in container name and returns its trimmed
 // output.
 func systemctlIn(name string, args ...string) (string, error) {
-	out, err := exec.Command("docker", append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
+	out, err := dockerCmd(append([]string{"exec", name, "systemctl"}, args...)...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
 
@@ -662,11 +662,11 @@ func bootSystemd(t *testing.T, opts systemdOptions) *systemdBox {
 		socket: control, listen: listen, logs: &testenv.SyncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
-			out, _ := exec.Command("docker", "logs", "--tail", "40", box.name).CombinedOutput()
+			out, _ := dockerCmd("logs", "--tail", "40", box.name).CombinedOutput()
 			t.Logf("systemd's console:\n%s", out)
 		}
 		removeServerContainers(t, box.d)
-		_ = exec.Command("docker", "rm", "-f", box.name).Run()
+		_ = dockerCmd("rm", "-f", box.name).Run()
 	})
 	return box
 }

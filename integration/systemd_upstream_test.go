@@ -3,7 +3,6 @@ package integration
 import (
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -67,7 +66,7 @@ func TestSystemdUpstreamUnit(t *testing.T) {
 		t.Fatalf("systemctl start openhands-upstream: %v %s\n%s", err, out, status)
 	}
 	in := func(args ...string) string {
-		out, _ := exec.Command("docker", append([]string{"exec", box.name}, args...)...).CombinedOutput()
+		out, _ := dockerCmd(append([]string{"exec", box.name}, args...)...).CombinedOutput()
 		return strings.TrimSpace(string(out))
 	}
 	waitFor(t, time.Minute, "the upstream to answer /health", func() bool {

@@ -74,7 +74,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 		{name: "workspace/.openhands/settings.json", body: `{"from":"previous release"}`},
 		{name: "workspace/.openhands/profiles", link: "/root"},
 	})
-	cp := exec.Command("docker", "cp", "-", oldCID+":/")
+	cp := dockerCmd("cp", "-", oldCID+":/")
 	cp.Stdin = bytes.NewReader(plant)
 	if out, err := cp.CombinedOutput(); err != nil {
 		t.Fatalf("docker cp the previous server's state into its container: %v\n%s", err, out)
@@ -93,7 +93,7 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(inner.StateDir(id), "events", "event-00000-0a1b2c3d.json")); err != nil {
 		t.Errorf("the previous container's state is not on the host after the attempt: %v\n%s", err, tail(d.logs.String(), 30))
 	}
-	if err := exec.Command("docker", "inspect", oldCID).Run(); err == nil {
+	if err := dockerCmd("inspect", oldCID).Run(); err == nil {
 		t.Error("the previous release's container is still there after its state was copied out")
 	}
 
@@ -191,7 +191,7 @@ func buildRelease(t *testing.T, commit string) (ohdBin, image string) {
 			t.Fatalf("release %s: go %v: %v\n%s", commit, args, err, out)
 		}
 	}
-	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", image).Run() })
+	t.Cleanup(func() { _ = dockerCmd("rmi", "-f", image).Run() })
 	return filepath.Join(bin, "ohd"), image
 }
 

@@ -832,7 +832,15 @@ func (b *baselineSide) create(ctx context.Context) (baseConv, stepSample, error)
 
 // startContainer creates and starts c's container with ohd's hardening and
 // returns the published port.
+// engineCallBudget bounds each baseline step's engine calls (a create
+// with its start and inspect, a removal, an exec, a clean-up).
+const engineCallBudget = 2 * time.Minute
+
 func (b *baselineSide) startContainer(ctx context.Context, c *baseConv, mounts []mount.Mount) (int, error) {
+	// Every engine call has a deadline: on a loaded engine, with a
+	// container it is wedged on, a bench must end too (issue 27).
+	ctx, cancel := context.WithTimeout(ctx, engineCallBudget)
+	defer cancel()
 	port, _ := network.PortFrom(runtime.DefaultInnerPort, network.TCP)
 	cfg := &container.Config{
 		Image: b.image,
@@ -913,6 +921,10 @@ func (b *baselineSide) waitReady(ctx context.Context, url string) error {
 // running container the same way), a forced container remove, git
 // worktree remove and git branch -D.
 func (b *baselineSide) remove(ctx context.Context, c baseConv) (stepSample, error) {
+	// Every engine call has a deadline: on a loaded engine, with a
+	// container it is wedged on, a bench must end too (issue 27).
+	ctx, cancel := context.WithTimeout(ctx, engineCallBudget)
+	defer cancel()
 	s := stepSample{steps: map[string]time.Duration{}}
 	t0 := time.Now()
 	if err := b.statusInside(ctx, c); err != nil {
@@ -940,6 +952,10 @@ func (b *baselineSide) remove(ctx context.Context, c baseConv) (stepSample, erro
 // statusInside runs `git status --porcelain` in the worktree inside the
 // container, through the Engine API's exec.
 func (b *baselineSide) statusInside(ctx context.Context, c baseConv) error {
+	// Every engine call has a deadline: on a loaded engine, with a
+	// container it is wedged on, a bench must end too (issue 27).
+	ctx, cancel := context.WithTimeout(ctx, engineCallBudget)
+	defer cancel()
 	ex, err := b.cli.ExecCreate(ctx, c.container, client.ExecCreateOptions{
 		Cmd: []string{"git", "-C", c.path, "status", "--porcelain"}, AttachStdout: true, AttachStderr: true,
 	})
@@ -970,6 +986,10 @@ func (b *baselineSide) statusInside(ctx context.Context, c baseConv) error {
 // cleanup removes every container of the baseline's server and prunes
 // the repository's worktree registrations.
 func (b *baselineSide) cleanup(ctx context.Context) error {
+	// Every engine call has a deadline: on a loaded engine, with a
+	// container it is wedged on, a bench must end too (issue 27).
+	ctx, cancel := context.WithTimeout(ctx, engineCallBudget)
+	defer cancel()
 	list, err := b.cli.ContainerList(ctx, client.ContainerListOptions{
 		All: true, Filters: make(client.Filters).Add("label", runtime.LabelServer+"="+b.serverID),
 	})

@@ -62,22 +62,33 @@ func StartWedged(t testing.TB, image string) *Wedged {
 	t.Helper()
 	RequireLocalEngine(t)
 	SweepWedged(t)
+	w, err := NewWedged(image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Release)
+	return w
+}
+
+// NewWedged is StartWedged for a caller without a testing.TB (a TestMain
+// that keeps one wedged container for a whole package): the caller must
+// Release it. The engine must be local and the caller root.
+func NewWedged(image string) (*Wedged, error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	name := "ohd-test-wedged-" + hex.EncodeToString(rnd[:])
-	out, err := dockerCLI(30*time.Second, "run", "-d", "-i", "--label", WedgeLabel+"=1", "--name", name,
+	out, err := dockerCLI(2*time.Minute, "run", "-d", "-i", "--label", WedgeLabel+"=1", "--name", name,
 		"--network", "none", "--entrypoint", "/bin/sh", image, "-c", "read x")
 	if err != nil {
-		t.Fatalf("start a container to wedge: %v", err)
+		return nil, fmt.Errorf("start a container to wedge: %w", err)
 	}
 	w, err := wedge(strings.TrimSpace(out))
 	if err != nil {
-		_, _ = dockerCLI(30*time.Second, "rm", "-f", name)
-		t.Fatalf("wedge container %s: %v", name, err)
+		_ = removeContainer(name)
+		return nil, fmt.Errorf("wedge container %s: %w", name, err)
 	}
 	w.Name, w.remove = name, true
-	t.Cleanup(w.Release)
-	return w
+	return w, nil
 }
 
 // Wedge wedges the running container id (see Wedged) until Release or
@@ -104,7 +115,9 @@ func wedge(id string) (*Wedged, error) {
 	}
 	pid, err := strconv.Atoi(f[1])
 	if err != nil || pid <= 0 {
-		return nil, fmt.Errorf("container %s does not run (pid %q)", id, f[1])
+		st, _ := dockerCLI(30*time.Second, "inspect", "-f", "{{.State.Status}} exit {{.State.ExitCode}} {{.State.Error}}", id)
+		logs, _ := dockerCLI(30*time.Second, "logs", "--tail", "5", id)
+		return nil, fmt.Errorf("container %s does not run (pid %q, %s): %s", id, f[1], strings.TrimSpace(st), strings.TrimSpace(logs))
 	}
 	shim, err := parentPid(pid)
 	if err != nil {

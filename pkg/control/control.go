@@ -172,10 +172,14 @@ type RestoreResult struct {
 	// Branches are local branches made from the view's side branches
 	// (same name if free, else restored-<id prefix>/<name>).
 	Branches []string `json:"branches,omitempty"`
-	// Stash is the view's stash commit, pushed onto refs/stash with the
-	// older entries of its stash below it (StashEntries in all).
+	// Stash is the view's stash commit, put into refs/stash with the
+	// older entries of its stash below it (StashEntries in all), all of
+	// them below the user's own entries.
 	Stash        string `json:"stash,omitempty"`
 	StashEntries int    `json:"stash_entries,omitempty"`
+	// Tags are the tags made from the view's tags (same name if free,
+	// else restored-<id prefix>/<name>).
+	Tags []string `json:"tags,omitempty"`
 	// Kept lists the other refs of the conversation's git view kept in the
 	// repository (refs/ohd/kept/<id>/...), for the user to look at.
 	Kept []string `json:"kept,omitempty"`

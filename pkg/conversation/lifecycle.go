@@ -560,6 +560,7 @@ func (m *Manager) RunUndoRetries(ctx context.Context) {
 	}
 	// Interrupted removals are finished at once: reconcile, which ran
 	// before ohd listened, left them to this loop.
+	defer m.retries.Wait()
 	m.retryRemovals(ctx)
 	every(ctx, interval, func() {
 		m.retryRemovals(ctx)

@@ -205,6 +205,12 @@ type Manager struct {
 
 	// git is the host git's ownership check, run once (checkBoundary).
 	git hostGit
+
+	// retrying are the conversations whose interrupted removal a
+	// background retry is finishing (under mu); retries is their owner's
+	// wait group (RunUndoRetries waits for them).
+	retrying map[string]bool
+	retries  sync.WaitGroup
 }
 
 type startCall struct {
@@ -252,6 +258,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger, helpers: helpers,
 		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
 		pub: publisher{inflight: map[string]bool{}, failed: map[string]failedPublish{}, live: map[string]map[string]string{}}, pubLocks: map[string]*sync.Mutex{},
+		retrying:  map[string]bool{},
 		protected: canonicalPaths(append([]string{cfg.RuntimeDir}, cfg.Protected...)),
 	}, nil
 }

@@ -251,6 +251,7 @@ func TestReconcileAfterCrashes(t *testing.T) {
 		t.Errorf("reconcile did the interrupted removal itself (%s): ohd would not listen until it is done", c.State)
 	}
 	e.m.retryRemovals(ctx)
+	e.m.retries.Wait() // each retry runs in a goroutine of its own
 	c, _ := e.st.Conversation(removing.ID)
 	if c.State != store.StateDeleted || c.Removal.SnapshotRef == "" {
 		t.Errorf("interrupted removal not finished with a snapshot: %+v", c.Removal)

@@ -93,8 +93,14 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 	}
 	res, err := m.teardown(ctx, conv, mode)
 	var se *saveError
-	if errors.As(err, &se) {
+	if errors.As(err, &se) && ctx.Err() == nil {
 		return m.removalFailed(conv, se)
+	}
+	if err != nil && ctx.Err() != nil {
+		// Interrupted (a shutdown, a client that went away): not a
+		// failed save. The removal stays marked; the next start, or the
+		// background retry, finishes it.
+		return conv, fmt.Errorf("remove conversation %s: interrupted (%w): it is finished in the background", conv.ID, err)
 	}
 	if err != nil {
 		return conv, fmt.Errorf("remove conversation %s: %w (run the removal again, or restart ohd, to finish it)", conv.ID, err)
@@ -481,16 +487,35 @@ func (s freezingSandbox) View(ctx context.Context, args []string, stdin io.Reade
 }
 
 // retryRemovals finishes every interrupted removal (its record marked, not
-// done: ohd stopped or failed mid-way). A retry whose save fails calls
+// done: ohd stopped or failed mid-way), each in a goroutine of its own,
+// so that no removal waits for another (one stuck on a wedged container
+// holds up only itself, until its deadlines give up); a removal already
+// being retried is left to that retry. A retry whose save fails calls
 // the removal off (see removalFailed), and the conversation is adopted
 // again as reconcile would have: its broker reopened, its record matched
-// with its container.
+// with its container. RunUndoRetries waits for the retries it started.
 func (m *Manager) retryRemovals(ctx context.Context) {
 	for _, c := range m.st.Conversations() {
 		if c.Removal == nil || c.Removal.Done || ctx.Err() != nil {
 			continue
 		}
-		m.retryRemoval(ctx, c.ID)
+		m.mu.Lock()
+		busy := m.retrying[c.ID]
+		m.retrying[c.ID] = true
+		m.mu.Unlock()
+		if busy {
+			continue
+		}
+		m.retries.Add(1)
+		go func(id string) {
+			defer m.retries.Done()
+			defer func() {
+				m.mu.Lock()
+				delete(m.retrying, id)
+				m.mu.Unlock()
+			}()
+			m.retryRemoval(ctx, id)
+		}(c.ID)
 	}
 }
 

@@ -555,6 +555,11 @@ var worktreeFailpoints = map[string]string{
 	"view":     "create/mid-view",
 	"snapshot": "delete/mid-snapshot",
 	"publish":  "publish/after-import",
+	// A restore: its journal written, its worktree added (not yet
+	// checked out), the repository's stash cleared (not yet rebuilt).
+	"restore":               "restore/after-journal",
+	"restore-checkout":      "restore/mid-checkout",
+	"restore-stash-cleared": "restore/mid-stash",
 }
 
 // goServe runs srv on ln until ctx ends, then shuts it down gracefully.
@@ -593,7 +598,15 @@ func (d *Daemon) Wait(ctx context.Context) error {
 	return err
 }
 
+// ShutdownBudget bounds a shutdown (SIGTERM to exit): systemd's stop
+// timeout is 10 s, after which it kills ohd mid-save. Work still under
+// way when it is spent (a call on a wedged container, a removal) is
+// abandoned, not waited for: every step of it is recorded before it
+// runs, and the next start finishes it.
+const ShutdownBudget = 8 * time.Second
+
 func (d *Daemon) close() {
+	start := time.Now()
 	d.cancel()
 	if d.control != nil {
 		d.control.Close()
@@ -601,14 +614,24 @@ func (d *Daemon) close() {
 	if d.api != nil {
 		d.api.Close() // Serve has closed it already, unless it never ran
 	}
-	d.wg.Wait()
+	done := make(chan struct{})
+	go func() { d.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(ShutdownBudget - 2*time.Second):
+		// Cancelled, but some work has not returned yet (an engine call
+		// without an answer gives up only at its own deadline).
+		d.log.Warn("shutdown: work still under way after its cancellation; exiting without it: the next start finishes it",
+			"waited", time.Since(start).Round(time.Millisecond))
+	}
 	for _, l := range d.activated {
 		for _, ln := range l {
 			ln.Close() // passed but unused
 		}
 	}
 	if d.br != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		left := max(ShutdownBudget-time.Since(start)-500*time.Millisecond, 500*time.Millisecond)
+		sctx, cancel := context.WithTimeout(context.Background(), min(left, 5*time.Second))
 		_ = d.br.Shutdown(sctx)
 		cancel()
 	}

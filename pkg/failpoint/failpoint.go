@@ -21,6 +21,9 @@ var Steps = []string{
 	"release/mid-move",
 	"publish/after-import",
 	"publish/after-ref",
+	"restore/after-journal",
+	"restore/mid-checkout",
+	"restore/mid-stash",
 }
 
 // Switches name behaviours a failpoint build can switch on through

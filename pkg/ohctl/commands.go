@@ -177,8 +177,11 @@ func (s *state) restoreCmd() *cli.Command {
 			for _, b := range res.Branches {
 				fmt.Fprintf(s.env.Stdout, "side branch of its git view restored as local branch %s\n", b)
 			}
+			for _, tag := range res.Tags {
+				fmt.Fprintf(s.env.Stdout, "tag of its git view restored as tag %s\n", tag)
+			}
 			if res.Stash != "" {
-				fmt.Fprintf(s.env.Stdout, "its stash (%d entries, newest %s) is on the repository's stash: git -C %s stash list\n", res.StashEntries, short(res.Stash), res.Path)
+				fmt.Fprintf(s.env.Stdout, "its stash (%d entries, newest %s) is on the repository's stash, below your own entries: git -C %s stash list\n", res.StashEntries, short(res.Stash), res.Path)
 			}
 			for _, k := range res.Kept {
 				fmt.Fprintf(s.env.Stdout, "also kept from its git view: %s (git log %s)\n", k, k)

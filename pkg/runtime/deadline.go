@@ -170,20 +170,34 @@ func (b *bounded) ExecCreate(ctx context.Context, id string, o client.ExecCreate
 	return
 }
 
+// execContainer carries, on an exec's context, the container the exec
+// runs in: the engine's exec calls name only the exec, and a stall must
+// name the container.
+type execContainer struct{}
+
+func withExecContainer(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, execContainer{}, id)
+}
+
+func execContainerOf(ctx context.Context) string {
+	id, _ := ctx.Value(execContainer{}).(string)
+	return id
+}
+
 // ExecAttach is bounded until the connection is hijacked; the
 // connection itself is not tied to the context (see Docker.Exec).
 func (b *bounded) ExecAttach(ctx context.Context, execID string, o client.ExecAttachOptions) (r client.ExecAttachResult, err error) {
-	err = b.call(ctx, "exec start", "", b.timeout, func(ctx context.Context) (e error) { r, e = b.engine.ExecAttach(ctx, execID, o); return })
+	err = b.call(ctx, "exec start", execContainerOf(ctx), b.timeout, func(ctx context.Context) (e error) { r, e = b.engine.ExecAttach(ctx, execID, o); return })
 	return
 }
 
 func (b *bounded) ExecInspect(ctx context.Context, execID string, o client.ExecInspectOptions) (r client.ExecInspectResult, err error) {
-	err = b.call(ctx, "exec inspect", "", b.timeout, func(ctx context.Context) (e error) { r, e = b.engine.ExecInspect(ctx, execID, o); return })
+	err = b.call(ctx, "exec inspect", execContainerOf(ctx), b.timeout, func(ctx context.Context) (e error) { r, e = b.engine.ExecInspect(ctx, execID, o); return })
 	return
 }
 
 func (b *bounded) ExecResize(ctx context.Context, execID string, o client.ExecResizeOptions) (r client.ExecResizeResult, err error) {
-	err = b.call(ctx, "exec resize", "", b.timeout, func(ctx context.Context) (e error) { r, e = b.engine.ExecResize(ctx, execID, o); return })
+	err = b.call(ctx, "exec resize", execContainerOf(ctx), b.timeout, func(ctx context.Context) (e error) { r, e = b.engine.ExecResize(ctx, execID, o); return })
 	return
 }
 

@@ -19,6 +19,7 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 	if len(cmd) == 0 {
 		return -1, fmt.Errorf("exec in container %s: no command", shortID(id))
 	}
+	ctx = withExecContainer(ctx, id)
 	var size client.ConsoleSize
 	if opts.TTY && opts.Size.Rows > 0 && opts.Size.Cols > 0 {
 		size = client.ConsoleSize{Height: uint(opts.Size.Rows), Width: uint(opts.Size.Cols)}

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -27,7 +26,7 @@ func TestHardeningOfOurContainer(t *testing.T) {
 func TestHardeningOfAPlainContainer(t *testing.T) {
 	d, server := testDocker(t)
 	img := testimage.Ensure(t)
-	out, err := exec.Command("docker", "create", "--label", LabelServer+"="+server, "-p", "8000", "--cap-add", "NET_ADMIN", img).CombinedOutput()
+	out, err := dockerCmd("create", "--label", LabelServer+"="+server, "-p", "8000", "--cap-add", "NET_ADMIN", img).CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker create: %v\n%s", err, out)
 	}

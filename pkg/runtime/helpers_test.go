@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -154,4 +155,14 @@ func followEvents(t testing.TB, d *Docker, server string) <-chan Event {
 		}
 	})
 	return got
+}
+
+// dockerCmd is exec.Command("docker", args...) with a deadline: a test
+// never waits for ever on an engine that is wedged or loaded.
+func dockerCmd(args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	time.AfterFunc(5*time.Minute, cancel) // released at its deadline
+	cmd := exec.CommandContext(ctx, "docker", args...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
 }

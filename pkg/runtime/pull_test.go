@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +50,7 @@ const mirrorFailure = `{"errorDetail":{"message":"Get \"https://ohd-mirror:s3cre
 func pulledRef(t *testing.T) string {
 	t.Helper()
 	ref := "ohd-pull-test.invalid/ohd/pull-test:" + strings.ReplaceAll(newUUID(t), "-", "")[:12]
-	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", ref).Run() })
+	t.Cleanup(func() { _ = dockerCmd("image", "rm", ref).Run() })
 	return ref
 }
 
@@ -140,7 +139,7 @@ func TestPullProgress(t *testing.T) {
 	}
 
 	// What a real pull leaves behind: the reference in the engine.
-	if out, err := exec.Command("docker", "tag", img, ref).CombinedOutput(); err != nil {
+	if out, err := dockerCmd("tag", img, ref).CombinedOutput(); err != nil {
 		t.Fatalf("docker tag: %v: %s", err, out)
 	}
 	pull.Send(pullSecondLayer...)

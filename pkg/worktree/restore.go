@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,10 +38,15 @@ type RestoreResult struct {
 	// from the conversation's view (refs/ohd/kept/<id>/heads/<name>): the
 	// same name when it was free, else restored-<id prefix>/<name>.
 	Branches []string
-	// Stash is the stash commit kept from the view, pushed onto the
-	// repository's stash (refs/stash: `git stash list` shows it), or "".
+	// Stash is the stash commit kept from the view, put into the
+	// repository's stash (refs/stash: `git stash list` shows it) BELOW
+	// the user's own entries (the user's stash@{0} stays theirs), or "".
 	Stash        string
 	StashEntries int
+	// Tags are the tags made from the view's tags kept by the removal
+	// (refs/ohd/kept/<id>/tags/<name>): the same name when it was free,
+	// else restored-<id prefix>/<name>.
+	Tags []string
 }
 
 // Restore recreates an ended conversation's work on the host, in a new
@@ -73,6 +79,20 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		return res, fmt.Errorf("worktree restore %s: %w: --into %q must be a clean absolute path", id, ErrInvalidPath, into)
 	}
 	branch := "refs/heads/" + BranchName(id)
+	// A restore that was interrupted (ohd killed) left its journal: what
+	// it made is undone first, and this one does it all again.
+	j, err := m.readRestoreJournal(id)
+	if err != nil {
+		return res, fmt.Errorf("worktree restore %s: %w", id, err)
+	}
+	if j != nil {
+		if err := m.undoRestore(ctx, opts.CommonDir, j); err != nil {
+			return res, fmt.Errorf("worktree restore %s: undo the interrupted restore into %s: %w", id, j.Into, err)
+		}
+		if opts.Into == "" {
+			into = j.Into
+		}
+	}
 	if where := checkedOutIn(opts.CommonDir, branch); where != "" {
 		return res, fmt.Errorf("worktree restore %s: %w: the conversation's work is already restored in %s (branch %s is checked out there): work there, or remove that worktree (git worktree remove %s) to restore again",
 			id, ErrExists, where, BranchName(id), where)
@@ -125,6 +145,18 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 	if res.Snapshot == "" && refs[branch] == "" && refs[KeptRef(id, branch)] == "" {
 		return res, fmt.Errorf("worktree restore %s: %w: no work of this conversation is kept in %s", id, ErrInvalidWorktree, opts.Repo)
 	}
+	if j == nil {
+		j = &restoreJournal{ID: id}
+	}
+	j.Into, j.CommonDir = into, opts.CommonDir
+	j.CreatedBranch, j.CreatedAt = "", ""
+	if slices.Contains(args, "-b") {
+		j.CreatedBranch, j.CreatedAt = res.Branch, args[len(args)-1]
+	}
+	if err := m.writeRestoreJournal(j); err != nil {
+		return res, fmt.Errorf("worktree restore %s: %w", id, err)
+	}
+	m.onStep("restore")
 	unlock, err := m.lockRepo(ctx, opts.CommonDir)
 	if err != nil {
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
@@ -146,6 +178,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 	}
 	admin, err := findAdminDir(opts.CommonDir, into)
 	unlock()
+	m.onStep("restore-checkout")
 	if err != nil {
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
@@ -177,8 +210,11 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		}
 		res.Staged = staged
 	}
-	if err := m.restoreKept(ctx, ct, id, refs, &res); err != nil {
+	if err := m.restoreKept(ctx, ct, id, refs, j, &res); err != nil {
 		return res, fmt.Errorf("worktree restore %s in %s: %w", id, into, err)
+	}
+	if err := m.removeRestoreJournal(id); err != nil {
+		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
 	res.Path = into
 	m.log.Info("conversation work restored", "conversation", id, "path", into, "branch", res.Branch, "snapshot", res.Snapshot,
@@ -190,7 +226,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 // conversation's view (same name if free, else restored-<id prefix>/name)
 // and pushes the kept stash onto the repository's stash. refs are the
 // refs read under KeptPrefix(id).
-func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs map[string]string, res *RestoreResult) error {
+func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs map[string]string, j *restoreJournal, res *RestoreResult) error {
 	heads := KeptPrefix(id) + "heads/"
 	var names []string
 	for ref := range refs {
@@ -222,10 +258,16 @@ func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs
 			}
 		}
 	}
+	if err := m.restoreTags(ctx, ct, id, refs, res); err != nil {
+		return err
+	}
 	if stash := refs[KeptRef(id, "refs/stash")]; stash != "" {
-		// Oldest first (stash@{n} ... stash@{1}, then refs/stash): what
-		// `git stash store` does for each, refs/stash moving to the commit
-		// with a reflog entry, so the stash the user had stays below.
+		// The agent's entries go BELOW the user's: `git stash pop` goes
+		// on popping what the user stashed. refs/stash is rebuilt, oldest
+		// first: the agent's (stash@{n} ... stash@{1}, then refs/stash of
+		// the view), then the user's with their messages. The user's
+		// entries are read once and kept in the journal, so a restore
+		// killed half-way rebuilds from them, not from its own half.
 		var older []int
 		entries := KeptPrefix(id) + "stash-entries/" // see stashEntryRef
 		for ref := range refs {
@@ -234,17 +276,36 @@ func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs
 			}
 		}
 		sort.Sort(sort.Reverse(sort.IntSlice(older)))
-		push := func(oid string) error {
-			_, err := m.git(ctx, ct, runOpts{}, "update-ref", "--create-reflog", "-m", "ohd: stash of conversation "+id, "refs/stash", oid)
+		if !j.UserStashRead {
+			user, err := m.stashEntries(ctx, ct)
+			if err != nil {
+				return fmt.Errorf("read the repository's stash: %w", err)
+			}
+			j.UserStash, j.UserStashRead = user, true
+			if err := m.writeRestoreJournal(j); err != nil {
+				return err
+			}
+		}
+		if _, err := m.git(ctx, ct, runOpts{}, "update-ref", "-d", "refs/stash"); err != nil {
+			return fmt.Errorf("restore the stash: %w", err)
+		}
+		m.onStep("restore-stash-cleared")
+		push := func(oid, msg string) error {
+			_, err := m.git(ctx, ct, runOpts{}, "update-ref", "--create-reflog", "-m", msg, "refs/stash", oid)
 			return err
 		}
 		for _, n := range older {
-			if err := push(refs[entries+strconv.Itoa(n)]); err != nil {
+			if err := push(refs[entries+strconv.Itoa(n)], "ohd: stash of conversation "+id); err != nil {
 				return fmt.Errorf("restore the stash: %w", err)
 			}
 		}
-		if err := push(stash); err != nil {
+		if err := push(stash, "ohd: stash of conversation "+id); err != nil {
 			return fmt.Errorf("restore the stash: %w", err)
+		}
+		for i := len(j.UserStash) - 1; i >= 0; i-- {
+			if err := push(j.UserStash[i].OID, j.UserStash[i].Message); err != nil {
+				return fmt.Errorf("put the user's stash back on top: %w", err)
+			}
 		}
 		res.Stash = stash
 		res.StashEntries = len(older) + 1

@@ -827,3 +827,69 @@ func TestViewCarriesSplitIndex(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreIsCrashSafe kills (cancels) a restore at each of its steps
+// and restores again: the retry completes (it is not refused as
+// "already restored"), the agent's stash lies below the user's own (the
+// user's stash@{0} stays theirs), the agent's tags come back, and a third
+// restore is refused as already done.
+func TestRestoreIsCrashSafe(t *testing.T) {
+	for _, step := range []string{"restore", "restore-checkout", "restore-stash-cleared"} {
+		t.Run(step, func(t *testing.T) {
+			m, dir, repo, wt := newView(t)
+			ident := []string{"-c", "user.name=agent", "-c", "user.email=a@x"}
+			inView(t, wt, append(ident, "commit", "-q", "--allow-empty", "-m", "agent commit")...)
+			inView(t, wt, "tag", "agent-light")
+			inView(t, wt, append(ident, "tag", "-a", "-m", "annotated", "agent-annotated")...)
+			testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "agent\n")
+			inView(t, wt, "add", "stashed.txt")
+			inView(t, wt, append(ident, "stash", "push", "-q", "-m", "agent stash")...)
+			testenv.WriteFile(t, filepath.Join(wt.Path, "work.txt"), "uncommitted\n")
+			// The user's own stash, on the host.
+			testenv.WriteFile(t, filepath.Join(dir, "README.md"), "user change\n")
+			hostGit(t, dir, "stash", "push", "-q", "-m", "user stash")
+			if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit}); err != nil {
+				t.Fatalf("Remove: %v", err)
+			}
+			into := filepath.Join(testenv.TempDir(t), "restored")
+			opts := RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, StartCommit: wt.StartCommit, Into: into}
+
+			ctx, kill := context.WithCancel(testCtx(t))
+			m.onStep = func(s string) {
+				if s == step {
+					kill() // every later git call of this restore fails at once
+				}
+			}
+			if _, err := m.Restore(ctx, opts); err == nil {
+				t.Fatalf("Restore killed at %s succeeded", step)
+			}
+			m.onStep = func(string) {}
+
+			res, err := m.Restore(testCtx(t), opts)
+			if err != nil {
+				t.Fatalf("Restore after a kill at %s: %v", step, err)
+			}
+			if got := hostGit(t, into, "status", "--porcelain"); got != "?? work.txt" {
+				t.Errorf("restored status = %q, want the uncommitted file only (no index.lock, no staged deletions)", got)
+			}
+			if got := hostGit(t, into, "log", "-1", "--format=%s"); got != "agent commit" {
+				t.Errorf("restored HEAD = %q", got)
+			}
+			if got := hostGit(t, dir, "stash", "list", "--format=%gs"); !regexp.MustCompile(`^On main: user stash\nohd: stash of conversation `).MatchString(got) || res.StashEntries != 1 {
+				t.Errorf("stash list = %q (%d entries restored), want the user's stash on top and the agent's below", got, res.StashEntries)
+			}
+			if got := hostGit(t, dir, "show", "stash@{1}:stashed.txt"); got != "agent" {
+				t.Errorf("stash@{1}:stashed.txt = %q, want the agent's", got)
+			}
+			if got := hostGit(t, dir, "show", "stash@{0}:README.md"); got != "user change" {
+				t.Errorf("stash@{0}:README.md = %q, want the user's", got)
+			}
+			if got := hostGit(t, dir, "tag", "--list"); got != "agent-annotated\nagent-light" || len(res.Tags) != 2 {
+				t.Errorf("tags = %q (result %v), want the agent's two", got, res.Tags)
+			}
+			if _, err := m.Restore(testCtx(t), opts); !errors.Is(err, ErrExists) {
+				t.Errorf("a third Restore = %v, want ErrExists (already restored)", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,122 @@
+package integration
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// TestWedgedContainerHangsNothing (issue 27, acceptance 1 and 3): the
+// engine hangs on conversation A's container (testenv.Wedge: its shim
+// stopped). `ohctl rm A` gives up on each engine call at its deadline
+// (--engine-timeout) and `ohctl show A` says which call timed out when;
+// `ohctl rm B` of another conversation does not wait for A's; SIGTERM
+// stops ohd within 10 s (systemd's budget) while A's removal is stuck;
+// the next start finishes A's removal in the background, its API
+// answering at once, and A's commit is not lost.
+func TestWedgedContainerHangsNothing(t *testing.T) {
+	t0 := time.Now()
+	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(t0).Seconds(), what) }
+	d := dockerDaemon(t, "--engine-timeout", "30s")
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	var a, b store.Conversation
+	d.ohctlJSON(&a, "create", "--repo", repo, "--worktree")
+	d.ohctlJSON(&b, "create", "--repo", repo, "--worktree")
+	if code, out := d.execIn(a.ID, "sh", "-c", "cd "+a.Worktree+" && echo work > agent.txt && git add agent.txt && git -c user.name=agent -c user.email=a@x commit -q -m 'agent commit'"); code != 0 {
+		t.Fatalf("commit in A: %d %s", code, out)
+	}
+	w := testenv.Wedge(t, a.ContainerID)
+	phase("created A and B, committed in A, wedged A's container")
+
+	type result struct {
+		out string
+		err error
+	}
+	rmA := make(chan result, 1)
+	go func() {
+		out, err := d.ohctlErr("rm", a.ID)
+		rmA <- result{out, err}
+	}()
+	// A's removal is under way (marked) before B's starts.
+	waitFor(t, 30*time.Second, "A's removal to be marked", func() bool {
+		var c store.Conversation
+		d.ohctlJSON(&c, "show", a.ID)
+		return c.Removal != nil
+	})
+	if out, err := d.ohctlErr("rm", b.ID); err != nil {
+		t.Fatalf("ohctl rm B while A's container is wedged: %v\n%s", err, out)
+	}
+	phase("removed B")
+	select {
+	case r := <-rmA:
+		t.Fatalf("A's removal returned before B's finished (%q, %v): the test shows nothing", r.out, r.err)
+	default:
+	}
+	// The stall is reported, with the call, the container and the time.
+	waitFor(t, 2*time.Minute, "ohctl show A to report the engine stall", func() bool {
+		return strings.Contains(d.ohctl("show", a.ID), "engine stall")
+	})
+	show := d.ohctl("show", a.ID)
+	if !strings.Contains(show, "on container "+a.ContainerID[:12]) || !strings.Contains(show, "timed out at") {
+		t.Errorf("ohctl show A does not name the stalled call's container and time:\n%s", show)
+	}
+	doc, _ := d.ohctlErr("doctor")
+	if !strings.Contains(doc, "timed out at") {
+		t.Errorf("ohctl doctor does not report the stall:\n%s", doc)
+	}
+
+	phase("the stall is shown")
+	// SIGTERM while A's removal waits on the wedged container.
+	sent := time.Now()
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		t.Logf("ohd exited %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("ohd did not exit within 10 s of SIGTERM while a removal waited on a wedged container:\n%s", tail(d.logs.String(), 30))
+	}
+
+	// The engine recovers; the next start finishes A's removal in the
+	// background (or, if A's removal had given up before the SIGTERM and
+	// left A running, a new `ohctl rm` does).
+	w.Release()
+	d.restart()
+	d.ohctl("ls") // the API answers at once
+	phase("restarted")
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		var c store.Conversation
+		d.ohctlJSON(&c, "show", a.ID)
+		if c.State == store.StateDeleted {
+			break
+		}
+		if c.Removal == nil && c.RemovalFailed != "" {
+			t.Logf("A's removal had given up before the SIGTERM: %s", c.RemovalFailed)
+			d.ohctl("rm", a.ID)
+			continue
+		}
+		if time.Now().After(deadline) {
+			st, _ := testenv.Docker(30*time.Second, "ps", "-a", "--filter", "id="+a.ContainerID, "--format", "{{.Status}}")
+			t.Fatalf("A's interrupted removal did not finish in 3 minutes (state %s, removal %+v, removal failed %q; container %s):\n%s",
+				c.State, c.Removal, c.RemovalFailed, st, tail(grepOut(d.logs.String(), `"level":"DEBUG"`), 40))
+		}
+	}
+	phase("A removed")
+	if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "openhands/"+a.ID); err != nil || got != "agent commit" {
+		t.Errorf("A's branch after the removal = %q, %v; want its agent commit kept", got, err)
+	}
+}
+
+// grepOut drops the lines of s that contain pat.
+func grepOut(s, pat string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, pat) {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
