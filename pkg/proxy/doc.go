@@ -78,7 +78,9 @@
 //	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
 //	POST   /api/conversations/{id}/switch_llm|switch_profile  mediated (below), then forwarded; the inner answer
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
-//	ANY    /api/{file,git}/...?path=P        without cid or an upstream: forwarded to the conversation whose working directory holds P (pathroute.go)
+//	ANY    /api/{file,git}/...?path=P        without cid: forwarded to the conversation whose working directory holds P (pathroute.go)
+//	POST   /api/bash/{start,execute}_bash_command {"cwd": P}  the same by cwd; the polls of a command started so follow it
+//	ANY    /api/{file,git,bash}/... naming no conversation  the upstream's; without one 404 saying how to name it (cid, scoped route)
 //	GET    /api/vscode/url?cid=ID, /api/desktop/url?cid=ID   the inner server's answer, its URL made ohd's (ports.go)
 //	GET    /api/conversations/{id}/vscode/url|status, .../desktop/url  the newer server's scoped JSON routes: url as the ?cid= form, status the inner's
 //	ANY    /ohd/conversations/{id}/vscode/..., .../desktop/...  the container's VS Code (8001) and desktop (8002), HTTP and
