@@ -48,6 +48,7 @@ func isPathRouted(p string) bool {
 	}
 	return false
 }
+
 // conversationOfPath returns the visible conversation whose working
 // directory holds p (the deepest, when one lies in another's), and
 // whether exactly one does.
