@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"archive/zip"
+	"bytes"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // TestRemoteWorkspaceWithoutUpstream: issue 18 point 10, the SDK's
@@ -86,6 +89,26 @@ func TestRemoteWorkspaceWithoutUpstream(t *testing.T) {
 	if r := d.call("GET", "/api/file/download?path="+filepath.Join(repo, "global.txt"), nil); r.Status != http.StatusOK || string(r.Body) != "global\n" {
 		t.Errorf("global file/download by path = %d %q", r.Status, r.Body)
 	}
+	// "Download conversation" (Canvas calls it without cid): the zip of
+	// the conversation's directory, made by its own server.
+	r = d.call("GET", "/api/file/download-trajectory/"+id, nil)
+	hex := strings.ReplaceAll(id, "-", "")
+	zr, err := zip.NewReader(bytes.NewReader(r.Body), int64(len(r.Body)))
+	if r.Status != http.StatusOK || err != nil {
+		t.Errorf("download-trajectory = %d %v (%d bytes), want a zip", r.Status, err, len(r.Body))
+	} else {
+		var names []string
+		for _, f := range zr.File {
+			names = append(names, f.Name)
+		}
+		if !slices.Contains(names, hex+"/meta.json") || !slices.Contains(names, hex+"/") {
+			t.Errorf("download-trajectory zip holds %v, want %s/ and its meta.json", names, hex)
+		}
+	}
+	if r := d.call("GET", "/api/file/download-trajectory/"+store.NewID(), nil); r.Status != http.StatusNotFound {
+		t.Errorf("download-trajectory of an unknown conversation = %d, want 404", r.Status)
+	}
+
 	// Naming no conversation: an error that says how.
 	if r := d.call("POST", "/api/bash/execute_bash_command", map[string]any{"command": "pwd"}); r.Status != http.StatusNotFound || !strings.Contains(string(r.Body), "cid=") {
 		t.Errorf("execute_bash_command naming no conversation = %d %s, want 404 saying how to name one", r.Status, r.Body)

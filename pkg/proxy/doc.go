@@ -81,6 +81,7 @@
 //	ANY    /api/{file,git}/...?path=P        without cid: forwarded to the conversation whose working directory holds P (pathroute.go)
 //	POST   /api/bash/{start,execute}_bash_command {"cwd": P}  the same by cwd; the polls of a command started so follow it
 //	ANY    /api/{file,git,bash}/... naming no conversation  the upstream's; without one 404 saying how to name it (cid, scoped route)
+//	GET    /api/file/download-trajectory/{id}  an ohd conversation's: its own server's zip of its conversation directory
 //	GET    /api/vscode/url?cid=ID, /api/desktop/url?cid=ID   the inner server's answer, its URL made ohd's (ports.go)
 //	GET    /api/conversations/{id}/vscode/url|status, .../desktop/url  the newer server's scoped JSON routes: url as the ?cid= form, status the inner's
 //	ANY    /ohd/conversations/{id}/vscode/..., .../desktop/...  the container's VS Code (8001) and desktop (8002), HTTP and

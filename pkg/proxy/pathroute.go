@@ -28,16 +28,19 @@ import (
 // started so is remembered by its id, so the SDK's polls of its output
 // (GET /api/bash/bash_events/search?command_id__eq=ID) follow it. A call
 // that names no path inside a conversation goes to the upstream; without
-// one it is answered 404 saying how to name the conversation.
+// one it is answered 404 saying how to name the conversation. GET
+// /api/file/download-trajectory/{id} names its conversation by id: the
+// zip comes from that conversation's server.
 var pathRouters = []string{"/api/file/", "/api/git/"}
 
 // bashStarts are the bash routes whose body's cwd names the conversation.
 var bashStarts = []string{"/api/bash/start_bash_command", "/api/bash/execute_bash_command"}
 
 const (
-	bashSearch    = "/api/bash/bash_events/search"
-	maxBashOwners = 4096
-	maxCWDBody    = 1 << 20
+	trajectoryPrefix = "/api/file/download-trajectory/"
+	bashSearch       = "/api/bash/bash_events/search"
+	maxBashOwners    = 4096
+	maxCWDBody       = 1 << 20
 )
 
 func isPathRouted(p string) bool {
@@ -87,6 +90,17 @@ func (s *Server) routeByPath(w http.ResponseWriter, r *http.Request) bool {
 	var id string
 	var body []byte
 	switch {
+	case strings.HasPrefix(r.URL.Path, trajectoryPrefix) && r.Method == http.MethodGet:
+		// "Download conversation" (ref §10): the conversation's own server
+		// zips its conversation directory, as the real one does.
+		c, ok := parseID(strings.TrimPrefix(r.URL.Path, trajectoryPrefix))
+		if !ok {
+			return false
+		}
+		if _, known := s.visible(c); !known {
+			return false
+		}
+		id = c
 	case isPathRouted(r.URL.Path):
 		p := r.URL.Query().Get("path")
 		if p == "" {
