@@ -247,6 +247,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, http.StatusOK, b)
 		return
 	}
+	// Canvas's isolated mode (ref §10) sends working_dir /workspace, the
+	// container path of the agent server's docker runtime: ohd gives the
+	// conversation a fresh folder of its own instead (isolatedWorkspace).
+	if iso, ok, msg := s.isolatedWorkspace(r, cb.WorkingDir, id); ok {
+		cb.WorkingDir = iso
+	} else if msg != "" {
+		writeJSON(w, http.StatusBadRequest, errorBody{Detail: msg, Step: "validate"})
+		return
+	}
 	// Secret mediation (DESIGN §7): no credential of the body reaches
 	// the container. Profiles first: agent_profile_id becomes
 	// agent_settings, which is then mediated like Canvas's own.
