@@ -409,6 +409,12 @@ func (s *Server) createError(w http.ResponseWriter, id string, err error) {
 		step = se.Step
 	}
 	w.Header().Set("X-Ohd-Failed-Step", step)
+	if _, exists := s.visible(id); !exists {
+		// A failed create is undone (or was refused before any record):
+		// no conversation has that id, and a client must not be sent
+		// looking for one (issue 28: 409 and 503 answers named one).
+		id = ""
+	}
 	var rej *innerRejected
 	if errors.As(err, &rej) {
 		code := rej.status
@@ -436,11 +442,6 @@ func (s *Server) createError(w http.ResponseWriter, id string, err error) {
 	if code >= 500 {
 		s.log.Warn("conversation API: create failed", "id", id, "step", step, "err", err)
 	}
-	if se == nil && code == http.StatusBadRequest {
-		// Refused before any record: no conversation has that id, and a
-		// client must not be sent looking for one.
-		id = ""
-	}
 	writeJSON(w, code, errorBody{Detail: scrubLoopback(err.Error()), Step: step, ConversationID: id})
 }
 
@@ -452,7 +453,9 @@ func rejectedBody(rej *innerRejected, id string) []byte {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) == nil && obj != nil {
 		obj["step"] = jsonString("forward")
-		obj["conversation_id"] = jsonString(id)
+		if id != "" {
+			obj["conversation_id"] = jsonString(id)
+		}
 		if b, err := marshal(obj); err == nil {
 			return append(b, '\n')
 		}

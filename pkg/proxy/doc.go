@@ -239,12 +239,14 @@
 //	409  {"detail", "step": "validate"}: the conversation id is still being created
 //	501  parent_conversation_id set (child conversations are not supported)
 //	4xx/5xx  the inner server refused the create: its status and body (scrubbed of loopback
-//	     addresses), plus "step": "forward" and "conversation_id" when the body is a JSON object
+//	     addresses), plus "step": "forward" when the body is a JSON object
 //	502  {"detail", "step": "forward"}: the inner server could not be reached
 //	503  {"detail", "step": "image"|"container"}: the engine failed
 //	500  {"detail", "step": "worktree"|"broker"|...}: any other step failed
 //
-// Every create error also carries the header X-Ohd-Failed-Step.
+// Every create error also carries the header X-Ohd-Failed-Step. None
+// names a conversation id: a failed create is undone, so no conversation
+// has it.
 //
 // # Delete
 //
