@@ -277,8 +277,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 // setEgressHeader says the container's egress mode (broker or open) in
 // X-Ohd-Egress, also on answers that are the inner server's own.
 func setEgressHeader(h http.Header, c store.Conversation) {
-	if c.Egress != "" {
-		h.Set("X-Ohd-Egress", c.Egress)
+	mode, upgraded := c.EgressMode()
+	if mode != "" {
+		h.Set("X-Ohd-Egress", mode)
+	}
+	if upgraded {
+		h.Add("X-Ohd-Note", "egress open: "+store.UpgradedEgressNote)
 	}
 }
 
