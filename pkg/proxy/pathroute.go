@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // The agent server's global file, git and bash routes (/api/file/...,
@@ -54,26 +55,27 @@ func isPathRouted(p string) bool {
 
 // conversationOfPath returns the visible conversation whose working
 // directory holds p (the deepest, when one lies in another's), and
-// whether exactly one does.
+// whether one does. Conversations that share a folder (in place, any
+// number may) give the newest: the SDK and Canvas work with the
+// conversation they made last, and the folder's files are the same for
+// all of them.
 func (s *Server) conversationOfPath(p string) (string, bool) {
 	if !path.IsAbs(p) {
 		return "", false
 	}
 	p = path.Clean(p)
-	best, bestLen, ties := "", -1, 0
+	var best store.Conversation
+	bestLen := -1
 	for _, c := range s.visibleList() {
 		root := path.Clean(c.WorkingDir)
 		if !within(p, root) {
 			continue
 		}
-		switch {
-		case len(root) > bestLen:
-			best, bestLen, ties = c.ID, len(root), 1
-		case len(root) == bestLen:
-			ties++
+		if len(root) > bestLen || len(root) == bestLen && c.CreatedAt.After(best.CreatedAt) {
+			best, bestLen = c, len(root)
 		}
 	}
-	return best, ties == 1
+	return best.ID, bestLen >= 0
 }
 
 // within reports whether p is root or below it (both clean and absolute).

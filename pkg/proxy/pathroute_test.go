@@ -8,13 +8,14 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestGlobalFileAndGitRoutesGoByPath: without ?cid= and without an
 // upstream, the SDK's global file and git routes reach the conversation
 // whose working directory holds their path (the deepest when nested),
-// unchanged; a path in none, in two alike, relative or climbing out by
-// "..", is not routed to any.
+// unchanged (the newer of two in one folder); a path in none, relative
+// or climbing out by "..", is not routed to any.
 func TestGlobalFileAndGitRoutesGoByPath(t *testing.T) {
 	inner := func(name string) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -37,6 +38,9 @@ func TestGlobalFileAndGitRoutesGoByPath(t *testing.T) {
 	setDir(twin1, "/w/twin")
 	twin2 := fake.addCustom(inner("twin2"), []byte("key-t2"))
 	setDir(twin2, "/w/twin")
+	fake.mu.Lock()
+	fake.convs[twin2].rec.CreatedAt = fake.convs[twin1].rec.CreatedAt.Add(time.Second)
+	fake.mu.Unlock()
 	p := startProxy(t, fake, nil)
 
 	q := func(path string) string { return "path=" + url.QueryEscape(path) }
@@ -45,6 +49,8 @@ func TestGlobalFileAndGitRoutesGoByPath(t *testing.T) {
 		{"GET", "/api/git/changes?" + q("/w/a"), "a /api/git/changes?" + q("/w/a") + " key-a"},
 		{"GET", "/api/git/diff?" + q("/w/a/sub/x.go") + "&ref=HEAD", "nested /api/git/diff?" + q("/w/a/sub/x.go") + "&ref=HEAD key-nested"},
 		{"POST", "/api/file/upload?" + q("/w/a/sub/new.txt"), "nested /api/file/upload?" + q("/w/a/sub/new.txt") + " key-nested"},
+		// Two conversations in one folder: the newer (issue 28).
+		{"GET", "/api/git/changes?" + q("/w/twin"), "twin2 /api/git/changes?" + q("/w/twin") + " key-t2"},
 	} {
 		resp, b := p.do(t, c.method, c.uri, outerKeys[0], strings.NewReader(""))
 		if resp.StatusCode != http.StatusOK || string(b) != c.want {
@@ -56,7 +62,6 @@ func TestGlobalFileAndGitRoutesGoByPath(t *testing.T) {
 		"/api/file/download?" + q("/w/a/../b/README.md"), // climbs out of a
 		"/api/file/download?" + q("/w/ab/README.md"),     // a prefix, not a directory
 		"/api/file/download?" + q("w/a/README.md"),       // relative
-		"/api/git/changes?" + q("/w/twin"),               // two conversations alike
 		"/api/file/download",                             // no path
 		"/api/tools/list?" + q("/w/a"),                   // not a file or git route
 	} {
