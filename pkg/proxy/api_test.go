@@ -141,7 +141,9 @@ func TestCreateErrors(t *testing.T) {
 		{"working_dir missing on host", `{` + ws(filepath.Join(fake.root, "nowhere")) + `}`, 400, `"step":"validate"`},
 		// A retried create: 200 with the existing conversation (reference §8).
 		{"existing id", `{` + ws(fake.root) + `,"conversation_id":"` + existing + `"}`, 200, `"id":"` + existing + `"`},
-		{"parent", `{` + ws(fake.root) + `,"parent_conversation_id":"` + existing + `"}`, 501, "child conversations are not supported"},
+		// Plan mode: a child's parent must exist (the agent server's 422).
+		{"unknown parent", `{` + ws(fake.root) + `,"parent_conversation_id":"` + store.NewID() + `"}`, 422, "no such conversation"},
+		{"bad parent", `{` + ws(fake.root) + `,"parent_conversation_id":"x"}`, 422, "parent_conversation_id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,7 +26,7 @@ type createBody struct {
 	WorkingDir string // workspace.working_dir: a host path
 	Worktree   bool   // worktree
 	ID         string // conversation_id, canonical; "" if absent
-	HasParent  bool   // parent_conversation_id is set
+	Parent     string // parent_conversation_id (plan mode's child), canonical
 	// launched is the launched_agent_profile of a body that named an
 	// agent profile, once resolved (resolveProfiles).
 	launched json.RawMessage
@@ -78,7 +78,12 @@ func parseCreateBody(b []byte) (*createBody, []validationError) {
 		}
 	}
 	if v, ok := fields["parent_conversation_id"]; ok && !isNull(v) {
-		cb.HasParent = true
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			errs = append(errs, uuidError("", "body", "parent_conversation_id"))
+		} else if cb.Parent, ok = parseID(s); !ok {
+			errs = append(errs, uuidError(s, "body", "parent_conversation_id"))
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
@@ -120,6 +125,9 @@ func (cb *createBody) rewrite(c store.Conversation) ([]byte, error) {
 	out["workspace"] = wsb
 	out["conversation_id"] = jsonString(id)
 	delete(out, "worktree")
+	// The parent runs in another container: its server would refuse a
+	// parent it does not know. ohd keeps the link (family.go).
+	delete(out, "parent_conversation_id")
 	return marshal(out)
 }
 
@@ -138,12 +146,15 @@ func (cb *createBody) record(id string) json.RawMessage {
 		"workspace":       map[string]string{"working_dir": cb.WorkingDir},
 		"worktree":        cb.Worktree,
 	}
+	if cb.Parent != "" {
+		rec["parent_conversation_id"] = cb.Parent
+	}
 	var other []string
 	for k, v := range cb.fields {
 		switch {
 		case slices.Contains(recordedFields, k):
 			rec[k] = v
-		case k == "workspace" || k == "worktree" || k == "conversation_id":
+		case k == "workspace" || k == "worktree" || k == "conversation_id" || k == "parent_conversation_id":
 		default:
 			other = append(other, k)
 		}
@@ -220,9 +231,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeValidation(w, verrs...)
 		return
 	}
-	if cb.HasParent {
-		writeDetail(w, http.StatusNotImplemented, "parent_conversation_id: child conversations are not supported by ohd: each conversation has its own container and worktree; drop the field")
-		return
+	if cb.Parent != "" {
+		// Plan mode (family.go): the parent must be one of ohd's; the
+		// agent server answers an invalid parent 422 (ref §8).
+		if _, ok := s.visible(cb.Parent); !ok || cb.Parent == cb.ID {
+			writeDetail(w, http.StatusUnprocessableEntity, "parent_conversation_id "+cb.Parent+": no such conversation (a child conversation's parent must exist)")
+			return
+		}
 	}
 	if !filepath.IsAbs(cb.WorkingDir) {
 		writeJSON(w, http.StatusBadRequest, errorBody{
@@ -342,7 +357,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	// The agent server's 201 carries launched_agent_profile when an
 	// agent profile launched the conversation (ref §10); the inner server
 	// got agent_settings instead, so ohd adds it.
-	_, _ = w.Write(openhands.WithLaunchedProfile(answer.body, cb.launched))
+	var children []string
+	if cb.Parent != "" {
+		children = []string{}
+	}
+	_, _ = w.Write(withFamily(openhands.WithLaunchedProfile(answer.body, cb.launched), cb.Parent, children))
 }
 
 // skillsParam reads the client's include_skills (the agent server trims

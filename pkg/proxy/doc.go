@@ -71,7 +71,9 @@
 //	GET    /server_info                      no key; the upstream's or ohd's ServerInfo, capabilities ohd serves (serverinfo.go)
 //	OPTIONS (any path, a CORS preflight)     no key; answered as the agent server's CORS middleware (cors.go)
 //	ANY    /api/conversations/{id}[/{tail}]  forwarded to the inner server (GET and DELETE of /{id} excepted)
-//	ANY    /api/conversations/{id}/fork|children|credential-bindings[/...]  501, saying why
+//	ANY    /api/conversations/{id}/children|credential-bindings[/...]  501, saying why
+//	POST   /api/conversations  with parent_conversation_id  plan mode's child on its folder, listed in the parent's
+//	                                         sub_conversation_ids, deleted with the parent (family.go)
 //	WS     /sockets/events/{id}              bridged to the inner server's /sockets/events/{id}
 //	WS     /sockets/session/{id}             bridged to the inner server's v2 /sockets/session/{id} (?after_seq= passed on)
 //	POST   /api/auth/workspace-session       the upstream's; without one, ohd's: 204, Set-Cookie oh_workspace_session_key (DELETE: expired)
@@ -237,7 +239,7 @@
 //	400  {"detail", "step": "validate"}: working_dir not absolute, not a directory, ...
 //	200  (not an error) the conversation id exists: its info, the rest of the body ignored, as the agent server answers a retried create
 //	409  {"detail", "step": "validate"}: the conversation id is still being created
-//	501  parent_conversation_id set (child conversations are not supported)
+//	422  parent_conversation_id names no conversation (plan mode's child needs its parent: family.go)
 //	4xx/5xx  the inner server refused the create: its status and body (scrubbed of loopback
 //	     addresses), plus "step": "forward" when the body is a JSON object
 //	502  {"detail", "step": "forward"}: the inner server could not be reached
