@@ -110,8 +110,12 @@ func (cb *createBody) rewrite(c store.Conversation) ([]byte, error) {
 	for k, v := range cb.fields {
 		out[k] = v
 	}
-	if c.Worktree != "" {
+	switch {
+	case c.Worktree != "":
 		openhands.AppendSystemMessageSuffix(out, openhands.WorktreeGuidance(c.Workspace, c.Worktree, c.WorkingDir, c.Branch))
+	case c.Runtime != "" && c.Runtime != "local" && c.Repo == "" && !c.InPlace:
+		// A plain folder: the agent is told git is not available (issue 28).
+		openhands.AppendSystemMessageSuffix(out, openhands.PlainFolderGuidance(c.WorkingDir))
 	}
 	ws := make(map[string]json.RawMessage, len(cb.workspace))
 	for k, v := range cb.workspace {

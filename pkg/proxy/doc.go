@@ -217,7 +217,9 @@
 // inside the container), worktree is removed (the inner server must not
 // create a worktree of its own), conversation_id is set, and with a
 // worktree the agent server's own worktree guidance (openhands.WorktreeGuidance)
-// is appended to the agent's agent_context.system_message_suffix.
+// is appended to the agent's agent_context.system_message_suffix; in a
+// folder that is not a git repository, openhands.PlainFolderGuidance
+// (git is not available there) is.
 // include_skills in the query is passed on (its last value). A non-2xx
 // answer from the inner server fails the create, so everything is undone.
 // On success the client gets the inner server's answer (201), with the

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -70,5 +71,30 @@ func TestPlanModeChildConversation(t *testing.T) {
 	}
 	if resp, _ := p.do(t, "GET", "/api/conversations/"+child, outerKeys[0], nil); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET child after its parent's delete = %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestPlainFolderAgentToldNoGit: issue 28. In a folder that is not a git
+// repository the agent cannot use git; its system message says so.
+func TestPlainFolderAgentToldNoGit(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	id := store.NewID()
+	body := `{"workspace":{"working_dir":"` + fake.root + `"},"conversation_id":"` + id + `","agent":{"kind":"Agent","agent_context":{"system_message_suffix":"be brief"}}}`
+	if resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(body)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create = %d %s", resp.StatusCode, b)
+	}
+	_, b := p.do(t, "GET", "/api/conversations/"+id+"/standin/create_body", outerKeys[0], nil)
+	var got struct {
+		Agent struct {
+			AgentContext struct {
+				Suffix string `json:"system_message_suffix"`
+			} `json:"agent_context"`
+		} `json:"agent"`
+	}
+	_ = json.Unmarshal(b, &got)
+	want := "be brief\n\n" + openhands.PlainFolderGuidance(fake.root)
+	if got.Agent.AgentContext.Suffix != want {
+		t.Errorf("the inner create's system_message_suffix = %q, want %q", got.Agent.AgentContext.Suffix, want)
 	}
 }
