@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -298,6 +299,52 @@ func TestCanvasWholeSession(t *testing.T) {
 		resp.Body.Close()
 	}
 
+	// 11b. The newer Canvas's calls (issue 28): the server's version it
+	// checks, the scoped VS Code routes, "download conversation", a second
+	// conversation on the picked folder, plan mode's child, and a global
+	// git call without cid that names the folder.
+	var si struct {
+		Version    string `json:"version"`
+		OhdVersion string `json:"ohd_version"`
+	}
+	d.call("GET", "/server_info", nil, "X-Session-API-Key", "").json(t, &si)
+	if !openhands.AcceptedVersion(si.Version) || si.OhdVersion == "" {
+		t.Errorf("server_info version %q ohd_version %q: want x.y.z >= %s (the newest Canvas refuses others) and ohd's own", si.Version, si.OhdVersion, openhands.MinClientVersion)
+	}
+	var scopedURL struct{ URL string }
+	if r := call("GET", "/api/conversations/"+pickedID+"/vscode/url", nil); r.Status != 200 || json.Unmarshal(r.Body, &scopedURL) != nil || !strings.HasPrefix(scopedURL.URL, "http://"+d.listen+"/ohd/conversations/"+pickedID+"/vscode/") {
+		t.Errorf("scoped vscode/url = %d %s, want JSON with ohd's editor URL", r.Status, r.Body)
+	}
+	if r := call("GET", "/api/conversations/"+pickedID+"/vscode/status", nil); r.Status != 200 || !strings.Contains(string(r.Body), `"running":true`) {
+		t.Errorf("scoped vscode/status = %d %s, want the server's JSON", r.Status, r.Body)
+	}
+	if r := call("GET", "/api/file/download-trajectory/"+pickedID, nil); r.Status != 200 || !bytes.HasPrefix(r.Body, []byte("PK")) {
+		t.Errorf("download-trajectory = %d (%d bytes), want the conversation's zip", r.Status, len(r.Body))
+	}
+	secondID := store.NewID()
+	if r := call("POST", "/api/conversations", canvasBody(secondID, repo, false)); r.Status != http.StatusCreated {
+		t.Errorf("a second conversation on the picked folder = %d %s, want 201 as on the agent server", r.Status, r.Body)
+	}
+	planID := store.NewID()
+	plan := canvasBody(planID, repo, false)
+	plan["parent_conversation_id"] = pickedID
+	if r := call("POST", "/api/conversations", plan); r.Status != http.StatusCreated || !strings.Contains(string(r.Body), `"parent_conversation_id":"`+pickedID+`"`) {
+		t.Errorf("plan mode's child = %d %s, want 201 naming its parent", r.Status, r.Body)
+	}
+	var fam struct {
+		Subs []string `json:"sub_conversation_ids"`
+	}
+	call("GET", "/api/conversations/"+pickedID, nil).json(t, &fam)
+	if len(fam.Subs) != 1 || fam.Subs[0] != planID {
+		t.Errorf("the parent's sub_conversation_ids = %v, want [%s]", fam.Subs, planID)
+	}
+	if r := call("GET", "/api/git/changes?path="+url.QueryEscape(repo), nil); r.Status != 200 || !bytes.HasPrefix(bytes.TrimSpace(r.Body), []byte("[")) {
+		t.Errorf("global git/changes without cid, with an upstream = %d %s, want the folder's conversation's answer", r.Status, r.Body)
+	}
+	if r := call("DELETE", "/api/conversations/"+secondID, nil); r.Status != 200 {
+		t.Errorf("delete of the second conversation = %d %s", r.Status, r.Body)
+	}
+
 	// No credential reached either container.
 	values := []secretValue{
 		{"LLM key", []byte(sec.llmKey)}, {"saved secret", []byte(sec.saved)}, {"outer session key", []byte(sec.outerKey)},
@@ -359,6 +406,9 @@ func TestCanvasWholeSession(t *testing.T) {
 		if r := call("DELETE", "/api/conversations/"+id, nil); r.Status != 400 || strings.TrimSpace(string(r.Body)) != `{"detail":"Bad Request"}` {
 			t.Errorf("second delete of %s = %d %s, want 400 {\"detail\":\"Bad Request\"}", id, r.Status, r.Body)
 		}
+	}
+	if r := call("GET", "/api/conversations/"+planID, nil); r.Status != http.StatusNotFound {
+		t.Errorf("plan mode's child after its parent's delete = %d, want 404 (deleted with it)", r.Status)
 	}
 	again := filepath.Join(fileHome.Home, "workspace", "project", hex.EncodeToString([]byte("again")))
 	if r := call("POST", "/api/conversations", canvasBody(newID, again, true)); r.Status != http.StatusCreated {

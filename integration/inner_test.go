@@ -224,8 +224,14 @@ func TestDockerDefaultImageMissing(t *testing.T) {
 	}
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	r := d.call("POST", "/api/conversations", map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true})
-	if r.Status != 503 || !strings.Contains(string(r.Body), openhands.DefaultImage) || !strings.Contains(string(r.Body), "docker load") || !strings.Contains(string(r.Body), "--image") {
-		t.Errorf("create without the image = %d %s, want 503 naming the image, docker load and --image", r.Status, r.Body)
+	var e struct{ Detail string }
+	_ = json.Unmarshal(r.Body, &e)
+	if r.Status != 503 || !strings.Contains(e.Detail, openhands.DefaultImage) || !strings.Contains(e.Detail, "docker load") || !strings.Contains(e.Detail, "--image") ||
+		!strings.Contains(e.Detail, openhands.BuildCommand(openhands.DefaultImage)) {
+		t.Errorf("create without the image = %d %s, want 503 naming the image, docker load, the agent server's own build command and --image", r.Status, r.Body)
+	}
+	if strings.Contains(e.Detail, "conversation_id") || strings.Contains(string(r.Body), `"conversation_id"`) {
+		t.Errorf("the 503 names a conversation id, which no conversation has: %s", r.Body)
 	}
 	if !strings.Contains(d.logs.String(), "pulling image") {
 		t.Errorf("no pull attempt in the log:\n%s", tail(d.logs.String(), 20))

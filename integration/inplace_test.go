@@ -17,7 +17,7 @@ import (
 // Issue 18, acceptance 1, the functional half: in place, everyday git
 // works as in a worktree, the agent's commits reach the host's
 // openhands/<id> and never the checked-out branch, ending the
-// conversation keeps the work, one in-place conversation per folder, a
+// conversation keeps the work, many conversations on one folder, a
 // subdirectory, and the SDK's create (no worktree field) through the
 // conversation API.
 
@@ -132,32 +132,93 @@ func TestInPlaceRemovalKeepsTheWork(t *testing.T) {
 	}
 }
 
-func TestInPlaceSecondConversationRefused(t *testing.T) {
+// TestInPlaceManyConversationsOneFolder: issue 28 acceptance 2. Any
+// number of conversations work in one folder, as on the agent server:
+// Canvas's (worktree: false), the SDK's (no worktree field) and ohctl's,
+// in the folder and in a subdirectory of it. Two agents commit in the
+// folder at once, each in its own view, and each one's commits reach its
+// own openhands/<id>; ending one keeps its work and leaves the folder and
+// the other conversation as they were.
+func TestInPlaceManyConversationsOneFolder(t *testing.T) {
 	d := dockerDaemon(t)
 	repo := ownedRepo(t)
 	testenv.WriteFile(t, filepath.Join(repo, "sub", "f.txt"), "f\n")
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	main := hostGit(t, repo, "rev-parse", "main")
 	var first store.Conversation
 	d.ohctlJSON(&first, "create", "--repo", repo)
-	for _, ws := range []string{repo, filepath.Join(repo, "sub")} {
-		out, err := d.ohctlErr("create", "--repo", ws)
-		if err == nil || !strings.Contains(out+err.Error(), first.ID) {
-			t.Errorf("a second in-place create in %s: %v %s; want refused naming %s", ws, err, out, first.ID)
+	canvas, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}, "worktree": false})
+	sdk, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}})
+	var inSub store.Conversation
+	d.ohctlJSON(&inSub, "create", "--repo", filepath.Join(repo, "sub"))
+	for _, id := range []string{first.ID, canvas, sdk, inSub.ID} {
+		if c := d.record(id); !c.InPlace || c.State != store.StateRunning || c.Branch != "openhands/"+id {
+			t.Fatalf("conversation %s on the shared folder = %+v, want in place and running on its own branch", id, c)
 		}
 	}
-	r := d.call("POST", "/api/conversations", map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": false})
-	if r.Status != http.StatusConflict || !strings.Contains(string(r.Body), first.ID) {
-		t.Errorf("API create in the same folder = %d %s, want 409 naming %s", r.Status, r.Body, first.ID)
+	a, b := d.record(canvas), d.record(sdk)
+
+	// Two agents commit at once, each its own file, in its own view.
+	type result struct {
+		who string
+		tip string
 	}
-	// A worktree of the same repository is fine.
-	var wt store.Conversation
-	d.ohctlJSON(&wt, "create", "--repo", repo, "--worktree")
-	var rm store.Conversation
-	d.ohctlJSON(&rm, "rm", first.ID)
-	var again store.Conversation
-	d.ohctlJSON(&again, "create", "--repo", repo)
-	if !again.InPlace {
-		t.Errorf("after the first ended, a new in-place create = %+v", again)
+	done := make(chan result, 2)
+	for _, c := range []store.Conversation{a, b} {
+		go func(c store.Conversation) {
+			name := c.ID[:8] + ".txt"
+			code, out := d.execIn(c.ID, "sh", "-c", "cd "+repo+" && for i in 1 2 3; do echo $i >> "+name+" && git add "+name+" && "+gitID+"commit -q -m \"$i\" || exit 1; done && git rev-parse HEAD")
+			if code != 0 {
+				out = "FAILED " + out
+			}
+			done <- result{c.ID, strings.TrimSpace(out)}
+		}(c)
+	}
+	tips := map[string]string{}
+	for range 2 {
+		r := <-done
+		if strings.HasPrefix(r.tip, "FAILED") {
+			t.Fatalf("conversation %s committing in the shared folder: %s", r.who, r.tip)
+		}
+		tips[r.who] = r.tip
+	}
+	for _, c := range []store.Conversation{a, b} {
+		waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, tips[c.ID], 10*time.Second)
+		// Each branch holds its own agent's commits, not the other's.
+		files := hostGit(t, repo, "ls-tree", "--name-only", "refs/heads/openhands/"+c.ID)
+		other := map[string]string{a.ID: b.ID, b.ID: a.ID}[c.ID]
+		if !strings.Contains(files, c.ID[:8]+".txt") || strings.Contains(files, other[:8]+".txt") {
+			t.Errorf("openhands/%s holds %q, want its own file and not the other's", c.ID, files)
+		}
+		if n := hostGit(t, repo, "rev-list", "--count", main+"..refs/heads/openhands/"+c.ID); n != "3" {
+			t.Errorf("openhands/%s has %s commits of its own, want 3", c.ID, n)
+		}
+	}
+	if got := hostGit(t, repo, "rev-parse", "main"); got != main {
+		t.Errorf("the host's main moved to %s", got)
+	}
+
+	// Ending one keeps its work and leaves the folder and the others.
+	if r := d.call("DELETE", "/api/conversations/"+canvas, nil); r.Status != http.StatusOK {
+		t.Fatalf("delete %s = %d %s", canvas, r.Status, r.Body)
+	}
+	if got := hostGit(t, repo, "rev-parse", "refs/heads/openhands/"+canvas); got != tips[canvas] {
+		t.Errorf("the ended conversation's branch = %s, want %s", got, tips[canvas])
+	}
+	for _, f := range []string{canvas[:8] + ".txt", sdk[:8] + ".txt", "README.md", "sub/f.txt"} {
+		if _, err := os.Stat(filepath.Join(repo, f)); err != nil {
+			t.Errorf("after one ended, the folder lost %s: %v", f, err)
+		}
+	}
+	tip := d.insideAt(b, repo, "echo more >> "+sdk[:8]+".txt && git add -A "+sdk[:8]+".txt && "+gitID+"commit -q -m more && git rev-parse HEAD")
+	waitHostRef(t, repo, "refs/heads/openhands/"+sdk, tip, 10*time.Second)
+	for _, id := range []string{first.ID, sdk, inSub.ID} {
+		if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != http.StatusOK {
+			t.Errorf("delete %s = %d %s", id, r.Status, r.Body)
+		}
+	}
+	if got := hostGit(t, repo, "rev-parse", "refs/heads/openhands/"+sdk); got != tip {
+		t.Errorf("the last conversation's branch = %s, want %s", got, tip)
 	}
 }
 

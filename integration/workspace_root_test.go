@@ -49,4 +49,29 @@ func TestWorkspaceRootFlag(t *testing.T) {
 	if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != http.StatusOK {
 		t.Errorf("delete = %d %s", r.Status, r.Body)
 	}
+
+	// Canvas's isolated mode (issue 28 acceptance 7): working_dir
+	// /workspace, which does not exist on this host, gets a fresh folder
+	// of its own under the root.
+	if _, err := os.Lstat("/workspace"); err == nil {
+		t.Skip("this host has a /workspace: ohd takes it as the folder it is")
+	}
+	iso, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": "/workspace"}})
+	want := filepath.Join(root, strings.ReplaceAll(iso, "-", ""))
+	var st syscall.Stat_t
+	if c := d.record(iso); c.WorkingDir != want || syscall.Lstat(want, &st) != nil || st.Uid != attackOwner {
+		t.Errorf("isolated-mode create: working dir %q (owner %d), want a fresh %s of the root's owner", c.WorkingDir, st.Uid, want)
+	}
+	var info struct {
+		Workspace struct {
+			WorkingDir string `json:"working_dir"`
+		} `json:"workspace"`
+	}
+	d.call("GET", "/api/conversations/"+iso, nil).json(t, &info)
+	if info.Workspace.WorkingDir != want {
+		t.Errorf("the isolated conversation's info says working_dir %q, want %s", info.Workspace.WorkingDir, want)
+	}
+	if _, err := os.Lstat("/workspace"); err == nil {
+		t.Errorf("the isolated-mode create made /workspace on the host")
+	}
 }

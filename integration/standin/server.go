@@ -99,6 +99,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/conversations/{id}/events", s.sendMessage)
 	m.HandleFunc("GET /api/conversations/{id}/events/search", s.searchEvents)
 	m.HandleFunc("GET /api/conversations/{id}/standin/secrets", s.secretReport)
+	m.HandleFunc("GET /api/file/download-trajectory/{id}", s.downloadTrajectory)
 
 	for _, prefix := range []string{"", "/api/conversations/{id}"} {
 		m.HandleFunc(prefix+"/echo/", s.echo)

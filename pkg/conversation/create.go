@@ -182,12 +182,12 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 	unlock := m.lock(id)
 	defer unlock()
 	if plan.InPlace {
-		// One in-place conversation per work tree: checked and recorded
-		// under one lock, so two concurrent creates cannot both pass.
+		// Conversations on one folder share it (sharersOf); their
+		// creates are recorded one at a time, so each sees the others.
 		m.inPlace.Lock()
 		defer m.inPlace.Unlock()
-		if err := m.folderFree(plan.Repo); err != nil {
-			return store.Conversation{}, err
+		if others := m.sharersOf(plan.Repo, id); len(others) > 0 {
+			conv.Notes = append(conv.Notes, fmt.Sprintf("the folder %s is shared with %d other conversation(s) working there in place (the oldest: %s): the files are one set, each has its own git view and branch", plan.Repo, len(others), others[0].ID))
 		}
 	}
 	if replaceFailed {

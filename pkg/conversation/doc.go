@@ -51,9 +51,10 @@
 // runtime (inplace.go), works in the folder itself with its own git view
 // over the folder's git dir (worktree.PlanInPlace, AddInPlace): the record
 // has InPlace set and Worktree "", it is published and saved like a
-// worktree's view, its removal never touches the folder, and one live
-// in-place conversation per work tree is allowed (ErrConflict names the
-// first); inplace_maint.go is its restore and doctor checks. A create of
+// worktree's view, its removal never touches the folder, and any number
+// of in-place conversations may share one work tree, each with its own
+// view and branch (sharersOf); inplace_maint.go is its restore and doctor
+// checks. A create of
 // an id whose earlier conversation's work is still kept in the repository
 // is refused (recreate.go). The files: request.go checks a create,
 // create.go plans and provisions it, manager.go holds the Manager and the

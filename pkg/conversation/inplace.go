@@ -40,11 +40,22 @@ func inPlaceOf(c store.Conversation) worktree.Worktree {
 	return wt
 }
 
-// folderFree refuses a second live in-place conversation in the work tree
-// top (ErrConflict, naming the first).
-func (m *Manager) folderFree(top string) error {
+// sharersOf returns the other live in-place conversations in the work
+// tree top, oldest first. Any number of conversations may work in one
+// folder, as on the agent server (Canvas keeps finished conversations and
+// never deletes them; the SDK sends no worktree; plan mode makes a child
+// on its parent's folder): they share the folder's files, and each has
+// its own git view (its own HEAD, index and branch openhands/<id>), its
+// own container and broker, and is published and kept at its end like
+// any in-place conversation. Their files are one set: each agent sees the
+// others' changes as uncommitted changes of its own view, and commits
+// what it adds. What is released at a conversation's end that belongs to
+// the folder rather than to the conversation must wait for the last of
+// them (sharersOf says whether others remain).
+func (m *Manager) sharersOf(top, id string) []store.Conversation {
+	var out []store.Conversation
 	for _, c := range m.st.Conversations() {
-		if !c.InPlace || c.Repo != top {
+		if !c.InPlace || c.Repo != top || c.ID == id {
 			continue
 		}
 		switch c.State {
@@ -55,8 +66,7 @@ func (m *Manager) folderFree(top string) error {
 				continue
 			}
 		}
-		return fmt.Errorf("%w: the folder %s is in use by conversation %s, which works there in place: end it first (ohctl rm %s), or create this one with a worktree (worktree: true, ohctl create --worktree)",
-			ErrConflict, top, c.ID, c.ID)
+		out = append(out, c)
 	}
-	return nil
+	return out
 }

@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
@@ -82,6 +84,15 @@ func (m *Manager) changeGrant(id, kind, name string, add bool) (store.Conversati
 	c, err := m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		if add {
 			c.Grants.Add(kind, canonicalGrant(kind, name))
+			if kind == store.KindNet {
+				// A loopback grant needs the proxy named (issue 28): say so
+				// where ohctl show and the API's notes show it.
+				if d, err := egress.ParseDest(name); err == nil {
+					if h := egress.LoopbackHint(d); h != "" && !slices.Contains(c.Notes, h) {
+						c.Notes = append(c.Notes, h)
+					}
+				}
+			}
 		} else if !c.Grants.Remove(kind, canonicalGrant(kind, name)) && !c.Grants.Remove(kind, name) {
 			return fmt.Errorf("%w: conversation %s has no %s grant %q", ErrNotFound, id, kind, name)
 		}

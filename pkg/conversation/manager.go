@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/metrics"
 	"github.com/ohd-dev/ohd/pkg/openhands"
@@ -571,7 +572,7 @@ func (m *Manager) env(conv store.Conversation) []string {
 		// (DESIGN §5). The relay itself is on loopback, so not proxied.
 		proxy := "http://" + broker.RelayAddr
 		env = append(env, "HTTP_PROXY="+proxy, "HTTPS_PROXY="+proxy, "http_proxy="+proxy, "https_proxy="+proxy,
-			"NO_PROXY=127.0.0.1,localhost", "no_proxy=127.0.0.1,localhost")
+			"NO_PROXY="+egress.NoProxyHosts, "no_proxy="+egress.NoProxyHosts)
 	}
 	for _, name := range m.cfg.ForwardEnv {
 		if v, ok := lookupEnv(m.cfg.Getenv, name); ok {

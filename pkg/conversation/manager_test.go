@@ -690,3 +690,27 @@ func TestNoPublishOnceARemovalHoldsTheConversation(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopbackNetGrantHint: issue 28. A net grant on the host's loopback
+// (a local model server) is not reached the usual way from inside the
+// container (NO_PROXY sends loopback to the container's own): the grant
+// leaves a note saying how, once; another grant leaves none.
+func TestLoopbackNetGrantHint(t *testing.T) {
+	e := newEnv(t)
+	c, err := e.m.Create(context.Background(), CreateRequest{Workspace: testenv.TempDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(c.Notes)
+	if c, err = e.m.Grant(c.ID, store.KindNet, "example.com"); err != nil || len(c.Notes) != before {
+		t.Fatalf("grant example.com: %v, notes %v", err, c.Notes)
+	}
+	for range 2 {
+		if c, err = e.m.Grant(c.ID, store.KindNet, "127.0.0.1:11434"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.Notes) != before+1 || !strings.Contains(c.Notes[before], "NO_PROXY") || !strings.Contains(c.Notes[before], "127.0.0.1:11434") {
+		t.Errorf("after a loopback net grant, notes = %q, want one hint naming NO_PROXY and the destination", c.Notes)
+	}
+}

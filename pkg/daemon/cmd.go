@@ -126,6 +126,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "broker-secret-in-flight", Value: 8, Usage: "secret requests one conversation may have in progress (-1: no limit)", Sources: env("broker-secret-in-flight")},
 			&cli.IntFlag{Name: "broker-llm-in-flight", Value: 32, Usage: "LLM requests and streams one conversation may have in progress (-1: no limit)", Sources: env("broker-llm-in-flight")},
 			&cli.IntFlag{Name: "broker-oauth-in-flight", Value: 8, Usage: "OAuth token requests one conversation may have in progress (-1: no limit)", Sources: env("broker-oauth-in-flight")},
+			&cli.IntFlag{Name: "broker-mcp-in-flight", Value: 16, Usage: "MCP requests and streams one conversation may have in progress through its broker (-1: no limit)", Sources: env("broker-mcp-in-flight")},
 			&cli.IntFlag{Name: "broker-connections", Value: broker.DefaultMaxConns, Usage: "connections one conversation may hold open to its broker socket, idle keep-alive ones included; keep it above the sum of the in-flight budgets (default: their sum, 80, plus 48) (-1: no limit)", Sources: env("broker-connections")},
 			str("egress", "how containers reach the network: broker (no network but loopback; out only through the broker to granted destinations), open (the engine's network), or auto (default: broker where ohd can enter containers' network namespaces, else open with a warning)"),
 			&cli.StringSliceFlag{Name: "egress-allow", Usage: "egress destination HOST[:PORT] (port 443 when absent; *.example.com for a domain's hosts; IP:PORT) granted to every conversation (repeatable)", Sources: env("egress-allow")},
@@ -189,6 +190,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				BrokerLimits: broker.Limits{
 					GitInFlight: int(cmd.Int("broker-git-in-flight")), SecretInFlight: int(cmd.Int("broker-secret-in-flight")),
 					LLMInFlight: int(cmd.Int("broker-llm-in-flight")), OAuthInFlight: int(cmd.Int("broker-oauth-in-flight")),
+					MCPInFlight: int(cmd.Int("broker-mcp-in-flight")),
 					MaxConns:    int(cmd.Int("broker-connections")),
 					EgressConns: int(cmd.Int("egress-connections")), EgressRate: cmd.Float64("egress-rate"),
 					EgressBurst: int(cmd.Int("egress-burst")),
@@ -205,7 +207,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 					return usageError{fmt.Errorf("--%s %d: the agent needs an unprivileged id of its own, never root's (0): omit the flag for the system user ohd-agent (else 10001)", name, n)}
 				}
 			}
-			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-connections", "egress-connections"} {
+			for _, name := range []string{"broker-git-in-flight", "broker-secret-in-flight", "broker-llm-in-flight", "broker-oauth-in-flight", "broker-mcp-in-flight", "broker-connections", "egress-connections"} {
 				if n := cmd.Int(name); n == 0 || n < -1 {
 					return usageError{fmt.Errorf("--%s %d: want a positive number, or -1 for no limit", name, n)}
 				}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/masterkey"
 	"github.com/ohd-dev/ohd/pkg/metrics"
@@ -160,6 +161,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	})
 	if err != nil {
 		return nil, err
+	}
+	for _, a := range cfg.EgressAllow {
+		if dest, err := egress.ParseDest(a); err == nil {
+			if h := egress.LoopbackHint(dest); h != "" {
+				log.Warn("--egress-allow: " + h)
+			}
+		}
 	}
 	d.metrics = metrics.New(metrics.Options{Version: version.Version, Logger: log, Conversations: d.countByState})
 	d.br, err = broker.New(broker.Options{

@@ -194,3 +194,23 @@ func (d Dest) Matches(t Target) bool {
 func (d Dest) NamesAddr(addr netip.AddrPort) bool {
 	return d.IP.IsValid() && d.IP == addr.Addr().Unmap() && d.Port == addr.Port()
 }
+
+// NoProxyHosts are the hosts a container's clients reach directly, not
+// through the broker's proxy (its NO_PROXY): the container's own
+// loopback, where the broker relay listens.
+const NoProxyHosts = "127.0.0.1,localhost"
+
+// LoopbackHint says how a client in the container reaches d when d is on
+// the host's loopback, or "" for any other destination. The container's
+// NO_PROXY (NoProxyHosts) sends 127.0.0.1 and localhost to the
+// container's own loopback, so such a grant (a local model server on the
+// host, say) is reached only by naming the proxy explicitly.
+func LoopbackHint(d Dest) string {
+	loop := d.Host == "localhost" || d.IP.IsValid() && d.IP.Unmap().IsLoopback()
+	if !loop || d.Wildcard {
+		return ""
+	}
+	return "net grant " + d.String() + " is on the host's loopback, but inside the container " + d.Host +
+		" is the container's own (NO_PROXY=" + NoProxyHosts + " sends it there, past the broker): a client reaches the host's " + d.String() +
+		" only through the broker's proxy named explicitly, e.g. curl -x \"$HTTP_PROXY\" http://" + d.String() + "/ (Python: proxies={\"http\": os.environ[\"HTTP_PROXY\"]})"
+}

@@ -124,8 +124,10 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 	t.row("id", c.ID)
 	t.row("state", string(c.State))
 	t.row("runtime", c.Runtime)
-	if c.Egress != "" {
-		t.row("egress", c.Egress)
+	if mode, upgraded := c.EgressMode(); upgraded {
+		t.row("egress", mode+" ("+store.UpgradedEgressNote+")")
+	} else if mode != "" {
+		t.row("egress", mode)
 	}
 	t.row("workspace", c.Workspace)
 	t.row("working dir", c.WorkingDir)
@@ -163,7 +165,7 @@ func printConversation(w io.Writer, c store.Conversation, now time.Time) {
 		t.row("image", fmt.Sprintf("%s (%s)", c.Image, short(strings.TrimPrefix(c.ImageID, "sha256:"))))
 		t.row("container", fmt.Sprintf("%s %s", c.ContainerName, short(c.ContainerID)))
 		switch {
-		case c.HostPort != 0 && c.Egress == store.EgressBroker:
+		case c.HostPort != 0 && c.Egress == store.EgressBroker: // (an upgraded record is open)
 			t.row("inner address", fmt.Sprintf("127.0.0.1:%d in the container's network namespace (no network)", c.HostPort))
 		case c.HostPort != 0:
 			t.row("inner address", fmt.Sprintf("127.0.0.1:%d", c.HostPort))

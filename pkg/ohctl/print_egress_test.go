@@ -23,3 +23,28 @@ func TestPrintAuditEgress(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintUpgradedEgress: issue 28. A container conversation recorded
+// before ohd recorded its egress mode keeps the engine's open network:
+// ohctl show says so, and what to do, instead of showing nothing.
+func TestPrintUpgradedEgress(t *testing.T) {
+	for _, tc := range []struct {
+		c    store.Conversation
+		want string
+	}{
+		{store.Conversation{ID: "a", Runtime: "docker"}, "open (made by an earlier ohd"},
+		{store.Conversation{ID: "b", Runtime: "docker", Egress: store.EgressBroker}, "egress         broker\n"},
+		{store.Conversation{ID: "c", Runtime: "docker", Egress: store.EgressOpen}, "egress         open\n"},
+	} {
+		var b bytes.Buffer
+		printConversation(&b, tc.c, time.Unix(0, 0))
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("ohctl show of %+v lacks %q:\n%s", tc.c, tc.want, b.String())
+		}
+	}
+	var b bytes.Buffer
+	printConversation(&b, store.Conversation{ID: "d", Runtime: "local"}, time.Unix(0, 0))
+	if strings.Contains(b.String(), "egress") {
+		t.Errorf("ohctl show of a local conversation shows an egress:\n%s", b.String())
+	}
+}

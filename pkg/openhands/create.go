@@ -23,6 +23,18 @@ func WorktreeGuidance(source, root, workspace, branch string) string {
 		"and do not switch back to the original workspace."
 }
 
+// PlainFolderGuidance is what ohd adds to the agent's system message for
+// a conversation in a folder that is not a git repository (ohd's
+// addition; the agent server has no such text): the agent works on the
+// user's files directly, without a repository of its own, and a git
+// repository it tried to make there would not be ohd's to publish or
+// keep (the nested repositories of a plain folder are read-only to it).
+func PlainFolderGuidance(workingDir string) string {
+	return "The working directory " + workingDir + " is not a git repository, and this conversation has no git repository: " +
+		"git is not available for your work here (do not run git init or commit; any repositories inside the folder are read-only to you). " +
+		"Your changes are written directly to the user's files, which is how they are kept."
+}
+
 // AppendSystemMessageSuffix appends addition to the agent's
 // agent_context.system_message_suffix in a create body's fields, as the
 // agent server's _append_system_message_suffix does

@@ -33,7 +33,11 @@
 // for the conversation's life), reach the server's process only, through
 // 0400 files that ohctl inner-exec --env-file reads. CheckExtraEnv vets an
 // operator's --inner-env (IsSecretKey is the server's is_secret_key).
-// DefaultImage is the pinned release ohd runs by default.
+// DefaultImage is the pinned release ohd runs by default; BuildCommand
+// builds such an image from the agent server's own Dockerfile
+// (ImageDockerfile). ContractVersion is the agent server API version ohd
+// implements (its /server_info "version"), AcceptedVersion Canvas's check
+// of it (ref §10).
 //
 // ReadInfo renders a conversation's ConversationInfo from those files
 // while no container runs (ref §5 "Metadata reads"), secrets redacted,
@@ -42,8 +46,11 @@
 // the server does for every ConversationInfo it answers.
 //
 // The create body (ref §2, §8): WorktreeGuidance is the server's own
-// worktree text, AppendSystemMessageSuffix adds it to the agent's
-// system_message_suffix as the server does. The workspace cookie (ref §8):
+// worktree text (PlainFolderGuidance ohd's for a folder without git),
+// AppendSystemMessageSuffix adds it to the agent's
+// system_message_suffix as the server does. IsolatedWorkingDir is the
+// working_dir of Canvas's isolated mode (ref §10). PortPath,
+// LegacyPortPath and ScopedPortRoutes place VS Code and the desktop. The workspace cookie (ref §8):
 // WorkspaceCookie, IsWorkspaceTail, WorkspaceSessionCookie and
 // SecureContext.
 // Mediator (mediate.go) takes the credentials out of what a client sends

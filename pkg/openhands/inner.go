@@ -11,6 +11,18 @@ import (
 // the release Agent Canvas v1.27.1 pins (issue 12's release note).
 const DefaultImage = "ghcr.io/openhands/agent-server:1.54.0-python"
 
+// ImageDockerfile is the agent server image's Dockerfile in a checkout of
+// OpenHands/software-agent-sdk (ref §6 "Image": docker/Dockerfile,
+// targets binary and source, build context the repository's root).
+const ImageDockerfile = "openhands-agent-server/openhands/agent_server/docker/Dockerfile"
+
+// BuildCommand is how to build the agent server image as ref from a
+// checkout of OpenHands/software-agent-sdk (at the release's tag), run
+// at the checkout's root: the command a missing image's error advises.
+func BuildCommand(ref string) string {
+	return "docker build -f " + ImageDockerfile + " --target binary -t " + ref + " ."
+}
+
 // Environment variables the agent server reads (ref §1, §5, §6).
 const (
 	// SessionKeyEnv holds the inner session key (OH_SESSION_API_KEYS_0;

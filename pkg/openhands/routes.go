@@ -64,3 +64,10 @@ const WorkspaceCookie = "oh_workspace_session_key"
 func IsWorkspaceTail(tail string) bool {
 	return tail == "workspace" || strings.HasPrefix(tail, "workspace/")
 }
+
+// IsolatedWorkingDir is the working_dir Agent Canvas sends in its isolated
+// mode (ref §10: chosen when /server_info says the conversation runtime
+// is docker, or workspace_mode isolated): the path the agent server's
+// docker runtime mounts each conversation's own folder at (ref §5,
+// "Mounts").
+const IsolatedWorkingDir = "/workspace"

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/conversation"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -139,7 +141,9 @@ func TestCreateErrors(t *testing.T) {
 		{"working_dir missing on host", `{` + ws(filepath.Join(fake.root, "nowhere")) + `}`, 400, `"step":"validate"`},
 		// A retried create: 200 with the existing conversation (reference §8).
 		{"existing id", `{` + ws(fake.root) + `,"conversation_id":"` + existing + `"}`, 200, `"id":"` + existing + `"`},
-		{"parent", `{` + ws(fake.root) + `,"parent_conversation_id":"` + existing + `"}`, 501, "child conversations are not supported"},
+		// Plan mode: a child's parent must exist (the agent server's 422).
+		{"unknown parent", `{` + ws(fake.root) + `,"parent_conversation_id":"` + store.NewID() + `"}`, 422, "no such conversation"},
+		{"bad parent", `{` + ws(fake.root) + `,"parent_conversation_id":"x"}`, 422, "parent_conversation_id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,8 +175,8 @@ func TestCreateInnerRejects(t *testing.T) {
 		t.Fatalf("POST = %d %s, want the inner server's 400", resp.StatusCode, b)
 	}
 	got := decode[map[string]any](t, b)
-	if got["step"] != "forward" || got["conversation_id"] != id || !strings.Contains(got["detail"].(string), "is not a directory") {
-		t.Errorf("body %s: want the inner detail with step forward and the id", b)
+	if _, named := got["conversation_id"]; got["step"] != "forward" || named || !strings.Contains(got["detail"].(string), "is not a directory") {
+		t.Errorf("body %s: want the inner detail with step forward and no conversation id (the create is undone: none exists)", b)
 	}
 	if h := resp.Header.Get("X-Ohd-Failed-Step"); h != "forward" {
 		t.Errorf("X-Ohd-Failed-Step = %q, want forward", h)
@@ -643,6 +647,34 @@ func TestWorkspaceCookie(t *testing.T) {
 	for _, r := range fake.tapOf(id).requests() {
 		if r.header.Get("Cookie") != "" || strings.Contains(fmt.Sprint(r.header), outerKeys[1]) {
 			t.Errorf("the inner server saw %s %s with %v: the cookie or outer key crossed", r.method, r.path, r.header)
+		}
+	}
+}
+
+// TestCreateErrorsNameNoMissingConversation: issue 28. A create that
+// fails is undone: its 409 or 503 answer names no conversation id (there
+// is none to look for), whether the client gave the id or ohd made it.
+func TestCreateErrorsNameNoMissingConversation(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{fmt.Errorf("%w: the folder is held by another conversation", conversation.ErrConflict), http.StatusConflict},
+		{&conversation.StepError{Step: "container", Err: errors.New("the engine is down")}, http.StatusServiceUnavailable},
+		{&conversation.StepError{Step: "image", Err: errors.New("no such image")}, http.StatusServiceUnavailable},
+	} {
+		fake := newFake(t)
+		fake.createErr = tc.err
+		p := startProxy(t, fake, nil)
+		for _, withID := range []bool{false, true} {
+			body := `{"workspace":{"working_dir":"` + fake.root + `"}}`
+			if withID {
+				body = `{"workspace":{"working_dir":"` + fake.root + `"},"conversation_id":"` + store.NewID() + `"}`
+			}
+			resp, b := p.do(t, "POST", "/api/conversations", outerKeys[0], strings.NewReader(body))
+			if resp.StatusCode != tc.code || strings.Contains(string(b), "conversation_id") {
+				t.Errorf("create failing with %v (id given: %v) = %d %s, want %d naming no conversation id", tc.err, withID, resp.StatusCode, b, tc.code)
+			}
 		}
 	}
 }

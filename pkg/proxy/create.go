@@ -26,7 +26,7 @@ type createBody struct {
 	WorkingDir string // workspace.working_dir: a host path
 	Worktree   bool   // worktree
 	ID         string // conversation_id, canonical; "" if absent
-	HasParent  bool   // parent_conversation_id is set
+	Parent     string // parent_conversation_id (plan mode's child), canonical
 	// launched is the launched_agent_profile of a body that named an
 	// agent profile, once resolved (resolveProfiles).
 	launched json.RawMessage
@@ -78,7 +78,12 @@ func parseCreateBody(b []byte) (*createBody, []validationError) {
 		}
 	}
 	if v, ok := fields["parent_conversation_id"]; ok && !isNull(v) {
-		cb.HasParent = true
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			errs = append(errs, uuidError("", "body", "parent_conversation_id"))
+		} else if cb.Parent, ok = parseID(s); !ok {
+			errs = append(errs, uuidError(s, "body", "parent_conversation_id"))
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errs
@@ -105,8 +110,12 @@ func (cb *createBody) rewrite(c store.Conversation) ([]byte, error) {
 	for k, v := range cb.fields {
 		out[k] = v
 	}
-	if c.Worktree != "" {
+	switch {
+	case c.Worktree != "":
 		openhands.AppendSystemMessageSuffix(out, openhands.WorktreeGuidance(c.Workspace, c.Worktree, c.WorkingDir, c.Branch))
+	case c.Runtime != "" && c.Runtime != "local" && c.Repo == "" && !c.InPlace:
+		// A plain folder: the agent is told git is not available (issue 28).
+		openhands.AppendSystemMessageSuffix(out, openhands.PlainFolderGuidance(c.WorkingDir))
 	}
 	ws := make(map[string]json.RawMessage, len(cb.workspace))
 	for k, v := range cb.workspace {
@@ -120,6 +129,9 @@ func (cb *createBody) rewrite(c store.Conversation) ([]byte, error) {
 	out["workspace"] = wsb
 	out["conversation_id"] = jsonString(id)
 	delete(out, "worktree")
+	// The parent runs in another container: its server would refuse a
+	// parent it does not know. ohd keeps the link (family.go).
+	delete(out, "parent_conversation_id")
 	return marshal(out)
 }
 
@@ -138,12 +150,15 @@ func (cb *createBody) record(id string) json.RawMessage {
 		"workspace":       map[string]string{"working_dir": cb.WorkingDir},
 		"worktree":        cb.Worktree,
 	}
+	if cb.Parent != "" {
+		rec["parent_conversation_id"] = cb.Parent
+	}
 	var other []string
 	for k, v := range cb.fields {
 		switch {
 		case slices.Contains(recordedFields, k):
 			rec[k] = v
-		case k == "workspace" || k == "worktree" || k == "conversation_id":
+		case k == "workspace" || k == "worktree" || k == "conversation_id" || k == "parent_conversation_id":
 		default:
 			other = append(other, k)
 		}
@@ -220,9 +235,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeValidation(w, verrs...)
 		return
 	}
-	if cb.HasParent {
-		writeDetail(w, http.StatusNotImplemented, "parent_conversation_id: child conversations are not supported by ohd: each conversation has its own container and worktree; drop the field")
-		return
+	if cb.Parent != "" {
+		// Plan mode (family.go): the parent must be one of ohd's; the
+		// agent server answers an invalid parent 422 (ref §8).
+		if _, ok := s.visible(cb.Parent); !ok || cb.Parent == cb.ID {
+			writeDetail(w, http.StatusUnprocessableEntity, "parent_conversation_id "+cb.Parent+": no such conversation (a child conversation's parent must exist)")
+			return
+		}
 	}
 	if !filepath.IsAbs(cb.WorkingDir) {
 		writeJSON(w, http.StatusBadRequest, errorBody{
@@ -245,6 +264,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Ohd-Source", source)
 		setEgressHeader(w.Header(), c)
 		writeRaw(w, http.StatusOK, b)
+		return
+	}
+	// Canvas's isolated mode (ref §10) sends working_dir /workspace, the
+	// container path of the agent server's docker runtime: ohd gives the
+	// conversation a fresh folder of its own instead (isolatedWorkspace).
+	if iso, ok, msg := s.isolatedWorkspace(r, cb.WorkingDir, id); ok {
+		cb.WorkingDir = iso
+	} else if msg != "" {
+		writeJSON(w, http.StatusBadRequest, errorBody{Detail: msg, Step: "validate"})
 		return
 	}
 	// Secret mediation (DESIGN §7): no credential of the body reaches
@@ -333,7 +361,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	// The agent server's 201 carries launched_agent_profile when an
 	// agent profile launched the conversation (ref §10); the inner server
 	// got agent_settings instead, so ohd adds it.
-	_, _ = w.Write(openhands.WithLaunchedProfile(answer.body, cb.launched))
+	var children []string
+	if cb.Parent != "" {
+		children = []string{}
+	}
+	_, _ = w.Write(withFamily(openhands.WithLaunchedProfile(answer.body, cb.launched), cb.Parent, children))
 }
 
 // skillsParam reads the client's include_skills (the agent server trims
@@ -400,6 +432,12 @@ func (s *Server) createError(w http.ResponseWriter, id string, err error) {
 		step = se.Step
 	}
 	w.Header().Set("X-Ohd-Failed-Step", step)
+	if _, exists := s.visible(id); !exists {
+		// A failed create is undone (or was refused before any record):
+		// no conversation has that id, and a client must not be sent
+		// looking for one (issue 28: 409 and 503 answers named one).
+		id = ""
+	}
 	var rej *innerRejected
 	if errors.As(err, &rej) {
 		code := rej.status
@@ -427,11 +465,6 @@ func (s *Server) createError(w http.ResponseWriter, id string, err error) {
 	if code >= 500 {
 		s.log.Warn("conversation API: create failed", "id", id, "step", step, "err", err)
 	}
-	if se == nil && code == http.StatusBadRequest {
-		// Refused before any record: no conversation has that id, and a
-		// client must not be sent looking for one.
-		id = ""
-	}
 	writeJSON(w, code, errorBody{Detail: scrubLoopback(err.Error()), Step: step, ConversationID: id})
 }
 
@@ -443,7 +476,9 @@ func rejectedBody(rej *innerRejected, id string) []byte {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(body, &obj) == nil && obj != nil {
 		obj["step"] = jsonString("forward")
-		obj["conversation_id"] = jsonString(id)
+		if id != "" {
+			obj["conversation_id"] = jsonString(id)
+		}
 		if b, err := marshal(obj); err == nil {
 			return append(b, '\n')
 		}

@@ -71,14 +71,19 @@
 //	GET    /server_info                      no key; the upstream's or ohd's ServerInfo, capabilities ohd serves (serverinfo.go)
 //	OPTIONS (any path, a CORS preflight)     no key; answered as the agent server's CORS middleware (cors.go)
 //	ANY    /api/conversations/{id}[/{tail}]  forwarded to the inner server (GET and DELETE of /{id} excepted)
-//	ANY    /api/conversations/{id}/fork|children|credential-bindings[/...]  501, saying why
+//	ANY    /api/conversations/{id}/children|credential-bindings[/...]  501, saying why
+//	POST   /api/conversations  with parent_conversation_id  plan mode's child on its folder, listed in the parent's
+//	                                         sub_conversation_ids, deleted with the parent (family.go)
 //	WS     /sockets/events/{id}              bridged to the inner server's /sockets/events/{id}
 //	WS     /sockets/session/{id}             bridged to the inner server's v2 /sockets/session/{id} (?after_seq= passed on)
 //	POST   /api/auth/workspace-session       the upstream's; without one, ohd's: 204, Set-Cookie oh_workspace_session_key (DELETE: expired)
 //	POST   /api/conversations/{id}/secrets   mediated (below), then forwarded
 //	POST   /api/conversations/{id}/switch_llm|switch_profile  mediated (below), then forwarded; the inner answer
 //	ANY    /api/{bash,git,file,...}/...?cid=ID   the deprecated global routes: forwarded to conversation ID's inner server, cid dropped
-//	ANY    /api/{file,git}/...?path=P        without cid or an upstream: forwarded to the conversation whose working directory holds P (pathroute.go)
+//	ANY    /api/{file,git}/...?path=P        without cid: forwarded to the conversation whose working directory holds P (pathroute.go)
+//	POST   /api/bash/{start,execute}_bash_command {"cwd": P}  the same by cwd; the polls of a command started so follow it
+//	ANY    /api/{file,git,bash}/... naming no conversation  the upstream's; without one 404 saying how to name it (cid, scoped route)
+//	GET    /api/file/download-trajectory/{id}  an ohd conversation's: its own server's zip of its conversation directory
 //	GET    /api/vscode/url?cid=ID, /api/desktop/url?cid=ID   the inner server's answer, its URL made ohd's (ports.go)
 //	GET    /api/conversations/{id}/vscode/url|status, .../desktop/url  the newer server's scoped JSON routes: url as the ?cid= form, status the inner's
 //	ANY    /ohd/conversations/{id}/vscode/..., .../desktop/...  the container's VS Code (8001) and desktop (8002), HTTP and
@@ -212,7 +217,9 @@
 // inside the container), worktree is removed (the inner server must not
 // create a worktree of its own), conversation_id is set, and with a
 // worktree the agent server's own worktree guidance (openhands.WorktreeGuidance)
-// is appended to the agent's agent_context.system_message_suffix.
+// is appended to the agent's agent_context.system_message_suffix; in a
+// folder that is not a git repository, openhands.PlainFolderGuidance
+// (git is not available there) is.
 // include_skills in the query is passed on (its last value). A non-2xx
 // answer from the inner server fails the create, so everything is undone.
 // On success the client gets the inner server's answer (201), with the
@@ -234,14 +241,16 @@
 //	400  {"detail", "step": "validate"}: working_dir not absolute, not a directory, ...
 //	200  (not an error) the conversation id exists: its info, the rest of the body ignored, as the agent server answers a retried create
 //	409  {"detail", "step": "validate"}: the conversation id is still being created
-//	501  parent_conversation_id set (child conversations are not supported)
+//	422  parent_conversation_id names no conversation (plan mode's child needs its parent: family.go)
 //	4xx/5xx  the inner server refused the create: its status and body (scrubbed of loopback
-//	     addresses), plus "step": "forward" and "conversation_id" when the body is a JSON object
+//	     addresses), plus "step": "forward" when the body is a JSON object
 //	502  {"detail", "step": "forward"}: the inner server could not be reached
 //	503  {"detail", "step": "image"|"container"}: the engine failed
 //	500  {"detail", "step": "worktree"|"broker"|...}: any other step failed
 //
-// Every create error also carries the header X-Ohd-Failed-Step.
+// Every create error also carries the header X-Ohd-Failed-Step. None
+// names a conversation id: a failed create is undone, so no conversation
+// has it.
 //
 // # Delete
 //

@@ -70,14 +70,14 @@ func FuzzCreateBody(f *testing.F) {
 		}
 		for k, v := range in {
 			switch k {
-			case "worktree", "conversation_id", "workspace":
+			case "worktree", "conversation_id", "workspace", "parent_conversation_id":
 				continue
 			}
 			if !reflect.DeepEqual(got[k], v) {
 				t.Fatalf("rewrite(%q) changed %s: %v -> %v", body, k, v, got[k])
 			}
 		}
-		if len(got) != len(in)+boolInt(!has(in, "conversation_id"))-boolInt(has(in, "worktree")) {
+		if len(got) != len(in)+boolInt(!has(in, "conversation_id"))-boolInt(has(in, "worktree"))-boolInt(has(in, "parent_conversation_id")) {
 			t.Fatalf("rewrite(%q) = %s: fields added or lost", body, out)
 		}
 		var rec map[string]any
@@ -86,7 +86,7 @@ func FuzzCreateBody(f *testing.F) {
 		}
 		for k := range rec {
 			switch k {
-			case "conversation_id", "workspace", "worktree", "other_fields":
+			case "conversation_id", "workspace", "worktree", "other_fields", "parent_conversation_id": // (a UUID)
 			default:
 				if !strings.Contains(strings.Join(recordedFields, " "), k) {
 					t.Fatalf("record keeps field %q, which is not on the allow-list", k)

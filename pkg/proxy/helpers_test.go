@@ -163,6 +163,7 @@ type fakeConversations struct {
 	reqs      []conversation.CreateRequest
 	// knobs
 	badWorkingDir bool            // hand the inner server a working dir that does not exist
+	createErr     error           // Create fails with it (after validation), having undone everything
 	undoScoped    func(id string) // what the manager's undo of a failed create removes
 	innerDown     bool            // kill the stand-in before the forward step
 	local         bool            // the local runtime: no inner server
@@ -219,6 +220,9 @@ func (f *fakeConversations) Create(ctx context.Context, req conversation.CreateR
 	if err := req.Validate(); err != nil {
 		f.record("create-invalid %s", req.ID)
 		return store.Conversation{}, err
+	}
+	if f.createErr != nil {
+		return store.Conversation{}, f.createErr
 	}
 	if st, err := os.Stat(req.Workspace); err != nil || !st.IsDir() {
 		f.record("create-invalid %s", req.ID)

@@ -118,14 +118,17 @@ type item struct {
 	include bool
 	status  string
 	filled  bool
+	// parent and children are plan mode's links (family.go), set by fill.
+	parent   string
+	children []string
 }
 
 func (it *item) json() ([]byte, string) {
 	if it.inner != nil {
-		return openhands.WithLaunchedProfile(it.inner, it.conv.LaunchedAgentProfile), it.source
+		return withFamily(openhands.WithLaunchedProfile(it.inner, it.conv.LaunchedAgentProfile), it.parent, it.children), it.source
 	}
 	b, _ := json.Marshal(render(it.conv))
-	return b, "ohd"
+	return withFamily(b, it.parent, it.children), "ohd"
 }
 
 // metadataConcurrency bounds the inner reads of one list answer.
@@ -135,6 +138,7 @@ const metadataConcurrency = 8
 // for its ConversationInfo, a few at a time. Stopped conversations are
 // not started for it, and any failure leaves ohd's rendering.
 func (s *Server) fill(ctx context.Context, items []*item) {
+	s.setFamily(items)
 	sem := make(chan struct{}, metadataConcurrency)
 	var wg sync.WaitGroup
 	for _, it := range items {
@@ -277,8 +281,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 // setEgressHeader says the container's egress mode (broker or open) in
 // X-Ohd-Egress, also on answers that are the inner server's own.
 func setEgressHeader(h http.Header, c store.Conversation) {
-	if c.Egress != "" {
-		h.Set("X-Ohd-Egress", c.Egress)
+	mode, upgraded := c.EgressMode()
+	if mode != "" {
+		h.Set("X-Ohd-Egress", mode)
+	}
+	if upgraded {
+		h.Add("X-Ohd-Note", "egress open: "+store.UpgradedEgressNote)
 	}
 }
 
@@ -502,6 +510,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), removeTimeout)
 	defer cancel()
+	s.removeChildren(ctx, id) // plan mode's planners go with their parent (family.go)
 	c, err := s.conv.Remove(ctx, id, conversation.RemoveOptions{})
 	if err != nil {
 		switch {

@@ -187,6 +187,8 @@ type Server struct {
 	upstreamHome string // the upstream's home, once learned (workdir.go)
 	capsMu       sync.Mutex
 	imageCaps    map[string][]string // inner /server_info capabilities by image ID
+	bashMu       sync.Mutex
+	bashOwners   map[string]string // bash command id -> conversation, for calls without cid (pathroute.go)
 
 	// WebSocket bookkeeping: closing is closed when Serve shuts down, so
 	// every bridge closes with 1001; wsWG counts running WebSocket
@@ -224,7 +226,8 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		conv: opts.Conversations, keys: keys, log: opts.Logger, opts: opts, t: opts.Timeouts,
 		obs: opts.Observer, closing: make(chan struct{}), corsPolicy: cp, started: time.Now(),
-		imageCaps: map[string][]string{},
+		imageCaps:  map[string][]string{},
+		bashOwners: map[string]string{},
 	}
 	s.transport = &http.Transport{
 		// Never an HTTP proxy from the environment: inner servers are

@@ -103,7 +103,11 @@ func (s *Server) passUpstream(w http.ResponseWriter, r *http.Request) {
 		s.forwardTo(w, r, id, r.URL.EscapedPath(), dropQueryParam(stripAuthQuery(r.URL.RawQuery), openhands.CIDParam))
 		return
 	}
-	if s.up == nil && s.routeByPath(w, r) {
+	if s.routeByPath(w, r) {
+		return
+	}
+	if s.up == nil && isConversationRoute(r.URL.Path) {
+		noConversationNamed(w, r)
 		return
 	}
 	if s.up == nil {

@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/openhands"
 )
 
 // workspaceRoots returns the roots under which a create's missing
@@ -48,4 +51,31 @@ func (s *Server) upstreamHomeDir(r *http.Request) string {
 	}
 	s.upstreamHome = filepath.Clean(v.Home)
 	return s.upstreamHome
+}
+
+// isolatedWorkspace maps a create's working_dir of Canvas's isolated mode
+// (openhands.IsolatedWorkingDir, /workspace, which the agent server's
+// docker runtime mounts a fresh folder at: ref §5 "Mounts", §10) to a
+// fresh folder for conversation id, when no /workspace exists on ohd's
+// host: <first --workspace-root>/<id hex>, or without one
+// <the upstream's home>/workspace/project/<id hex>, where Canvas makes its
+// default folders. It reports false with a message when there is no root
+// to make it under, and false with "" for any other working_dir.
+func (s *Server) isolatedWorkspace(r *http.Request, workingDir, id string) (string, bool, string) {
+	if filepath.Clean(workingDir) != openhands.IsolatedWorkingDir {
+		return "", false, ""
+	}
+	if _, err := os.Lstat(openhands.IsolatedWorkingDir); !errors.Is(err, fs.ErrNotExist) {
+		return "", false, "" // the host's own /workspace: taken as it is
+	}
+	hex := strings.ReplaceAll(id, "-", "")
+	if len(s.opts.WorkspaceRoots) > 0 {
+		return filepath.Join(s.opts.WorkspaceRoots[0], hex), true, ""
+	}
+	if s.up != nil {
+		if h := s.upstreamHomeDir(r); h != "" {
+			return filepath.Join(h, "workspace", "project", hex), true, ""
+		}
+	}
+	return "", false, "workspace.working_dir " + openhands.IsolatedWorkingDir + " (Agent Canvas's isolated mode) gets a fresh folder of its own under ohd's --workspace-root, and none is set: start ohd with --workspace-root DIR, or pick a folder"
 }

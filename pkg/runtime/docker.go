@@ -20,6 +20,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/ohd-dev/ohd/pkg/openhands"
 )
 
 // engine is the part of the Docker Engine API the runtime uses
@@ -542,10 +544,15 @@ func (d *Docker) createError(image string, err error) error {
 	return classify(err)
 }
 
+// imageHint says how to get a missing image. The build command is the
+// agent server's own (openhands.BuildCommand: its Dockerfile in a
+// checkout of OpenHands/software-agent-sdk), since that is the image ohd
+// runs; "docker build -t REF ." named a Dockerfile that was not there.
 func imageHint(ref string) string {
 	return fmt.Sprintf("image %q is not in the Docker engine: load it (where a registry answers: "+
-		"docker pull %s && docker save %s > image.tar; here: docker load -i image.tar), build it (docker build -t %s .), "+
-		"or pass --image with an image the engine has, then retry", ref, ref, ref, ref)
+		"docker pull %s && docker save %s > image.tar; here: docker load -i image.tar), build it (in a checkout of "+
+		"github.com/OpenHands/software-agent-sdk at the release's tag: %s), "+
+		"or pass --image with an image the engine has, then retry", ref, ref, ref, openhands.BuildCommand(ref))
 }
 
 // failStart collects the log tail of the failed container, then removes

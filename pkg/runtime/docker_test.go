@@ -399,7 +399,7 @@ func TestStartFailures(t *testing.T) {
 		name:    "missing image",
 		edit:    func(s *Spec) { s.Image = "ohd-test-no-such-image:1" },
 		wantErr: ErrNotFound, wantStep: StepCreate,
-		wantMsg: []string{"ohd-test-no-such-image:1", "docker build", "docker load", "--image"},
+		wantMsg: []string{"ohd-test-no-such-image:1", "docker build -f openhands-agent-server/openhands/agent_server/docker/Dockerfile --target binary -t ohd-test-no-such-image:1 .", "software-agent-sdk", "docker load", "--image"},
 	}, {
 		name:     "missing mount source",
 		edit:     func(s *Spec) { s.Mounts = []Mount{{Source: "/nonexistent/ohd-test", Target: "/nonexistent/ohd-test"}} },

@@ -321,6 +321,21 @@ const (
 	EgressOpen   = "open"
 )
 
+// EgressMode is how c's container reaches the network: c.Egress, or
+// EgressOpen for a container conversation recorded before ohd recorded
+// the mode (its container was made on the engine's network, and keeps
+// it: upgraded reports whether that is why). "" for the local runtime.
+func (c Conversation) EgressMode() (mode string, upgraded bool) {
+	if c.Egress != "" || c.Runtime != "docker" {
+		return c.Egress, false
+	}
+	return EgressOpen, true
+}
+
+// UpgradedEgressNote says what an upgraded conversation's open egress
+// means and what to do (EgressMode).
+const UpgradedEgressNote = "made by an earlier ohd, its container keeps the engine's open network (no broker egress); remove it and create it anew for the broker's egress"
+
 // Git layouts (Conversation.GitLayout).
 const (
 	GitLayoutView   = "view"
