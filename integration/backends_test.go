@@ -242,6 +242,12 @@ func TestBackendHardening(t *testing.T) {
 		if code, _ := d.execIn(c.ID, "sh", "-c", "echo x > /rootfile"); code == 0 {
 			t.Error("the read-only root took a write")
 		}
+		// No credential of the engine in reach of the agent: on Kubernetes
+		// no ServiceAccount token is mounted (the pod could otherwise call
+		// the API server as its account).
+		if code, out := d.execIn(c.ID, "sh", "-c", "test -e /var/run/secrets/kubernetes.io/serviceaccount/token && echo present; test -e /var/run/docker.sock && echo socket; :"); code != 0 || strings.Contains(out, "present") || strings.Contains(out, "socket") {
+			t.Errorf("an engine credential inside the container: %d %q", code, out)
+		}
 		var hardened bool
 		for _, ch := range d.doctorChecks(c.ID) {
 			if ch.Check == "container-hardening" {
@@ -342,4 +348,46 @@ func TestBackendOOMInsideIsNotADeath(t *testing.T) {
 // catCmd prints a file with the shell alone: the test image has no cat.
 func catCmd(path string) []string {
 	return []string{"sh", "-c", `while IFS= read -r l; do printf '%s\n' "$l"; done < "$0"`, path}
+}
+
+// TestBackendEgressIsolationClaim: in broker mode ohd claims isolation
+// only where it holds. Docker's containers have no network at all: no
+// note, doctor has no policy check. A Kubernetes pod gets a deny-all
+// egress NetworkPolicy, which this cluster's bridge plugin does not
+// enforce and ohd cannot tell is enforced: the create answer says so (an
+// X-Ohd-Note) and doctor warns (egress-policy) — a difference by design.
+func TestBackendEgressIsolationClaim(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t, "--egress", "broker")
+		r := d.call("POST", "/api/conversations", map[string]any{"workspace": map[string]any{"working_dir": testenv.NewRepo(t, testenv.RepoOptions{})}})
+		if r.Status != 201 {
+			t.Fatalf("create = %d %s", r.Status, r.Body)
+		}
+		id := r.Header.Get("X-Ohd-Conversation-Id")
+		noted := false
+		for _, n := range r.Header.Values("X-Ohd-Note") {
+			noted = noted || strings.Contains(n, "cannot tell whether this cluster's network plugin enforces NetworkPolicy")
+		}
+		var policy *string
+		for _, ch := range d.doctorChecks(id) {
+			if ch.Check == "egress-policy" {
+				s := ch.Status + ": " + ch.Detail
+				policy = &s
+			}
+		}
+		switch b.name {
+		case "docker":
+			if noted || policy != nil {
+				t.Errorf("Docker's network mode none is isolation: note %v, doctor %v", noted, policy)
+			}
+		case "kubernetes":
+			if !noted {
+				t.Errorf("the create answer does not say the policy may not be enforced: %v", r.Header.Values("X-Ohd-Note"))
+			}
+			if policy == nil || !strings.HasPrefix(*policy, "warn: ") {
+				t.Errorf("doctor's egress-policy check: %v, want a warning", policy)
+			}
+		}
+		d.ohctl("rm", id)
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -78,13 +79,11 @@ func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.E
 	if err != nil {
 		return -1, fmt.Errorf("exec in pod %s: %w", id, err)
 	}
-	so := remotecommand.StreamOptions{Stdin: opts.Stdin, Stdout: opts.Stdout, Stderr: opts.Stderr, Tty: opts.TTY}
-	if so.Stdout == nil {
-		so.Stdout = io.Discard
-	}
-	if so.Stderr == nil && !opts.TTY {
-		so.Stderr = io.Discard
-	}
+	// The streams are copied by goroutines of their own: one lock keeps
+	// the caller's writers called one at a time, as Docker's demux does
+	// (callers pass one buffer for both).
+	var mu sync.Mutex
+	so := remotecommand.StreamOptions{Stdin: opts.Stdin, Stdout: lockedWriter{&mu, opts.Stdout}, Stderr: lockedWriter{&mu, opts.Stderr}, Tty: opts.TTY}
 	if opts.TTY {
 		so.Stderr = nil
 		fin := make(chan struct{})
@@ -104,6 +103,20 @@ func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.E
 		return -1, fmt.Errorf("exec in pod %s: %w", id, ctx.Err())
 	}
 	return -1, k.wrap("exec in pod", id, err)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	if l.w == nil {
+		return len(p), nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // sizeQueue hands the exec's terminal its first size, then each resize,
