@@ -147,6 +147,16 @@ func (m *Manager) releaseTree(conv store.Conversation, moveOnly bool) (gitbounda
 	if _, err := os.Lstat(tree); errors.Is(err, fs.ErrNotExist) {
 		return gitboundary.ReleaseResult{}, nil
 	}
+	if conv.InPlace {
+		// The folder is shared with other conversations' agents
+		// (sharersOf): it is given back when the last of them ends, whose
+		// release then moves out every agent's git directories. Releasing
+		// it now would take their write access away mid-work.
+		if others := m.sharersOf(conv.Repo, conv.ID); len(others) > 0 {
+			m.log.Info("the folder is shared: it is given back to its owner when the last conversation on it ends", "id", conv.ID, "tree", tree, "others", len(others))
+			return gitboundary.ReleaseResult{}, nil
+		}
+	}
 	res, err := gitboundary.Release(tree, gitboundary.ReleaseOptions{IDs: boundaryIDs(conv), KeptDir: m.keptGitDirs(conv.ID), MoveOnly: moveOnly})
 	if err != nil {
 		return res, err

@@ -51,18 +51,14 @@ func (m *Manager) legacyInPlace(ctx context.Context, c store.Conversation) (work
 // one: its old container (whose mounts include the writable .git) is
 // removed first, and the record then says InPlace. The view's HEAD is on
 // the branch the host has checked out; what the agent committed there
-// directly is the user's already. A second conversation in place in the
-// same folder is refused, saying which, as a create is: this one is then
-// not started at all.
+// directly is the user's already. Other conversations in the same folder
+// may share it, as a create in place may.
 func (m *Manager) moveInPlace(ctx context.Context, c store.Conversation, repo worktree.Repo) (store.Conversation, error) {
 	fail := func(err error) (store.Conversation, error) {
 		return c, fmt.Errorf("move conversation %s in place: it was made by an earlier version of ohd, whose container had the repository's .git writable, and cannot start until it has its own git view: %w", c.ID, err)
 	}
 	m.inPlace.Lock()
 	defer m.inPlace.Unlock()
-	if err := m.folderFree(repo.TopLevel); err != nil {
-		return fail(err)
-	}
 	if c.ContainerID != "" {
 		m.retire(c.ContainerID)
 		if err := m.rt.Remove(ctx, c.ContainerID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
