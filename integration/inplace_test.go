@@ -220,6 +220,10 @@ func TestInPlaceManyConversationsOneFolder(t *testing.T) {
 	if got := hostGit(t, repo, "rev-parse", "refs/heads/openhands/"+sdk); got != tip {
 		t.Errorf("the last conversation's branch = %s, want %s", got, tip)
 	}
+	// The folder was given back to its owner only when the last
+	// conversation on it ended (the agent could still write it after the
+	// first ended, above): every file the agents made is the owner's.
+	assertOwnedBy(t, repo, attackOwner)
 }
 
 func TestInPlaceSubdirectory(t *testing.T) {
