@@ -16,9 +16,9 @@ func TestHardeningOfOurContainer(t *testing.T) {
 	if err != nil || len(problems) != 0 {
 		t.Errorf("Hardening(ours) = %q, %v; want none", problems, err)
 	}
-	// Another expected owner is a problem.
+	// Another expected user is a problem.
 	problems, _ = d.Hardening(context.Background(), inst.ContainerID, 0, 0)
-	if len(problems) != 1 || !strings.Contains(problems[0], "repository owner 0:0") {
+	if len(problems) != 1 || !strings.Contains(problems[0], "agent's user 0:0") {
 		t.Errorf("Hardening with another owner = %q", problems)
 	}
 }
@@ -36,7 +36,7 @@ func TestHardeningOfAPlainContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	joined := strings.Join(problems, "\n")
-	for _, want := range []string{"not the repository owner", "capabilities not all dropped", "capabilities added", "no-new-privileges", "no memory limit", "no CPU limit", "no pids limit", "not 127.0.0.1"} {
+	for _, want := range []string{"not the agent's user", "capabilities not all dropped", "capabilities added", "no-new-privileges", "no memory limit", "no CPU limit", "no pids limit", "not 127.0.0.1"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("Hardening(plain container) lacks %q:\n%s", want, joined)
 		}
