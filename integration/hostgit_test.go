@@ -600,6 +600,9 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 		for _, w := range worlds {
 			p.probe(st.name, w)
 		}
+		if i == 1 {
+			residualWithout(u, box, p, worlds)
+		}
 		if i == 0 {
 			selfTest(t, u, box, p, worlds)
 			for _, w := range worlds {
@@ -764,6 +767,11 @@ func summarize(worlds []*hostGitWorld, p *prober) string {
 			if n > 0 {
 				fmt.Fprintf(&b, " refused-by-ownership=%d", n)
 			}
+			for _, note := range p.notes[w.tag(c)] {
+				if strings.HasPrefix(note, "residual:") {
+					fmt.Fprintf(&b, " residual-without-safe.bareRepository=%v", strings.Contains(note, " runs the agent's"))
+				}
+			}
 			counts := map[string]int{}
 			var order []string
 			for _, f := range found[w.tag(c)] {
@@ -877,4 +885,29 @@ func undoctoredDirs(d *daemon, w *hostGitWorld) []string {
 		}
 	}
 	return bad
+}
+
+// residualWithout records, at the end of the live stages, whether an
+// implicit bare repository in a directory of the user's runs the agent's
+// program when the user has not set safe.bareRepository=explicit: the
+// documented residual, shown rather than assumed. What it writes is not
+// a finding (the case's rows ran with the setting).
+func residualWithout(u *hostUser, box *markerBox, p *prober, worlds []*hostGitWorld) {
+	for _, w := range worlds {
+		for _, c := range w.cases {
+			if !c.bareResidual {
+				continue
+			}
+			tag := w.tag(c)
+			before := box.fired()[tag]
+			out, _ := u.git(w.planted(c), nil, "log", "-1")
+			after := box.fired()[tag]
+			ran := "does not run the agent's program"
+			if after != before {
+				ran = "runs the agent's program"
+			}
+			p.notes[tag] = append(p.notes[tag], fmt.Sprintf("residual: without safe.bareRepository=explicit, the user's `git log` in %s during the conversation %s: %s", w.planted(c), ran, clipN(out, 200)))
+			p.seen[tag] = after
+		}
+	}
 }
