@@ -198,10 +198,18 @@ func TestCanvasThroughOhdWithUpstream(t *testing.T) {
 	if c, ok := info["capabilities"].([]any); !ok || len(c) != 0 {
 		t.Errorf("server_info capabilities through ohd = %v, want [] (no conversation yet: ohd knows no image's)", info["capabilities"])
 	}
+	// ... the version, which Canvas checks (x.y.z >= 1.28.0: the
+	// stand-in's is not, so ohd's contract version), and ohd's own beside
+	// it (issue 28).
+	if info["version"] != openhands.ContractVersion || info["ohd_version"] == nil {
+		t.Errorf("server_info through ohd: version %v ohd_version %v, want %s and ohd's", info["version"], info["ohd_version"], openhands.ContractVersion)
+	}
 	for _, m := range []map[string]any{info, infoUp} {
 		delete(m, "uptime")
 		delete(m, "idle_time")
 		delete(m, "capabilities")
+		delete(m, "version")
+		delete(m, "ohd_version")
 	}
 	if fmt.Sprint(info) != fmt.Sprint(infoUp) {
 		t.Errorf("server_info through ohd = %v, upstream = %v", info, infoUp)
