@@ -158,7 +158,7 @@ func heldMessage(wt Worktree, tip, held string, paths []string, ended bool) stri
 	}
 	then := "it is published once that directory holds no repository (remove its .git, or end the conversation)"
 	if ended {
-		then = fmt.Sprintf("remove the repository the agent left there (its .git) before you take the commit (git -C %s branch <name> %s)", wt.Repo, held)
+		then = fmt.Sprintf("it stays held: the removal moves the agent's git directories out of the tree (the removal result names them), and you take the commit, once you have checked that submodule entry, with git -C %s branch <name> %s", wt.Repo, held)
 	}
 	what := "holds a git repository the agent made"
 	if wt.InPlace && !ended {
