@@ -30,12 +30,13 @@ test: fmt-check vet ## gofmt check, go vet, and every test with -race (Docker te
 
 # The Kubernetes tests: scripts/kube/up brings up a one-node cluster
 # (pinned build, cached in ~/.cache/ohd-kube), the tests run against it
-# with OHD_KUBE=1 (none skips), scripts/kube/down tears it down whatever
+# with OHD_KUBE=1 (none skips; -count=1: a cached pass says nothing of
+# this cluster), scripts/kube/down tears it down whatever
 # they did.
 KUBERUN ?= /var/lib/ohd-kube
 test-kube: ## bring up a one-node Kubernetes cluster, run the Kubernetes tests (both backends where they differ) against it, tear it down
 	./scripts/kube/up
-	. $(KUBERUN)/env && OHD_KUBE=1 $(GO) test -race -timeout 30m -json -run 'Kube|Backend/kubernetes' ./pkg/runtime/kubernetes/ ./packaging/ ./integration/ | $(TESTSUMMARY); \
+	. $(KUBERUN)/env && OHD_KUBE=1 $(GO) test -race -count=1 -timeout 30m -json -run 'Kube|Backend/kubernetes' ./pkg/runtime/kubernetes/ ./packaging/ ./integration/ | $(TESTSUMMARY); \
 	rc=$$?; ./scripts/kube/down; exit $$rc
 
 test-unit: ## only the fast package tests (no integration/)

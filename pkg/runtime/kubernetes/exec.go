@@ -24,6 +24,10 @@ import (
 // opts.User must be "" or that user. WorkingDir and Env, which the API
 // has no field for, are applied by /bin/sh in the container (cd, env).
 // ctx ending closes the stream (the command may keep running).
+// With TTY, the terminal's size (opts.Size, then opts.Resize) reaches the
+// command just after it starts: the exec API has no initial size, so what
+// it prints at once may be laid out for 0x0, as with Docker engines before
+// API 1.42.
 func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.ExecOptions) (int, error) {
 	if len(cmd) == 0 {
 		return -1, fmt.Errorf("exec in pod %s: no command", id)

@@ -444,3 +444,24 @@ func TestKubeAdoption(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeExecTTY: a command run on a terminal sees one, with the size
+// asked for (ohctl exec -t). The API has no initial size: it arrives just
+// after the command starts, as with Docker engines before API 1.42, so
+// the command waits for it.
+func TestKubeExecTTY(t *testing.T) {
+	k, server := testKube(t)
+	s := withImage(t, k, baseSpec(t, server))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	inst, err := k.Start(ctx, s)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	var out bytes.Buffer
+	code, err := k.Exec(ctx, inst.ContainerID, []string{"sh", "-c", `tty >/dev/null || exit 3; i=0; while [ "$(stty size)" = "0 0" ] && [ $i -lt 2000 ]; do i=$((i+1)); done; stty size`},
+		runtime.ExecOptions{TTY: true, Size: runtime.TermSize{Rows: 40, Cols: 100}, Stdout: &out})
+	if err != nil || code != 0 || strings.TrimSpace(out.String()) != "40 100" {
+		t.Errorf("stty size on a 40x100 terminal: %d %v %q", code, err, out.String())
+	}
+}
