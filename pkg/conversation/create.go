@@ -156,21 +156,28 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	unlock := m.lock(id)
 	defer unlock()
+	unlockFolder := func() {}
 	if plan.InPlace {
 		// One in-place conversation per work tree: checked and recorded
-		// under one lock, so two concurrent creates cannot both pass.
-		m.inPlace.Lock()
-		defer m.inPlace.Unlock()
+		// under the work tree's lock, so two concurrent creates on one
+		// folder cannot both pass; held until the record is written, not
+		// through the create, so creates on different folders (and the
+		// rest of a create on one) never wait for each other.
+		unlockFolder = m.lockIn(m.inPlaceLocks, plan.Repo)
 		if err := m.folderFree(plan.Repo); err != nil {
+			unlockFolder()
 			return store.Conversation{}, err
 		}
 	}
 	if replaceFailed {
 		if err := m.st.DeleteConversation(id); err != nil {
+			unlockFolder()
 			return store.Conversation{}, fmt.Errorf("create conversation %s: replace the failed record: %w", id, err)
 		}
 	}
-	if err := m.st.CreateConversationWithKey(conv, newInnerKey()); err != nil {
+	err = m.st.CreateConversationWithKey(conv, newInnerKey())
+	unlockFolder()
+	if err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
 		}
