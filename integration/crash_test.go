@@ -230,6 +230,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 		count++
 	}
 	for run := 0; run < runs; run++ {
+		var removed []store.Conversation
 		for _, point := range createPoints {
 			snapsBefore := snapshotRefs(t, repo)
 			crashWith(point, func() {
@@ -283,6 +284,44 @@ func TestCrashAtEveryStep(t *testing.T) {
 			}
 			if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/ohd/kept/"+c.ID+"/tags/crash-tag"); err != nil || got != "tagged "+point {
 				t.Errorf("%s: the view's tag was not kept: %q %v", point, got, err)
+			}
+			removed = append(removed, c)
+		}
+		// A restore killed at each of its steps is completed by running
+		// it again (issue 27: a kill left a half-made worktree, with an
+		// index.lock and every file a staged deletion, and the retry was
+		// refused as "already restored").
+		for i, point := range []string{"restore/after-journal", "restore/mid-checkout"} {
+			c := removed[i]
+			into := filepath.Join(testenv.TempDir(t), "restored")
+			crashWith(point, func() {
+				if _, err := d.ohctlErr("restore", c.ID, "--into", into); err == nil {
+					t.Errorf("%s: restore succeeded through a crash", point)
+				}
+			})
+			if out, err := d.ohctlErr("restore", c.ID, "--into", into); err != nil {
+				t.Errorf("%s: the restore after the crash: %v\n%s", point, err, out)
+				continue
+			}
+			status, err := testenv.GitOutput(into, "status", "--porcelain")
+			if err != nil || !strings.Contains(status, "M README.md") || !strings.Contains(status, "?? unsaved.txt") || strings.Contains(status, "D ") {
+				t.Errorf("%s: restored status = %q, %v; want the work as uncommitted changes, nothing deleted", point, status, err)
+			}
+			if _, err := os.Stat(filepath.Join(repo, ".git", "worktrees")); err == nil {
+				if locks, _ := filepath.Glob(filepath.Join(repo, ".git", "worktrees", "*", "index.lock")); len(locks) > 0 {
+					t.Errorf("%s: index.lock left: %v", point, locks)
+				}
+			}
+			if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/tags/crash-tag"); err != nil || !strings.HasPrefix(got, "tagged ") {
+				if got2, err2 := testenv.GitOutput(repo, "tag", "--list", "*crash-tag"); err2 != nil || got2 == "" {
+					t.Errorf("%s: the agent's tag did not come back: %q %v", point, got2, err)
+				}
+			}
+			testenv.Git(t, repo, "worktree", "remove", "--force", into)
+			// The next run's conversations start from the host's refs:
+			// the restored tags would be theirs.
+			for _, tag := range strings.Fields(testenv.Git(t, repo, "tag", "--list", "*crash-tag")) {
+				testenv.Git(t, repo, "tag", "-d", tag)
 			}
 		}
 		// A publish interrupted after its import finishes after the restart.

@@ -94,9 +94,16 @@ func TestWedgedContainerHangsNothing(t *testing.T) {
 			break
 		}
 		if c.Removal == nil && c.RemovalFailed != "" {
+			// Given up with the state consistent: A runs on, the record
+			// says which call timed out, and its commit is published. (A
+			// new rm may still time out: after its own pause on a
+			// container whose agent was SIGSTOPped, this engine (cgroup
+			// v1) can stay stuck on it; see the report of issue 27.)
 			t.Logf("A's removal had given up before the SIGTERM: %s", c.RemovalFailed)
-			d.ohctl("rm", a.ID)
-			continue
+			if !c.State.Live() || !strings.Contains(c.RemovalFailed, "timed out at") {
+				t.Errorf("A after a removal that gave up: state %s, %q; want live, naming the call that timed out", c.State, c.RemovalFailed)
+			}
+			break
 		}
 		if time.Now().After(deadline) {
 			st, _ := testenv.Docker(30*time.Second, "ps", "-a", "--filter", "id="+a.ContainerID, "--format", "{{.Status}}")
@@ -104,7 +111,7 @@ func TestWedgedContainerHangsNothing(t *testing.T) {
 				c.State, c.Removal, c.RemovalFailed, st, tail(grepOut(d.logs.String(), `"level":"DEBUG"`), 40))
 		}
 	}
-	phase("A removed")
+	phase("A removed, or its removal given up")
 	if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "openhands/"+a.ID); err != nil || got != "agent commit" {
 		t.Errorf("A's branch after the removal = %q, %v; want its agent commit kept", got, err)
 	}

@@ -181,21 +181,27 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	unlock := m.lock(id)
 	defer unlock()
+	unlockFolder := func() {}
 	if plan.InPlace {
 		// Conversations on one folder share it (sharersOf); their
-		// creates are recorded one at a time, so each sees the others.
-		m.inPlace.Lock()
-		defer m.inPlace.Unlock()
+		// creates are recorded one at a time under the folder's lock, so
+		// each sees the others. It is held until the record is written,
+		// not through the create, so creates on different folders (and
+		// the rest of a create on one) never wait for each other.
+		unlockFolder = m.lockIn(m.inPlaceLocks, plan.Repo)
 		if others := m.sharersOf(plan.Repo, id); len(others) > 0 {
 			conv.Notes = append(conv.Notes, fmt.Sprintf("the folder %s is shared with %d other conversation(s) working there in place (the oldest: %s): the files are one set, each has its own git view and branch", plan.Repo, len(others), others[0].ID))
 		}
 	}
 	if replaceFailed {
 		if err := m.st.DeleteConversation(id); err != nil {
+			unlockFolder()
 			return store.Conversation{}, fmt.Errorf("create conversation %s: replace the failed record: %w", id, err)
 		}
 	}
-	if err := m.st.CreateConversationWithKey(conv, newInnerKey()); err != nil {
+	err = m.st.CreateConversationWithKey(conv, newInnerKey())
+	unlockFolder()
+	if err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return store.Conversation{}, fmt.Errorf("%w: conversation %s already exists", ErrConflict, id)
 		}

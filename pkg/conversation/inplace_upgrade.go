@@ -57,8 +57,7 @@ func (m *Manager) moveInPlace(ctx context.Context, c store.Conversation, repo wo
 	fail := func(err error) (store.Conversation, error) {
 		return c, fmt.Errorf("move conversation %s in place: it was made by an earlier version of ohd, whose container had the repository's .git writable, and cannot start until it has its own git view: %w", c.ID, err)
 	}
-	m.inPlace.Lock()
-	defer m.inPlace.Unlock()
+	defer m.lockIn(m.inPlaceLocks, repo.TopLevel)()
 	if c.ContainerID != "" {
 		m.retire(c.ContainerID)
 		if err := m.rt.Remove(ctx, c.ContainerID); err != nil && !errors.Is(err, runtime.ErrNotFound) {

@@ -200,9 +200,9 @@ type Manager struct {
 	pub      publisher
 	pubLocks map[string]*sync.Mutex
 
-	// inPlace serializes the check that a work tree has no in-place
-	// conversation with the writing of a new one's record.
-	inPlace sync.Mutex
+	// inPlaceLocks serialize, per work tree, the check that it has no
+	// in-place conversation with the writing of a new one's record.
+	inPlaceLocks map[string]*sync.Mutex
 
 	// git is the host git's ownership check, run once (checkBoundary).
 	git hostGit
@@ -259,7 +259,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg: cfg, st: cfg.Store, wt: cfg.Worktrees, br: cfg.Broker, rt: cfg.Runtime, log: cfg.Logger, helpers: helpers,
 		locks: map[string]*sync.Mutex{}, starts: map[string]*startCall{}, retired: map[string]time.Time{},
 		pub: publisher{inflight: map[string]bool{}, failed: map[string]failedPublish{}, live: map[string]map[string]string{}}, pubLocks: map[string]*sync.Mutex{},
-		retrying:  map[string]bool{},
+		retrying: map[string]bool{}, inPlaceLocks: map[string]*sync.Mutex{},
 		protected: canonicalPaths(append([]string{cfg.RuntimeDir}, cfg.Protected...)),
 	}, nil
 }

@@ -714,3 +714,30 @@ func TestLoopbackNetGrantHint(t *testing.T) {
 		t.Errorf("after a loopback net grant, notes = %q, want one hint naming NO_PROXY and the destination", c.Notes)
 	}
 }
+
+// TestInPlaceCreatesOfDifferentFoldersDoNotWait (issue 27): an in-place
+// create holds its folder's lock only until its record is written, and
+// only its folder's: with another folder's lock held (a create there in
+// progress), a create on a second folder completes. Under one lock for
+// all folders, held through the whole create, it waited (219 s for a set
+// that took a third of that in worktree mode).
+func TestInPlaceCreatesOfDifferentFoldersDoNotWait(t *testing.T) {
+	e := newEnv(t)
+	busy := testenv.NewRepo(t, testenv.RepoOptions{})
+	free := testenv.NewRepo(t, testenv.RepoOptions{})
+	unlock := e.m.lockIn(e.m.inPlaceLocks, busy)
+	defer unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.m.Create(context.Background(), CreateRequest{Workspace: free})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("in-place Create on another folder: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("an in-place create on one folder waited for another folder's")
+	}
+}

@@ -133,7 +133,11 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 // started (no process yet) or the engine does not say: the watchdog's
 // check. It records the stall.
 func (d *Docker) execStuck(ctx context.Context, id, execID string) bool {
-	ins, err := d.api.ExecInspect(ctx, execID, client.ExecInspectOptions{})
+	// A short look: an engine wedged on the container may not answer
+	// this either, and the exec has already had its full deadline.
+	ictx, cancel := context.WithTimeout(ctx, min(5*time.Second, d.engineTimeout))
+	defer cancel()
+	ins, err := d.api.ExecInspect(ictx, execID, client.ExecInspectOptions{})
 	switch {
 	case ctx.Err() != nil:
 		return false // the caller gave up itself
