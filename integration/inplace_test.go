@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -384,12 +385,18 @@ func TestInPlaceCrash(t *testing.T) {
 			t.Errorf("%s: views left: %v", point, entries)
 		}
 	}
-	for _, point := range []string{"delete/after-mark", "delete/after-container", "delete/after-broker", "delete/after-worktree"} {
+	for _, point := range []string{"delete/after-mark", "delete/after-container", "delete/after-broker", "delete/after-worktree", "release/mid-move"} {
 		var c store.Conversation
 		d.ohctlJSON(&c, "create", "--repo", repo)
 		tip := d.insideAt(c, repo, "echo "+strings.ReplaceAll(point, "/", "-")+" > crash.txt && git add crash.txt && "+gitID+"commit -q -m crash && git rev-parse HEAD")
 		waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, tip, 5*time.Second)
 		d.insideAt(c, repo, "echo unsaved > unsaved.txt")
+		planted := []string{"planted-a/.git", "planted-b/.git"}
+		if point == "release/mid-move" {
+			// Two git directories of the agent's: the removal is killed
+			// after moving the first out (issue 26).
+			d.insideAt(c, repo, "git init -q planted-a && git init -q planted-b")
+		}
 		crashWith(point, func() {
 			if _, err := d.ohctlErr("rm", c.ID); err == nil {
 				t.Errorf("%s: rm succeeded through a crash", point)
@@ -408,6 +415,24 @@ func TestInPlaceCrash(t *testing.T) {
 		}
 		if b, err := os.ReadFile(filepath.Join(repo, "unsaved.txt")); err != nil || string(b) != "unsaved\n" {
 			t.Errorf("%s: the folder lost unsaved.txt: %q %v", point, b, err)
+		}
+		if point == "release/mid-move" {
+			kept := filepath.Join(dirs.State, "kept", c.ID, "git-dirs")
+			for _, p := range planted {
+				if _, err := os.Lstat(filepath.Join(repo, p)); err == nil {
+					t.Errorf("%s: the agent's %s is still in the folder after the finished removal", point, p)
+				}
+				if _, err := os.Stat(filepath.Join(kept, p, "HEAD")); err != nil {
+					t.Errorf("%s: the agent's %s is not kept: %v", point, p, err)
+				}
+			}
+			moved := slices.Sorted(slices.Values(after.Removal.GitDirsMoved))
+			if got := strings.Join(moved, ","); got != strings.Join(planted, ",") {
+				t.Errorf("%s: the removal reports %q moved, want both of %v (the journal keeps what the killed run moved)", point, got, planted)
+			}
+			for _, p := range []string{"planted-a", "planted-b"} {
+				_ = os.RemoveAll(filepath.Join(repo, p))
+			}
 		}
 	}
 }

@@ -18,11 +18,16 @@ import (
 // implicit bare repository the user owns, which `git log` there reads
 // (its config, its programs) during the conversation. With
 // safe.bareRepository=explicit git opens no implicit bare repository.
-func bareRepositoryCheck(ctx context.Context) control.DoctorCheck {
+func bareRepositoryCheck(ctx context.Context, home, xdg string) control.DoctorCheck {
 	ck := control.DoctorCheck{Check: "safe-bare-repository"}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "git", "config", "--global", "--get", "safe.bareRepository").Output()
+	cmd := exec.CommandContext(ctx, "git", "config", "--global", "--get", "safe.bareRepository")
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "LC_ALL=C"}
+	if xdg != "" {
+		cmd.Env = append(cmd.Env, "XDG_CONFIG_HOME="+xdg)
+	}
+	out, err := cmd.Output()
 	v := strings.TrimSpace(string(out))
 	var ee *exec.ExitError
 	switch {

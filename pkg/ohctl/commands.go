@@ -308,8 +308,10 @@ func (s *state) doctorCmd() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if id == "" {
-				rep.Checks = append(rep.Checks, bareRepositoryCheck(ctx))
+			if home := s.env.Getenv("HOME"); id == "" && home != "" {
+				// The user's global config is under their HOME: without
+				// one there is none to check.
+				rep.Checks = append(rep.Checks, bareRepositoryCheck(ctx, home, s.env.Getenv("XDG_CONFIG_HOME")))
 			}
 			if s.json {
 				if err := printJSON(s.env.Stdout, rep); err != nil {
