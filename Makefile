@@ -26,7 +26,7 @@ run: build ## build, then run the daemon with its defaults
 TESTSUMMARY = $(GO) run ./internal/testsummary
 
 test: fmt-check vet ## gofmt check, go vet, and every test with -race (Docker tests included); ends with what was skipped and why
-	$(GO) test -race -timeout 30m -json ./... | $(TESTSUMMARY)
+	$(GO) test -race -timeout 45m -json ./... | $(TESTSUMMARY)
 
 # The Kubernetes tests: scripts/kube/up brings up a one-node cluster
 # (pinned build, cached in ~/.cache/ohd-kube), the tests run against it
@@ -43,7 +43,7 @@ test-unit: ## only the fast package tests (no integration/)
 	$(GO) test -race -json $$($(GO) list ./... | grep -v /integration) | $(TESTSUMMARY)
 
 test-integration: ## only the end-to-end tests in integration/
-	$(GO) test -race -timeout 30m -json ./integration/... | $(TESTSUMMARY)
+	$(GO) test -race -timeout 45m -json ./integration/... | $(TESTSUMMARY)
 
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
