@@ -87,15 +87,16 @@ func Starting() []string {
 		if err != nil {
 			continue
 		}
-		if isRuntimeInit(strings.TrimSpace(string(b))) {
+		if IsRuntimeInit(strings.TrimSpace(string(b))) {
 			out = append(out, e.Name())
 		}
 	}
 	return out
 }
 
-// isRuntimeInit says a process's comm is a container runtime's init.
-func isRuntimeInit(comm string) bool {
+// IsRuntimeInit says a process's comm is a container runtime's init (a
+// process the runtime still owes an answer: freezing it wedges the engine).
+func IsRuntimeInit(comm string) bool {
 	return strings.HasPrefix(comm, "runc:[") || comm == "runc" || comm == "runc-init" || comm == "crun"
 }
 

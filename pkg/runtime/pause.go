@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -15,6 +16,35 @@ import (
 // gives the conversation back exactly as it was (Unpause). Force-removing
 // a paused container needs no Unpause.
 func (d *Docker) Pause(ctx context.Context, id string) error {
+	// The engine's freeze also stops a process the container runtime is
+	// still starting (runc's init of an exec); the engine then waits on
+	// that container for ever: exec, pause and unpause on it hang until
+	// its freezer is thawed by hand (seen here, issue 27). So the pause
+	// waits until none is starting, and when one appears as the freeze
+	// lands, thaws and tries again, within ctx.
+	dir, v2 := d.freezerOf(ctx, id)
+	for {
+		if err := waitNoneStarting(ctx, dir); err != nil {
+			return fmt.Errorf("pause container %s: %w", shortID(id), err)
+		}
+		if err := d.pause(ctx, id); err != nil || dir == "" {
+			return err
+		}
+		starting, err := startingIn(dir)
+		if err != nil || len(starting) == 0 {
+			return nil
+		}
+		d.log.Warn("docker runtime: the pause caught a process the container runtime was starting; thawing and trying again", "container", shortID(id), "pids", starting)
+		if err := d.Unpause(ctx, id); err != nil {
+			if terr := thawCgroup(dir, v2); terr != nil {
+				return fmt.Errorf("pause container %s: it froze a process being started and neither the engine (%v) nor its freezer (%v) thawed it", shortID(id), err, terr)
+			}
+		}
+	}
+}
+
+// pause is the engine's pause, its answers made errors of this package.
+func (d *Docker) pause(ctx context.Context, id string) error {
 	_, err := d.api.ContainerPause(ctx, id, client.ContainerPauseOptions{})
 	switch {
 	case err == nil:
@@ -28,6 +58,39 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 		return fmt.Errorf("pause container %s: %w", shortID(id), ErrNotRunning)
 	}
 	return d.wrap("pause container", shortID(id), err)
+}
+
+// freezerOf is the cgroup the engine's pause freezes for container id,
+// "" where ohd cannot see it (not on Linux, another PID namespace, a
+// container not running): the pause is then the engine's alone.
+func (d *Docker) freezerOf(ctx context.Context, id string) (dir string, v2 bool) {
+	res, err := d.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil || res.Container.State == nil || res.Container.State.Pid <= 0 {
+		return "", false
+	}
+	dir, v2, err = freezerOf(res.Container.State.Pid)
+	if err != nil {
+		d.log.Debug("docker runtime: the container's freezer is not visible; its pause cannot spare a starting process", "container", shortID(id), "err", err)
+		return "", false
+	}
+	return dir, v2
+}
+
+// waitNoneStarting waits until no process of the cgroup dir is being
+// started by the container runtime (at once when dir is "").
+func waitNoneStarting(ctx context.Context, dir string) error {
+	for dir != "" {
+		starting, err := startingIn(dir)
+		if err != nil || len(starting) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the container runtime was still starting processes %v in it: %w", starting, context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // Unpause thaws a paused container; one that is not paused is no error.

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package runtime
+
+import "errors"
+
+func freezerOf(int) (string, bool, error) { return "", false, errors.New("no cgroups here") }
+
+func startingIn(string) ([]int, error) { return nil, nil }
+
+func thawCgroup(string, bool) error { return nil }
