@@ -120,9 +120,6 @@ func runOhctl(t *testing.T, sock string, args ...string) (stdout, stderr string,
 
 func TestGoldenHumanOutput(t *testing.T) {
 	sock := fakeDaemon(t)
-	// doctor reads the user's global git config (safe.bareRepository):
-	// an empty one, whatever this machine's is.
-	t.Setenv("GIT_CONFIG_GLOBAL", filepath.Join(t.TempDir(), "gitconfig"))
 	for _, tc := range []struct {
 		name string
 		args []string
