@@ -58,6 +58,11 @@ func installGit247(t *testing.T, debs []string, c store.Conversation, repo strin
 			t.Fatal(err)
 		}
 	}
+	// The agent runs as a uid of its own (issue 26) and writes its trace
+	// here.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	copied := 0
 	for _, libDir := range []string{"lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"} {
 		entries, err := os.ReadDir(filepath.Join(root, libDir))
