@@ -29,6 +29,12 @@ func TestWedgedContainerHangsNothing(t *testing.T) {
 	if code, out := d.execIn(a.ID, "sh", "-c", "cd "+a.Worktree+" && echo work > agent.txt && git add agent.txt && git -c user.name=agent -c user.email=a@x commit -q -m 'agent commit'"); code != 0 {
 		t.Fatalf("commit in A: %d %s", code, out)
 	}
+	// Published before the wedge, so that a removal that gives up (the
+	// conversation runs on) is shown to keep it too.
+	waitFor(t, time.Minute, "A's commit to be published", func() bool {
+		got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "openhands/"+a.ID)
+		return err == nil && got == "agent commit"
+	})
 	w := testenv.Wedge(t, a.ContainerID)
 	phase("created A and B, committed in A, wedged A's container")
 
