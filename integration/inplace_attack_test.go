@@ -232,9 +232,30 @@ func (a *inPlace) finish() {
 		a.t.Fatalf("ohctl rm: %v\n%s", err, out)
 	}
 	a.check("after removal")
+	// The git directories the agent made are moved out of the folder
+	// (issue 26), as the removal's answer says: their files go.
+	var r struct {
+		Removal struct {
+			GitDirsMoved []string `json:"git_dirs_moved"`
+		} `json:"removal"`
+	}
+	if err := jsonUnmarshal(out, &r); err != nil {
+		a.t.Fatalf("ohctl --json rm: %v: %s", err, out)
+	}
+	movedOut := func(rel string) bool {
+		for _, m := range r.Removal.GitDirsMoved {
+			if rel == m || strings.HasPrefix(rel, m+"/") {
+				return true
+			}
+		}
+		return false
+	}
 	now := listTree(a.t, a.repo)
 	for rel, was := range files {
 		if strings.HasPrefix(rel, ".git/") {
+			continue
+		}
+		if _, still := now[rel]; !still && movedOut(rel) {
 			continue
 		}
 		if !releasedOnly(was, now[rel]) {

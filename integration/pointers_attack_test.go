@@ -274,6 +274,21 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	if out := userMerge(repo, "openhands/"+c.ID); len(firedMarkers(markers)) > 0 {
 		t.Errorf("the user's merge of openhands/%s and git status ran the agent's fsmonitor:\n%s", c.ID, out)
 	}
+	// Control, while the agent's repository is still in the folder: the
+	// held commit itself, merged, fires. The user's main is then put back
+	// and the marker cleared.
+	if out := userMerge(repo, held); len(firedMarkers(markers)) == 0 {
+		t.Errorf("control: merging the held commit did not run the fsmonitor: the attack is broken\n%s", out)
+	}
+	reset := exec.Command("git", "reset", "-q", "--hard", "ORIG_HEAD")
+	reset.Dir, reset.Env = repo, testenv.GitEnv()
+	reset.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackOwner, Gid: attackOwner}}
+	if b, err := reset.CombinedOutput(); err != nil {
+		t.Fatalf("the user's git reset after the control: %v\n%s", err, b)
+	}
+	for _, m := range firedMarkers(markers) {
+		_ = os.Remove(filepath.Join(markers, m))
+	}
 	var rm struct {
 		Message string `json:"message"`
 	}
@@ -285,9 +300,10 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	if out := userMerge(repo, "openhands/"+c.ID); len(firedMarkers(markers)) > 0 {
 		t.Errorf("after ohctl rm, the user's merge and git status ran the agent's fsmonitor:\n%s", out)
 	}
-	// Control: the held commit itself, merged, fires.
-	if out := userMerge(repo, held); len(firedMarkers(markers)) == 0 {
-		t.Errorf("control: merging the held commit did not run the fsmonitor: the attack is broken\n%s", out)
+	// The removal moved the agent's repository out of the folder (issue
+	// 26): now even the held commit, merged, runs nothing.
+	if out := userMerge(repo, held); len(firedMarkers(markers)) > 0 {
+		t.Errorf("after ohctl rm, merging the held commit ran the agent's fsmonitor:\n%s", out)
 	}
 }
 
