@@ -90,6 +90,18 @@ func TestPauseSparesAStartingProcess(t *testing.T) {
 	spec := baseSpec(t, server)
 	spec.Mounts = append(spec.Mounts, Mount{Source: dir, Target: "/x", ReadOnly: true})
 	id := mustStart(t, d, spec).ContainerID
+	// However the test ends, the stand-in leaves and the container is not
+	// left frozen (a frozen container here would stall later tests).
+	t.Cleanup(func() {
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_, _ = w.WriteString("go\n")
+			_ = w.Close()
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = d.Unpause(cctx, id)
+		_ = d.Remove(cctx, id)
+	})
 
 	ctx := context.Background()
 	cg, _ := d.freezerOf(ctx, id)
