@@ -16,8 +16,8 @@
 // are built from, go.mod, go.sum, the Go version, and every host file copied
 // with its path and mode); a differing label means rebuild. Concurrent test
 // processes (go test runs packages in parallel) serialize on a flock of
-// $TMPDIR/ohd-test-image.lock, so one builds and the others then find the
-// image current.
+// $TMPDIR/ohd-test-image-<tag>.lock, so one builds and the others then find
+// the image current; different tags have different locks.
 //
 // Caveats: the host must be Linux and the engine must run the host's
 // architecture, because the host's git binaries are copied into the image.

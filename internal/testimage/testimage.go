@@ -85,7 +85,7 @@ func ensure(ctx context.Context, ref string, force bool) error {
 	if runtime.GOOS != "linux" {
 		return fmt.Errorf("%w: the image copies this host's git binaries, which needs Linux (GOOS=%s)", ErrUnsupportedHost, runtime.GOOS)
 	}
-	unlock, err := lock(ctx)
+	unlock, err := lock(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -123,14 +123,22 @@ func ensure(ctx context.Context, ref string, force bool) error {
 	return nil
 }
 
-// lockPath is the file every process building the image locks.
-func lockPath() string {
-	return filepath.Join(os.TempDir(), "ohd-test-image.lock")
+// lockPath is the file every process building the image ref locks: one
+// per tag, so checkouts that test under their own $OHD_TEST_IMAGE never
+// wait for each other's builds.
+func lockPath(ref string) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
+			return r
+		}
+		return '_'
+	}, ref)
+	return filepath.Join(os.TempDir(), "ohd-test-image-"+name+".lock")
 }
 
-// lock takes the cross-process build lock, waiting until ctx ends.
-func lock(ctx context.Context) (unlock func(), err error) {
-	return lockAt(ctx, lockPath())
+// lock takes the cross-process build lock of ref, waiting until ctx ends.
+func lock(ctx context.Context, ref string) (unlock func(), err error) {
+	return lockAt(ctx, lockPath(ref))
 }
 
 // lockAt takes an exclusive flock of the file at path (created if absent),
