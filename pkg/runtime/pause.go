@@ -23,12 +23,23 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 	// waits until none is starting, and when one appears as the freeze
 	// lands, thaws and tries again, within ctx.
 	dir, v2 := d.freezerOf(ctx, id)
+	// thawedByHand: the freezer was thawed behind the engine's back, so
+	// the engine still holds the container paused and answers the next
+	// pause "already paused" without freezing anything.
+	thawedByHand := false
 	for {
 		if err := waitNoneStarting(ctx, dir); err != nil {
 			return fmt.Errorf("pause container %s: %w", shortID(id), err)
 		}
 		if err := d.pause(ctx, id); err != nil || dir == "" {
 			return err
+		}
+		if thawedByHand {
+			// Freeze it as the engine believes it is (its own unpause
+			// later thaws it again).
+			if err := freezeCgroup(ctx, dir, v2); err != nil {
+				return fmt.Errorf("pause container %s: the engine holds it paused, but its freezer, thawed by ohd, did not freeze again: %w", shortID(id), err)
+			}
 		}
 		starting, err := startingIn(dir)
 		if err != nil || len(starting) == 0 {
@@ -39,6 +50,8 @@ func (d *Docker) Pause(ctx context.Context, id string) error {
 			if terr := thawCgroup(dir, v2); terr != nil {
 				return fmt.Errorf("pause container %s: it froze a process being started and neither the engine (%v) nor its freezer (%v) thawed it", shortID(id), err, terr)
 			}
+			d.log.Warn("docker runtime: the engine's unpause failed; thawed the container's freezer directly", "container", shortID(id), "err", err)
+			thawedByHand = true
 		}
 	}
 }

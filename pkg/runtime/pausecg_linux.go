@@ -5,11 +5,13 @@ package runtime
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ohd-dev/ohd/pkg/freeze"
 )
@@ -77,4 +79,33 @@ func thawCgroup(dir string, v2 bool) error {
 		return os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
 	}
 	return os.WriteFile(filepath.Join(dir, "freezer.state"), []byte("THAWED"), 0)
+}
+
+// freezeCgroup freezes the cgroup dir directly and waits, within ctx,
+// until every process in it is frozen: for a container the engine holds
+// paused after ohd thawed its freezer by hand (thawCgroup).
+func freezeCgroup(ctx context.Context, dir string, v2 bool) error {
+	file, value, done := filepath.Join(dir, "freezer.state"), "FROZEN", func(b []byte) bool { return strings.TrimSpace(string(b)) == "FROZEN" }
+	check := file
+	if v2 {
+		file, value, check = filepath.Join(dir, "cgroup.freeze"), "1", filepath.Join(dir, "cgroup.events")
+		done = func(b []byte) bool { return bytes.Contains(b, []byte("frozen 1")) }
+	}
+	if err := os.WriteFile(file, []byte(value), 0); err != nil {
+		return err
+	}
+	for {
+		b, err := os.ReadFile(check)
+		if err != nil {
+			return err
+		}
+		if done(b) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: still freezing: %w", dir, context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
