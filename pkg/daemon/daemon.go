@@ -282,7 +282,7 @@ func (d *Daemon) takeLock() error {
 }
 
 func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
-	opts := runtime.DockerOptions{Logger: d.log, Network: d.cfg.Network, EngineTimeout: d.cfg.EngineTimeout, OnStep: func(step string) { failpoint.Hit("create/after-container-" + step) }}
+	opts := runtime.DockerOptions{Logger: d.log, Network: d.cfg.Network, EngineTimeout: d.cfg.EngineTimeout, OnStep: func(step string) { failpoint.Hit(dockerFailpoints[step]) }}
 	switch d.cfg.Runtime {
 	case "local":
 		return runtime.NewLocal(), nil
@@ -568,6 +568,17 @@ var worktreeFailpoints = map[string]string{
 	"restore":               "restore/after-journal",
 	"restore-checkout":      "restore/mid-checkout",
 	"restore-stash-cleared": "restore/mid-stash",
+}
+
+// dockerFailpoints names the failpoint of each step the Docker runtime
+// reports (runtime.DockerOptions.OnStep).
+var dockerFailpoints = map[string]string{
+	"created": "create/after-container-created",
+	"started": "create/after-container-started",
+	// Any exec: an agent's (ohctl exec) or ohd's own in the container
+	// (its git view's helper, which a publish and a removal run).
+	"exec-created": "exec/after-create",
+	"exec-started": "exec/after-start",
 }
 
 // goServe runs srv on ln until ctx ends, then shuts it down gracefully.

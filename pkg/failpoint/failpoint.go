@@ -24,6 +24,8 @@ var Steps = []string{
 	"restore/after-journal",
 	"restore/mid-checkout",
 	"restore/mid-stash",
+	"exec/after-create",
+	"exec/after-start",
 }
 
 // Switches name behaviours a failpoint build can switch on through

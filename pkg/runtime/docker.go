@@ -91,7 +91,9 @@ type DockerOptions struct {
 	EngineTimeout time.Duration
 	// OnStep, if set, is called as Start passes each step: "created"
 	// (the engine created the container) and "started" (it runs, before
-	// readiness). Crash tests stop the daemon there.
+	// readiness); and as Exec does: "exec-created" (the engine made the
+	// exec, not yet started) and "exec-started" (its command is being
+	// started or runs). Crash tests stop the daemon there.
 	OnStep func(step string)
 }
 

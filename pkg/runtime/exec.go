@@ -38,11 +38,13 @@ func (d *Docker) Exec(ctx context.Context, id string, cmd []string, opts ExecOpt
 	if err != nil {
 		return -1, d.wrap("exec in container", shortID(id), err)
 	}
+	d.step("exec-created")
 	att, err := d.api.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: opts.TTY, ConsoleSize: size})
 	if err != nil {
 		return -1, d.wrap("exec in container", shortID(id), err)
 	}
 	defer att.Close()
+	d.step("exec-started")
 	// The hijacked connection does not watch ctx.
 	stopClose := context.AfterFunc(ctx, att.Close)
 	defer stopClose()
