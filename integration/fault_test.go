@@ -138,14 +138,24 @@ func TestFaultInjection(t *testing.T) {
 		seed = s
 	}
 	t.Logf("seed %d (OHD_FAULT_SEED=%d replays these choices)", seed, seed)
+	var r *faultRun
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("failed with seed %d: OHD_FAULT_SEED=%d go test -race -count=1 -run TestFaultInjection ./integration/", seed, seed)
+		if !t.Failed() {
+			return
+		}
+		t.Logf("failed with seed %d: OHD_FAULT_SEED=%d go test -race -count=1 -run TestFaultInjection ./integration/", seed, seed)
+		// ohd's whole log (with a goroutine dump if a wait timed out),
+		// kept past the test's temporary directories.
+		if r != nil && r.d != nil {
+			p := filepath.Join(os.TempDir(), fmt.Sprintf("ohd-fault-%d.log", seed))
+			if err := os.WriteFile(p, []byte(r.d.logs.String()), 0o644); err == nil {
+				t.Logf("ohd's log: %s", p)
+			}
 		}
 	})
 	n := faultIterations()
 	dirs := newDirs(t)
-	r := &faultRun{
+	r = &faultRun{
 		t:     t,
 		repo:  testenv.NewRepo(t, testenv.RepoOptions{}),
 		rng:   rand.New(rand.NewPCG(seed, 27)),
@@ -180,17 +190,27 @@ func TestFaultInjection(t *testing.T) {
 			kind = "term"
 		}
 		if k == wedgeAt {
-			kind = "wedge"
+			kind, point = "wedge", ""
 		}
 		r.kinds[kind]++
 		r.d.opts.Env = nil
 		if point != "" {
 			r.d.opts.Env = []string{"OHD_FAILPOINTS=" + point}
 		}
-		r.start()
-		r.afterStart(fmt.Sprintf("iteration %d (%s %s)", k, kind, point))
+		what := fmt.Sprintf("iteration %d (%s %s)", k, kind, point)
+		if !r.start(what) || !r.afterStart(what) {
+			// The failpoint fired in the start or in what it finishes in
+			// the background: recovering was the fault. Start again.
+			r.firedPoints[point+" (recovering)"]++
+			r.d.opts.Env = nil
+			r.start(what + ", again")
+			r.afterStart(what + ", again")
+		}
 		if r.t.Failed() {
 			t.FailNow()
+		}
+		if r.d.opts.Env == nil && point != "" {
+			continue // its fault was in the recovery
 		}
 		if kind == "wedge" {
 			r.wedgeIteration()
@@ -205,7 +225,7 @@ func TestFaultInjection(t *testing.T) {
 		r.wedged.Release()
 		r.wedged = nil
 	}
-	r.start()
+	r.start("the end")
 	r.afterStart("the end")
 	r.finish()
 	sent := time.Now()
@@ -231,11 +251,58 @@ func TestFaultInjection(t *testing.T) {
 		r.maxTerm.Round(time.Millisecond), r.maxStart.Round(time.Millisecond), r.maxAPI.Round(time.Millisecond), r.maxStartAPI.Round(time.Millisecond), r.maxRec.Round(time.Millisecond))
 }
 
-// start starts ohd after a fault and times it until its API answers.
-func (r *faultRun) start() {
+// start starts ohd after a fault and times it until its API answers;
+// false if ohd died of its failpoint (SIGKILL) on the way.
+func (r *faultRun) start(what string) bool {
+	r.t.Helper()
 	t0 := time.Now()
-	r.d.start()
+	if err := r.d.tryStart(); err != nil {
+		if r.dead() && r.d.waitExit(time.Second) && len(r.d.opts.Env) > 0 {
+			return false
+		}
+		r.t.Fatalf("%s: %v", what, err)
+	}
 	r.maxStart = max(r.maxStart, time.Since(t0))
+	return true
+}
+
+// dumpGoroutines makes ohd print its goroutines (SIGQUIT: it exits),
+// into its log, which a failed test keeps.
+func (r *faultRun) dumpGoroutines() {
+	_ = r.d.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-r.d.done:
+	case <-time.After(10 * time.Second):
+		r.d.kill()
+	}
+}
+
+// dead reports whether ohd has exited.
+func (r *faultRun) dead() bool {
+	select {
+	case <-r.d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lsAll lists every record; false if ohd has died (its failpoint).
+func (r *faultRun) lsAll(what string) ([]store.Conversation, bool) {
+	r.t.Helper()
+	out, err := r.d.ohctlErr("--json", "ls", "--all")
+	if err != nil {
+		time.Sleep(100 * time.Millisecond)
+		if r.dead() && r.d.waitExit(time.Second) && len(r.d.opts.Env) > 0 {
+			return nil, false
+		}
+		r.t.Fatalf("%s: ohctl ls --all: %v\n%s", what, err, tail(grepOut(r.d.logs.String(), `"level":"DEBUG"`), 30))
+	}
+	var all []store.Conversation
+	if err := jsonUnmarshal(out, &all); err != nil {
+		r.t.Fatalf("%s: ohctl ls --all: %v\n%s", what, err, out)
+	}
+	return all, true
 }
 
 // call runs ohctl with a deadline check (faultCallBound) and records it.
@@ -296,21 +363,22 @@ func (r *faultRun) live() []*faultConv {
 // fault interrupted; then it takes in what the records say (removals
 // done, conversations it did not know of) and checks that no commit of
 // a removed conversation is lost.
-func (r *faultRun) afterStart(what string) {
+func (r *faultRun) afterStart(what string) bool {
 	t := r.t
 	t.Helper()
 	t0 := time.Now()
-	if out, err := r.d.ohctlErr("ls"); err != nil {
-		t.Errorf("%s: ohctl ls right after the start: %v\n%s", what, err, out)
+	all, ok := r.lsAll(what)
+	if !ok {
+		return false
 	}
 	r.maxStartAPI = max(r.maxStartAPI, time.Since(t0))
 	if took := time.Since(t0); took > faultAPIBound {
 		t.Errorf("%s: ohctl ls right after the start took %v: the start blocks the API", what, took)
 	}
-	var all []store.Conversation
 	for deadline := time.Now().Add(faultReconcileBound); ; time.Sleep(200 * time.Millisecond) {
-		all = nil
-		r.d.ohctlJSON(&all, "ls", "--all")
+		if all, ok = r.lsAll(what); !ok {
+			return false
+		}
 		var pending []string
 		for _, c := range all {
 			if r.wedgedC != nil && c.ID == r.wedgedC.c.ID {
@@ -330,7 +398,8 @@ func (r *faultRun) afterStart(what string) {
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("%s: %v after the start, not finished: %v\n%s", what, faultReconcileBound, pending, tail(grepOut(r.d.logs.String(), `"level":"DEBUG"`), 30))
-			return
+			r.dumpGoroutines()
+			return true
 		}
 	}
 	r.maxRec = max(r.maxRec, time.Since(t0))
@@ -351,6 +420,7 @@ func (r *faultRun) afterStart(what string) {
 			fc.c = c
 		}
 	}
+	return true
 }
 
 // checkCommits checks that every commit the agent of fc made is on a
@@ -403,20 +473,23 @@ func (r *faultRun) faultIteration(k int, kind, point string) {
 	what := fmt.Sprintf("iteration %d (%s %s)", k, kind, point)
 	r.deathAt = time.Time{}
 	died := make(chan time.Time, 1)
-	go func() { <-r.d.done; died <- time.Now() }()
+	done := r.d.done // the next start makes another
+	go func() { <-done; died <- time.Now() }()
 	live := r.live()
 	// Enough conversations to work with (a create/ failpoint fires here).
 	wantCreate := strings.HasPrefix(point, "create/") || len(live) < 2 || r.rng.IntN(4) == 0
 	var restoreOf *faultConv
 	for _, fc := range r.sorted() {
-		if fc.removed && !fc.restored && fc.c.State == store.StateDeleted && (fc.restoreInto != "" || strings.HasPrefix(point, "restore/") || r.rng.IntN(6) == 0) {
+		// Only a conversation whose agent committed has work to restore
+		// (one that left nothing is refused as such).
+		if fc.removed && !fc.restored && len(fc.commits) > 0 && fc.c.State == store.StateDeleted && (fc.restoreInto != "" || strings.HasPrefix(point, "restore/") || r.rng.IntN(6) == 0) {
 			if restoreOf == nil || fc.restoreInto != "" {
 				restoreOf = fc
 			}
 		}
 	}
 	var rmOf []*faultConv
-	if len(live) >= 2 && (strings.HasPrefix(point, "delete/") || r.rng.IntN(3) == 0) {
+	if len(live) >= 2 && (strings.HasPrefix(point, "delete/") || r.rng.IntN(2) == 0) {
 		rmOf = append(rmOf, live[r.rng.IntN(len(live))])
 		if len(live) >= 4 && r.rng.IntN(2) == 0 { // two removals at once
 			for _, fc := range live {
@@ -442,7 +515,12 @@ func (r *faultRun) faultIteration(k int, kind, point string) {
 	if len(live) > 0 {
 		execOn = live[r.rng.IntN(len(live))]
 	}
+	// Early in the workload (most calls cut) or later (some done,
+	// others deep in their work).
 	killAfter := time.Duration(100+r.rng.IntN(2400)) * time.Millisecond
+	if r.rng.IntN(2) == 0 {
+		killAfter = time.Duration(2500+r.rng.IntN(3500)) * time.Millisecond
+	}
 	window := 6 * time.Second
 	termInstead := r.rng.IntN(2) == 0
 
@@ -452,6 +530,7 @@ func (r *faultRun) faultIteration(k int, kind, point string) {
 		wg      sync.WaitGroup
 		stop    = make(chan struct{})
 	)
+	start := time.Now()
 	record := func(c faultCall) { mu.Lock(); results = append(results, c); mu.Unlock() }
 	newConvs := make(chan *faultConv, 1)
 	committed := map[*faultConv]string{}
@@ -508,7 +587,7 @@ func (r *faultRun) faultIteration(k int, kind, point string) {
 					return
 				default:
 				}
-				c := r.call("exec", "exec", execOn.c.ID, "--", "true")
+				c := r.call("exec", "exec", execOn.c.ID, "--", "sh", "-c", ":")
 				record(c)
 				if c.err != nil {
 					return
@@ -575,7 +654,22 @@ func (r *faultRun) faultIteration(k int, kind, point string) {
 	close(stop)
 	wg.Wait()
 
-	// Take in what the workload did.
+	// Take in what the workload did; the log says what each call came to.
+	var lines []string
+	for _, c := range results {
+		if c.op == "ls" {
+			continue
+		}
+		res := "ok"
+		if c.err != nil {
+			res = "cut"
+			if !r.cut(c) {
+				res = "failed: " + strings.TrimSpace(c.err.Error())
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s %s (%v)", c.op, res, c.end.Sub(c.start).Round(time.Millisecond)))
+	}
+	t.Logf("%s: fault after %v; %s", what, r.deathAt.Sub(start).Round(time.Millisecond), strings.Join(lines, "; "))
 	if wantCreate {
 		if fc := <-newConvs; fc != nil {
 			r.convs[fc.c.ID] = fc
@@ -602,7 +696,12 @@ func (r *faultRun) faultIteration(k int, kind, point string) {
 		// ohd answered with an error while it ran: only an exec may
 		// (its container frozen or gone under a removal).
 		if c.op != "exec" && c.op != "commit" {
-			t.Errorf("%s: ohctl %s failed while ohd ran: %v\n%s", what, strings.Join(c.args, " "), c.err, c.out)
+			var about string
+			if len(c.args) > 1 && r.convs[c.args[1]] != nil {
+				fc := r.convs[c.args[1]]
+				about = fmt.Sprintf(" (its agent's commits %v, its removal %+v)", fc.commits, fc.c.Removal)
+			}
+			t.Errorf("%s: ohctl %s failed while ohd ran: %v%s\n%s", what, strings.Join(c.args, " "), c.err, about, c.out)
 		}
 	}
 }
@@ -662,7 +761,7 @@ func (r *faultRun) wedgeIteration() {
 		return c.Removal != nil
 	})
 	execW := make(chan faultCall, 1)
-	go func() { execW <- r.call("exec", "exec", w.c.ID, "--", "true") }()
+	go func() { execW <- r.call("exec", "exec", w.c.ID, "--", "sh", "-c", ":") }()
 	t0 := time.Now()
 	if out, err := r.d.ohctlErr("ls"); err != nil || time.Since(t0) > faultAPIBound {
 		t.Errorf("wedge: ohctl ls while W's removal waits: %v in %v\n%s", err, time.Since(t0), out)
@@ -703,9 +802,12 @@ func (r *faultRun) wedgeIteration() {
 		t.Errorf("wedge: ohd did not exit within %v of SIGTERM while a removal waited on a wedged container", faultTermBound)
 		r.d.kill()
 	}
-	r.count(<-rmW)
+	cw := <-rmW
+	r.count(cw)
 	r.count(rmB)
 	r.count(ex)
+	t.Logf("wedge: W %s wedged; rm B %v (%v) while rm W waited; exec on W gave up after %v (%v); SIGTERM; rm W: %v",
+		w.c.ID, rmB.err, rmB.end.Sub(rmB.start).Round(time.Millisecond), ex.end.Sub(ex.start).Round(time.Millisecond), ex.err, cw.err)
 }
 
 // finish ends the run without faults: W's removal finishes now that its

@@ -191,6 +191,14 @@ func startDaemon(t testing.TB, opts daemonOptions) *daemon {
 
 func (d *daemon) start() {
 	d.t.Helper()
+	if err := d.tryStart(); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// tryStart is start, returning what start fails the test with: a test
+// whose ohd may die on purpose during its start-up (a failpoint) checks.
+func (d *daemon) tryStart() error {
 	bin := built.ohd
 	if d.opts.Failpoints {
 		bin = built.ohdFail
@@ -215,7 +223,7 @@ func (d *daemon) start() {
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
 	d.done = make(chan struct{})
 	if err := d.cmd.Start(); err != nil {
-		d.t.Fatalf("start ohd: %v", err)
+		return fmt.Errorf("start ohd: %v", err)
 	}
 	go func() {
 		d.err = d.cmd.Wait()
@@ -224,15 +232,15 @@ func (d *daemon) start() {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if _, err := d.ohctlErr("version"); err == nil && d.answers() {
-			return
+			return nil
 		}
 		select {
 		case <-d.done:
-			d.t.Fatalf("ohd exited during start-up: %v\n%s", d.err, d.logs)
+			return fmt.Errorf("ohd exited during start-up: %v\n%s", d.err, d.logs)
 		default:
 		}
 		if time.Now().After(deadline) {
-			d.t.Fatalf("ohd did not answer on %s within 60s:\n%s", d.socket, d.logs)
+			return fmt.Errorf("ohd did not answer on %s within 60s:\n%s", d.socket, d.logs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
