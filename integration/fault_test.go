@@ -266,6 +266,21 @@ func (r *faultRun) start(what string) bool {
 	return true
 }
 
+// containerProcesses lists the processes of each container of ohd, with
+// their state (T: stopped), for a failure's report.
+func (r *faultRun) containerProcesses() string {
+	ids, err := testenv.Docker(15*time.Second, "ps", "-q", "--filter", "label=dev.ohd.server="+r.d.serverID())
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, id := range strings.Fields(ids) {
+		out, err := testenv.Docker(15*time.Second, "top", id, "-o", "pid,ppid,stat,wchan:20,args")
+		fmt.Fprintf(&b, "container %s: %v\n%s\n", id, err, out)
+	}
+	return b.String()
+}
+
 // dumpGoroutines makes ohd print its goroutines (SIGQUIT: it exits),
 // into its log, which a failed test keeps.
 func (r *faultRun) dumpGoroutines() {
@@ -398,6 +413,7 @@ func (r *faultRun) afterStart(what string) bool {
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("%s: %v after the start, not finished: %v\n%s", what, faultReconcileBound, pending, tail(grepOut(r.d.logs.String(), `"level":"DEBUG"`), 30))
+			t.Logf("the containers' processes:\n%s", r.containerProcesses())
 			r.dumpGoroutines()
 			return true
 		}
