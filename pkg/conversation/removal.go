@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/freeze"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
@@ -476,12 +477,18 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation,
 
 // freezingSandbox is the conversation's own container, whose collect
 // (the first command of a save) stops every other process in it first:
-// `ohctl view collect --freeze`, one exec for both.
+// `ohctl view collect --freeze`, one exec for both. Its standard input
+// is held open while ohd waits for it (freeze.HeldFlag): if ohd goes
+// away first, the collect is called off and the agent resumed, so no
+// freeze outlives the ohd that started it.
 type freezingSandbox struct{ containerSandbox }
 
 func (s freezingSandbox) View(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	if len(args) > 0 && args[0] == "collect" {
-		args = append([]string{"collect", "--freeze"}, args[1:]...)
+	if len(args) > 0 && args[0] == "collect" && stdin == nil {
+		args = append([]string{"collect", "--freeze", freeze.HeldFlag}, args[1:]...)
+		pr, pw := io.Pipe()
+		defer pw.Close() // ends the exec's copy of stdin
+		stdin = pr
 	}
 	return s.containerSandbox.View(ctx, args, stdin, stdout)
 }

@@ -2,16 +2,20 @@ package ohctl
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
+	"github.com/ohd-dev/ohd/pkg/freeze"
 	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
@@ -141,7 +145,24 @@ func (s *state) viewCmd() *cli.Command {
 				}
 				return nil
 			}
+			if i := slices.Index(a, freeze.HeldFlag); i >= 0 {
+				return runViewHeld(ctx, slices.Delete(a, i, i+1), s.env.Stdin, s.env.Stdout)
+			}
 			return worktree.RunView(ctx, a, s.env.Stdin, s.env.Stdout)
 		},
 	}
+}
+
+// runViewHeld runs `ohctl view` args while ohd holds its standard input
+// open (freeze.HeldFlag): if ohd goes away before the command is done,
+// the command is called off and every process of the container resumed
+// (freeze.Held).
+func runViewHeld(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	err := freeze.Held(ctx, stdin, func(ctx context.Context) error {
+		return worktree.RunView(ctx, args, nil, stdout)
+	})
+	if errors.Is(err, freeze.ErrHolderGone) {
+		return fmt.Errorf("ohctl view %s: %w", args[0], err)
+	}
+	return err
 }
