@@ -74,6 +74,9 @@ func TestWedgedContainerHangsNothing(t *testing.T) {
 	if !strings.Contains(doc, "timed out at") {
 		t.Errorf("ohctl doctor does not report the stall:\n%s", doc)
 	}
+	if !strings.Contains(d.logs.String(), "on container "+a.ContainerID[:12]+" timed out at") {
+		t.Errorf("ohd's log does not report the stalled call:\n%s", tail(grepOut(d.logs.String(), `"level":"DEBUG"`), 20))
+	}
 
 	phase("the stall is shown")
 	// SIGTERM while A's removal waits on the wedged container.
