@@ -83,6 +83,9 @@ type metaFile struct {
 	Tags      map[string]string `json:"tags"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
+
+	ForkedFromConversationID *string `json:"forked_from_conversation_id"`
+	ForkedFromEventID        *string `json:"forked_from_event_id"`
 }
 
 // baseState is the standin's ConversationState.
@@ -148,7 +151,8 @@ func (st *store) load(dir string) (*record, error) {
 	}
 	rec := &record{
 		info: ConversationInfo{ID: m.ID, Agent: publicAgent(b.Agent), Workspace: m.Workspace, ExecutionStatus: b.ExecutionStatus,
-			Title: m.Title, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt},
+			Title: m.Title, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
+			ForkedFromConversationID: m.ForkedFromConversationID, ForkedFromEventID: m.ForkedFromEventID},
 		secrets: map[string]json.RawMessage{}, agent: b.Agent,
 	}
 	for name, src := range b.SecretRegistry.SecretSources {
@@ -199,7 +203,8 @@ func (st *store) save(rec *record) error {
 		return err
 	}
 	m := metaFile{ID: rec.info.ID, Title: rec.info.Title, Workspace: rec.info.Workspace, Tags: map[string]string{},
-		CreatedAt: rec.info.CreatedAt, UpdatedAt: rec.info.UpdatedAt}
+		CreatedAt: rec.info.CreatedAt, UpdatedAt: rec.info.UpdatedAt,
+		ForkedFromConversationID: rec.info.ForkedFromConversationID, ForkedFromEventID: rec.info.ForkedFromEventID}
 	if err := writeFileJSON(filepath.Join(dir, "meta.json"), m); err != nil {
 		return err
 	}
