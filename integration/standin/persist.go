@@ -483,3 +483,32 @@ func (st *store) list(status string) []ConversationInfo {
 	}
 	return out
 }
+
+// persisted returns what conversation id holds on disk for a conversation
+// whose create this process did not see (loaded from disk: a fork moved
+// here, or a restart): its agent (as base_state.json keeps it) and the
+// secret source name, its sealed fields opened (nil when there is none or
+// it does not open).
+func (st *store) persisted(id, name string) (agent, secret json.RawMessage) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rec, ok := st.served(id)
+	if !ok {
+		return nil, nil
+	}
+	if raw, ok := rec.secrets[name]; ok && name != "" {
+		plain, _, good := st.open(raw)
+		var kind struct {
+			Kind string `json:"kind"`
+		}
+		_ = json.Unmarshal(raw, &kind)
+		switch {
+		case !good:
+		case kind.Kind == "StaticSecret":
+			secret, _ = json.Marshal(map[string]string{"kind": "StaticSecret", "value": string(plain)})
+		default:
+			secret = plain
+		}
+	}
+	return rec.agent, secret
+}
