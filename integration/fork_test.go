@@ -174,6 +174,34 @@ func TestForkBranchFromHere(t *testing.T) {
 		t.Errorf("leaks:\n  %s", strings.Join(l, "\n  "))
 	}
 
+	// A conversation in place on a folder (Canvas's picked folder,
+	// worktree false) forks in place on the same folder, as the agent
+	// server's fork shares its source's workspace; whole, without
+	// from_event_id.
+	picked := testenv.NewRepo(t, testenv.RepoOptions{})
+	inID, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": picked}, "worktree": false})
+	if r := d.call("POST", "/api/conversations/"+inID+"/events", map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "in place"}}}); r.Status != 200 {
+		t.Fatalf("send = %d %s", r.Status, r.Body)
+	}
+	r = d.call("POST", "/api/conversations/"+inID+"/fork", nil)
+	if r.Status != http.StatusCreated {
+		t.Fatalf("fork in place = %d %s\n%s", r.Status, r.Body, tail(d.logs.String(), 30))
+	}
+	var inInfo struct {
+		ID         string  `json:"id"`
+		ForkedFrom string  `json:"forked_from_conversation_id"`
+		FromEvent  *string `json:"forked_from_event_id"`
+	}
+	r.json(t, &inInfo)
+	inSrc, inFork := d.record(inID), d.record(inInfo.ID)
+	if inFork.WorkingDir != picked || !inFork.InPlace || inFork.ContainerID == inSrc.ContainerID || inInfo.ForkedFrom != inID || inInfo.FromEvent != nil {
+		t.Errorf("in-place fork: working dir %s in place %v container %s (source's %s), answer %+v; want in place on %s in its own container",
+			inFork.WorkingDir, inFork.InPlace, inFork.ContainerID, inSrc.ContainerID, inInfo, picked)
+	}
+	if got, want := eventIDs(t, d, inInfo.ID), eventIDs(t, d, inID); !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("in-place fork events = %v, want all the source's %v", got, want)
+	}
+
 	// Independent: deleting the source leaves the fork working; the
 	// fork's delete removes its own credentials.
 	if r := d.call("DELETE", "/api/conversations/"+srcID, nil); r.Status != 200 {
