@@ -52,7 +52,7 @@ func TestForkBranchFromHere(t *testing.T) {
 			t.Fatalf("send %q = %d %s", m, r.Status, r.Body)
 		}
 	}
-	srcEvents := eventIDs(t, d, srcID)
+	srcEvents := eventIDs(t, d.call, srcID)
 	if len(srcEvents) < 2 {
 		t.Fatalf("the source has events %v, want two messages", srcEvents)
 	}
@@ -128,11 +128,11 @@ func TestForkBranchFromHere(t *testing.T) {
 		t.Errorf("the fork's worktree: %q, want the source's committed work at %s", got, tip)
 	}
 	// The events up to from_event_id, none after.
-	forkEvents := eventIDs(t, d, forkID)
+	forkEvents := eventIDs(t, d.call, forkID)
 	if wantEv := srcEvents[:slices.Index(srcEvents, branchAt)+1]; !slices.Equal(forkEvents, wantEv) {
 		t.Errorf("fork events = %v, want %v (the source's up to %s)", forkEvents, wantEv, branchAt)
 	}
-	if got := eventIDs(t, d, srcID); !slices.Equal(got, srcEvents) {
+	if got := eventIDs(t, d.call, srcID); !slices.Equal(got, srcEvents) {
 		t.Errorf("the source's events after the fork = %v, want %v", got, srcEvents)
 	}
 	// The source's server no longer holds the fork.
@@ -198,7 +198,7 @@ func TestForkBranchFromHere(t *testing.T) {
 		t.Errorf("in-place fork: working dir %s in place %v container %s (source's %s), answer %+v; want in place on %s in its own container",
 			inFork.WorkingDir, inFork.InPlace, inFork.ContainerID, inSrc.ContainerID, inInfo, picked)
 	}
-	if got, want := eventIDs(t, d, inInfo.ID), eventIDs(t, d, inID); !slices.Equal(got, want) || len(want) == 0 {
+	if got, want := eventIDs(t, d.call, inInfo.ID), eventIDs(t, d.call, inID); !slices.Equal(got, want) || len(want) == 0 {
 		t.Errorf("in-place fork events = %v, want all the source's %v", got, want)
 	}
 
@@ -219,14 +219,14 @@ func TestForkBranchFromHere(t *testing.T) {
 }
 
 // eventIDs returns the ids of a conversation's events, oldest first.
-func eventIDs(t *testing.T, d *daemon, id string) []string {
+func eventIDs(t *testing.T, call caller, id string) []string {
 	t.Helper()
 	var page struct {
 		Items []struct {
 			ID string `json:"id"`
 		} `json:"items"`
 	}
-	r := d.call("GET", "/api/conversations/"+id+"/events/search", nil)
+	r := call("GET", "/api/conversations/"+id+"/events/search", nil)
 	if r.Status != 200 {
 		t.Fatalf("events of %s = %d %s", id, r.Status, r.Body)
 	}
