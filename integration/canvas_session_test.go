@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -404,9 +405,14 @@ func TestCanvasWholeSession(t *testing.T) {
 	if cr.Header.Get("X-Ohd-Source") != "host" || string(cold["execution_status"]) != `"error"` {
 		t.Errorf("answer without a container = %s (source %s), want from the host files, execution_status error", cr.Body, cr.Header.Get("X-Ohd-Source"))
 	}
-	for k := range live {
-		if _, ok := cold[k]; !ok {
+	for k, lv := range live {
+		cv, ok := cold[k]
+		switch {
+		case !ok:
 			t.Errorf("the answer without a container lacks the live answer's field %q", k)
+		case k == "execution_status" || k == "updated_at": // the state's own
+		case !jsonEqual(lv, cv):
+			t.Errorf("the answer without a container has %s = %s, the live one %s", k, cv, lv)
 		}
 	}
 	if r := call("GET", "/api/conversations/count?status=running", nil); strings.TrimSpace(string(r.Body)) != "0" {
@@ -442,4 +448,13 @@ func uidOf(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return strconv.Itoa(int(st.Uid))
+}
+
+// jsonEqual reports whether two JSON documents hold the same value.
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -96,6 +97,9 @@ func ReadInfo(root string, rel ...string) (json.RawMessage, error) {
 	if reg, ok := base["secret_registry"]; ok {
 		base["secret_registry"] = redactSources(reg)
 	}
+	if a, ok := base["agent"]; ok {
+		base["agent"] = redactLLMSecrets(a)
+	}
 	acpFields(base)
 	for k, v := range infoDefaults {
 		if _, ok := base[k]; !ok {
@@ -133,6 +137,45 @@ var infoDefaults = map[string]string{
 	"available_models": "[]", "supports_runtime_model_switch": "false", "launched_agent_profile": "null",
 	"client_tools": "[]", "max_iterations": "500", "stuck_detection": "true",
 	"stats": `{"usage_to_metrics":{}}`, "secret_registry": `{"secret_sources":{}}`,
+}
+
+// llmSecretFields are the LLM's SecretStr fields (llm.py L257-311): the
+// live answer shows a value as Redacted whether it was persisted sealed
+// or, by a server without a cipher, in clear.
+var llmSecretFields = map[string]bool{"api_key": true, "aws_access_key_id": true, "aws_secret_access_key": true, "aws_session_token": true}
+
+// redactLLMSecrets replaces the value of every LLM secret field in agent
+// (agent.llm, the condenser's, ...) with Redacted.
+func redactLLMSecrets(agent json.RawMessage) json.RawMessage {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(agent))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return agent
+	}
+	var walk func(any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			for k, x := range t {
+				if s, ok := x.(string); ok && llmSecretFields[k] && strings.TrimSpace(s) != "" {
+					t[k] = Redacted
+					continue
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range t {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	out, err := json.Marshal(v)
+	if err != nil {
+		return agent
+	}
+	return out
 }
 
 // InfoFields are the fields of the agent server's ConversationInfo

@@ -85,7 +85,7 @@ func TestReadInfoIsTheModelsAnswer(t *testing.T) {
 		"required_runtime_credential_bindings":[],"workspace":{"kind":"LocalWorkspace","working_dir":"/w"},
 		"conversation_id":"5f0c","parent_conversation_id":null,"secrets":{"X":"` + token + `"},"tags":{},"autotitle":true,
 		"client_tools":[],"plugins":null,"agent_definitions":[],"tool_module_qualnames":{}}`
-	base := `{"id":"5f0c","agent":{"kind":"ACPAgent","acp_model":"m-default","llm":{"api_key":"` + token + `"}},
+	base := `{"id":"5f0c","agent":{"kind":"ACPAgent","acp_model":"m-default","llm":{"api_key":"` + token + `","aws_secret_access_key":"plain-aws-secret","aws_session_token":null}},
 		"workspace":{"kind":"LocalWorkspace","working_dir":"/w"},"persistence_dir":"/p","max_iterations":500,
 		"stuck_detection":true,"execution_status":"finished","confirmation_policy":{"kind":"NeverConfirm"},
 		"activated_knowledge_skills":[],"activated_path_rules":["r"],"invoked_skills":[],"blocked_actions":{},
@@ -123,7 +123,10 @@ func TestReadInfoIsTheModelsAnswer(t *testing.T) {
 			t.Errorf("%s = %s, want %s", k, got[k], want)
 		}
 	}
-	if strings.Contains(string(raw), token) {
+	if string(got["agent"]) != `{"acp_model":"m-default","kind":"ACPAgent","llm":{"api_key":"**********","aws_secret_access_key":"**********","aws_session_token":null}}` {
+		t.Errorf("agent = %s, want every LLM secret field shown as the live answer shows it", got["agent"])
+	}
+	if strings.Contains(string(raw), token) || strings.Contains(string(raw), "plain-aws-secret") {
 		t.Errorf("a stored token is in the answer: %s", raw)
 	}
 }
