@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/packcheck"
 )
 
@@ -129,7 +130,7 @@ func New(opts Options) (*Manager, error) {
 
 	m.gitPath = opts.Git
 	if m.gitPath == "" {
-		if m.gitPath, err = lookGit(); err != nil {
+		if m.gitPath, err = hardgit.Look(); err != nil {
 			return nil, fmt.Errorf("worktree: %w", err)
 		}
 	} else if !filepath.IsAbs(m.gitPath) {
@@ -137,16 +138,16 @@ func New(opts Options) (*Manager, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
-	out, err := m.git(ctx, gitTarget{dir: "/", uid: m.euid, gid: os.Getegid()}, runOpts{raw: true}, "version")
+	out, err := m.git(ctx, gitTarget{Dir: "/", UID: m.euid, GID: os.Getegid()}, runOpts{Raw: true}, "version")
 	if err != nil {
 		return nil, fmt.Errorf("worktree: run %s: %w", m.gitPath, err)
 	}
-	v, err := parseGitVersion(strings.TrimSpace(out))
+	v, err := hardgit.ParseVersion(strings.TrimSpace(out))
 	if err != nil {
 		return nil, fmt.Errorf("worktree: %w", err)
 	}
-	if versionLess(v, minGit) {
-		return nil, fmt.Errorf("worktree: %s is git %d.%d.%d; ohd needs git %d.%d or newer", m.gitPath, v[0], v[1], v[2], minGit[0], minGit[1])
+	if hardgit.VersionLess(v, hardgit.MinVersion) {
+		return nil, fmt.Errorf("worktree: %s is git %d.%d.%d; ohd needs git %d.%d or newer", m.gitPath, v[0], v[1], v[2], hardgit.MinVersion[0], hardgit.MinVersion[1])
 	}
 	return m, nil
 }
