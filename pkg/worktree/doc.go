@@ -156,11 +156,11 @@
 // # Serialization
 //
 // Mutations of one repository's worktree metadata (worktree add and
-// remove, branch deletion, snapshot ref updates) are serialized by an
-// in-process lock keyed by the canonical common dir plus an flock(2) on a
-// file in Options.LockDir named by a hash of that path, so parallel
-// creates in one repository never fail on config.lock or ref locks, and
-// two ohd processes sharing LockDir serialize as well.
+// remove, branch deletion, snapshot ref updates) are serialized by
+// package repolock: an in-process lock keyed by the canonical common dir
+// plus an flock(2) on a file in Options.LockDir named by a hash of that
+// path, so parallel creates in one repository never fail on config.lock or
+// ref locks, and two ohd processes sharing LockDir serialize as well.
 //
 // # Snapshot and removal policy
 //

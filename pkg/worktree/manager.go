@@ -15,6 +15,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/packcheck"
+	"github.com/ohd-dev/ohd/pkg/repolock"
 )
 
 // Options configures a Manager; the zero value of optional fields is safe.
@@ -76,7 +77,7 @@ type Manager struct {
 	// started is when the Manager was made: a ref lock or quarantine
 	// older than it was left by an earlier (killed) ohd.
 	started time.Time
-	locks   repoLocks
+	locks   repolock.Locks
 	// packed caches, per view, what ViewBranch last read of its
 	// packed-refs (a packedFile).
 	packed sync.Map
@@ -127,6 +128,7 @@ func New(opts Options) (*Manager, error) {
 	if m.lockDir, err = mkdirAllMode(filepath.Clean(lockDir), 0o700); err != nil {
 		return nil, fmt.Errorf("worktree: create lock dir %s: %w", lockDir, err)
 	}
+	m.locks.Dir = m.lockDir
 
 	m.gitPath = opts.Git
 	if m.gitPath == "" {
@@ -150,6 +152,12 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("worktree: %s is git %d.%d.%d; ohd needs git %d.%d or newer", m.gitPath, v[0], v[1], v[2], hardgit.MinVersion[0], hardgit.MinVersion[1])
 	}
 	return m, nil
+}
+
+// lockRepo takes the lock of the repository whose common dir is commonDir
+// (package repolock); the returned function releases it.
+func (m *Manager) lockRepo(ctx context.Context, commonDir string) (func(), error) {
+	return m.locks.Lock(ctx, commonDir)
 }
 
 // Root returns the canonical worktree root.
