@@ -54,8 +54,11 @@ type ForkMove struct {
 	Paths [][2]string
 }
 
-// maxForkFiles bounds the files one fork copies.
-const maxForkFiles = 200_000
+// maxForkFiles and maxForkBytes bound what one fork copies.
+const (
+	maxForkFiles = 200_000
+	maxForkBytes = 4 << 30
+)
 
 // CopyForkState copies the conversation state under srcRoot/rel... (the
 // source's <conversations>/<fork hex>, written by its inner server) into
@@ -64,7 +67,7 @@ const maxForkFiles = 200_000
 // rewritten by mv, the other regular files and those of events/ as they
 // are. The source's directories belong to its agent, so nothing is
 // followed through a symlink and only regular files are read (each at most
-// 64 MiB); anything else is skipped.
+// 64 MiB, 4 GiB and 200,000 files in all); anything else is skipped.
 func CopyForkState(srcRoot string, rel []string, dst string, uid, gid int, mv ForkMove) error {
 	dirfd, err := openDirNoFollow(srcRoot, rel)
 	if err != nil {
@@ -84,7 +87,7 @@ func CopyForkState(srcRoot string, rel []string, dst string, uid, gid int, mv Fo
 	if err := mkdirOwned(dst, uid, gid); err != nil {
 		return err
 	}
-	n := 0
+	n, size := 0, int64(0)
 	var copyDir func(fd int, from, to string, top bool) error
 	copyDir = func(fd int, from, to string, top bool) error {
 		names, err := readDirNames(fd)
@@ -116,6 +119,9 @@ func CopyForkState(srcRoot string, rel []string, dst string, uid, gid int, mv Fo
 			}
 			if n++; n > maxForkFiles {
 				return fmt.Errorf("openhands: fork: more than %d files under %s", maxForkFiles, src)
+			}
+			if size += int64(len(b)); size > maxForkBytes {
+				return fmt.Errorf("openhands: fork: more than %d bytes under %s", int64(maxForkBytes), src)
 			}
 			if top && (name == MetaFile || name == BaseStateFile) {
 				if b, err = mv.rewrite(b); err != nil {
