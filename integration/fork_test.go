@@ -175,14 +175,18 @@ func TestForkBranchFromHere(t *testing.T) {
 	}
 
 	// A conversation in place on a folder (Canvas's picked folder,
-	// worktree false) forks in place on the same folder, as the agent
-	// server's fork shares its source's workspace; whole, without
+	// worktree false), stopped, forks in place on the same folder, as the
+	// agent server's fork shares its source's workspace; whole, without
 	// from_event_id.
 	picked := testenv.NewRepo(t, testenv.RepoOptions{})
 	inID, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": picked}, "worktree": false})
 	if r := d.call("POST", "/api/conversations/"+inID+"/events", map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "in place"}}}); r.Status != 200 {
 		t.Fatalf("send = %d %s", r.Status, r.Body)
 	}
+	// Stopped, as Canvas finds a finished conversation the idle timer
+	// stopped: the fork starts it again to fork it.
+	run(t, "docker", "stop", "-t", "1", d.record(inID).ContainerID)
+	waitFor(t, 30*time.Second, "the in-place source stopped", func() bool { return d.record(inID).State == store.StateStopped })
 	r = d.call("POST", "/api/conversations/"+inID+"/fork", nil)
 	if r.Status != http.StatusCreated {
 		t.Fatalf("fork in place = %d %s\n%s", r.Status, r.Body, tail(d.logs.String(), 30))
