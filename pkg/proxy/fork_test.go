@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/ohd-dev/ohd/pkg/conversation"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -67,17 +69,37 @@ func TestForkRoute(t *testing.T) {
 		t.Errorf("the fork's record = %s, want its id and its source", req.Request)
 	}
 	// The source's server forgot the fork once it was moved.
-	r, err := http.NewRequest("GET", "http://"+srcInner.addr+"/api/conversations/"+child, nil)
+	if st := innerStatus(t, srcInner, child); st != http.StatusNotFound {
+		t.Errorf("the source's server still has the fork: GET = %d", st)
+	}
+	// A fork whose create fails (its container does not start) is the
+	// create's error, names no conversation, and the source's server
+	// forgets it too.
+	failed := store.NewID()
+	fake.mu.Lock()
+	fake.createErr = &conversation.StepError{ID: failed, Step: "container", Err: errors.New("engine down")}
+	fake.mu.Unlock()
+	resp, b = fork(src, `{"id":"`+failed+`"}`)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("X-Ohd-Failed-Step") != "container" || strings.Contains(string(b), "conversation_id") {
+		t.Errorf("failed fork = %d %s (step %q), want 503 naming the step and no conversation_id", resp.StatusCode, b, resp.Header.Get("X-Ohd-Failed-Step"))
+	}
+	if st := innerStatus(t, srcInner, failed); st != http.StatusNotFound {
+		t.Errorf("the source's server kept a failed fork: GET = %d", st)
+	}
+}
+
+// innerStatus is the status of GET /api/conversations/{id} on a stand-in.
+func innerStatus(t *testing.T, in *standin, id string) int {
+	t.Helper()
+	r, err := http.NewRequest("GET", "http://"+in.addr+"/api/conversations/"+id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Header.Set("X-Session-API-Key", string(srcInner.key))
+	r.Header.Set("X-Session-API-Key", string(in.key))
 	got, err := http.DefaultClient.Do(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got.Body.Close()
-	if got.StatusCode != http.StatusNotFound {
-		t.Errorf("the source's server still has the fork: GET = %d", got.StatusCode)
-	}
+	return got.StatusCode
 }
