@@ -183,6 +183,15 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, fp forwardPath) {
 		return
 	}
 	s.conv.Touch(parent.ID)
+	if fb.ID != "" {
+		// A fork of this id that an earlier attempt left with the source's
+		// server (ohd stopped between its fork and the move) would make
+		// it answer 409 for ever: it is no conversation of ohd's (checked
+		// above), so it goes first.
+		if a, err := s.innerCall(r.Context(), t, http.MethodDelete, "/api/conversations/"+id, nil); err == nil && a.status == http.StatusOK {
+			s.log.Info("conversation API: removed a fork an earlier attempt left with the source's server", "id", parent.ID, "fork", id)
+		}
+	}
 	a, err := s.innerCall(r.Context(), t, http.MethodPost, "/api/conversations/"+parent.ID+"/fork", fwd)
 	if err != nil {
 		s.log.Warn("conversation API: forking failed", "id", parent.ID, "err", err)

@@ -72,6 +72,15 @@ func TestForkRoute(t *testing.T) {
 	if st := innerStatus(t, srcInner, child); st != http.StatusNotFound {
 		t.Errorf("the source's server still has the fork: GET = %d", st)
 	}
+	// A fork an earlier attempt left with the source's server (ohd
+	// stopped before moving it) does not block a retry with its id.
+	left := store.NewID()
+	if st := innerPost(t, srcInner, "/api/conversations/"+src+"/fork", `{"id":"`+left+`"}`); st != http.StatusCreated {
+		t.Fatalf("leave a fork with the source's server: %d", st)
+	}
+	if resp, b := fork(src, `{"id":"`+left+`"}`); resp.StatusCode != http.StatusCreated {
+		t.Errorf("retrying a fork the source's server still held = %d %s, want 201", resp.StatusCode, b)
+	}
 	// A fork whose create fails (its container does not start) is the
 	// create's error, names no conversation, and the source's server
 	// forgets it too.
@@ -96,6 +105,23 @@ func innerStatus(t *testing.T, in *standin, id string) int {
 		t.Fatal(err)
 	}
 	r.Header.Set("X-Session-API-Key", string(in.key))
+	got, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Body.Close()
+	return got.StatusCode
+}
+
+// innerPost posts body to a stand-in and returns the status.
+func innerPost(t *testing.T, in *standin, path, body string) int {
+	t.Helper()
+	r, err := http.NewRequest("POST", "http://"+in.addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Header.Set("X-Session-API-Key", string(in.key))
+	r.Header.Set("Content-Type", "application/json")
 	got, err := http.DefaultClient.Do(r)
 	if err != nil {
 		t.Fatal(err)
