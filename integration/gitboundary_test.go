@@ -129,6 +129,32 @@ func TestAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
 		}
 	}
 	assertNoMarker(t, markers, "after ohctl rm")
+
+	// ohctl restore brings the agent's git directories back as files: a
+	// tar of the user's next to the restored worktree, which no git
+	// opens, never a live .git in a tree the user's git runs in.
+	restored := repo + ".restore-" + c.ID[:8]
+	archive := restored + ".agent-git-dirs.tar"
+	if out := d.ohctl("restore", c.ID); !strings.Contains(out, archive) || !strings.Contains(out, "docs/.git") {
+		t.Errorf("ohctl restore does not say the agent's docs/.git is in %s:\n%s", archive, out)
+	}
+	if st, err := os.Lstat(archive); err != nil || st.Sys().(*syscall.Stat_t).Uid != attackOwner || st.Mode().Perm() != 0o600 {
+		t.Errorf("the archive %s: %v, want a 0600 file of the user's", archive, err)
+	}
+	if out, err := asOwner(t, filepath.Dir(restored), "tar -tf "+archive); err != nil || !strings.Contains(out, "docs/.git/config") {
+		t.Errorf("the user's tar -tf of the archive: %v\n%s; want docs/.git/config in it", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(restored, "docs", ".git")); err == nil {
+		t.Errorf("the restored worktree has a docs/.git: the agent's git directory came back live")
+	}
+	for _, dir := range []string{restored, filepath.Join(restored, "docs")} {
+		for _, args := range [][]string{{"status"}, {"diff"}, {"log", "-p", "-1"}} {
+			if out, err := userGit(t, dir, args...); err != nil {
+				t.Errorf("the user's git %v in the restored %s: %v\n%s", args, dir, err, out)
+			}
+		}
+	}
+	assertNoMarker(t, markers, "after ohctl restore")
 }
 
 // assertOwnedBy fails for every inode under root that uid does not own.

@@ -195,3 +195,38 @@ func TestBorrowKeepsAUsersACLAndSpecialBits(t *testing.T) {
 		t.Errorf("shared is owned by %d after Release", ownerOf(t, dir))
 	}
 }
+
+// TestArchiveBringsTheAgentsGitDirsBackAsFiles: the git directories
+// Release moved out come back as one tar owned by the user, holding each
+// at its path (a symlink as a symlink), and nothing when nothing moved.
+func TestArchiveBringsTheAgentsGitDirsBackAsFiles(t *testing.T) {
+	needRoot(t)
+	root := shareAndWork(t)
+	kept := filepath.Join(t.TempDir(), "kept")
+	if _, err := Release(root, ReleaseOptions{IDs: testIDs, KeptDir: kept}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "restored.agent-git-dirs.tar")
+	moved, err := Archive(kept, dst, testOwner, testOwner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) == 0 {
+		t.Fatal("Archive reports no git directory moved")
+	}
+	if got := ownerOf(t, dst); got != testOwner {
+		t.Errorf("the archive is owned by %d, want the user's %d", got, testOwner)
+	}
+	list := mustRunAs(t, testOwner, filepath.Dir(dst), "tar", "-tvf", dst)
+	for _, want := range []string{"docs/.git/config", "gitlink/.git -> ../docs/.git", "gitfile/.git", "userdir/HEAD", "userdir/objects/"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("the archive does not hold %s:\n%s", want, list)
+		}
+	}
+	if _, err := Archive(kept, dst, testOwner, testOwner); err == nil {
+		t.Errorf("a second Archive over the same file succeeded; want it never to overwrite")
+	}
+	if moved, err := Archive(filepath.Join(t.TempDir(), "none"), filepath.Join(t.TempDir(), "x.tar"), testOwner, testOwner); err != nil || moved != nil {
+		t.Errorf("Archive of nothing = %v, %v; want nothing", moved, err)
+	}
+}
