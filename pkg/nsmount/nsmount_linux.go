@@ -9,9 +9,20 @@ import (
 )
 
 // bindIn runs on its own OS thread, which it never unlocks: the thread
-// joins pid's mount namespace and ends with the goroutine.
+// joins pid's mount namespace and ends with the goroutine. Never the main
+// thread.
 func bindIn(pid int, mounts []Mount) error {
 	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		// The process's main thread: the runtime cannot end it, so it
+		// would stay in the container's namespace (holding its mounts)
+		// for good. Keep it locked, so the goroutine below runs on
+		// another thread, and give it back unchanged.
+		defer runtime.UnlockOSThread()
+		errc := make(chan error, 1)
+		go func() { errc <- bindIn(pid, mounts) }()
+		return <-errc
+	}
 	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the mount namespace of pid %d: %w", pid, err)

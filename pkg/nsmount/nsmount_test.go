@@ -22,10 +22,14 @@ func inNamespace(t *testing.T) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// unshare execs sleep once the namespace is made.
+	// unshare execs sleep once the namespace is made and its mounts are
+	// private (before that a mount there would propagate back here).
 	self, _ := os.Readlink("/proc/self/ns/mnt")
 	for i := 0; i < 100; i++ {
-		if ns, _ := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/mnt"); ns != "" && ns != self {
+		p := "/proc/" + strconv.Itoa(cmd.Process.Pid)
+		ns, _ := os.Readlink(p + "/ns/mnt")
+		comm, _ := os.ReadFile(p + "/comm")
+		if ns != "" && ns != self && strings.TrimSpace(string(comm)) == "sleep" {
 			return cmd.Process.Pid
 		}
 		time.Sleep(20 * time.Millisecond)
