@@ -85,6 +85,40 @@ func TestAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
 	if out, err := userGit(t, repo, "status", "--short"); err != nil {
 		t.Fatalf("the user's git status at the root: %v\n%s", err, out)
 	}
+	// The user's everyday git on files the agent made, in directories
+	// lent to the agent's uid (docs/): take them into a commit, stash and
+	// pop an edit, check one out over an edit and over its deletion.
+	for _, op := range [][]string{
+		{"add", "agent.txt", "docs/new.md"}, {"commit", "-q", "-m", "the user takes the agent's files"},
+		{"stash", "-q"}, {"stash", "pop", "-q"},
+		{"checkout", "--", "agent.txt"}, {"rm", "-q", "--cached", "docs/new.md"}, {"add", "docs/new.md"},
+	} {
+		if op[0] == "stash" && op[1] == "-q" {
+			if out, err := asOwner(t, repo, "echo stashed >> agent.txt && echo stashed >> docs/new.md"); err != nil {
+				t.Fatalf("the user's edit before stash: %v\n%s", err, out)
+			}
+		}
+		if op[0] == "checkout" {
+			if out, err := asOwner(t, repo, "echo edit >> agent.txt"); err != nil {
+				t.Fatalf("the user's edit before checkout: %v\n%s", err, out)
+			}
+		}
+		if out, err := userGit(t, repo, op...); err != nil {
+			t.Fatalf("the user's git %v on the agent's files: %v\n%s", op, err, out)
+		}
+	}
+	if out, err := asOwner(t, repo, "rm docs/new.md"); err != nil {
+		t.Fatalf("the user's rm of docs/new.md: %v\n%s", err, out)
+	}
+	if out, err := userGit(t, repo, "checkout", "--", "docs/new.md"); err != nil {
+		t.Fatalf("the user's git checkout of the deleted docs/new.md: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, "agent.txt")); strings.Contains(string(b), "edit") || strings.Contains(string(b), "stashed") {
+		t.Errorf("agent.txt after the user's checkout = %q, want it as committed", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, "docs", "new.md")); !strings.Contains(string(b), "stashed") {
+		t.Errorf("docs/new.md after the user's stash pop, add, rm and checkout = %q, want the popped edit", b)
+	}
 
 	// The plant: a repository in the user's docs/ whose fsmonitor marks.
 	plant := "cd " + repo + "/docs && git init -q . && git config core.fsmonitor 'touch " + markers + "/fsmonitor-ran; false'"
