@@ -102,6 +102,13 @@ func borrowedFd(fd int) (borrowing, bool) {
 	return decodeBorrowing(string(v))
 }
 
+// LentBy returns the owner and group of the directory open as fd as they
+// were before Borrow lent it to an agent; ok is false when it is not lent.
+func LentBy(fd int) (uid, gid int, ok bool) {
+	b, ok := borrowedFd(fd)
+	return b.uid, b.gid, ok
+}
+
 // OwnerOf returns the owner and group of path (following symlinks, as
 // stat does), or, for a directory lent to an agent (Borrow), its own
 // owner's: what ohd must take for the user's whatever conversation has it.

@@ -97,6 +97,13 @@ func TestBorrowedDirectoryRefusesTheAgentsBareRepo(t *testing.T) {
 	if uid, gid, err := OwnerOf(filepath.Join(root, "notes")); err != nil || uid != testOwner || gid != testOwner {
 		t.Errorf("OwnerOf(notes) while borrowed = %d:%d, %v; want the user's", uid, gid, err)
 	}
+	if fd, err := unix.Open(filepath.Join(root, "notes"), unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+		uid, _, ok := LentBy(fd)
+		unix.Close(fd)
+		if !ok || uid != testOwner {
+			t.Errorf("LentBy(notes) = %d, %v; want the user's, lent", uid, ok)
+		}
+	}
 	// The agent's doctor report names the parts, not the user's directory.
 	found, _, err := FindGitDirs(root, testIDs)
 	if err != nil {
