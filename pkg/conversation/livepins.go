@@ -121,34 +121,31 @@ func (m *Manager) pinMissing(ctx context.Context, c store.Conversation) ([]strin
 	var binds []nsmount.Mount
 	var taken []string
 	for _, mt := range missing {
-		if mt.Source != mt.Target {
-			return nil, fmt.Errorf("%s: a mount of another source (%s) cannot be added to a running container: stop it and the next start makes it anew", mt.Target, mt.Source)
-		}
 		// The agent may have been quicker: what it owns is not pinned
 		// (that would fix its repository in place of the user's).
-		fi, err := os.Lstat(mt.Target)
+		fi, err := os.Lstat(mt.Source)
 		if err != nil {
 			return nil, err
 		}
 		if fi.Mode()&os.ModeSymlink != 0 {
-			taken = append(taken, mt.Target)
+			taken = append(taken, mt.Source)
 			continue
 		}
 		// A directory of the user's lent to the agent is the user's.
-		if owner, _, err := gitboundary.OwnerOf(mt.Target); err != nil {
+		if owner, _, err := gitboundary.OwnerOf(mt.Source); err != nil {
 			return nil, err
 		} else if owner == uid {
-			taken = append(taken, mt.Target)
+			taken = append(taken, mt.Source)
 			continue
 		}
-		binds = append(binds, nsmount.Mount{Path: mt.Target, ReadOnly: mt.ReadOnly})
+		binds = append(binds, nsmount.Mount{Source: mt.Source, Target: mt.Target, ReadOnly: mt.ReadOnly})
 	}
 	var done []string
 	if err := nsmount.Bind(ins.PID, binds); err != nil {
 		return nil, err
 	}
 	for _, b := range binds {
-		done = append(done, b.Path)
+		done = append(done, b.Target)
 	}
 	if len(taken) > 0 {
 		return done, fmt.Errorf("the agent replaced what the user's git follows into a submodule before ohd could fix it: %s (owned by the agent's uid): do not run git in the repository until `ohctl rm %s` has moved the agent's git directories out (ohctl doctor %s lists them)",

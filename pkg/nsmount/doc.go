@@ -8,21 +8,26 @@
 // # Where to start
 //
 // Bind takes the pid of a process of the container (its init) and the
-// mounts, each with its source equal to its target (a host path the
-// container sees at the same path): a read-write one is a pin (a mount
-// point cannot be renamed or removed, EBUSY), a read-only one keeps the
-// agent from writing what it holds.
+// mounts: each a host path (Source) to mount at a path of the container
+// (Target), read-only or not. A pin is a host path the container sees at
+// the same path, bound onto itself (a mount point cannot be renamed or
+// removed, EBUSY); a read-only one keeps the agent from writing what it
+// holds; a source the container does not see (the repository's
+// .git/modules under its git view) is mounted all the same.
 //
 // # How
 //
-// A goroutine locks its OS thread, gives the thread a filesystem context
-// of its own (unshare CLONE_FS: setns into a mount namespace refuses a
-// thread that shares it), joins the container's mount namespace (setns
-// CLONE_NEWNS) and mounts there; the thread is never unlocked, so the Go
-// runtime ends it with the goroutine and no other goroutine ever runs in
-// that namespace. Paths resolve in the container's namespace, where the
-// workspace is mounted at its host path. Linux only; the caller must hold
-// CAP_SYS_ADMIN (ohd as root).
+// A goroutine locks its OS thread (never the process's main thread, which
+// the runtime cannot end), takes a detached copy of each source in ohd's
+// own namespace (open_tree, made read-only with mount_setattr), gives the
+// thread a filesystem context of its own (unshare CLONE_FS: setns into a
+// mount namespace refuses a thread that shares it), joins the container's
+// mount namespace (setns CLONE_NEWNS) and attaches each copy at its
+// target there (move_mount), making a missing mount point as the engine
+// does. The thread is never unlocked, so the Go runtime ends it with the
+// goroutine and no other goroutine ever runs in that namespace. Linux 5.2
+// or later (ErrUnsupported before); the caller must hold CAP_SYS_ADMIN
+// (ohd as root).
 //
 // # Caveats
 //

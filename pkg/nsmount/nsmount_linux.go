@@ -1,6 +1,7 @@
 package nsmount
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -9,8 +10,9 @@ import (
 )
 
 // bindIn runs on its own OS thread, which it never unlocks: the thread
-// joins pid's mount namespace and ends with the goroutine. Never the main
-// thread.
+// takes a detached copy of each source in ohd's namespace (open_tree),
+// then joins pid's mount namespace and attaches each at its target there
+// (move_mount), and ends with the goroutine. Never the main thread.
 func bindIn(pid int, mounts []Mount) error {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
@@ -28,42 +30,59 @@ func bindIn(pid int, mounts []Mount) error {
 		return fmt.Errorf("open the mount namespace of pid %d: %w", pid, err)
 	}
 	defer unix.Close(ns)
+	trees := make([]int, 0, len(mounts))
+	defer func() {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+	}()
+	dirs := make([]bool, 0, len(mounts))
+	for _, m := range mounts {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.Source, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOSYS) {
+			return ErrUnsupported
+		}
+		if err != nil {
+			return fmt.Errorf("take a copy of %s: %w", m.Source, err)
+		}
+		trees = append(trees, fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("stat %s: %w", m.Source, err)
+		}
+		dirs = append(dirs, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+		if m.ReadOnly {
+			attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+			if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+				return fmt.Errorf("make the copy of %s read-only: %w", m.Source, err)
+			}
+		}
+	}
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare the thread's filesystem context: %w", err)
 	}
 	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("join the mount namespace of pid %d: %w", pid, err)
 	}
-	for _, m := range mounts {
-		// The path must be what it was on the host: no symlink in its
-		// last component (the walk to it the caller checked on the host).
+	for i, m := range mounts {
 		var st unix.Stat_t
-		if err := unix.Lstat(m.Path, &st); err != nil {
-			return fmt.Errorf("%s in the container: %w", m.Path, err)
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			return fmt.Errorf("%s in the container is a symlink", m.Path)
-		}
-		if err := unix.Mount(m.Path, m.Path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind %s onto itself: %w", m.Path, err)
-		}
-		if !m.ReadOnly {
-			continue
-		}
-		// A remount keeps the flags the kernel locks (nosuid, nodev,
-		// noexec of the mount it came from) only if they are passed.
-		var sfs unix.Statfs_t
-		if err := unix.Statfs(m.Path, &sfs); err != nil {
-			return fmt.Errorf("statfs %s: %w", m.Path, err)
-		}
-		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY)
-		for st, ms := range map[int64]uintptr{unix.ST_NOSUID: unix.MS_NOSUID, unix.ST_NODEV: unix.MS_NODEV, unix.ST_NOEXEC: unix.MS_NOEXEC, unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME, unix.ST_RELATIME: unix.MS_RELATIME} {
-			if int64(sfs.Flags)&st != 0 {
-				flags |= ms
+		err := unix.Lstat(m.Target, &st)
+		switch {
+		case errors.Is(err, unix.ENOENT) && dirs[i]:
+			err = unix.Mkdir(m.Target, 0o755)
+		case errors.Is(err, unix.ENOENT):
+			var fd int
+			if fd, err = unix.Open(m.Target, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o444); err == nil {
+				unix.Close(fd)
 			}
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			err = fmt.Errorf("a symlink")
 		}
-		if err := unix.Mount("", m.Path, "", flags, ""); err != nil {
-			return fmt.Errorf("make %s read-only: %w", m.Path, err)
+		if err != nil {
+			return fmt.Errorf("%s in the container: %w", m.Target, err)
+		}
+		if err := unix.MoveMount(trees[i], "", unix.AT_FDCWD, m.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount %s at %s in the container: %w", m.Source, m.Target, err)
 		}
 	}
 	return nil

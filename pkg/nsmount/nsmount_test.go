@@ -70,7 +70,7 @@ func TestBindPinsInTheNamespaceOnly(t *testing.T) {
 	if err := os.WriteFile(dotGit, []byte("gitdir: ../x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Bind(pid, []Mount{{Path: sub}, {Path: dotGit, ReadOnly: true}}); err != nil {
+	if err := Bind(pid, []Mount{{Source: sub, Target: sub}, {Source: dotGit, Target: dotGit, ReadOnly: true}}); err != nil {
 		t.Fatal(err)
 	}
 	p := strconv.Itoa(pid)
@@ -103,10 +103,37 @@ func TestBindRefusesASymlink(t *testing.T) {
 	if err := os.Symlink("/etc", filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
-	if err := Bind(pid, []Mount{{Path: filepath.Join(dir, "link")}}); err == nil || !strings.Contains(err.Error(), "symlink") {
+	if err := Bind(pid, []Mount{{Source: dir, Target: filepath.Join(dir, "link")}}); err == nil || !strings.Contains(err.Error(), "symlink") {
 		t.Errorf("Bind of a symlink = %v, want a refusal", err)
 	}
 	if o := mountOf(t, strconv.Itoa(pid), "/etc"); o != "" && mountOf(t, "self", "/etc") == "" {
 		t.Errorf("/etc was mounted in the namespace")
+	}
+}
+
+// TestBindAHostPathTheNamespaceShadows: in the namespace another mount
+// hides the host's directory (as a conversation's git view hides the
+// repository's .git); the host's modules/ is mounted there all the same,
+// its mount point made, read-only.
+func TestBindAHostPathTheNamespaceShadows(t *testing.T) {
+	pid := inNamespace(t)
+	p := strconv.Itoa(pid)
+	dir := t.TempDir()
+	modules := filepath.Join(dir, "modules")
+	if err := os.MkdirAll(modules, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(modules, "HEAD"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("nsenter", "-t", p, "-m", "mount", "-t", "tmpfs", "view", dir).CombinedOutput(); err != nil {
+		t.Fatalf("shadow %s in the namespace: %v %s", dir, err, out)
+	}
+	if err := Bind(pid, []Mount{{Source: modules, Target: modules, ReadOnly: true}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("nsenter", "-t", p, "-m", "sh", "-c", "cat "+modules+"/HEAD; echo x > "+modules+"/HEAD").CombinedOutput()
+	if !strings.Contains(string(out), "host") || err == nil || !strings.Contains(string(out), "Read-only") {
+		t.Errorf("in the namespace, the host's modules/HEAD read and written = %v, %q; want its content and EROFS", err, out)
 	}
 }
