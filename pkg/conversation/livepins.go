@@ -40,6 +40,11 @@ const pinRecheck = 10 * time.Second
 type pinState struct {
 	sig     string
 	checked time.Time
+	// container and bound: the targets ohd bound into that container, each
+	// at most once (a target the namespace does not show as a mount point
+	// after all is not stacked again every look).
+	container string
+	bound     map[string]bool
 }
 
 // indexSig is the stat of the index the user's submodule changes show in
@@ -75,16 +80,19 @@ func (m *Manager) pinLive(ctx context.Context, c store.Conversation) {
 	if m.pub.pins == nil {
 		m.pub.pins = map[string]pinState{}
 	}
-	old, seen := m.pub.pins[c.ID]
-	due := !seen || old.sig != sig || now.Sub(old.checked) >= pinRecheck
-	if due {
-		m.pub.pins[c.ID] = pinState{sig: sig, checked: now}
+	st, seen := m.pub.pins[c.ID]
+	due := !seen || st.sig != sig || now.Sub(st.checked) >= pinRecheck
+	if st.container != c.ContainerID || st.bound == nil {
+		st.container, st.bound = c.ContainerID, map[string]bool{}
 	}
+	st.sig, st.checked = sig, now
+	bound := st.bound
+	m.pub.pins[c.ID] = st
 	m.pub.mu.Unlock()
 	if !due {
 		return
 	}
-	pinned, err := m.pinMissing(ctx, c)
+	pinned, err := m.pinMissing(ctx, c, bound)
 	switch {
 	case err != nil && ctx.Err() == nil:
 		m.log.Warn("could not fix the new pointers in the running container", "id", c.ID, "err", err)
@@ -96,7 +104,7 @@ func (m *Manager) pinLive(ctx context.Context, c store.Conversation) {
 
 // pinMissing binds the workspace mounts c's running container lacks and
 // returns their targets.
-func (m *Manager) pinMissing(ctx context.Context, c store.Conversation) ([]string, error) {
+func (m *Manager) pinMissing(ctx context.Context, c store.Conversation, bound map[string]bool) ([]string, error) {
 	want, err := m.workspaceMounts(c)
 	if err != nil {
 		return nil, fmt.Errorf("the mount plan: %w", err)
@@ -121,6 +129,9 @@ func (m *Manager) pinMissing(ctx context.Context, c store.Conversation) ([]strin
 	var binds []nsmount.Mount
 	var taken []string
 	for _, mt := range missing {
+		if bound[mt.Target] {
+			continue // bound before, and still not seen: not again
+		}
 		// The agent may have been quicker: what it owns is not pinned
 		// (that would fix its repository in place of the user's).
 		fi, err := os.Lstat(mt.Source)
@@ -146,6 +157,7 @@ func (m *Manager) pinMissing(ctx context.Context, c store.Conversation) ([]strin
 	}
 	for _, b := range binds {
 		done = append(done, b.Target)
+		bound[b.Target] = true
 	}
 	if len(taken) > 0 {
 		return done, fmt.Errorf("the agent replaced what the user's git follows into a submodule before ohd could fix it: %s (owned by the agent's uid): do not run git in the repository until `ohctl rm %s` has moved the agent's git directories out (ohctl doctor %s lists them)",
