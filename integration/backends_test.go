@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -223,8 +224,9 @@ func TestBackendLifecycle(t *testing.T) {
 	})
 }
 
-// TestBackendHardening: the agent runs as the repository's owner (uid
-// 1000 here, not root) with no capabilities and no-new-privileges, and
+// TestBackendHardening: the agent runs as its own uid (agentUID, neither
+// root nor the repository's owner, since issue 26) with no capabilities
+// and no-new-privileges, and
 // ohctl doctor finds the container hardened.
 func TestBackendHardening(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -234,7 +236,7 @@ func TestBackendHardening(t *testing.T) {
 		var c store.Conversation
 		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
 		_, status := d.execIn(c.ID, catCmd("/proc/self/status")...)
-		for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Uid:\t1000\t1000\t1000\t1000"} {
+		for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", fmt.Sprintf("Uid:\t%[1]d\t%[1]d\t%[1]d\t%[1]d", agentUID)} {
 			if !strings.Contains(status, want) {
 				t.Errorf("/proc/self/status lacks %q", want)
 			}

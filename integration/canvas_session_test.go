@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -215,9 +216,11 @@ func TestCanvasWholeSession(t *testing.T) {
 			*out.Stdout != "canvas-terminal\n"+c.dir+"\n" {
 			t.Errorf("terminal in %s = %d %s, want exit 0 and the folder", c.id, r.Status, r.Body)
 		}
-		// The command ran as the folder's owner.
-		if got, want := uidOf(t, filepath.Join(c.dir, ".terminal-probe")), uidOf(t, c.dir); got != want {
-			t.Errorf("the terminal's file in %s belongs to uid %s, want the folder's %s", c.dir, got, want)
+		// The command ran as the agent's own uid (issue 26: never the
+		// folder's owner, whose git must not read what the agent wrote;
+		// the file goes back to the owner when the conversation ends).
+		if got, want := uidOf(t, filepath.Join(c.dir, ".terminal-probe")), fmt.Sprint(agentUID); got != want {
+			t.Errorf("the terminal's file in %s belongs to uid %s, want the agent's %s", c.dir, got, want)
 		}
 	}
 	// The deprecated global route with ?cid= reaches the same container.

@@ -263,11 +263,11 @@ func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, ti
 	strict := "--strict=gitmodulesUpdate=error,gitmodulesUrl=error,gitmodulesPath=error,gitmodulesName=error"
 	keep := noop
 	if sum.Objects < 100 && sum.Expanded < 32<<20 {
-		if _, err := m.git(ctx, ct, runOpts{in: f, env: env}, "unpack-objects", "-q", strict); err != nil {
+		if _, err := m.git(ctx, ct, runOpts{In: f, Env: env}, "unpack-objects", "-q", strict); err != nil {
 			return noop, refused(ReasonInvalidObjects, "%w: git unpack-objects: %v", ErrRefused, err)
 		}
 	} else {
-		out, err := m.git(ctx, ct, runOpts{in: f, env: env}, "-c", "core.bigFileThreshold=16m", "-c", "core.deltaBaseCacheLimit=32m",
+		out, err := m.git(ctx, ct, runOpts{In: f, Env: env}, "-c", "core.bigFileThreshold=16m", "-c", "core.deltaBaseCacheLimit=32m",
 			"index-pack", "--stdin", strict, "--keep=ohd import", "--threads=2", fmt.Sprintf("--max-input-size=%d", lim.MaxPackBytes))
 		if err != nil {
 			return noop, refused(ReasonInvalidObjects, "%w: git index-pack: %v", ErrRefused, err)
@@ -340,7 +340,7 @@ func (m *Manager) checkImport(ctx context.Context, ct gitTarget, env []string, t
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
 	dw := &depthWriter{max: m.maxTreeDepth, stop: stop}
-	_, err := m.git(rctx, ct, runOpts{stdin: []byte(strings.Join(tips, "\n") + "\n"), env: env, out: dw},
+	_, err := m.git(rctx, ct, runOpts{Stdin: []byte(strings.Join(tips, "\n") + "\n"), Env: env, Out: dw},
 		"rev-list", "--objects", "--stdin", "--not", "--all", "--")
 	if dw.tooDeep {
 		return refused(ReasonTreeTooDeep, "%w: the view's commit %s has a tree nested more than %d directories deep", ErrRefused, truncate(strings.Join(tips, ", "), 200), m.maxTreeDepth)
@@ -355,7 +355,7 @@ func (m *Manager) checkImport(ctx context.Context, ct gitTarget, env []string, t
 	for _, t := range commits {
 		in.WriteString(t + "\n")
 	}
-	out, err := m.git(ctx, ct, runOpts{stdin: in.Bytes(), env: env}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	out, err := m.git(ctx, ct, runOpts{Stdin: in.Bytes(), Env: env}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
 	if err != nil {
 		return fmt.Errorf("look up the imported tips: %w", err)
 	}
@@ -423,7 +423,7 @@ func (m *Manager) present(ctx context.Context, ct gitTarget, oids []string) (map
 	if len(ask) == 0 {
 		return got, nil
 	}
-	out, err := m.git(ctx, ct, runOpts{stdin: in.Bytes()}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	out, err := m.git(ctx, ct, runOpts{Stdin: in.Bytes()}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
 	if err != nil {
 		return nil, fmt.Errorf("look up objects: %w", err)
 	}

@@ -57,7 +57,7 @@ func (m *Manager) Inspect(ctx context.Context, path string) (Repo, error) {
 	if m.euid != 0 {
 		uid, gid = m.euid, os.Getegid()
 	}
-	t := gitTarget{dir: ws, uid: uid, gid: gid, discover: true}
+	t := gitTarget{Dir: ws, UID: uid, GID: gid, Discover: true}
 	out, err := m.git(ctx, t, runOpts{}, "rev-parse", "--is-inside-git-dir", "--is-inside-work-tree", "--is-bare-repository")
 	if err != nil {
 		var ge *GitError

@@ -164,12 +164,12 @@ func (m *Manager) updateRefs(ctx context.Context, ct gitTarget, tx string, args 
 	for line := range strings.Lines(tx) {
 		f := strings.Fields(line)
 		if len(f) >= 2 && (f[0] == "update" || f[0] == "delete" || f[0] == "create") {
-			if _, err := m.clearStaleLock(ct.gitDir, f[1]); err != nil {
+			if _, err := m.clearStaleLock(ct.GitDir, f[1]); err != nil {
 				return err
 			}
 		}
 	}
-	_, err := m.git(ctx, ct, runOpts{stdin: []byte(tx)}, append(append([]string{"update-ref"}, args...), "--stdin")...)
+	_, err := m.git(ctx, ct, runOpts{Stdin: []byte(tx)}, append(append([]string{"update-ref"}, args...), "--stdin")...)
 	return err
 }
 
