@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,6 +32,10 @@ import (
 // already took (the directory or its .git is the agent's) is not pinned,
 // and the conversation's publish error says so.
 
+// errPinLater: the container could not be looked at now; the next look
+// tries again.
+var errPinLater = errors.New("the container cannot be looked at now")
+
 // pinRecheck is how often the plan is worked out again without a change
 // of the index ohd watches (a plain folder's repositories, a submodule's
 // own index).
@@ -40,6 +45,11 @@ const pinRecheck = 10 * time.Second
 type pinState struct {
 	sig     string
 	checked time.Time
+	// busy: a look is running (in its own goroutine: the engine may be
+	// slow to answer, and the publisher must not wait for it).
+	busy bool
+	// plan is the plan last worked out, whose lacking mounts were bound.
+	plan string
 	// container and bound: the targets ohd bound into that container, each
 	// at most once (a target the namespace does not show as a mount point
 	// after all is not stacked again every look).
@@ -72,7 +82,7 @@ func indexSig(c store.Conversation) string {
 
 // pinLive binds into c's running container the workspace mounts of
 // today's plan it lacks, when the user's index changed since the last
-// look (or pinRecheck passed).
+// look (or pinRecheck passed), in a goroutine of the publisher's.
 func (m *Manager) pinLive(ctx context.Context, c store.Conversation) {
 	sig := indexSig(c)
 	now := time.Now()
@@ -81,40 +91,69 @@ func (m *Manager) pinLive(ctx context.Context, c store.Conversation) {
 		m.pub.pins = map[string]pinState{}
 	}
 	st, seen := m.pub.pins[c.ID]
-	due := !seen || st.sig != sig || now.Sub(st.checked) >= pinRecheck
-	if st.container != c.ContainerID || st.bound == nil {
-		st.container, st.bound = c.ContainerID, map[string]bool{}
-	}
-	st.sig, st.checked = sig, now
-	bound := st.bound
-	m.pub.pins[c.ID] = st
-	m.pub.mu.Unlock()
+	due := !st.busy && (!seen || st.sig != sig || now.Sub(st.checked) >= pinRecheck)
 	if !due {
+		m.pub.mu.Unlock()
 		return
 	}
-	pinned, err := m.pinMissing(ctx, c, bound)
+	if st.container != c.ContainerID || st.bound == nil {
+		st.container, st.bound, st.plan = c.ContainerID, map[string]bool{}, ""
+	}
+	st.sig, st.checked, st.busy = sig, now, true
+	m.pub.pins[c.ID] = st
+	m.pub.mu.Unlock()
+	m.pub.wg.Add(1)
+	go func() {
+		defer m.pub.wg.Done()
+		plan := m.pinLook(ctx, c, st)
+		m.pub.mu.Lock()
+		if cur, ok := m.pub.pins[c.ID]; ok && cur.container == st.container {
+			cur.busy, cur.plan = false, plan
+			m.pub.pins[c.ID] = cur
+		}
+		m.pub.mu.Unlock()
+	}()
+}
+
+// pinLook is one look of pinLive; it returns the plan it bound (its
+// key), or "" when the next look must work on it again.
+func (m *Manager) pinLook(ctx context.Context, c store.Conversation, st pinState) string {
+	want, err := m.workspaceMounts(c)
+	if err != nil {
+		m.log.Warn("could not fix the new pointers in the running container", "id", c.ID, "err", err)
+		return ""
+	}
+	key := fmt.Sprint(want)
+	if key == st.plan {
+		return key // bound already: no engine call for the same plan
+	}
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	pinned, err := m.pinMissing(ictx, c, want, st.bound)
 	switch {
+	case errors.Is(err, errPinLater):
+		return ""
 	case err != nil && ctx.Err() == nil:
 		m.log.Warn("could not fix the new pointers in the running container", "id", c.ID, "err", err)
 		m.recordPinError(c.ID, err)
 	case len(pinned) > 0:
 		m.log.Info("fixed new pointers in the running container", "id", c.ID, "mounts", pinned)
 	}
+	if err != nil {
+		return ""
+	}
+	return key
 }
 
 // pinMissing binds the workspace mounts c's running container lacks and
 // returns their targets.
-func (m *Manager) pinMissing(ctx context.Context, c store.Conversation, bound map[string]bool) ([]string, error) {
-	want, err := m.workspaceMounts(c)
-	if err != nil {
-		return nil, fmt.Errorf("the mount plan: %w", err)
-	}
+func (m *Manager) pinMissing(ctx context.Context, c store.Conversation, want []runtime.Mount, bound map[string]bool) ([]string, error) {
 	ins, err := m.rt.Inspect(ctx, c.ContainerID)
 	if err != nil || !ins.Running {
-		return nil, nil // it stopped: its next start makes it anew with the plan
+		return nil, errPinLater // it stopped (its next start makes it anew with the plan), or the engine is slow
 	}
 	if ins.PID == 0 {
-		return nil, nil // the runtime cannot say (its processes are elsewhere): doctor reports the lack
+		return nil, errPinLater // the runtime cannot say (its processes are elsewhere): doctor reports the lack
 	}
 	have, err := mountPoints(ins.PID)
 	if err != nil {
