@@ -27,66 +27,9 @@ import (
 // must run nothing. The control runs the same attacks on the host without
 // ohd, and each fires.
 
-// pointerRepo makes dir a repository with submodules: sub (checked out,
-// with its own submodule deep, not checked out), a/b/lib (checked out,
-// two directories down, with deep too) and vendor/x (not checked out).
-func pointerRepo(t *testing.T, dir string) {
-	t.Helper()
-	deep := testenv.NewRepo(t, testenv.RepoOptions{})
-	inner := testenv.NewRepo(t, testenv.RepoOptions{})
-	git := func(dir string, args ...string) {
-		testenv.Git(t, dir, append([]string{"-c", "safe.directory=*", "-c", "protocol.file.allow=always"}, args...)...)
-	}
-	git(inner, "submodule", "add", "-q", deep, "deep")
-	git(inner, "commit", "-q", "-m", "deep")
-	testenv.InitRepo(t, dir, "main")
-	for _, p := range []string{"sub", "a/b/lib", "vendor/x"} {
-		git(dir, "submodule", "add", "-q", inner, p)
-	}
-	git(dir, "commit", "-q", "-m", "submodules")
-	git(dir, "submodule", "deinit", "-q", "-f", "vendor/x")
-}
-
-// pointerAttack is one attack: Script runs in the work tree as the agent
-// and plants a repository whose fsmonitor touches $MARKERS/<Name>.
-type pointerAttack struct{ Name, Script string }
-
-// pointerAttacks are the attacks on pointerRepo's layout, in an order
-// where each leaves what the next needs: checkedOut for the repository
-// itself (in place, a plain folder), !checkedOut for a fresh worktree (no
-// submodule populated, its .git a file).
-func pointerAttacks(checkedOut bool) []pointerAttack {
-	plant := func(p, name string) string {
-		return "git init -q " + p + " && git -C " + p + " config core.fsmonitor \"touch $MARKERS/" + name + "; false\""
-	}
-	var as []pointerAttack
-	if checkedOut {
-		as = append(as,
-			pointerAttack{"init-sub-deep", plant("sub/deep", "init-sub-deep")},
-			pointerAttack{"init-lib-deep", plant("a/b/lib/deep", "init-lib-deep")},
-			pointerAttack{"sub-dotgit", "rm -f sub/.git && " + plant("sub", "sub-dotgit")},
-			pointerAttack{"move-sub", "mv sub sub.moved && mkdir -p sub && " + plant("sub", "move-sub")},
-		)
-	} else {
-		as = append(as,
-			pointerAttack{"init-sub", plant("sub", "init-sub")},
-			pointerAttack{"init-lib", plant("a/b/lib", "init-lib")},
-		)
-	}
-	as = append(as,
-		pointerAttack{"init-vendor-x", plant("vendor/x", "init-vendor-x")},
-		pointerAttack{"move-vendor", "mv vendor vendor.moved && mkdir -p vendor/x && " + plant("vendor/x", "move-vendor")},
-		pointerAttack{"move-a", "mv a a.moved && mkdir -p a/b/lib && " + plant("a/b/lib", "move-a")},
-	)
-	if !checkedOut {
-		as = append(as, pointerAttack{"dotgit", plant(".agent/evil", "dotgit") + " && printf 'gitdir: %s/.agent/evil/.git\\n' \"$(pwd)\" > .git"})
-	}
-	return as
-}
-
 // pointerScript is the attacks as one script, each introduced by a line
 // "== <name>".
-func pointerScript(attacks []pointerAttack, markers string) string {
+func pointerScript(attacks []testenv.PointerAttack, markers string) string {
 	var b strings.Builder
 	for _, a := range attacks {
 		b.WriteString("echo '== " + a.Name + "'; ( " + strings.ReplaceAll(a.Script, "$MARKERS", markers) + " ) 2>&1\n")
@@ -136,15 +79,15 @@ func TestPointerAttacksControl(t *testing.T) {
 		t.Run(map[bool]string{false: "repository", true: "worktree"}[worktree], func(t *testing.T) {
 			base := testenv.TempDir(t)
 			top := filepath.Join(base, "repo")
-			pointerRepo(t, top)
+			testenv.PointerRepo(t, top)
 			if worktree {
 				testenv.Git(t, top, "worktree", "add", "-q", filepath.Join(base, "wt"))
 				top = filepath.Join(base, "wt")
 			}
 			testenv.ChownR(t, base, attackOwner, attackOwner)
-			for _, a := range pointerAttacks(!worktree) {
+			for _, a := range testenv.PointerAttacks(!worktree, ".agent/evil") {
 				markers := markerDir(t)
-				cmd := exec.Command("sh", "-c", pointerScript([]pointerAttack{a}, markers))
+				cmd := exec.Command("sh", "-c", pointerScript([]testenv.PointerAttack{a}, markers))
 				cmd.Dir, cmd.Env = top, testenv.GitEnv()
 				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackOwner, Gid: attackOwner}}
 				out, _ := cmd.CombinedOutput()
@@ -170,7 +113,7 @@ func TestPointerAttacksFailInContainer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			base := testenv.TempDir(t)
 			repo := filepath.Join(base, "repo")
-			pointerRepo(t, repo)
+			testenv.PointerRepo(t, repo)
 			testenv.ChownR(t, base, attackOwner, attackOwner)
 			var c store.Conversation
 			top, tools := repo, ""
@@ -197,7 +140,7 @@ func TestPointerAttacksFailInContainer(t *testing.T) {
 				installAttackTool(t, tools, attackOwner, attackOwner, "rm", "mv", "mkdir")
 			}
 			markers := markerDir(t)
-			attacks := pointerAttacks(mode != "worktree")
+			attacks := testenv.PointerAttacks(mode != "worktree", ".agent/evil")
 			_, out := d.execIn(c.ID, "sh", "-c", "export PATH="+tools+":$PATH; cd "+top+" && "+pointerScript(attacks, markers))
 			t.Logf("attacks inside:\n%s", out)
 			for _, part := range strings.Split(out, "== ")[1:] {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // MinGit is the first git release that refuses a repository whose
@@ -60,22 +62,13 @@ func parseGitVersion(s string) ([3]int, bool) {
 	return v, true
 }
 
-func versionLess(a, b [3]int) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] < b[i]
-		}
-	}
-	return false
-}
-
 // CheckGit returns ErrOldGit when the host's git is older than MinGit.
 func CheckGit(ctx context.Context) (string, error) {
 	v, s, err := GitVersion(ctx)
 	if err != nil {
 		return s, err
 	}
-	if versionLess(v, MinGit) {
+	if hardgit.VersionLess(v, MinGit) {
 		return s, fmt.Errorf("%w: the host's %s does not refuse a repository another user owns, so a .git the agent plants would run as the user: install git 2.35.2 or later on the host", ErrOldGit, s)
 	}
 	return s, nil

@@ -53,6 +53,12 @@
 //     required=false. The settings travel in GIT_CONFIG_COUNT/KEY/VALUE,
 //     which, unlike -c, can name a driver containing "=".
 //
+// TestRunnerRunsNothingTheRepositoryNames and
+// TestEmptyFilterOverrideDisablesFilter try it here, each with a control
+// in which plain git runs the programs; package worktree's TestHardenedGit
+// (agent-written includes and config.worktree) and TestNoLazyFetch try it
+// through its operations.
+//
 // Consequences: filters such as Git LFS are not applied on the host, so an
 // LFS repository's worktree starts with pointer files; a partial clone
 // whose blobs are missing cannot be checked out. Configuration is

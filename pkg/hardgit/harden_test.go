@@ -1,12 +1,14 @@
 package hardgit
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -92,5 +94,67 @@ func TestEmptyFilterOverrideDisablesFilter(t *testing.T) {
 	run(nil, "add", "f.x")
 	if got := e.ran(t); !slices.Contains(got, "clean") {
 		t.Errorf("without the overrides git ran %q, want the clean filter (the check above proves nothing otherwise)", got)
+	}
+}
+
+// TestRunnerRunsNothingTheRepositoryNames: a repository whose config
+// names an fsmonitor, a hooks path with hooks, a filter driver, a pager
+// and an editor makes plain git run them (the control); the same
+// commands through a Runner run none.
+func TestRunnerRunsNothingTheRepositoryNames(t *testing.T) {
+	dir := testenv.NewRepo(t, testenv.RepoOptions{})
+	e := markerFile(filepath.Join(testenv.TempDir(t), "fired"))
+	hooks := testenv.TempDir(t)
+	for _, h := range []string{"pre-commit", "post-commit", "reference-transaction", "post-index-change"} {
+		if err := os.Rename(e.program(t, "hook-"+h, false), filepath.Join(hooks, h)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kv := range [][2]string{
+		{"core.fsmonitor", e.program(t, "fsmonitor", false)},
+		{"core.hooksPath", hooks},
+		{"filter.evil.clean", e.program(t, "filter-clean", true)},
+		{"filter.evil.smudge", e.program(t, "filter-smudge", true)},
+		{"core.pager", e.program(t, "pager", false)},
+		{"core.editor", e.program(t, "editor", false)},
+	} {
+		testenv.Git(t, dir, "config", kv[0], kv[1])
+	}
+	testenv.WriteFile(t, filepath.Join(dir, ".gitattributes"), "*.txt filter=evil\n")
+	// Not `git diff`: through a Runner it fails on diff.external="" (git
+	// 2.39 tries to run the empty command) unless given --no-ext-diff.
+	commands := [][]string{
+		{"add", "-A"},
+		{"commit", "-q", "-m", "c"},
+		{"status"},
+	}
+
+	git, err := Look()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Runner{Path: git, Timeout: time.Minute, EUID: os.Geteuid()}
+	target := Target{Dir: dir, GitDir: filepath.Join(dir, ".git"), WorkTree: dir, UID: os.Geteuid(), GID: os.Getegid()}
+	testenv.WriteFile(t, filepath.Join(dir, "a.txt"), "a\n")
+	for _, args := range commands {
+		if _, err := r.Run(context.Background(), target, Opts{}, args...); err != nil {
+			t.Fatalf("Run(%q): %v", args, err)
+		}
+	}
+	if got := e.ran(t); len(got) != 0 {
+		t.Errorf("the Runner's git ran %q", got)
+	}
+
+	// Control: plain git, same commands on a new change.
+	testenv.WriteFile(t, filepath.Join(dir, "b.txt"), "b\n")
+	for _, args := range commands {
+		cmd := exec.Command("git", args...)
+		cmd.Dir, cmd.Env = dir, append(testenv.GitEnv(), "GIT_PAGER=")
+		_ = cmd.Run()
+	}
+	for _, want := range []string{"fsmonitor", "hook-pre-commit", "hook-post-commit", "filter-clean"} {
+		if !slices.Contains(e.ran(t), want) {
+			t.Errorf("control: plain git did not run %s (ran %q): the test would prove nothing", want, e.ran(t))
+		}
 	}
 }

@@ -419,17 +419,7 @@ func (m *Manager) revParse(ctx context.Context, t gitTarget, rev string) (oid st
 }
 
 // isHexID reports whether s is a full SHA-1 or SHA-256 object id.
-func isHexID(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+func isHexID(s string) bool { return hardgit.IsObjectID(s) }
 
 // undoAdd removes what a failed Add created: the admin dir (only one whose
 // gitdir points at our path), the conversation dir, the branch (only if it

@@ -22,16 +22,16 @@
 // PlainFolderMounts is the mounts of a workspace that is no git work tree
 // at all: the repositories in it stay the user's.
 //
-// The files: add.go, remove.go, snapshot.go, restore.go are the
-// lifecycle; inplace.go is in place; view.go (seeding), publish.go (ref
-// moves), import.go (the bounded, quarantined import) and
-// sandbox.go (the in-container side) are the git view; runner.go runs
-// git through package hardgit (hardened git); mounts.go the container's
-// mounts, plain.go a plain folder's, pointers.go the pointers every mode fixes (what the user's git follows
-// into a submodule without its ownership check: .git files, submodule
-// directories and every directory above them), held.go the commits held
-// back because they would make the user's git enter a repository the
-// agent made (refs/ohd/held/<id>/, ErrHeld).
+// The files: add.go, remove.go, snapshot.go, restore.go are the lifecycle;
+// inplace.go is in place; view.go (seeding), publish.go (ref moves),
+// package gitimport (the bounded, quarantined import) and sandbox.go (the
+// in-container side) are the git view; runner.go runs git through package
+// hardgit (hardened git); mounts.go the container's mounts, plain.go a
+// plain folder's, pointers.go the pointers every mode fixes (what the
+// user's git follows into a submodule without its ownership check: .git
+// files, submodule directories and every directory above them), held.go the
+// commits held back because they would make the user's git enter a
+// repository the agent made (refs/ohd/held/<id>/, ErrHeld).
 //
 // # One path, two namespaces
 //
@@ -85,7 +85,7 @@
 // O_NOFOLLOW: nothing outside the view is ever read). Publish brings that
 // commit to the host: inside the sandbox, `git pack-objects --revs --local`
 // packs what the view holds itself; on the host the pack is imported as a
-// received push is (import.go): bounded (package packcheck refuses it from
+// received push is (package gitimport): bounded (package packcheck refuses it from
 // its entry and delta headers when it declares too many objects or too
 // large a result, before git reads it), quarantined (`git index-pack
 // --strict` or `unpack-objects --strict` into objects/incoming-ohd-*, the

@@ -45,8 +45,7 @@ type Options struct {
 	MaxPackBytes int64
 	// Import bounds what one import from a git view may declare (objects,
 	// each object's and delta result's size, the sum); the zero value
-	// takes packcheck's defaults. See "Imports are bounded and
-	// quarantined" in the package comment.
+	// takes packcheck's defaults. See package gitimport.
 	Import packcheck.Limits
 	// MaxTreeDepth bounds how deeply an imported commit's trees nest.
 	// Default: DefaultMaxTreeDepth.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ohd-dev/ohd/pkg/gitimport"
 )
 
 // KeptPrefix is where ohd keeps refs of conversation id's view that the
@@ -55,7 +57,7 @@ var ErrLocked = errors.New("ref locked")
 
 // ErrRefused wraps a publish whose objects git's validation refused (a
 // corrupt or incomplete object from the view): nothing was imported.
-var ErrRefused = errors.New("refused by validation")
+var ErrRefused = gitimport.ErrRefused
 
 // Publish makes the host's refs/heads/openhands/<id> equal to the view's
 // commit tip. published is the value ohd last wrote there (the start

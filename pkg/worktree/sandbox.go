@@ -157,10 +157,11 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack, idle or thaw", args[0])
 }
 
-// insideManager is a Manager for the sandbox: git as the current user, no
-// root, no worktree root.
+// discardLogger is the sandbox's logger: `ohctl view` logs nothing.
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// insideManager is a Manager for the sandbox: git as the current user, no
+// root, no worktree root.
 func insideManager() (*Manager, error) {
 	g, err := hardgit.Look()
 	if err != nil {
