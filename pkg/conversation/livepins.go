@@ -157,7 +157,10 @@ func (m *Manager) pinMissing(ctx context.Context, c store.Conversation, want []r
 	}
 	have, err := mountPoints(ins.PID)
 	if err != nil {
-		return nil, err
+		// ohd cannot see the container's processes (a pid namespace of
+		// its own): doctor reports what the engine says it lacks.
+		m.log.Debug("cannot read the container's mounts", "id", c.ID, "err", err)
+		return nil, errPinLater
 	}
 	missing := lackingMounts(want, have)
 	if len(missing) == 0 {
@@ -266,4 +269,11 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// canReadMounts says whether ohd sees pid's mounts (not when ohd runs in
+// a pid namespace of its own).
+func canReadMounts(pid int) bool {
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/mountinfo")
+	return err == nil
 }

@@ -31,7 +31,7 @@ func (m *Manager) checkPointers(ctx context.Context, c store.Conversation) contr
 	}
 	var lacking []runtime.Mount
 	switch {
-	case ins.PID != 0:
+	case ins.PID != 0 && canReadMounts(ins.PID):
 		// What its namespace has, live pins included (livepins.go).
 		points, err := mountPoints(ins.PID)
 		if err != nil {
