@@ -232,6 +232,29 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	for _, m := range firedMarkers(markers) {
 		_ = os.Remove(filepath.Join(markers, m))
 	}
+	heldCommit, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "rev-parse", "--verify", held)
+	if err != nil {
+		t.Fatalf("the held ref %s: %v", held, err)
+	}
+	// stillHeld: the held commit never reaches the user's branch
+	// openhands/<id> once the removal has moved the agent's repository
+	// out of x (nothing is left there that would hold it back, so a
+	// publish after the release would let it through).
+	stillHeld := func(stage string) {
+		t.Helper()
+		if got, _ := testenv.GitOutput(repo, "-c", "safe.directory=*", "rev-parse", "-q", "--verify", held); got != heldCommit {
+			t.Errorf("%s: %s = %q, want the held commit %s still there", stage, held, got, heldCommit)
+		}
+		branch, _ := testenv.GitOutput(repo, "-c", "safe.directory=*", "rev-parse", "-q", "--verify", "refs/heads/openhands/"+c.ID)
+		if branch == "" {
+			return
+		}
+		anc := exec.Command("git", "-c", "safe.directory=*", "merge-base", "--is-ancestor", heldCommit, branch)
+		anc.Dir, anc.Env = repo, testenv.GitEnv()
+		if anc.Run() == nil {
+			t.Errorf("%s: the held commit %s was published to openhands/%s (%s)", stage, heldCommit, c.ID, branch)
+		}
+	}
 	var rm struct {
 		Message string `json:"message"`
 	}
@@ -245,6 +268,16 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	}
 	// The removal moved the agent's repository out of the folder (issue
 	// 26): now even the held commit, merged, runs nothing.
+	stillHeld("after ohctl rm")
+	d.restart()
+	stillHeld("after ohctl rm and an ohd restart")
+	// A restore has no commit of the conversation's to restore; it does
+	// not publish the held one either.
+	d.ohctlErr("restore", c.ID)
+	stillHeld("after ohctl restore")
+	if _, err := os.Lstat(filepath.Join(repo, "x", ".git")); err == nil {
+		t.Errorf("after ohctl rm the agent's x/.git is still in the folder")
+	}
 	if out := userMerge(repo, held); len(firedMarkers(markers)) > 0 {
 		t.Errorf("after ohctl rm, merging the held commit ran the agent's fsmonitor:\n%s", out)
 	}
@@ -252,10 +285,12 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 
 // TestStaleMountsMakeTheContainerAnew: a container keeps the mounts it
 // was made with. The user checks out a new submodule in the folder while
-// an in-place conversation runs: its directory is not pinned in the
-// running container (the agent can still move it). When the container
-// next starts, ohd sees its mounts are not the plan's and makes it anew,
-// and the new submodule is pinned.
+// an in-place conversation runs: ohd notices the change of the user's
+// index and fixes the new submodule's pointers in the running container
+// at once (livepins.go: lib pinned, lib/.git read-only), without making
+// it anew, and doctor says all is fixed. When the container next starts,
+// ohd sees its engine mounts are not the plan's and makes it anew, and
+// lib is pinned there too.
 func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 	testenv.RequireRoot(t)
 	d := dockerDaemon(t)
@@ -270,11 +305,34 @@ func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 	hostGit(t, repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "lib")
 	hostGit(t, repo, "commit", "-q", "-m", "lib")
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
-	if code, out := d.execIn(c.ID, "sh", "-c", mv); code != 0 {
-		t.Fatalf("in the container made before lib, lib could not be moved (the test's premise): %s", out)
+	// Within a few seconds of the user's checkout the running container
+	// has lib pinned and its .git read-only: the agent can neither move
+	// lib away nor point its .git elsewhere.
+	var out string
+	pinned := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		var code int
+		code, out = d.execIn(c.ID, "sh", "-c", mv)
+		if code != 0 && strings.Contains(strings.ToLower(out), "device or resource busy") {
+			pinned = true
+			break
+		}
+	}
+	if !pinned {
+		t.Fatalf("15 s after the user added submodule lib, the agent can still move it in the running container (last try: %q)\n--- ohd log ---\n%s", out, tail(d.logs.String(), 30))
+	}
+	if code, out := d.execIn(c.ID, "sh", "-c", "echo 'gitdir: /tmp/x' > "+filepath.Join(repo, "lib", ".git")); code == 0 || !strings.Contains(strings.ToLower(out), "read-only") {
+		t.Errorf("the agent's write of lib/.git in the running container = exit %d %q, want EROFS", code, out)
+	}
+	var live store.Conversation
+	d.ohctlJSON(&live, "show", c.ID)
+	if live.ContainerID != c.ContainerID {
+		t.Errorf("the container was made anew (%s, was %s): the pins were to be added to the running one", live.ContainerID, c.ContainerID)
+	}
+	if !strings.Contains(d.logs.String(), "fixed new pointers in the running container") {
+		t.Errorf("ohd's log does not say it fixed the new pointers")
 	}
 
-	// ohctl doctor says the container lacks lib's mounts.
 	doctor := func() string {
 		out, _ := d.ohctlErr("--json", "doctor", c.ID)
 		for _, l := range strings.Split(out, "{") {
@@ -284,8 +342,8 @@ func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 		}
 		return ""
 	}
-	if got := doctor(); !strings.Contains(got, `"fail"`) || !strings.Contains(got, filepath.Join(repo, "lib")) {
-		t.Errorf("doctor's fixed-pointers check before the restart = %q, want a failure naming lib", got)
+	if got := doctor(); !strings.Contains(got, `"ok"`) {
+		t.Errorf("doctor's fixed-pointers check after the live pins = %q, want ok", got)
 	}
 	run(t, "docker", "stop", "-t", "1", c.ContainerID)
 	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {

@@ -85,10 +85,20 @@ func CheckFilesystem(dir string) error {
 	}
 	switch {
 	case err == nil, errors.Is(err, unix.ENODATA), errors.Is(err, unix.ERANGE):
-		return nil
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return fmt.Errorf("%w: %s is on a filesystem without POSIX ACLs, which the agent's separate uid needs to share it with you: move it to a filesystem with ACLs (ext4, xfs, btrfs; tmpfs mounted with acl)", ErrNoACL, dir)
 	default:
 		return fmt.Errorf("check ACL support of %s: %w", dir, err)
 	}
+	// Borrow records a lent directory's owner in a trusted.* attribute.
+	p := dir
+	_, err = unix.Lgetxattr(p, xattrBorrowed, make([]byte, 64))
+	for errors.Is(err, unix.ENOENT) && p != filepath.Dir(p) {
+		p = filepath.Dir(p)
+		_, err = unix.Lgetxattr(p, xattrBorrowed, make([]byte, 64))
+	}
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("%w: %s is on a filesystem without trusted extended attributes, where ohd records the owner of each of your directories it lends to the agent: move it to a filesystem that has them (ext4, xfs, btrfs, tmpfs)", ErrNoACL, dir)
+	}
+	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 )
 
 // Repo describes a workspace directory as git sees it.
@@ -50,7 +52,9 @@ func (m *Manager) Inspect(ctx context.Context, path string) (Repo, error) {
 	// Discovery runs as the workspace directory's owner (ohd may be root),
 	// with safe.directory=* because the owner of the git dir is what we
 	// are about to learn; rev-parse runs no programs.
-	uid, gid, err := owner(ws)
+	// A directory lent to a live conversation's agent (gitboundary.Borrow)
+	// is its user's.
+	uid, gid, err := gitboundary.OwnerOf(ws)
 	if err != nil {
 		return Repo{}, fmt.Errorf("inspect %s: %w", ws, err)
 	}
