@@ -92,9 +92,15 @@ func bridgeGateway(t *testing.T) string {
 	if name == "" || name == "<no value>" {
 		name = "docker0"
 	}
+	return interfaceAddr(t, name)
+}
+
+// interfaceAddr is the IPv4 address of the host's interface name.
+func interfaceAddr(t *testing.T, name string) string {
+	t.Helper()
 	ifc, err := net.InterfaceByName(name)
 	if err != nil {
-		t.Fatalf("the engine's bridge %s: %v", name, err)
+		t.Fatalf("the bridge %s: %v", name, err)
 	}
 	addrs, _ := ifc.Addrs()
 	for _, a := range addrs {
@@ -102,7 +108,7 @@ func bridgeGateway(t *testing.T) string {
 			return ipn.IP.String()
 		}
 	}
-	t.Fatalf("the engine's bridge %s has no IPv4 address", name)
+	t.Fatalf("the bridge %s has no IPv4 address", name)
 	return ""
 }
 

@@ -157,15 +157,21 @@ func TestPointerAttacksControl(t *testing.T) {
 	}
 }
 
-// TestPointerAttacksFailInContainer: the same attacks from inside the
+// TestBackendPointerAttacksFailInContainer: the same attacks from inside the
 // conversation's container, in place, in a worktree and in a plain folder
 // holding the repository: each fails on a mount (EBUSY: a mount point
 // cannot be moved or removed; EROFS: a read-only .git or unpopulated
 // submodule), and the user's git on the host runs nothing, during the
 // conversation and after `ohctl rm`.
-func TestPointerAttacksFailInContainer(t *testing.T) {
+//
+// On both backends: a pod's hostPath volumes are the same bind mounts.
+func TestBackendPointerAttacksFailInContainer(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	eachBackend(t, pointerAttacksFailInContainer)
+}
+
+func pointerAttacksFailInContainer(t *testing.T, b backend) {
+	d := b.daemon(t)
 	for _, mode := range []string{"in place", "worktree", "plain folder"} {
 		t.Run(mode, func(t *testing.T) {
 			base := testenv.TempDir(t)
@@ -227,7 +233,7 @@ func TestPointerAttacksFailInContainer(t *testing.T) {
 	}
 }
 
-// TestHeldGitlinkNeverReachesTheUsersMerge: in place, the agent makes a
+// TestBackendHeldGitlinkNeverReachesTheUsersMerge: in place, the agent makes a
 // repository x of its own in the folder (its fsmonitor planted) and
 // commits it as a gitlink. ohd holds that commit back (ohctl show says
 // so, naming x) under refs/ohd/held/<id>/: the user's merge of
@@ -235,9 +241,13 @@ func TestPointerAttacksFailInContainer(t *testing.T) {
 // conversation runs and after `ohctl rm` (the agent's x is still there,
 // so the commit stays held, and the removal says so). The control merges
 // the held commit itself: the fsmonitor fires.
-func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
+func TestBackendHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	eachBackend(t, heldGitlinkNeverReachesTheUsersMerge)
+}
+
+func heldGitlinkNeverReachesTheUsersMerge(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
 	markers := markerDir(t)
@@ -307,15 +317,23 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	}
 }
 
-// TestStaleMountsMakeTheContainerAnew: a container keeps the mounts it
+// TestBackendStaleMountsMakeTheContainerAnew: a container keeps the mounts it
 // was made with. The user checks out a new submodule in the folder while
 // an in-place conversation runs: its directory is not pinned in the
 // running container (the agent can still move it). When the container
 // next starts, ohd sees its mounts are not the plan's and makes it anew,
 // and the new submodule is pinned.
-func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
+//
+// On Kubernetes every start makes a pod anew (there is no stopped pod):
+// the test holds there as the check that the new pod has the plan's
+// mounts.
+func TestBackendStaleMountsMakeTheContainerAnew(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	eachBackend(t, staleMountsMakeTheContainerAnew)
+}
+
+func staleMountsMakeTheContainerAnew(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
 	var c store.Conversation
@@ -344,7 +362,7 @@ func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 	if got := doctor(); !strings.Contains(got, `"fail"`) || !strings.Contains(got, filepath.Join(repo, "lib")) {
 		t.Errorf("doctor's fixed-pointers check before the restart = %q, want a failure naming lib", got)
 	}
-	run(t, "docker", "stop", "-t", "1", c.ContainerID)
+	b.stop(t, c.ContainerID)
 	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
 		var now store.Conversation
 		d.ohctlJSON(&now, "show", c.ID)
