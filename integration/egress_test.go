@@ -29,7 +29,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
