@@ -877,3 +877,66 @@ func TestBackendEgressIsolationClaim(t *testing.T) {
 		d.ohctl("rm", id)
 	})
 }
+
+// TestKubeEvictionIsReportedAsAKillForMemory: the kubelet evicts a
+// conversation's pod for the node's lack of memory. It writes the pod's
+// status (phase Failed, reason Evicted, the agent container terminated
+// with 137) as here, where the test writes it through the API server in
+// its place: making a one-node cluster short of memory on purpose would
+// starve every other process on the machine. ohd reports it as the
+// Docker backend reports a container killed for memory: a warning that
+// it was killed for lack of memory, the record stopped with the note
+// "exited behind ohd's back (exit code 137)", and the next request makes
+// a new pod with the conversation's state.
+func TestKubeEvictionIsReportedAsAKillForMemory(t *testing.T) {
+	cs := requireKube(t)
+	b := kubeBackend()
+	d := b.daemon(t)
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
+	if code, out := d.execIn(c.ID, "sh", "-c", "echo kept > "+c.Worktree+"/kept.txt"); code != 0 {
+		t.Fatalf("write in the worktree: %d %q", code, out)
+	}
+	name, _, _ := strings.Cut(c.ContainerID, "/")
+	ns := os.Getenv("OHD_KUBE_NAMESPACE")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	p.Status.Phase = corev1.PodFailed
+	p.Status.Reason = "Evicted"
+	p.Status.Message = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki."
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: "TerminationByKubelet", Message: p.Status.Message, LastTransitionTime: now})
+	for i := range p.Status.ContainerStatuses {
+		p.Status.ContainerStatuses[i].Ready = false
+		p.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: 137, Reason: "Error", StartedAt: now, FinishedAt: now}}
+	}
+	if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("write the eviction's status: %v", err)
+	}
+	waitFor(t, 30*time.Second, "ohd to report the eviction as a kill for memory", func() bool {
+		return strings.Contains(d.logs.String(), "killed for lack of memory")
+	})
+	waitFor(t, 30*time.Second, "the record to be stopped", func() bool { return d.show(c.ID).State == store.StateStopped })
+	got := d.show(c.ID)
+	noted := false
+	for _, n := range got.Notes {
+		noted = noted || strings.Contains(n, "exited behind ohd's back") && strings.Contains(n, "(exit code 137)")
+	}
+	if !noted {
+		t.Errorf("the record's notes do not say the pod exited with 137: %q", got.Notes)
+	}
+	// Resumed on the next request: a new pod, the worktree as it was.
+	if code, out := d.execIn(c.ID, catCmd(c.Worktree+"/kept.txt")...); code != 0 || out != "kept\n" {
+		t.Errorf("after the eviction: %d %q", code, out)
+	}
+	if now := d.show(c.ID); now.State != store.StateRunning || now.ContainerID == c.ContainerID || !b.running(t, now.ContainerID) {
+		t.Errorf("after the eviction: %s in %s (the evicted pod was %s)", now.State, now.ContainerID, c.ContainerID)
+	}
+	d.ohctl("rm", c.ID)
+}
