@@ -207,7 +207,9 @@ func (e *egressEnv) rawIsolated(id string) bool {
 // attack runs the tool in container of conversation id.
 func (e *egressEnv) attack(id string, args ...string) (int, string) {
 	e.t.Helper()
-	return e.d.execIn(id, append([]string{e.tool, "net"}, args...)...)
+	// Each container has the tool in its own folder (installTool).
+	tool := filepath.Join(e.dirs[id], ".egress-test", "attacktool")
+	return e.d.execIn(id, append([]string{tool, "net"}, args...)...)
 }
 
 // egressAudit returns the conversation's egress audit records, all of
