@@ -159,7 +159,7 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("ohd.service with an invalid setting: want %s in\n%s", want, props)
 		}
 	}
-	if !strings.Contains(ohdLog(), `--runtime "dockerr": use docker, local or auto`) {
+	if !strings.Contains(ohdLog(), `--runtime "dockerr": use docker, kubernetes, local or auto`) {
 		t.Errorf("ohd's log does not say what was wrong:\n%s", ohdLog())
 	}
 }

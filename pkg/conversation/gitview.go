@@ -113,6 +113,9 @@ type publisher struct {
 	// live is, per conversation, the live mirror last written (see
 	// worktree.Mirror).
 	live map[string]map[string]string
+	// pins is, per conversation, when its live pins were last looked at
+	// (livepins.go).
+	pins map[string]pinState
 	wg   sync.WaitGroup
 }
 
@@ -180,6 +183,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 					delete(m.pub.live, c.ID)
 					delete(m.pub.failed, c.ID)
 					delete(m.pub.failed, c.ID+liveKey)
+					delete(m.pub.pins, c.ID)
 					m.pub.mu.Unlock()
 				}
 				continue
@@ -189,6 +193,9 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 				if _, err := m.wt.RefreshHostView(ctx, wt); err != nil && ctx.Err() == nil {
 					m.log.Debug("refresh the view's host remote", "id", c.ID, "err", err)
 				}
+				// A submodule the user checked out since the container
+				// was made is fixed in it now (livepins.go).
+				m.pinLive(ctx, c)
 			}
 			tip, err := m.wt.ViewBranch(wt)
 			branch := err == nil && tip != "" && tip != c.Published

@@ -188,7 +188,7 @@ func (m *Manager) UniqueCommits(ctx context.Context, commonDir, branch string, u
 	if branch == "" || strings.HasPrefix(branch, "-") || strings.ContainsAny(branch, "*?[\\") {
 		return 0, nil
 	}
-	t := gitTarget{dir: commonDir, gitDir: commonDir, uid: uid, gid: gid}
+	t := gitTarget{Dir: commonDir, GitDir: commonDir, UID: uid, GID: gid}
 	ref := "refs/heads/" + branch
 	if _, ok, err := m.revParse(ctx, t, ref); err != nil || !ok {
 		return 0, err
