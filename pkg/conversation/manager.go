@@ -212,6 +212,10 @@ type Manager struct {
 	// wait group (RunUndoRetries waits for them).
 	retrying map[string]bool
 	retries  sync.WaitGroup
+
+	// execs are the execs still starting and the conversations whose
+	// removal holds them off (BeginExec, holdExecs).
+	execs execGate
 }
 
 type startCall struct {

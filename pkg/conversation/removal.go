@@ -92,6 +92,9 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 	if conv.Removal.Discard {
 		mode = discardWork
 	}
+	// No exec may start once the agent is frozen: its command would run
+	// on, unsaved. (A removal that gives up lets them start again.)
+	defer m.holdExecs(ctx, conv.ID)()
 	res, err := m.teardown(ctx, conv, mode)
 	var se *saveError
 	if errors.As(err, &se) && ctx.Err() == nil {

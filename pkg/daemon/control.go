@@ -442,6 +442,15 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if req.Size != nil && !req.TTY {
 		return badRequest(control.CodeBadRequest, "exec: a window size is only for a terminal: ask for one with tty (ohctl exec -t)")
 	}
+	// Counted as starting until it returns or has had time to start: a
+	// removal freezes the container only once no exec is starting, and
+	// refuses new ones (a command started after the freeze would run on,
+	// its work unsaved).
+	started, err := d.mgr.BeginExec(id)
+	if err != nil {
+		return err
+	}
+	defer started()
 	if _, err := d.mgr.Target(r.Context(), id); err != nil {
 		return err
 	}
