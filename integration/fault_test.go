@@ -769,6 +769,10 @@ func (r *faultRun) wedgeIteration() {
 	})
 	r.wedged = testenv.Wedge(t, w.c.ContainerID)
 	r.wedgedC = w
+	// An exec on W, before W's removal holds execs off.
+	execW := make(chan faultCall, 1)
+	go func() { execW <- r.call("exec", "exec", w.c.ID, "--", "sh", "-c", ":") }()
+	time.Sleep(500 * time.Millisecond)
 	rmW := make(chan faultCall, 1)
 	go func() { rmW <- r.call("rm", "rm", w.c.ID) }()
 	waitFor(t, 30*time.Second, "W's removal to be marked", func() bool {
@@ -776,8 +780,6 @@ func (r *faultRun) wedgeIteration() {
 		r.d.ohctlJSON(&c, "show", w.c.ID)
 		return c.Removal != nil
 	})
-	execW := make(chan faultCall, 1)
-	go func() { execW <- r.call("exec", "exec", w.c.ID, "--", "sh", "-c", ":") }()
 	t0 := time.Now()
 	if out, err := r.d.ohctlErr("ls"); err != nil || time.Since(t0) > faultAPIBound {
 		t.Errorf("wedge: ohctl ls while W's removal waits: %v in %v\n%s", err, time.Since(t0), out)
