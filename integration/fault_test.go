@@ -125,6 +125,11 @@ var shaRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 //     conversation is removed, and at the end for all;
 //   - a restore interrupted by a fault is completed by running it again.
 //
+// It found two defects, fixed since: a freezing collect that outlived
+// a killed ohd stopped the next ohd's own collect, whose removal then
+// waited 10 minutes (freeze.Held), and an exec whose process started
+// after a removal's freeze ran on unsaved (Manager.BeginExec).
+//
 // The random choices come from a seed printed at the start (set it with
 // OHD_FAULT_SEED to replay the same choices); OHD_FAULT_ITERATIONS sets
 // the number of iterations (50; `make fault-long` runs 500).
