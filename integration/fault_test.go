@@ -115,7 +115,8 @@ var shaRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 //     ends within faultCallBound; an exec on the wedged container gives
 //     up at the engine timeout, and the log reports the call;
 //   - no removal waits for another: with the wedged conversation's
-//     removal under way, another conversation's removal completes;
+//     removal under way, another conversation's removal completes, and
+//     so does the restore of that other conversation;
 //   - SIGTERM stops ohd within 10 s (faultTermBound), whatever it does;
 //   - the next start finishes what the fault interrupted (no record in
 //     provisioning, no removal or undo pending) within
@@ -793,16 +794,28 @@ func (r *faultRun) wedgeIteration() {
 	if rmB.err != nil {
 		t.Errorf("wedge: ohctl rm B while W's removal waits on its wedged container: %v\n%s", rmB.err, rmB.out)
 	}
-	select {
-	case c := <-rmW:
-		t.Errorf("wedge: W's removal returned (%v) before B's did: the test shows nothing", c.err)
-		rmW <- c
-	default:
-	}
 	b.removed = rmB.err == nil
+	var restoreB faultCall
 	if b.removed {
 		r.d.ohctlJSON(&b.c, "show", b.c.ID)
 		r.checkCommits("wedge", b)
+		// Nor does a restore of another conversation wait for W's
+		// removal.
+		b.restoreInto = filepath.Join(testenv.TempDir(t), "restored")
+		restoreB = r.call("restore", "restore", b.c.ID, "--into", b.restoreInto)
+		if restoreB.err != nil {
+			t.Errorf("wedge: ohctl restore B while W's removal waits: %v\n%s", restoreB.err, restoreB.out)
+		} else {
+			b.restored = true
+			r.checkRestored("wedge", b)
+		}
+		r.count(restoreB)
+	}
+	select {
+	case c := <-rmW:
+		t.Errorf("wedge: W's removal returned (%v) before B's removal and restore did: the test shows nothing", c.err)
+		rmW <- c
+	default:
 	}
 	// The exec on W gives up at the engine timeout, and says so.
 	ex := <-execW
@@ -829,8 +842,9 @@ func (r *faultRun) wedgeIteration() {
 	r.count(cw)
 	r.count(rmB)
 	r.count(ex)
-	t.Logf("wedge: W %s wedged; rm B %v (%v) while rm W waited; exec on W gave up after %v (%v); SIGTERM; rm W: %v",
-		w.c.ID, rmB.err, rmB.end.Sub(rmB.start).Round(time.Millisecond), ex.end.Sub(ex.start).Round(time.Millisecond), ex.err, cw.err)
+	t.Logf("wedge: W %s wedged; rm B %v (%v) and restore B %v (%v) while rm W waited; exec on W gave up after %v (%v); SIGTERM; rm W: %v",
+		w.c.ID, rmB.err, rmB.end.Sub(rmB.start).Round(time.Millisecond), restoreB.err, restoreB.end.Sub(restoreB.start).Round(time.Millisecond),
+		ex.end.Sub(ex.start).Round(time.Millisecond), ex.err, cw.err)
 }
 
 // finish ends the run without faults: W's removal finishes now that its
