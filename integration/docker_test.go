@@ -1,12 +1,9 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +15,6 @@ import (
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
-	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -121,211 +117,6 @@ func (d *daemon) execIn(id string, cmd ...string) (int, string) {
 	}
 	d.t.Fatalf("ohctl exec: %v", err)
 	return -1, ""
-}
-
-func TestDockerContainerSettings(t *testing.T) {
-	d := dockerDaemon(t, "--read-only-rootfs")
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	secretValue := "S3CRET-VALUE-do-not-leak-" + store.NewID()
-	if _, err := d.ohctlIn(secretValue, "secret", "set", "api"); err != nil {
-		t.Fatal(err)
-	}
-	var c store.Conversation
-	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-secret", "api")
-	if c.ContainerID == "" || c.HostPort == 0 || c.State != store.StateRunning {
-		t.Fatalf("create = %+v, want a running container", c)
-	}
-	info := inspect(t, c.ContainerID)
-	hc := get(info, "HostConfig").(map[string]any)
-	cfg := get(info, "Config").(map[string]any)
-
-	if got := cfg["User"]; got != "10001:10001" {
-		t.Errorf("User = %v, want the agent's own 10001:10001, not the repository owner (issue 26)", got)
-	}
-	if got := fmt.Sprint(hc["CapDrop"]); got != "[ALL]" {
-		t.Errorf("CapDrop = %v", got)
-	}
-	if got := fmt.Sprint(hc["SecurityOpt"]); !strings.Contains(got, "no-new-privileges") {
-		t.Errorf("SecurityOpt = %v", got)
-	}
-	if hc["Privileged"] != false || hc["NetworkMode"] == "host" || hc["PidMode"] == "host" {
-		t.Errorf("privileged/host namespaces: %v %v %v", hc["Privileged"], hc["NetworkMode"], hc["PidMode"])
-	}
-	if hc["Memory"].(float64) != 268435456 || hc["PidsLimit"].(float64) != 512 || hc["NanoCpus"].(float64) <= 0 {
-		t.Errorf("limits: memory %v pids %v cpus %v", hc["Memory"], hc["PidsLimit"], hc["NanoCpus"])
-	}
-	if hc["ReadonlyRootfs"] != true || get(hc, "Tmpfs", "/tmp") == nil {
-		t.Errorf("read-only root %v, tmpfs %v", hc["ReadonlyRootfs"], hc["Tmpfs"])
-	}
-	// The default egress mode where ohd enters namespaces (it does, as
-	// root): no network but loopback, nothing published (DESIGN §5).
-	if pb, _ := get(hc, "PortBindings").(map[string]any); c.Egress != store.EgressBroker || hc["NetworkMode"] != "none" || len(pb) != 0 {
-		t.Errorf("egress %q, NetworkMode %v, port bindings %v; want broker, none and none", c.Egress, hc["NetworkMode"], get(hc, "PortBindings"))
-	}
-	if ports, _ := get(info, "NetworkSettings", "Ports").(map[string]any); len(ports) != 0 {
-		t.Errorf("published ports %v, want none", ports)
-	}
-	labels := cfg["Labels"].(map[string]any)
-	if labels["dev.ohd.conversation"] != c.ID || labels["dev.ohd.server"] != d.serverID() {
-		t.Errorf("labels = %v", labels)
-	}
-	if name := get(info, "Name"); name != "/ohd-"+strings.ReplaceAll(c.ID, "-", "")[:12] {
-		t.Errorf("name = %v", name)
-	}
-
-	// Mounts: the worktree at its own path; the conversation's git view at
-	// the repository's git dir's path; the real object store read-only as
-	// the view's alternate; the hooks read-only; nothing of the real git dir
-	// writable.
-	alt := filepath.Join(filepath.Dir(c.GitView), "objects")
-	type want struct {
-		src string
-		rw  bool
-	}
-	wantMounts := map[string]want{
-		c.Worktree:                          {c.Worktree, true},
-		filepath.Join(c.Worktree, ".git"):   {filepath.Join(c.Worktree, ".git"), false}, // the user's git follows it (pointers.go)
-		c.CommonDir:                         {c.GitView, true},
-		alt:                                 {filepath.Join(c.CommonDir, "objects"), false},
-		filepath.Join(c.CommonDir, "hooks"): {filepath.Join(c.CommonDir, "hooks"), false},
-		"/run/ohd":                          {"", false},
-		"/run/ohd/bin/ohctl":                {"", false},
-	}
-	// The host's branches, read-only, as the view's remote "host" (DESIGN
-	// §3: live both ways).
-	hostView := filepath.Join(filepath.Dir(c.GitView), "host")
-	wantMounts[hostView] = want{hostView, false}
-	// The inner server's state on the host, at its own paths (DESIGN §6):
-	// every relative default path of the real server.
-	inner := openhands.DirsOf(filepath.Join(d.dirs.State, "inner"), c.ID)
-	for _, dir := range inner.Mounted() {
-		wantMounts[dir] = want{dir, true}
-	}
-	seen := map[string]bool{}
-	for _, m := range get(info, "Mounts").([]any) {
-		src, dst, rw := get(m, "Source").(string), get(m, "Destination").(string), get(m, "RW").(bool)
-		seen[dst] = true
-		w, ok := wantMounts[dst]
-		if !ok {
-			t.Errorf("unexpected mount %s from %s", dst, src)
-			continue
-		}
-		if w.rw != rw {
-			t.Errorf("mount %s: RW = %v, want %v", dst, rw, w.rw)
-		}
-		if w.src != "" && src != w.src {
-			t.Errorf("mount %s comes from %s, want %s", dst, src, w.src)
-		}
-		if rw && strings.HasPrefix(src, c.CommonDir) {
-			t.Errorf("mount %s: the real git dir %s is writable in the container", dst, src)
-		}
-	}
-	for dst := range wantMounts {
-		if !seen[dst] {
-			t.Errorf("mount %s missing", dst)
-		}
-	}
-
-	// Nothing secret anywhere in docker inspect.
-	raw := inspectRaw(t, c.ContainerID)
-	innerKey, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key"))
-	innerSecretKey, _ := os.ReadFile(filepath.Join(c.BrokerDir, "secret-key"))
-	token, _ := os.ReadFile(filepath.Join(c.BrokerDir, "token"))
-	masterKey, _ := os.ReadFile(filepath.Join(d.dirs.State, "master.key"))
-	for what, v := range map[string]string{
-		"secret value": secretValue, "inner key": strings.TrimSpace(string(innerKey)),
-		"inner secret key": strings.TrimSpace(string(innerSecretKey)),
-		"broker token":     strings.TrimSpace(string(token)), "master key": strings.TrimSpace(string(masterKey)),
-	} {
-		if len(v) < 16 {
-			t.Fatalf("%s not found on the host (%q)", what, v)
-		}
-		if strings.Contains(raw, v) {
-			t.Errorf("docker inspect shows the %s", what)
-		}
-	}
-	if raw, _ := hex.DecodeString(strings.TrimSpace(string(masterKey))); bytes.Contains([]byte(inspectRaw(t, c.ContainerID)), raw) {
-		t.Error("docker inspect holds the raw master key")
-	}
-	for _, e := range cfg["Env"].([]any) {
-		if strings.HasPrefix(e.(string), "OH_SESSION_API_KEYS") {
-			t.Errorf("env carries %s", strings.SplitN(e.(string), "=", 2)[0])
-		}
-	}
-	d.ohctl("rm", "--discard", c.ID)
-	if containerExists(c.ContainerID) {
-		t.Error("container left after rm")
-	}
-}
-
-func TestDockerWorktreeValidFromBothSides(t *testing.T) {
-	d := dockerDaemon(t)
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	var c store.Conversation
-	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
-
-	// Inside: git sees the worktree on its branch.
-	code, out := d.execIn(c.ID, "git", "-C", c.Worktree, "status", "--short", "--branch")
-	if code != 0 || !strings.HasPrefix(out, "## openhands/"+c.ID) {
-		t.Fatalf("git status inside = %d %q, want ## openhands/%s", code, out, c.ID)
-	}
-	// On the host, at the same time: locked, not prunable, gitdir resolves.
-	e := entryFor(porcelain(t, repo), c.Worktree)
-	if e == nil || e["locked"] == "" {
-		t.Fatalf("host entry = %v, want it registered and locked", e)
-	}
-	if _, ok := e["prunable"]; ok {
-		t.Errorf("host reports the live worktree prunable: %v", e)
-	}
-	gitdir, err := os.ReadFile(filepath.Join(c.CommonDir, "worktrees", c.AdminID, "gitdir"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(strings.TrimSpace(string(gitdir))); err != nil {
-		t.Errorf("host gitdir %s does not resolve on the host: %v", gitdir, err)
-	}
-
-	// A commit made inside is published to the host's branch.
-	code, out = d.execIn(c.ID, "sh", "-c", "cd "+c.Worktree+" && echo inside > made-inside.txt && git add made-inside.txt && git -c user.name=agent -c user.email=agent@example.com commit -q -m 'from the container'")
-	if code != 0 {
-		t.Fatalf("commit inside: %d %s", code, out)
-	}
-	_, inside := d.execIn(c.ID, "git", "-C", c.Worktree, "rev-parse", "HEAD")
-	waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, strings.TrimSpace(inside), 5*time.Second)
-	if got := testenv.Git(t, repo, "log", "-1", "--format=%s", "openhands/"+c.ID); got != "from the container" {
-		t.Errorf("host branch tip = %q", got)
-	}
-
-	// gc and prune inside leave the host's registrations intact.
-	d.execIn(c.ID, "git", "-C", c.Worktree, "worktree", "prune")
-	d.execIn(c.ID, "git", "-C", c.Worktree, "gc", "--prune=now")
-	e = entryFor(porcelain(t, repo), c.Worktree)
-	if e == nil {
-		t.Fatal("the worktree registration is gone after gc/prune inside")
-	}
-	if _, ok := e["prunable"]; ok {
-		t.Errorf("prunable after gc inside: %v", e)
-	}
-	// The config inside is the conversation's own; the hooks are the
-	// repository's, read-only.
-	if code, out := d.execIn(c.ID, "sh", "-c", "echo '[evil]' >> "+filepath.Join(c.CommonDir, "config")); code != 0 {
-		t.Errorf("writing the view's config inside failed: %s", out)
-	}
-	if code, _ := d.execIn(c.ID, "sh", "-c", "echo evil >> "+filepath.Join(c.CommonDir, "hooks", "post-checkout")); code == 0 {
-		t.Error("writing a hook inside the container succeeded")
-	}
-	if b, _ := os.ReadFile(filepath.Join(c.CommonDir, "config")); strings.Contains(string(b), "evil") {
-		t.Error("the host's .git/config was changed from inside")
-	}
-
-	var rm store.Conversation
-	d.ohctlJSON(&rm, "rm", c.ID)
-	if !rm.Removal.BranchKept {
-		t.Error("the branch with a commit from inside was not kept")
-	}
-	if got := porcelain(t, repo); len(got) != 1 {
-		t.Errorf("registrations after rm: %v", got)
-	}
 }
 
 func TestDockerNonRootRepository(t *testing.T) {
@@ -515,43 +306,6 @@ func TestDockerIdleStopAndRestart(t *testing.T) {
 		t.Error("the restarted container kept its old inner key")
 	}
 	d.ohctl("rm", c.ID)
-}
-
-func TestDockerReconcileAfterKill(t *testing.T) {
-	d := dockerDaemon(t)
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	var a, b store.Conversation
-	d.ohctlJSON(&a, "create", "--repo", repo, "--worktree")
-	d.ohctlJSON(&b, "create", "--repo", repo, "--worktree")
-	serverID := d.serverID()
-	d.kill()
-
-	// While ohd is down: b's container vanishes, and a stranger with our
-	// label appears.
-	if err := dockerCmd("rm", "-f", b.ContainerID).Run(); err != nil {
-		t.Fatal(err)
-	}
-	stranger := strings.TrimSpace(run(t, "docker", "create", "--label", "dev.ohd.server="+serverID, "--label", "dev.ohd.conversation="+store.NewID(), testimage.Ref))
-
-	d.start()
-	var a2, b2 store.Conversation
-	d.ohctlJSON(&a2, "show", a.ID)
-	d.ohctlJSON(&b2, "show", b.ID)
-	if a2.State != store.StateRunning || a2.ContainerID != a.ContainerID || get(inspect(t, a.ContainerID), "State", "Running") != true {
-		t.Errorf("a not adopted: state %s container %s (was %s)", a2.State, a2.ContainerID, a.ContainerID)
-	}
-	if b2.State != store.StateStopped {
-		t.Errorf("b's container is gone but its record is %s", b2.State)
-	}
-	if containerExists(stranger) {
-		t.Error("the labelled container without a record was not removed")
-	}
-	// a's inner server still answers through a fresh broker and exec.
-	if code, out := d.execIn(a.ID, "git", "-C", a.Worktree, "status", "--short", "--branch"); code != 0 || !strings.HasPrefix(out, "## openhands/"+a.ID) {
-		t.Errorf("adopted conversation: %d %q", code, out)
-	}
-	d.ohctl("rm", a.ID)
-	d.ohctl("rm", b.ID)
 }
 
 func TestDockerEngineUnreachableError(t *testing.T) {

@@ -450,17 +450,17 @@ func runControl(t *testing.T, mode byte, c hostGitCase) {
 	t.Logf("control fires: %s", p.byTag()[w.tag(c)][0])
 }
 
-// TestHostGitInPlace runs the attack table against in-place
-// conversations.
-func TestHostGitInPlace(t *testing.T) { runHostGit(t, 'I') }
+// TestBackendHostGitInPlace runs the attack table against in-place
+// conversations, on each backend (the controls once: they run no ohd).
+func TestBackendHostGitInPlace(t *testing.T) { runHostGit(t, 'I') }
 
-// TestHostGitWorktree runs the attack table against worktree
+// TestBackendHostGitWorktree runs the attack table against worktree
 // conversations.
-func TestHostGitWorktree(t *testing.T) { runHostGit(t, 'W') }
+func TestBackendHostGitWorktree(t *testing.T) { runHostGit(t, 'W') }
 
-// TestHostGitPlain runs the attack table against plain-folder
+// TestBackendHostGitPlain runs the attack table against plain-folder
 // conversations (a folder holding the user's repository proj).
-func TestHostGitPlain(t *testing.T) { runHostGit(t, 'P') }
+func TestBackendHostGitPlain(t *testing.T) { runHostGit(t, 'P') }
 
 func runHostGit(t *testing.T, mode byte) {
 	testenv.RequireRoot(t)
@@ -479,8 +479,14 @@ func runHostGit(t *testing.T, mode byte) {
 		}
 	})
 	t.Logf("controls took %v", time.Since(start).Round(time.Second))
+	eachBackend(t, func(t *testing.T, b backend) { runHostGitOn(t, b, mode, groups) })
+}
 
-	d := dockerDaemon(t)
+// runHostGitOn runs the attack table of mode against conversations of
+// an ohd on b.
+func runHostGitOn(t *testing.T, b backend, mode byte, groups map[string][]hostGitCase) {
+	start := time.Now()
+	d := b.daemon(t)
 	u := newHostUser(t)
 	box := newMarkerBox(t)
 	var names []string

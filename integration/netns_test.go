@@ -87,7 +87,7 @@ func TestAPIForwardsInsideTheContainer(t *testing.T) {
 // connection to another's inner server (inter-container communication is
 // off), while each reaches its own and the host reaches its published port.
 // That is --egress open's network; with --egress broker (the default
-// here) a container has no network at all (TestEgressAttackRawTCPToHostLoopback).
+// here) a container has no network at all (TestBackendEgressAttackRawTCPToHostLoopback).
 func TestConversationsCannotReachEachOther(t *testing.T) {
 	testenv.RequireRoot(t)
 	d := dockerDaemon(t, "--egress", "open")

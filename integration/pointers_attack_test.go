@@ -100,15 +100,21 @@ func TestPointerAttacksControl(t *testing.T) {
 	}
 }
 
-// TestPointerAttacksFailInContainer: the same attacks from inside the
+// TestBackendPointerAttacksFailInContainer: the same attacks from inside the
 // conversation's container, in place, in a worktree and in a plain folder
 // holding the repository: each fails on a mount (EBUSY: a mount point
 // cannot be moved or removed; EROFS: a read-only .git or unpopulated
 // submodule), and the user's git on the host runs nothing, during the
 // conversation and after `ohctl rm`.
-func TestPointerAttacksFailInContainer(t *testing.T) {
+//
+// On both backends: a pod's hostPath volumes are the same bind mounts.
+func TestBackendPointerAttacksFailInContainer(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	eachBackend(t, pointerAttacksFailInContainer)
+}
+
+func pointerAttacksFailInContainer(t *testing.T, b backend) {
+	d := b.daemon(t)
 	for _, mode := range []string{"in place", "worktree", "plain folder"} {
 		t.Run(mode, func(t *testing.T) {
 			base := testenv.TempDir(t)
@@ -170,7 +176,7 @@ func TestPointerAttacksFailInContainer(t *testing.T) {
 	}
 }
 
-// TestHeldGitlinkNeverReachesTheUsersMerge: in place, the agent makes a
+// TestBackendHeldGitlinkNeverReachesTheUsersMerge: in place, the agent makes a
 // repository x of its own in the folder (its fsmonitor planted) and
 // commits it as a gitlink. ohd holds that commit back (ohctl show says
 // so, naming x) under refs/ohd/held/<id>/: the user's merge of
@@ -178,9 +184,13 @@ func TestPointerAttacksFailInContainer(t *testing.T) {
 // conversation runs and after `ohctl rm` (the agent's x is still there,
 // so the commit stays held, and the removal says so). The control merges
 // the held commit itself: the fsmonitor fires.
-func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
+func TestBackendHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	eachBackend(t, heldGitlinkNeverReachesTheUsersMerge)
+}
+
+func heldGitlinkNeverReachesTheUsersMerge(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
 	markers := markerDir(t)
@@ -283,17 +293,27 @@ func TestHeldGitlinkNeverReachesTheUsersMerge(t *testing.T) {
 	}
 }
 
-// TestStaleMountsMakeTheContainerAnew: a container keeps the mounts it
+// TestBackendStaleMountsMakeTheContainerAnew: a container keeps the mounts it
 // was made with. The user checks out a new submodule in the folder while
-// an in-place conversation runs: ohd notices the change of the user's
-// index and fixes the new submodule's pointers in the running container
-// at once (livepins.go: lib pinned, lib/.git read-only), without making
-// it anew, and doctor says all is fixed. When the container next starts,
-// ohd sees its engine mounts are not the plan's and makes it anew, and
-// lib is pinned there too.
-func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
+// an in-place conversation runs. On Docker ohd notices the change of the
+// user's index and fixes the new submodule's pointers in the running
+// container at once (livepins.go: lib pinned, lib/.git read-only),
+// without making it anew, and doctor says all is fixed. When the
+// container next starts, ohd sees its engine mounts are not the plan's
+// and makes it anew, and lib is pinned there too.
+//
+// On Kubernetes ohd cannot reach a running pod's mount namespace (it
+// has no process id of it), so by design the pod keeps its mounts until
+// the next start: doctor names lib as not fixed meanwhile. Every start
+// makes a pod anew (there is no stopped pod), and the new pod has the
+// plan's mounts.
+func TestBackendStaleMountsMakeTheContainerAnew(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	eachBackend(t, staleMountsMakeTheContainerAnew)
+}
+
+func staleMountsMakeTheContainerAnew(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
 	var c store.Conversation
@@ -305,6 +325,49 @@ func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 	hostGit(t, repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "lib")
 	hostGit(t, repo, "commit", "-q", "-m", "lib")
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	doctor := func() string {
+		out, _ := d.ohctlErr("--json", "doctor", c.ID)
+		for _, l := range strings.Split(out, "{") {
+			if strings.Contains(l, `"fixed-pointers"`) {
+				return l
+			}
+		}
+		return ""
+	}
+	if b.name == "kubernetes" {
+		waitFor(t, 15*time.Second, "doctor to name the new submodule as not fixed", func() bool {
+			got := doctor()
+			return strings.Contains(got, `"fail"`) && strings.Contains(got, filepath.Join(repo, "lib"))
+		})
+	} else {
+		livePins(t, d, c, repo, mv, doctor)
+	}
+	b.stop(t, c.ContainerID)
+	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
+		var now store.Conversation
+		d.ohctlJSON(&now, "show", c.ID)
+		return now.State == store.StateStopped
+	})
+	code, out := d.execIn(c.ID, "sh", "-c", mv)
+	if code == 0 || !strings.Contains(strings.ToLower(out), "device or resource busy") {
+		t.Errorf("after the restart, moving the new submodule lib = exit %d %q, want EBUSY (a mount point)", code, out)
+	}
+	var now store.Conversation
+	d.ohctlJSON(&now, "show", c.ID)
+	if now.ContainerID == c.ContainerID {
+		t.Errorf("the container %s was restarted with its old mounts, not made anew", c.ContainerID)
+	}
+	if got := doctor(); !strings.Contains(got, `"ok"`) {
+		t.Errorf("doctor's fixed-pointers check after the restart = %q, want ok", got)
+	}
+}
+
+// livePins checks that, within seconds of the user's checkout of a new
+// submodule lib, the running container has lib pinned and its .git
+// read-only (the agent can neither move lib away nor point its .git
+// elsewhere), without being made anew, and doctor says all is fixed.
+func livePins(t *testing.T, d *daemon, c store.Conversation, repo, mv string, doctor func() string) {
+	t.Helper()
 	// Within a few seconds of the user's checkout the running container
 	// has lib pinned and its .git read-only: the agent can neither move
 	// lib away nor point its .git elsewhere.
@@ -333,34 +396,7 @@ func TestStaleMountsMakeTheContainerAnew(t *testing.T) {
 		t.Errorf("ohd's log does not say it fixed the new pointers")
 	}
 
-	doctor := func() string {
-		out, _ := d.ohctlErr("--json", "doctor", c.ID)
-		for _, l := range strings.Split(out, "{") {
-			if strings.Contains(l, `"fixed-pointers"`) {
-				return l
-			}
-		}
-		return ""
-	}
 	if got := doctor(); !strings.Contains(got, `"ok"`) {
 		t.Errorf("doctor's fixed-pointers check after the live pins = %q, want ok", got)
-	}
-	run(t, "docker", "stop", "-t", "1", c.ContainerID)
-	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
-		var now store.Conversation
-		d.ohctlJSON(&now, "show", c.ID)
-		return now.State == store.StateStopped
-	})
-	code, out := d.execIn(c.ID, "sh", "-c", mv)
-	if code == 0 || !strings.Contains(strings.ToLower(out), "device or resource busy") {
-		t.Errorf("after the restart, moving the new submodule lib = exit %d %q, want EBUSY (a mount point)", code, out)
-	}
-	var now store.Conversation
-	d.ohctlJSON(&now, "show", c.ID)
-	if now.ContainerID == c.ContainerID {
-		t.Errorf("the container %s was restarted with its old mounts, not made anew", c.ContainerID)
-	}
-	if got := doctor(); !strings.Contains(got, `"ok"`) {
-		t.Errorf("doctor's fixed-pointers check after the restart = %q, want ok", got)
 	}
 }

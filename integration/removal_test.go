@@ -29,11 +29,11 @@ type busyAgent struct {
 	cmd       *exec.Cmd
 }
 
-func startBusyAgent(t *testing.T, c store.Conversation) *busyAgent {
+func startBusyAgent(t *testing.T, b backend, d *daemon, c store.Conversation) *busyAgent {
 	t.Helper()
 	script := `cd ` + c.Worktree + ` && n=0; while :; do n=$((n+1)); echo $n > last.txt; echo "wrote $n"; ` +
 		`git add last.txt && git -c user.name=a -c user.email=a@x commit -q -m "c$n" && echo "committed $n"; sleep 0.2; done`
-	a := &busyAgent{cmd: dockerCmd("exec", c.ContainerID, "sh", "-c", script)}
+	a := &busyAgent{cmd: b.execCmd(d, c, "sh", "-c", script)}
 	out, err := a.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -125,19 +125,26 @@ func checkKept(t *testing.T, d *daemon, repo string, c store.Conversation, wrote
 	t.Logf("kept %d commits and last.txt %d; before the removal returned the agent had committed %d and written %d", len(msgs), n, committed, wrote)
 }
 
-// TestRemovalLosesNothingMadeBeforeItReturns (issue 19, acceptance 5): an
+// TestBackendRemovalLosesNothingMadeBeforeItReturns (issue 19, acceptance 5): an
 // agent that commits and writes a file every 200 ms keeps doing so across
 // `ohctl rm` and across the conversation API's DELETE; everything it made
 // before the removal returned is in what was kept. A removal that saved
 // while the agent ran, then stopped it, lost the agent's last seconds.
-func TestRemovalLosesNothingMadeBeforeItReturns(t *testing.T) {
-	d := dockerDaemon(t)
+//
+// On both backends (the seed's "no work lost"): the agent is stopped in
+// its own container, which a pod allows as a container does.
+func TestBackendRemovalLosesNothingMadeBeforeItReturns(t *testing.T) {
+	eachBackend(t, removalLosesNothingMadeBeforeItReturns)
+}
+
+func removalLosesNothingMadeBeforeItReturns(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	for _, via := range []string{"ohctl rm", "API DELETE"} {
 		t.Run(strings.ReplaceAll(via, " ", "-"), func(t *testing.T) {
 			var c store.Conversation
 			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
-			a := startBusyAgent(t, c)
+			a := startBusyAgent(t, b, d, c)
 			if via == "ohctl rm" {
 				d.ohctl("rm", c.ID)
 			} else if r := d.call("DELETE", "/api/conversations/"+c.ID, nil); r.Status != 200 {

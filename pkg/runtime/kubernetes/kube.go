@@ -300,13 +300,41 @@ func container(p *corev1.Pod) runtime.Container {
 	return c
 }
 
-// Inspect describes the pod id (ID's form, or a bare pod name).
+// Inspect describes the pod id (ID's form, or a bare pod name), with
+// the mounts of its agent container: its hostPath volumes, as the Docker
+// runtime reports its bind mounts (doctor's fixed-pointers check and
+// the start's check for out-of-date mounts read them).
 func (k *Kube) Inspect(ctx context.Context, id string) (runtime.Container, error) {
 	p, err := k.get(ctx, id)
 	if err != nil {
 		return runtime.Container{}, err
 	}
-	return container(p), nil
+	c := container(p)
+	c.Mounts = hostMounts(p)
+	return c, nil
+}
+
+// hostMounts are the agent container's hostPath volume mounts, in the
+// pod's order; never nil.
+func hostMounts(p *corev1.Pod) []runtime.Mount {
+	paths := map[string]string{}
+	for _, v := range p.Spec.Volumes {
+		if v.HostPath != nil {
+			paths[v.Name] = v.HostPath.Path
+		}
+	}
+	ms := []runtime.Mount{}
+	for _, ctr := range p.Spec.Containers {
+		if ctr.Name != ContainerName {
+			continue
+		}
+		for _, vm := range ctr.VolumeMounts {
+			if src, ok := paths[vm.Name]; ok {
+				ms = append(ms, runtime.Mount{Source: src, Target: vm.MountPath, ReadOnly: vm.ReadOnly})
+			}
+		}
+	}
+	return ms
 }
 
 func serverSelector(serverID string) string {

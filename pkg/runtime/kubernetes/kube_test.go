@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -236,6 +237,11 @@ func TestKubeLifecycle(t *testing.T) {
 	c, err := k.Inspect(ctx, inst.ContainerID)
 	if err != nil || !c.Running || c.ConversationID != s.ConversationID || c.ServerID != server || c.HostPort != 8000 {
 		t.Errorf("Inspect: %+v %v", c, err)
+	}
+	// The mounts it was made with, as Docker's Inspect reports its bind
+	// mounts: the start compares them with today's plan.
+	if fmt.Sprint(c.Mounts) != fmt.Sprint(s.Mounts) {
+		t.Errorf("Inspect's mounts = %v, want %v", c.Mounts, s.Mounts)
 	}
 	l, err := k.List(ctx, server)
 	if err != nil || len(l) != 1 || l[0].ID != inst.ContainerID {
