@@ -23,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -127,9 +128,20 @@ func TestCanvasWholeSession(t *testing.T) {
 		t.Errorf("the answer does not say the new folder started without a worktree: %v", r.Header.Values("X-Ohd-Note"))
 	}
 	for _, p := range []string{filepath.Join(fileHome.Home, "workspace"), filepath.Join(fileHome.Home, "workspace", "project"), newDir} {
+		// The conversation's folder is lent to the agent's uid while the
+		// conversation lives (issue 26: gitboundary.Borrow); it is still
+		// the home owner's, which OwnerOf reads through the loan.
+		uid, gid, err := gitboundary.OwnerOf(p)
 		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || st.Uid != 1000 || st.Gid != 1000 {
-			t.Errorf("%s: %v uid %d gid %d, want a directory of 1000:1000 (the home's owner)", p, err, st.Uid, st.Gid)
+		if err == nil {
+			err = syscall.Lstat(p, &st)
+		}
+		wantNow := uint32(1000)
+		if p == newDir {
+			wantNow = agentUID
+		}
+		if err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || uid != 1000 || gid != 1000 || st.Uid != wantNow {
+			t.Errorf("%s: %v owner %d:%d (uid %d now), want a directory of 1000:1000 (the home's owner), now of uid %d", p, err, uid, gid, st.Uid, wantNow)
 		}
 	}
 	// Outside the allowed roots: a clear 400 naming the flag, nothing made.

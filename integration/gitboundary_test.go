@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/store"
@@ -369,4 +370,65 @@ func TestDoctorRepoFindsGitDirsOfEarlierAgents(t *testing.T) {
 			t.Errorf("ohctl doctor --repo does not say %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestNewUserDirectoryIsLentMidConversation: a directory the user makes in
+// the folder while an in-place conversation runs is lent to the agent's
+// uid within seconds (the publisher walks the tree again), so an implicit
+// bare repository the agent then fills into it is refused by the user's
+// git log there, with git's default config; after ohctl rm the directory
+// is the user's again and the agent's parts are out of it.
+func TestNewUserDirectoryIsLentMidConversation(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	markers := mustTempDir(t, "ohd-marker-")
+	if err := os.Chmod(markers, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo)
+	fresh := filepath.Join(repo, "fresh")
+	if out, err := asOwner(t, repo, "mkdir fresh && echo mine > fresh/notes.txt"); err != nil {
+		t.Fatalf("the user's mkdir: %v\n%s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the user's new directory lent to the agent", func() bool {
+		st, err := os.Lstat(fresh)
+		return err == nil && st.Sys().(*syscall.Stat_t).Uid == agentUID
+	})
+	// The program the agent's config names (the image has no chmod: it is
+	// put on the host; what matters is whether the user's git runs it).
+	evil := filepath.Join(mustTempDir(t, "ohd-evil-"), "evil.sh")
+	testenv.WriteFile(t, evil, "#!/bin/sh\ntouch "+markers+"/gpg-ran\n")
+	if err := os.Chmod(evil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(evil), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plant := "cd " + fresh + " && " +
+		"git -c init.defaultBranch=main init -q --bare . && git --git-dir=. config log.showSignature true && git --git-dir=. config gpg.program " + evil + " && " +
+		`t=$(git --git-dir=. mktree </dev/null) && c=$(printf 'tree %s\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\ngpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n' $t | git --git-dir=. hash-object -t commit -w --stdin) && git --git-dir=. update-ref refs/heads/main $c`
+	if code, out := d.execIn(c.ID, "sh", "-c", plant); code != 0 {
+		t.Fatalf("the agent's plant: exit %d: %s", code, out)
+	}
+	if out, err := userGit(t, fresh, "log", "-1"); err == nil || !strings.Contains(out, "dubious ownership") {
+		t.Errorf("the user's git log in their new directory the agent filled = %v %q; want dubious ownership", err, tail(out, 3))
+	}
+	assertNoMarker(t, markers, "during the conversation")
+	d.ohctl("rm", c.ID)
+	if st, err := os.Lstat(fresh); err != nil || st.Sys().(*syscall.Stat_t).Uid != attackOwner {
+		t.Errorf("fresh after ohctl rm: %v, want the user's again", err)
+	}
+	if _, err := os.Lstat(filepath.Join(fresh, "HEAD")); err == nil {
+		t.Errorf("the agent's fresh/HEAD is still there after ohctl rm")
+	}
+	if b, err := os.ReadFile(filepath.Join(fresh, "notes.txt")); err != nil || string(b) != "mine\n" {
+		t.Errorf("the user's fresh/notes.txt after ohctl rm = %q, %v", b, err)
+	}
+	if out, err := userGit(t, fresh, "log", "-1"); err != nil {
+		t.Errorf("the user's git log in fresh after ohctl rm: %v\n%s", err, out)
+	}
+	assertNoMarker(t, markers, "after ohctl rm")
 }

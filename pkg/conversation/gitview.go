@@ -116,6 +116,9 @@ type publisher struct {
 	// pins is, per conversation, when its live pins were last looked at
 	// (livepins.go).
 	pins map[string]pinState
+	// lent is, per conversation, when its tree was last lent again
+	// (relend); a zero time while one runs.
+	lent map[string]time.Time
 	wg   sync.WaitGroup
 }
 
@@ -177,6 +180,11 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		// a second (a git run per conversation).
 		refreshHost := tick%max(1, int(time.Second/interval)) == 0
 		for _, c := range m.st.Conversations() {
+			if refreshHost && c.State == store.StateRunning && c.ContainerID != "" && c.Removal == nil {
+				// Directories the user made since are lent to the agent
+				// too (livepins.go), in every mode.
+				m.relend(ctx, c)
+			}
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				if c.State == store.StateDeleted {
 					m.pub.mu.Lock()
@@ -184,6 +192,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 					delete(m.pub.failed, c.ID)
 					delete(m.pub.failed, c.ID+liveKey)
 					delete(m.pub.pins, c.ID)
+					delete(m.pub.lent, c.ID)
 					m.pub.mu.Unlock()
 				}
 				continue

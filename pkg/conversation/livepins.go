@@ -277,3 +277,64 @@ func canReadMounts(pid int) bool {
 	_, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/mountinfo")
 	return err == nil
 }
+
+// relendEvery is how often a running conversation's tree is walked again
+// to lend the user's new directories to its agent.
+const relendEvery = 10 * time.Second
+
+// relend lends to c's agent the directories of the user's made in its
+// tree since its container started (gitboundary.Borrow, a walk of
+// directories only), at most every relendEvery, in a goroutine of the
+// publisher's: a directory the user makes mid-conversation is the
+// user's, and an implicit bare repository the agent fills into it would
+// be read by the user's git log there, until it is lent. Under the
+// conversation's publish lock, which its removal holds throughout, and
+// only while the record says it runs: a directory lent after the removal
+// gave the tree back would stay the agent's.
+func (m *Manager) relend(ctx context.Context, c store.Conversation) {
+	if !separated(c) || releasedTree(c) == "" {
+		return
+	}
+	now := time.Now()
+	m.pub.mu.Lock()
+	if m.pub.lent == nil {
+		m.pub.lent = map[string]time.Time{}
+	}
+	last, seen := m.pub.lent[c.ID]
+	if seen && (last.IsZero() || now.Sub(last) < relendEvery) {
+		m.pub.mu.Unlock()
+		return
+	}
+	if !seen {
+		// Its start lent the tree just now.
+		m.pub.lent[c.ID] = now
+		m.pub.mu.Unlock()
+		return
+	}
+	m.pub.lent[c.ID] = time.Time{}
+	m.pub.mu.Unlock()
+	m.pub.wg.Add(1)
+	go func() {
+		defer m.pub.wg.Done()
+		defer func() {
+			m.pub.mu.Lock()
+			if _, ok := m.pub.lent[c.ID]; ok {
+				m.pub.lent[c.ID] = time.Now()
+			}
+			m.pub.mu.Unlock()
+		}()
+		unlock := m.publishLock(c.ID)
+		defer unlock()
+		cur, err := m.st.Conversation(c.ID)
+		if err != nil || cur.State != store.StateRunning || cur.Removal != nil || ctx.Err() != nil {
+			return
+		}
+		st, err := gitboundary.Borrow(releasedTree(cur), boundaryIDs(cur))
+		switch {
+		case err != nil && !errors.Is(err, os.ErrNotExist):
+			m.log.Warn("could not lend the user's new directories to the agent", "id", c.ID, "err", err)
+		case st.Changed > 0:
+			m.log.Info("lent the user's new directories to the agent", "id", c.ID, "dirs", st.Changed)
+		}
+	}()
+}

@@ -36,8 +36,8 @@ import (
 //
 // What this does not cover: a directory the user makes in the tree while
 // the conversation runs is the user's (Linux has no way to make a new
-// directory's owner someone else), until the conversation's container is
-// next created (Borrow runs again) or it ends.
+// directory's owner someone else) until Borrow runs again (ohd's publisher
+// runs it every ten seconds or so while the conversation runs).
 
 // xattrBorrowed holds a borrowed directory's original "uid:gid:mode"
 // (decimal uid and gid, octal mode with its special bits);

@@ -47,8 +47,9 @@
 //     trusted.* attributes only root reads or writes, and Release gives
 //     each back exactly (borrow.go says what was measured). What remains:
 //     a directory the user makes in the tree mid-conversation is theirs
-//     until Borrow runs again (the container's next creation);
-//     safe.bareRepository=explicit in the user's global config covers it,
+//     until Borrow runs again (ohd runs it every ten seconds or so while
+//     the conversation runs); safe.bareRepository=explicit in the user's
+//     global config covers that window,
 //     and `ohctl doctor` recommends it (FindGitDirs reports such
 //     directories) and Release moves them out.
 //
