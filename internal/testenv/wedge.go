@@ -77,7 +77,7 @@ func NewWedged(image string) (*Wedged, error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	name := "ohd-test-wedged-" + hex.EncodeToString(rnd[:])
-	out, err := dockerCLI(2*time.Minute, "run", "-d", "-i", "--label", WedgeLabel+"=1", "--name", name,
+	out, err := dockerCLI(2*time.Minute, "run", "-d", "-i", "--label", WedgeLabel+"=1", "--label", WedgeOwnerLabel+"="+WedgeOwner(), "--name", name,
 		"--network", "none", "--entrypoint", "/bin/sh", image, "-c", "read x")
 	if err != nil {
 		return nil, fmt.Errorf("start a container to wedge: %w", err)
@@ -159,18 +159,65 @@ func (w *Wedged) Release() {
 	})
 }
 
+// WedgeOwnerLabel names the test process that made a wedged container
+// ("<pid> <start time in clock ticks>"), so that a sweep spares the
+// containers of test processes still running: go test runs packages in
+// parallel, and one package's sweep removed another's wedged container
+// mid-test.
+const WedgeOwnerLabel = WedgeLabel + ".owner"
+
+// WedgeOwner is this process's WedgeOwnerLabel value.
+func WedgeOwner() string {
+	return strconv.Itoa(os.Getpid()) + " " + startTime(os.Getpid())
+}
+
+// startTime is the start time of process pid (field 22 of its stat), ""
+// if there is no such process.
+func startTime(pid int) string {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return ""
+	}
+	// The command (field 2) may hold spaces; fields count from after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// ownerAlive says whether the owner label names a running process (the
+// same pid with the same start time).
+func ownerAlive(owner string) bool {
+	f := strings.Fields(owner)
+	if len(f) != 2 {
+		return false
+	}
+	pid, err := strconv.Atoi(f[0])
+	return err == nil && pid > 0 && startTime(pid) == f[1]
+}
+
 // SweepWedged thaws and removes the containers labelled WedgeLabel that
-// an earlier test run left (killed before its cleanup ran). The engine
-// lists a wedged container (ps does not reach its shim); its shim is
-// found by its command line.
+// an earlier test run left (killed before its cleanup ran); those of test
+// processes still running are theirs and left alone. The engine lists a
+// wedged container (ps does not reach its shim); its shim is found by its
+// command line.
 func SweepWedged(t testing.TB) {
 	t.Helper()
-	out, err := dockerCLI(30*time.Second, "ps", "-a", "-q", "--no-trunc", "--filter", "label="+WedgeLabel)
+	out, err := dockerCLI(30*time.Second, "ps", "-a", "--no-trunc", "--filter", "label="+WedgeLabel, "--format", `{{.ID}}|{{.Label "`+WedgeOwnerLabel+`"}}`)
 	if err != nil {
 		t.Logf("sweep wedged containers: %v", err)
 		return
 	}
-	for _, id := range strings.Fields(out) {
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		id, owner, _ := strings.Cut(line, "|")
+		if id == "" || ownerAlive(owner) {
+			continue
+		}
 		for _, shim := range shimsOf(id) {
 			_ = syscall.Kill(shim, syscall.SIGCONT)
 		}

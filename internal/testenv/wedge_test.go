@@ -35,3 +35,35 @@ func TestWedgedContainerHangsTheEngine(t *testing.T) {
 		t.Errorf("after Release docker ps = %q, %v; want the container gone", out, err)
 	}
 }
+
+// TestSweepSparesTheWedgedContainersOfLiveRuns: go test runs packages in
+// parallel, each may keep a wedged container; a sweep removes only those
+// whose test process is gone.
+func TestSweepSparesTheWedgedContainersOfLiveRuns(t *testing.T) {
+	image := testimage.Ensure(t)
+	testenv.RequireLocalEngine(t)
+	ids := map[string]string{}
+	for what, owner := range map[string]string{"live": testenv.WedgeOwner(), "dead": "999999999 1", "unlabelled": ""} {
+		args := []string{"create", "--label", testenv.WedgeLabel + "=1", "--network", "none", "--entrypoint", "/bin/sh"}
+		if owner != "" {
+			args = append(args, "--label", testenv.WedgeOwnerLabel+"="+owner)
+		}
+		out, err := testenv.Docker(time.Minute, append(args, image, "-c", "true")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := strings.TrimSpace(out)
+		ids[what] = id
+		t.Cleanup(func() { _, _ = testenv.Docker(time.Minute, "rm", "-f", id) })
+	}
+	testenv.SweepWedged(t)
+	for what, id := range ids {
+		out, err := testenv.Docker(30*time.Second, "ps", "-a", "-q", "--no-trunc", "--filter", "id="+id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if there, want := strings.TrimSpace(out) != "", what == "live"; there != want {
+			t.Errorf("the %s run's container: still there %v after the sweep, want %v", what, there, want)
+		}
+	}
+}
