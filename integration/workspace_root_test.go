@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -26,12 +27,22 @@ func TestWorkspaceRootFlag(t *testing.T) {
 	d := dockerDaemon(t, "--workspace-root", root)
 	dir := filepath.Join(root, "workspace", "project", "f00d")
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": dir}, "worktree": true})
-	for _, p := range []string{filepath.Join(root, "workspace"), dir} {
+	// ownedBy checks p is a directory of the root's owner (read through
+	// the loan of a conversation's folder to the agent, issue 26) whose
+	// owner is now uid now.
+	ownedBy := func(p string, now uint32) {
+		t.Helper()
+		uid, gid, err := gitboundary.OwnerOf(p)
 		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || st.Uid != attackOwner || st.Gid != attackOwner {
-			t.Errorf("%s: %v uid %d gid %d, want a directory of %d (the root's owner)", p, err, st.Uid, st.Gid, attackOwner)
+		if err == nil {
+			err = syscall.Lstat(p, &st)
+		}
+		if err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || uid != attackOwner || gid != attackOwner || st.Uid != now {
+			t.Errorf("%s: %v owner %d:%d (uid %d now), want a directory of %d (the root's owner), now of uid %d", p, err, uid, gid, st.Uid, attackOwner, now)
 		}
 	}
+	ownedBy(filepath.Join(root, "workspace"), attackOwner)
+	ownedBy(dir, agentUID) // lent to the agent while the conversation lives
 	if c := d.record(id); c.WorkingDir != dir || c.Worktree != "" || c.State != store.StateRunning {
 		t.Errorf("the conversation in the new folder = %+v", c)
 	}
@@ -49,6 +60,7 @@ func TestWorkspaceRootFlag(t *testing.T) {
 	if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != http.StatusOK {
 		t.Errorf("delete = %d %s", r.Status, r.Body)
 	}
+	ownedBy(dir, attackOwner) // given back at the end
 
 	// Canvas's isolated mode (issue 28 acceptance 7): working_dir
 	// /workspace, which does not exist on this host, gets a fresh folder
@@ -58,10 +70,10 @@ func TestWorkspaceRootFlag(t *testing.T) {
 	}
 	iso, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": "/workspace"}})
 	want := filepath.Join(root, strings.ReplaceAll(iso, "-", ""))
-	var st syscall.Stat_t
-	if c := d.record(iso); c.WorkingDir != want || syscall.Lstat(want, &st) != nil || st.Uid != attackOwner {
-		t.Errorf("isolated-mode create: working dir %q (owner %d), want a fresh %s of the root's owner", c.WorkingDir, st.Uid, want)
+	if c := d.record(iso); c.WorkingDir != want {
+		t.Errorf("isolated-mode create: working dir %q, want a fresh %s of the root's owner", c.WorkingDir, want)
 	}
+	ownedBy(want, agentUID)
 	var info struct {
 		Workspace struct {
 			WorkingDir string `json:"working_dir"`
