@@ -366,7 +366,9 @@ func CreateParallel(ctx context.Context, opts CreateParallelOptions) (_ CreatePa
 		opts.Image = testimage.Ref
 	}
 	res := CreateParallelResult{Folders: opts.Folders, Ratio: math.NaN()}
-	fail := func(err error) (CreateParallelResult, error) { return res, fmt.Errorf("bench create-parallel: %w", err) }
+	fail := func(err error) (CreateParallelResult, error) {
+		return res, fmt.Errorf("bench create-parallel: %w", err)
+	}
 	dir, helper, err := workDir(ctx, "ohdbq-", opts.Helper)
 	if err != nil {
 		return fail(err)
