@@ -321,6 +321,9 @@ func removeLabelled(ctx context.Context, cli *client.Client, label string) error
 type CreateParallelOptions struct {
 	// Folders is the number of repositories created at once; default 8.
 	Folders int
+	// Rounds is the number of sets of each kind, alternating which kind
+	// goes first; default 3. The result is each kind's median.
+	Rounds int
 	// Image is the conversation image (never pulled); default
 	// testimage.Ref.
 	Image string
@@ -332,7 +335,7 @@ type CreateParallelOptions struct {
 // as many different folders at once, against Folders worktree creates of
 // the same repositories at once, in the same run.
 type CreateParallelResult struct {
-	Folders           int
+	Folders, Rounds   int
 	InPlace, Worktree time.Duration
 	// Ratio is InPlace / Worktree.
 	Ratio float64
@@ -340,13 +343,13 @@ type CreateParallelResult struct {
 
 // Line is the one-line summary.
 func (r CreateParallelResult) Line() string {
-	return fmt.Sprintf("bench: create-parallel folders=%d ratio=%.2f in-place=%s worktree=%s", r.Folders, r.Ratio, fmtDur(r.InPlace), fmtDur(r.Worktree))
+	return fmt.Sprintf("bench: create-parallel folders=%d rounds=%d ratio=%.2f in-place=%s worktree=%s", r.Folders, r.Rounds, r.Ratio, fmtDur(r.InPlace), fmtDur(r.Worktree))
 }
 
 // Detail is the breakdown printed above the table.
 func (r CreateParallelResult) Detail() string {
-	return fmt.Sprintf("create-parallel: %d creates at once of %d different folders, wall time of the set: in place %s, worktrees %s; ratio %.2f",
-		r.Folders, r.Folders, fmtDur(r.InPlace), fmtDur(r.Worktree), r.Ratio)
+	return fmt.Sprintf("create-parallel: %d creates at once of %d different folders, wall time of the set (median of %d rounds): in place %s, worktrees %s; ratio %.2f",
+		r.Folders, r.Folders, r.Rounds, fmtDur(r.InPlace), fmtDur(r.Worktree), r.Ratio)
 }
 
 // CreateParallelRows is the table row.
@@ -357,15 +360,19 @@ func CreateParallelRows(r CreateParallelResult) []Row {
 // CreateParallel creates Folders conversations in place, one per
 // repository, all at once, and times the set until every create returned;
 // removes them; then does the same with worktrees of the same
-// repositories. An untimed create and removal of each kind warms up first.
+// repositories; Rounds times, alternating which kind goes first. An
+// untimed create and removal of each kind warms up first.
 func CreateParallel(ctx context.Context, opts CreateParallelOptions) (_ CreateParallelResult, err error) {
 	if opts.Folders <= 0 {
 		opts.Folders = 8
 	}
+	if opts.Rounds <= 0 {
+		opts.Rounds = 3
+	}
 	if opts.Image == "" {
 		opts.Image = testimage.Ref
 	}
-	res := CreateParallelResult{Folders: opts.Folders, Ratio: math.NaN()}
+	res := CreateParallelResult{Folders: opts.Folders, Rounds: opts.Rounds, Ratio: math.NaN()}
 	fail := func(err error) (CreateParallelResult, error) {
 		return res, fmt.Errorf("bench create-parallel: %w", err)
 	}
@@ -434,12 +441,25 @@ func CreateParallel(ctx context.Context, opts CreateParallelOptions) (_ CreatePa
 		}
 		return d, nil
 	}
-	if res.InPlace, err = set(false); err != nil {
-		return fail(fmt.Errorf("in place: %w", err))
+	var inPlace, worktrees []time.Duration
+	for i := range opts.Rounds {
+		order := []bool{false, true}
+		if i%2 == 1 {
+			order = []bool{true, false}
+		}
+		for _, wt := range order {
+			d, err := set(wt)
+			if err != nil {
+				return fail(fmt.Errorf("round %d, worktree %v: %w", i+1, wt, err))
+			}
+			if wt {
+				worktrees = append(worktrees, d)
+			} else {
+				inPlace = append(inPlace, d)
+			}
+		}
 	}
-	if res.Worktree, err = set(true); err != nil {
-		return fail(fmt.Errorf("worktrees: %w", err))
-	}
+	res.InPlace, res.Worktree = stat(inPlace).Median, stat(worktrees).Median
 	res.Ratio = float64(res.InPlace) / float64(res.Worktree)
 	return res, nil
 }

@@ -57,18 +57,18 @@ func TestCreateParallelBench(t *testing.T) {
 	img := testimage.Ensure(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	res, err := CreateParallel(ctx, CreateParallelOptions{Folders: 2, Image: img})
+	res, err := CreateParallel(ctx, CreateParallelOptions{Folders: 2, Rounds: 2, Image: img})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%s\n%s", res.Line(), res.Detail())
-	if res.Folders != 2 || res.InPlace <= 0 || res.Worktree <= 0 {
+	if res.Folders != 2 || res.Rounds != 2 || res.InPlace <= 0 || res.Worktree <= 0 {
 		t.Errorf("result %+v, want 2 folders and two positive wall times", res)
 	}
 	if math.IsNaN(res.Ratio) || math.Abs(res.Ratio-float64(res.InPlace)/float64(res.Worktree)) > 1e-9 {
 		t.Errorf("Ratio = %v, want in place / worktree of %+v", res.Ratio, res)
 	}
-	if !regexp.MustCompile(`^bench: create-parallel folders=2 ratio=[0-9]+\.[0-9]{2} in-place=\S+ worktree=\S+$`).MatchString(res.Line()) {
+	if !regexp.MustCompile(`^bench: create-parallel folders=2 rounds=2 ratio=[0-9]+\.[0-9]{2} in-place=\S+ worktree=\S+$`).MatchString(res.Line()) {
 		t.Errorf("Line() = %q, want the documented form", res.Line())
 	}
 	noneLeft(t, "/ohdbq-", "ohd-bench-load-")
