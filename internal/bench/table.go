@@ -63,6 +63,11 @@ func (t Target) Meets(ratio float64) bool {
 //     API directly, with the same waits;
 //   - publish-p99: a commit made inside reaches the host's branch within
 //     1 s at p99 (the ratio column holds seconds);
+//   - publish-load-p99-bound: the same with 8 agents committing at once
+//     while 20 other containers run (publish-load-p99, without a target,
+//     is that p99 against one agent's alone in the same run; and
+//     create-parallel, without one either, 8 in-place creates of 8
+//     folders at once against 8 worktree creates of the same: issue 27);
 //   - broker-*: the broker's request rate at least 0.8x a plain net/http
 //     server on a Unix socket; its p99 at most 1.5x the baseline's with 16
 //     clients (broker-*-p99), and at most 1 ms with one client
@@ -90,6 +95,7 @@ var Targets = map[string]Target{
 	"kube-create-remove":           {AtMost: true, Value: 1.20},
 	"publish-p99":                  {AtMost: true, Value: 1.00},
 	"publish-2000-files-p99":       {AtMost: true, Value: 1.00},
+	"publish-load-p99-bound":       {AtMost: true, Value: 1.00},
 	"remove":                       {AtMost: true, Value: 1.10},
 	"create-10000-files":           {AtMost: true, Value: 1.10},
 	"remove-10000-files":           {AtMost: true, Value: 1.10},

@@ -13,9 +13,13 @@
 // prompts, a 60 s stream, git credential requests during it), proxy (the conversation API against the
 // inner server reached directly), create (a conversation's create and
 // remove against git CLI and Docker Engine calls done directly; needs
-// Docker and builds the test image if it is missing), publish (how fast a
+// Docker and builds the test image if it is missing), create-parallel (8
+// in-place creates of 8 folders at once against 8 worktree creates of the
+// same at once), publish (how fast a
 // commit made inside a conversation's container reaches the host's
-// branch, and what a publish costs), gitrelay (a 200 MiB clone and a
+// branch, and what a publish costs), publish-load (publish's p99 with 8
+// agents committing at once while 20 other containers run, against one
+// agent alone), gitrelay (a 200 MiB clone and a
 // 50 MiB push through the broker's git relay against git directly at the
 // same git http-backend), kube (a conversation's pod created and removed
 // by the kubernetes runtime against the same pod created and deleted
@@ -55,7 +59,7 @@ func main() {
 }
 
 // all is every benchmark, in the order they run and are shown.
-var all = []string{"broker", "egress", "llm", "proxy", "create", "kube", "publish", "gitrelay", "go"}
+var all = []string{"broker", "egress", "llm", "proxy", "create", "create-parallel", "kube", "publish", "publish-load", "gitrelay", "go"}
 
 // config is the command line.
 type config struct {
@@ -132,7 +136,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// What the create benchmark needs is checked before anything runs, so
 	// a missing engine fails in seconds, not after the other benchmarks.
-	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "kube") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") {
+	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "kube") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") ||
+		slices.Contains(cfg.only, "create-parallel") || slices.Contains(cfg.only, "publish-load") {
 		if err := prepareDocker(ctx, cfg, progress); err != nil {
 			fmt.Fprintf(stderr, "ohd-bench: create: %v\n", err)
 			return 1
@@ -233,6 +238,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				fail("publish", err)
 			} else {
 				rows = append(rows, bench.PublishRows(res)...)
+				lines, details = append(lines, res.Line()), append(details, res.Detail())
+			}
+		case "publish-load":
+			res, err := bench.PublishLoad(ctx, bench.PublishLoadOptions{Image: cfg.image})
+			if err != nil {
+				fail("publish-load", err)
+			} else {
+				rows = append(rows, bench.PublishLoadRows(res)...)
+				lines, details = append(lines, res.Line()), append(details, res.Detail())
+			}
+		case "create-parallel":
+			res, err := bench.CreateParallel(ctx, bench.CreateParallelOptions{Image: cfg.image})
+			if err != nil {
+				fail("create-parallel", err)
+			} else {
+				rows = append(rows, bench.CreateParallelRows(res)...)
 				lines, details = append(lines, res.Line()), append(details, res.Detail())
 			}
 		case "gitrelay":
