@@ -151,6 +151,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		j = &restoreJournal{ID: id}
 	}
 	j.Into, j.CommonDir = into, opts.CommonDir
+	j.Holder = processIdentity(os.Getpid())
 	j.CreatedBranch, j.CreatedAt = "", ""
 	if slices.Contains(args, "-b") {
 		j.CreatedBranch, j.CreatedAt = res.Branch, args[len(args)-1]

@@ -1,6 +1,7 @@
 package worktree
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -32,6 +34,63 @@ type restoreJournal struct {
 	// were read (there may be none).
 	UserStash     []stashEntry `json:"user_stash,omitempty"`
 	UserStashRead bool         `json:"user_stash_read,omitempty"`
+	// Holder is the process that ran the restore ("<pid> <start time>"):
+	// its git children die with it (hardgit's Pdeathsig), so once it is
+	// gone a ref lock its restore takes is a leftover of a killed git.
+	Holder string `json:"holder,omitempty"`
+}
+
+// restoreRefLocks are the lock files of the refs a restore rewrites in
+// place (refs/stash, and packed-refs, which deleting a packed ref locks);
+// the branches and tags it makes are new refs, never locked before.
+var restoreRefLocks = []string{"refs/stash.lock", "packed-refs.lock"}
+
+// processIdentity is "<pid> <start time in clock ticks>" of process pid,
+// "" if there is none: a pid alone may be reused.
+func processIdentity(pid int) string {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')') // the command may hold spaces
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return strconv.Itoa(pid) + " " + f[19]
+}
+
+// holderGone says whether the journal's holder is a process that no
+// longer runs (false when it is unknown, as in a journal of an earlier
+// version: nothing is taken for stale then).
+func (j *restoreJournal) holderGone() bool {
+	f := strings.Fields(j.Holder)
+	if len(f) != 2 {
+		return false
+	}
+	pid, err := strconv.Atoi(f[0])
+	return err == nil && processIdentity(pid) != j.Holder
+}
+
+// clearStaleRefLocks removes the ref locks a killed restore's git left in
+// commonDir, so the retry is not refused with "cannot lock ref". It runs
+// under the repository's lock, and only when the interrupted restore's
+// process is gone.
+func (m *Manager) clearStaleRefLocks(commonDir string, j *restoreJournal) {
+	if !j.holderGone() {
+		return
+	}
+	for _, name := range restoreRefLocks {
+		p := filepath.Join(commonDir, name)
+		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+			if err := os.Remove(p); err == nil {
+				m.log.Warn("removed a ref lock an interrupted restore left", "conversation", j.ID, "lock", p, "holder", j.Holder)
+			}
+		}
+	}
 }
 
 // stashEntry is one entry of refs/stash's reflog.
@@ -128,6 +187,7 @@ func (m *Manager) undoRestore(ctx context.Context, commonDir string, j *restoreJ
 		return err
 	}
 	defer unlock()
+	m.clearStaleRefLocks(commonDir, j)
 	if ok, _ := lexists(j.Into); ok {
 		admin, ferr := findAdminDir(commonDir, j.Into)
 		if ferr == nil {

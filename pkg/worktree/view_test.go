@@ -893,3 +893,68 @@ func TestRestoreIsCrashSafe(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreClearsTheRefLockOfAKilledGit: a restore killed while its git
+// held refs/stash.lock (git dies with ohd, its lock stays) is retried by
+// the next ohd: the lock of the gone process's restore is removed and the
+// retry completes. Control: while the journal's process still runs the
+// lock is respected, and the retry fails on it as git says.
+func TestRestoreClearsTheRefLockOfAKilledGit(t *testing.T) {
+	for _, holderGone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("holder gone %v", holderGone), func(t *testing.T) {
+			m, dir, repo, wt := newView(t)
+			ident := []string{"-c", "user.name=agent", "-c", "user.email=a@x"}
+			inView(t, wt, append(ident, "commit", "-q", "--allow-empty", "-m", "agent commit")...)
+			testenv.WriteFile(t, filepath.Join(wt.Path, "stashed.txt"), "agent\n")
+			inView(t, wt, "add", "stashed.txt")
+			inView(t, wt, append(ident, "stash", "push", "-q", "-m", "agent stash")...)
+			if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit}); err != nil {
+				t.Fatalf("Remove: %v", err)
+			}
+			into := filepath.Join(testenv.TempDir(t), "restored")
+			opts := RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, StartCommit: wt.StartCommit, Into: into}
+			ctx, kill := context.WithCancel(testCtx(t))
+			m.onStep = func(s string) {
+				if s == "restore-stash-cleared" {
+					kill()
+				}
+			}
+			if _, err := m.Restore(ctx, opts); err == nil {
+				t.Fatal("the killed Restore succeeded")
+			}
+			m.onStep = func(string) {}
+			// What the killed git left, and the journal of a process that
+			// is gone (or, for the control, still runs).
+			lock := filepath.Join(repo.CommonDir, "refs", "stash.lock")
+			testenv.WriteFile(t, lock, "")
+			j, err := m.readRestoreJournal(wt.ConversationID)
+			if err != nil || j == nil {
+				t.Fatalf("journal of the killed restore: %+v %v", j, err)
+			}
+			if holderGone {
+				j.Holder = "999999999 1"
+			} else if j.Holder != processIdentity(os.Getpid()) {
+				t.Fatalf("journal holder %q, want this process %q", j.Holder, processIdentity(os.Getpid()))
+			}
+			if err := m.writeRestoreJournal(j); err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.Restore(testCtx(t), opts)
+			if !holderGone {
+				if err == nil || !strings.Contains(err.Error(), "stash.lock") {
+					t.Errorf("retry while the restore's process runs = %v, want git's refusal of the held lock", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("retry after the killed restore: %v", err)
+			}
+			if _, err := os.Lstat(lock); !os.IsNotExist(err) {
+				t.Errorf("the killed git's lock is still there (%v)", err)
+			}
+			if got := hostGit(t, dir, "show", "stash@{0}:stashed.txt"); got != "agent" {
+				t.Errorf("stash@{0}:stashed.txt = %q, want the agent's", got)
+			}
+		})
+	}
+}
