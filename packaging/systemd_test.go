@@ -244,7 +244,7 @@ func TestServiceDecisions(t *testing.T) {
 	}
 	caps := strings.Fields(svc.one(t, "Service", "CapabilityBoundingSet"))
 	slices.Sort(caps)
-	wantCaps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE"}
+	wantCaps := []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE"}
 	if diff := cmp.Diff(wantCaps, caps); diff != "" {
 		t.Errorf("ohd.service CapabilityBoundingSet= (-want +got); each capability is justified in the unit:\n%s", diff)
 	}
