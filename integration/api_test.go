@@ -242,7 +242,7 @@ func TestAPIContracts(t *testing.T) {
 	if _, ok := search["next_page_id"]; !ok {
 		t.Errorf("search lacks next_page_id: %v", search)
 	}
-	for _, tail := range []string{"fork", "children", "credential-bindings"} {
+	for _, tail := range []string{"children", "credential-bindings"} {
 		if r := d.call("POST", "/api/conversations/"+id+"/"+tail, "{}"); r.Status != 501 {
 			t.Errorf("%s = %d, want 501", tail, r.Status)
 		}

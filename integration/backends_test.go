@@ -496,10 +496,10 @@ func TestBackendLifecycle(t *testing.T) {
 	})
 }
 
-// TestBackendHardening: the agent runs as its own uid (10001, not root
-// and not the repository's owner, 1000 here: issue 26) with no
-// capabilities and no-new-privileges, and ohctl doctor finds the
-// container hardened.
+// TestBackendHardening: the agent runs as its own uid (agentUID, neither
+// root nor the repository's owner, since issue 26) with no capabilities
+// and no-new-privileges, and
+// ohctl doctor finds the container hardened.
 func TestBackendHardening(t *testing.T) {
 	testenv.RequireRoot(t)
 	eachBackend(t, func(t *testing.T, b backend) {
@@ -508,7 +508,7 @@ func TestBackendHardening(t *testing.T) {
 		var c store.Conversation
 		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
 		_, status := d.execIn(c.ID, catCmd("/proc/self/status")...)
-		for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Uid:\t10001\t10001\t10001\t10001"} {
+		for _, want := range []string{"CapEff:\t0000000000000000", "NoNewPrivs:\t1", fmt.Sprintf("Uid:\t%[1]d\t%[1]d\t%[1]d\t%[1]d", agentUID)} {
 			if !strings.Contains(status, want) {
 				t.Errorf("/proc/self/status lacks %q", want)
 			}

@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -124,9 +128,20 @@ func TestCanvasWholeSession(t *testing.T) {
 		t.Errorf("the answer does not say the new folder started without a worktree: %v", r.Header.Values("X-Ohd-Note"))
 	}
 	for _, p := range []string{filepath.Join(fileHome.Home, "workspace"), filepath.Join(fileHome.Home, "workspace", "project"), newDir} {
+		// The conversation's folder is lent to the agent's uid while the
+		// conversation lives (issue 26: gitboundary.Borrow); it is still
+		// the home owner's, which OwnerOf reads through the loan.
+		uid, gid, err := gitboundary.OwnerOf(p)
 		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || st.Uid != 1000 || st.Gid != 1000 {
-			t.Errorf("%s: %v uid %d gid %d, want a directory of 1000:1000 (the home's owner)", p, err, st.Uid, st.Gid)
+		if err == nil {
+			err = syscall.Lstat(p, &st)
+		}
+		wantNow := uint32(1000)
+		if p == newDir {
+			wantNow = agentUID
+		}
+		if err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFDIR || uid != 1000 || gid != 1000 || st.Uid != wantNow {
+			t.Errorf("%s: %v owner %d:%d (uid %d now), want a directory of 1000:1000 (the home's owner), now of uid %d", p, err, uid, gid, st.Uid, wantNow)
 		}
 	}
 	// Outside the allowed roots: a clear 400 naming the flag, nothing made.
@@ -215,9 +230,11 @@ func TestCanvasWholeSession(t *testing.T) {
 			*out.Stdout != "canvas-terminal\n"+c.dir+"\n" {
 			t.Errorf("terminal in %s = %d %s, want exit 0 and the folder", c.id, r.Status, r.Body)
 		}
-		// The command ran as the folder's owner.
-		if got, want := uidOf(t, filepath.Join(c.dir, ".terminal-probe")), uidOf(t, c.dir); got != want {
-			t.Errorf("the terminal's file in %s belongs to uid %s, want the folder's %s", c.dir, got, want)
+		// The command ran as the agent's own uid (issue 26: never the
+		// folder's owner, whose git must not read what the agent wrote;
+		// the file goes back to the owner when the conversation ends).
+		if got, want := uidOf(t, filepath.Join(c.dir, ".terminal-probe")), fmt.Sprint(agentUID); got != want {
+			t.Errorf("the terminal's file in %s belongs to uid %s, want the agent's %s", c.dir, got, want)
 		}
 	}
 	// The deprecated global route with ?cid= reaches the same container.
@@ -338,6 +355,21 @@ func TestCanvasWholeSession(t *testing.T) {
 	if len(fam.Subs) != 1 || fam.Subs[0] != planID {
 		t.Errorf("the parent's sub_conversation_ids = %v, want [%s]", fam.Subs, planID)
 	}
+	// "Branch from here" after the message (ref §10): a conversation of
+	// its own, the picked one's events up to that one, its links.
+	evs := eventIDs(t, call, pickedID)
+	fr := call("POST", "/api/conversations/"+pickedID+"/fork", map[string]any{"from_event_id": evs[len(evs)-1], "title": "branch"})
+	var forked struct {
+		ID         string `json:"id"`
+		ForkedFrom string `json:"forked_from_conversation_id"`
+		Title      string `json:"title"`
+	}
+	fr.json(t, &forked)
+	if fr.Status != http.StatusCreated || forked.ForkedFrom != pickedID || forked.Title != "branch" || forked.ID == pickedID {
+		t.Errorf("branch from here = %d %s, want 201 with a new conversation forked from %s", fr.Status, fr.Body, pickedID)
+	} else if got := eventIDs(t, call, forked.ID); !slices.Equal(got, evs) {
+		t.Errorf("the fork's events = %v, want %v", got, evs)
+	}
 	if r := call("GET", "/api/git/changes?path="+url.QueryEscape(repo), nil); r.Status != 200 || !bytes.HasPrefix(bytes.TrimSpace(r.Body), []byte("[")) {
 		t.Errorf("global git/changes without cid, with an upstream = %d %s, want the folder's conversation's answer", r.Status, r.Body)
 	}
@@ -353,7 +385,7 @@ func TestCanvasWholeSession(t *testing.T) {
 	for n, k := range profileKeys {
 		values = append(values, secretValue{"LLM key of profile " + n, []byte(k)})
 	}
-	for _, id := range []string{newID, pickedID, profID} {
+	for _, id := range []string{newID, pickedID, profID, forked.ID} {
 		c := d.record(id)
 		body := call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
 		inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
@@ -388,9 +420,14 @@ func TestCanvasWholeSession(t *testing.T) {
 	if cr.Header.Get("X-Ohd-Source") != "host" || string(cold["execution_status"]) != `"error"` {
 		t.Errorf("answer without a container = %s (source %s), want from the host files, execution_status error", cr.Body, cr.Header.Get("X-Ohd-Source"))
 	}
-	for k := range live {
-		if _, ok := cold[k]; !ok {
+	for k, lv := range live {
+		cv, ok := cold[k]
+		switch {
+		case !ok:
 			t.Errorf("the answer without a container lacks the live answer's field %q", k)
+		case k == "execution_status" || k == "updated_at": // the state's own
+		case !jsonEqual(lv, cv):
+			t.Errorf("the answer without a container has %s = %s, the live one %s", k, cv, lv)
 		}
 	}
 	if r := call("GET", "/api/conversations/count?status=running", nil); strings.TrimSpace(string(r.Body)) != "0" {
@@ -399,7 +436,7 @@ func TestCanvasWholeSession(t *testing.T) {
 
 	// 12. Delete; a second delete is the agent server's 400; the id can
 	// be used again, as on the real server.
-	for _, id := range []string{newID, pickedID, profID} {
+	for _, id := range []string{newID, pickedID, profID, forked.ID} {
 		if r := call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 || !strings.Contains(string(r.Body), `"success":true`) {
 			t.Errorf("delete %s = %d %s", id, r.Status, r.Body)
 		}
@@ -426,4 +463,13 @@ func uidOf(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return strconv.Itoa(int(st.Uid))
+}
+
+// jsonEqual reports whether two JSON documents hold the same value.
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }

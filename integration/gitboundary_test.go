@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/store"
@@ -85,6 +86,40 @@ func TestAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
 	if out, err := userGit(t, repo, "status", "--short"); err != nil {
 		t.Fatalf("the user's git status at the root: %v\n%s", err, out)
 	}
+	// The user's everyday git on files the agent made, in directories
+	// lent to the agent's uid (docs/): take them into a commit, stash and
+	// pop an edit, check one out over an edit and over its deletion.
+	for _, op := range [][]string{
+		{"add", "agent.txt", "docs/new.md"}, {"commit", "-q", "-m", "the user takes the agent's files"},
+		{"stash", "-q"}, {"stash", "pop", "-q"},
+		{"checkout", "--", "agent.txt"}, {"rm", "-q", "--cached", "docs/new.md"}, {"add", "docs/new.md"},
+	} {
+		if op[0] == "stash" && op[1] == "-q" {
+			if out, err := asOwner(t, repo, "echo stashed >> agent.txt && echo stashed >> docs/new.md"); err != nil {
+				t.Fatalf("the user's edit before stash: %v\n%s", err, out)
+			}
+		}
+		if op[0] == "checkout" {
+			if out, err := asOwner(t, repo, "echo edit >> agent.txt"); err != nil {
+				t.Fatalf("the user's edit before checkout: %v\n%s", err, out)
+			}
+		}
+		if out, err := userGit(t, repo, op...); err != nil {
+			t.Fatalf("the user's git %v on the agent's files: %v\n%s", op, err, out)
+		}
+	}
+	if out, err := asOwner(t, repo, "rm docs/new.md"); err != nil {
+		t.Fatalf("the user's rm of docs/new.md: %v\n%s", err, out)
+	}
+	if out, err := userGit(t, repo, "checkout", "--", "docs/new.md"); err != nil {
+		t.Fatalf("the user's git checkout of the deleted docs/new.md: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, "agent.txt")); strings.Contains(string(b), "edit") || strings.Contains(string(b), "stashed") {
+		t.Errorf("agent.txt after the user's checkout = %q, want it as committed", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo, "docs", "new.md")); !strings.Contains(string(b), "stashed") {
+		t.Errorf("docs/new.md after the user's stash pop, add, rm and checkout = %q, want the popped edit", b)
+	}
 
 	// The plant: a repository in the user's docs/ whose fsmonitor marks.
 	plant := "cd " + repo + "/docs && git init -q . && git config core.fsmonitor 'touch " + markers + "/fsmonitor-ran; false'"
@@ -129,6 +164,32 @@ func TestAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
 		}
 	}
 	assertNoMarker(t, markers, "after ohctl rm")
+
+	// ohctl restore brings the agent's git directories back as files: a
+	// tar of the user's next to the restored worktree, which no git
+	// opens, never a live .git in a tree the user's git runs in.
+	restored := repo + ".restore-" + c.ID[:8]
+	archive := restored + ".agent-git-dirs.tar"
+	if out := d.ohctl("restore", c.ID); !strings.Contains(out, archive) || !strings.Contains(out, "docs/.git") {
+		t.Errorf("ohctl restore does not say the agent's docs/.git is in %s:\n%s", archive, out)
+	}
+	if st, err := os.Lstat(archive); err != nil || st.Sys().(*syscall.Stat_t).Uid != attackOwner || st.Mode().Perm() != 0o600 {
+		t.Errorf("the archive %s: %v, want a 0600 file of the user's", archive, err)
+	}
+	if out, err := asOwner(t, filepath.Dir(restored), "tar -tf "+archive); err != nil || !strings.Contains(out, "docs/.git/config") {
+		t.Errorf("the user's tar -tf of the archive: %v\n%s; want docs/.git/config in it", err, out)
+	}
+	if _, err := os.Lstat(filepath.Join(restored, "docs", ".git")); err == nil {
+		t.Errorf("the restored worktree has a docs/.git: the agent's git directory came back live")
+	}
+	for _, dir := range []string{restored, filepath.Join(restored, "docs")} {
+		for _, args := range [][]string{{"status"}, {"diff"}, {"log", "-p", "-1"}} {
+			if out, err := userGit(t, dir, args...); err != nil {
+				t.Errorf("the user's git %v in the restored %s: %v\n%s", args, dir, err, out)
+			}
+		}
+	}
+	assertNoMarker(t, markers, "after ohctl restore")
 }
 
 // assertOwnedBy fails for every inode under root that uid does not own.
@@ -309,4 +370,65 @@ func TestDoctorRepoFindsGitDirsOfEarlierAgents(t *testing.T) {
 			t.Errorf("ohctl doctor --repo does not say %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestNewUserDirectoryIsLentMidConversation: a directory the user makes in
+// the folder while an in-place conversation runs is lent to the agent's
+// uid within seconds (the publisher walks the tree again), so an implicit
+// bare repository the agent then fills into it is refused by the user's
+// git log there, with git's default config; after ohctl rm the directory
+// is the user's again and the agent's parts are out of it.
+func TestNewUserDirectoryIsLentMidConversation(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	markers := mustTempDir(t, "ohd-marker-")
+	if err := os.Chmod(markers, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo)
+	fresh := filepath.Join(repo, "fresh")
+	if out, err := asOwner(t, repo, "mkdir fresh && echo mine > fresh/notes.txt"); err != nil {
+		t.Fatalf("the user's mkdir: %v\n%s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the user's new directory lent to the agent", func() bool {
+		st, err := os.Lstat(fresh)
+		return err == nil && st.Sys().(*syscall.Stat_t).Uid == agentUID
+	})
+	// The program the agent's config names (the image has no chmod: it is
+	// put on the host; what matters is whether the user's git runs it).
+	evil := filepath.Join(mustTempDir(t, "ohd-evil-"), "evil.sh")
+	testenv.WriteFile(t, evil, "#!/bin/sh\ntouch "+markers+"/gpg-ran\n")
+	if err := os.Chmod(evil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(evil), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plant := "cd " + fresh + " && " +
+		"git -c init.defaultBranch=main init -q --bare . && git --git-dir=. config log.showSignature true && git --git-dir=. config gpg.program " + evil + " && " +
+		`t=$(git --git-dir=. mktree </dev/null) && c=$(printf 'tree %s\nauthor a <a@x> 1 +0000\ncommitter a <a@x> 1 +0000\ngpgsig -----BEGIN PGP SIGNATURE-----\n \n AAAA\n -----END PGP SIGNATURE-----\n\nsigned\n' $t | git --git-dir=. hash-object -t commit -w --stdin) && git --git-dir=. update-ref refs/heads/main $c`
+	if code, out := d.execIn(c.ID, "sh", "-c", plant); code != 0 {
+		t.Fatalf("the agent's plant: exit %d: %s", code, out)
+	}
+	if out, err := userGit(t, fresh, "log", "-1"); err == nil || !strings.Contains(out, "dubious ownership") {
+		t.Errorf("the user's git log in their new directory the agent filled = %v %q; want dubious ownership", err, tail(out, 3))
+	}
+	assertNoMarker(t, markers, "during the conversation")
+	d.ohctl("rm", c.ID)
+	if st, err := os.Lstat(fresh); err != nil || st.Sys().(*syscall.Stat_t).Uid != attackOwner {
+		t.Errorf("fresh after ohctl rm: %v, want the user's again", err)
+	}
+	if _, err := os.Lstat(filepath.Join(fresh, "HEAD")); err == nil {
+		t.Errorf("the agent's fresh/HEAD is still there after ohctl rm")
+	}
+	if b, err := os.ReadFile(filepath.Join(fresh, "notes.txt")); err != nil || string(b) != "mine\n" {
+		t.Errorf("the user's fresh/notes.txt after ohctl rm = %q, %v", b, err)
+	}
+	if out, err := userGit(t, fresh, "log", "-1"); err != nil {
+		t.Errorf("the user's git log in fresh after ohctl rm: %v\n%s", err, out)
+	}
+	assertNoMarker(t, markers, "after ohctl rm")
 }

@@ -61,8 +61,7 @@ func (u *hostUser) env(extra ...string) []string {
 }
 
 // git runs the user's git with args in dir and returns its combined
-// output. config, if any, are `-c` settings the user has in their global
-// config for this call (the documented residual: safe.bareRepository).
+// output. config, if any, are `-c` settings of the call.
 func (u *hostUser) git(dir string, config []string, args ...string) (string, error) {
 	var full []string
 	for _, c := range config {
@@ -182,7 +181,7 @@ func failedSteps(out string) []string {
 // ideScan lists what an editor's git integration opens under root: every
 // directory to depth 3 (not entering .git, not following links) in which
 // `git rev-parse --git-dir` succeeds as the user.
-func ideScan(u *hostUser, root string, config func(dir string) []string) []string {
+func ideScan(u *hostUser, root string) []string {
 	var dirs []string
 	var walk func(dir string, depth int)
 	walk = func(dir string, depth int) {
@@ -203,7 +202,7 @@ func ideScan(u *hostUser, root string, config func(dir string) []string) []strin
 	walk(root, 0)
 	var open []string
 	for _, d := range dirs {
-		if _, err := u.git(d, config(d), "rev-parse", "--git-dir"); err == nil {
+		if _, err := u.git(d, nil, "rev-parse", "--git-dir"); err == nil {
 			open = append(open, d)
 		}
 	}

@@ -59,15 +59,6 @@ type hostGitCase struct {
 	// merge: the user merges the agent's branch before running git (the
 	// agent's commit carries the attack).
 	merge bool
-	// bareResidual: the plant is an implicit bare repository in a
-	// directory the user owns, which git's ownership check does not
-	// refuse (it checks the directory, which is the user's). During the
-	// conversation this is the documented residual: the user must set
-	// safe.bareRepository=explicit (ohctl doctor says so), and the suite
-	// sets it for that directory while the conversation lives; after
-	// `ohctl rm` (which moves the agent's git directories out) it must
-	// hold without it.
-	bareResidual bool
 }
 
 // gitfileSteps plants a .git gitfile in dir pointing at a repository the
@@ -119,11 +110,13 @@ var hostGitCases = []hostGitCase{
 	{name: "dotgit-link-plainsub", modes: "P", base: "T", dir: "folder-link", steps: gitlinkSteps("dotgit-link-plainsub", "$T/folder-link")},
 	// The worktree's own .git rewritten to a git dir of the agent's.
 	{name: "worktree-dotgit-rewritten", modes: "W", group: "rewrite", base: "T", dir: ".", steps: []string{"mkrepo $A/g-worktree-dotgit-rewritten", "printf 'gitdir: %s\\n' $A/g-worktree-dotgit-rewritten/.git > $T/.git"}},
-	// An implicit bare repository in a directory the user owns.
-	{name: "implicit-bare", modes: "IWP", base: "R", dir: "notes", bareResidual: true, steps: bareSteps("$R/notes")},
+	// An implicit bare repository in a directory the user owns (lent to
+	// the agent's uid while the conversation lives, gitboundary.Borrow:
+	// the user's git, with git's default config, refuses it).
+	{name: "implicit-bare", modes: "IWP", base: "R", dir: "notes", steps: bareSteps("$R/notes")},
 	// The same at a plain folder's root, which the user owns: the user's
 	// git anywhere in the folder outside a repository finds it.
-	{name: "implicit-bare-plainroot", modes: "P", group: "root-bare", base: "T", dir: ".", bareResidual: true, steps: bareSteps("$T")},
+	{name: "implicit-bare-plainroot", modes: "P", group: "root-bare", base: "T", dir: ".", steps: bareSteps("$T")},
 	// An implicit bare repository in a directory the agent made: git's
 	// ownership check covers it.
 	{name: "implicit-bare-agentdir", modes: "IWP", base: "R", dir: "made-bare", steps: append([]string{"mkdir -p $R/made-bare"}, bareSteps("$R/made-bare")...)},
@@ -282,13 +275,10 @@ func (f finding) String() string {
 // programs ran, attributing each to the command after which its marker
 // appeared or grew.
 type prober struct {
-	u    *hostUser
-	box  *markerBox
-	seen map[string]string
-	// residual reports whether the user's git in dir gets
-	// safe.bareRepository=explicit at this stage.
-	residual func(dir string) bool
-	found    []finding
+	u     *hostUser
+	box   *markerBox
+	seen  map[string]string
+	found []finding
 	// notes are the user's git's refusals in planted directories
 	// ("dubious ownership") and the user's merges, per case.
 	notes map[string][]string
@@ -303,14 +293,7 @@ type prober struct {
 }
 
 func newProber(u *hostUser, box *markerBox) *prober {
-	return &prober{u: u, box: box, seen: map[string]string{}, residual: func(string) bool { return false }, notes: map[string][]string{}}
-}
-
-func (p *prober) config(dir string) []string {
-	if p.residual(dir) {
-		return []string{"safe.bareRepository=explicit"}
-	}
-	return nil
+	return &prober{u: u, box: box, seen: map[string]string{}, notes: map[string][]string{}}
 }
 
 // check records what ran since the last check.
@@ -326,7 +309,7 @@ func (p *prober) check(stage, cmd, dir, output string) {
 
 // git runs the user's git in dir and checks.
 func (p *prober) git(stage, dir string, args ...string) string {
-	out, err := p.u.git(dir, p.config(dir), args...)
+	out, err := p.u.git(dir, nil, args...)
 	if err != nil {
 		out += fmt.Sprintf("\n(exit: %v)", err)
 	}
@@ -402,7 +385,7 @@ func (p *prober) probe(stage string, w *hostGitWorld) {
 		if p.firstOnly && len(p.found) > 0 {
 			return
 		}
-		for _, d := range ideScan(p.u, r, p.config) {
+		for _, d := range ideScan(p.u, r) {
 			for _, tr := range userTriggers {
 				p.git(stage+" (ide scan)", d, tr...)
 			}
@@ -550,22 +533,6 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 	t.Logf("plants took %v", time.Since(start).Round(time.Second))
 
 	p := newProber(u, box)
-	residual := map[string]bool{}
-	for _, w := range worlds {
-		for _, c := range w.cases {
-			if c.bareResidual {
-				residual[w.planted(c)] = true
-			}
-		}
-	}
-	live := func(dir string) bool {
-		for r := range residual {
-			if dir == r || strings.HasPrefix(dir, r+"/") {
-				return true
-			}
-		}
-		return false
-	}
 	var foreign, unreported, undoctored []string
 	stages := []struct {
 		name   string
@@ -598,16 +565,8 @@ func attackWorlds(t *testing.T, d *daemon, u *hostUser, box *markerBox, worlds [
 			st.before()
 		}
 		p.live = st.live
-		if st.live {
-			p.residual = live
-		} else {
-			p.residual = func(string) bool { return false }
-		}
 		for _, w := range worlds {
 			p.probe(st.name, w)
-		}
-		if i == 1 {
-			residualWithout(u, box, p, worlds)
 		}
 		if i == 0 {
 			selfTest(t, u, box, p, worlds)
@@ -773,11 +732,6 @@ func summarize(worlds []*hostGitWorld, p *prober) string {
 			if n > 0 {
 				fmt.Fprintf(&b, " refused-by-ownership=%d", n)
 			}
-			for _, note := range p.notes[w.tag(c)] {
-				if strings.HasPrefix(note, "residual:") {
-					fmt.Fprintf(&b, " residual-without-safe.bareRepository=%v", strings.Contains(note, " runs the agent's"))
-				}
-			}
 			counts := map[string]int{}
 			var order []string
 			for _, f := range found[w.tag(c)] {
@@ -891,29 +845,4 @@ func undoctoredDirs(d *daemon, w *hostGitWorld) []string {
 		}
 	}
 	return bad
-}
-
-// residualWithout records, at the end of the live stages, whether an
-// implicit bare repository in a directory of the user's runs the agent's
-// program when the user has not set safe.bareRepository=explicit: the
-// documented residual, shown rather than assumed. What it writes is not
-// a finding (the case's rows ran with the setting).
-func residualWithout(u *hostUser, box *markerBox, p *prober, worlds []*hostGitWorld) {
-	for _, w := range worlds {
-		for _, c := range w.cases {
-			if !c.bareResidual {
-				continue
-			}
-			tag := w.tag(c)
-			before := box.fired()[tag]
-			out, _ := u.git(w.planted(c), nil, "log", "-1")
-			after := box.fired()[tag]
-			ran := "does not run the agent's program"
-			if after != before {
-				ran = "runs the agent's program"
-			}
-			p.notes[tag] = append(p.notes[tag], fmt.Sprintf("residual: without safe.bareRepository=explicit, the user's `git log` in %s during the conversation %s: %s", w.planted(c), ran, clipN(out, 200)))
-			p.seen[tag] = after
-		}
-	}
 }

@@ -43,16 +43,18 @@ func TestDockerInnerStateSurvivesContainer(t *testing.T) {
 		t.Fatalf("pause = %d %s", r.Status, r.Body)
 	}
 
-	// The state on the host: owned by the repository owner, 0700, and the
-	// conversation's files in it (the stand-in wrote them as uid 1000).
+	// The state on the host: owned by the agent's uid (the inner server
+	// runs as it since issue 26; not the repository owner, whose git must
+	// never read what the agent wrote), 0700, and the conversation's files
+	// in it (the stand-in wrote them as the agent).
 	inner := openhands.DirsOf(filepath.Join(d.dirs.State, "inner"), id)
 	for _, dir := range []string{inner.Root, inner.Persistence, inner.Conversations} {
 		st, err := os.Stat(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 1000 || sys.Gid != 1000 || st.Mode().Perm() != 0o700 {
-			t.Errorf("%s: owner %d:%d mode %o, want 1000:1000 0700", dir, sys.Uid, sys.Gid, st.Mode().Perm())
+		if sys := st.Sys().(*syscall.Stat_t); sys.Uid != agentUID || sys.Gid != agentUID || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: owner %d:%d mode %o, want the agent's %d:%d 0700", dir, sys.Uid, sys.Gid, st.Mode().Perm(), agentUID, agentUID)
 		}
 	}
 	base, err := os.ReadFile(filepath.Join(inner.StateDir(id), openhands.BaseStateFile))

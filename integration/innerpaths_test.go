@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,7 +18,7 @@ import (
 )
 
 // TestInnerBashEvents: the terminal routes of a conversation work for the
-// repository owner's uid. The agent server writes its bash events to the
+// agent's own uid (agentUID, which the container runs as since issue 26). The agent server writes its bash events to the
 // relative workspace/bash_events, i.e. /workspace/bash_events in its
 // image, which belongs to uid 10001 (the test image has the same
 // layout); the stand-in fails there as the real server does (500), so
@@ -39,12 +40,12 @@ func TestInnerBashEvents(t *testing.T) {
 		ExitCode *int   `json:"exit_code"`
 	}
 	r.json(t, &out)
-	if r.Status != http.StatusOK || out.Kind != "BashOutput" || out.ExitCode == nil || *out.ExitCode != 0 || out.Stdout != "1000\nohd-"+strings.ReplaceAll(id, "-", "")+"\n" {
-		t.Fatalf("execute_bash_command?cid= = %d %s, want the command's output as uid 1000 on the conversation's hostname\n%s", r.Status, r.Body, tail(d.logs.String(), 20))
+	if r.Status != http.StatusOK || out.Kind != "BashOutput" || out.ExitCode == nil || *out.ExitCode != 0 || out.Stdout != fmt.Sprintf("%d\nohd-%s\n", agentUID, strings.ReplaceAll(id, "-", "")) {
+		t.Fatalf("execute_bash_command?cid= = %d %s, want the command's output as the agent's uid %d on the conversation's hostname\n%s", r.Status, r.Body, agentUID, tail(d.logs.String(), 20))
 	}
 
 	// The events are files in the conversation's own host directory,
-	// owned by the repository owner.
+	// owned by the agent's uid.
 	inner := openhands.DirsOf(filepath.Join(d.dirs.State, "inner"), id)
 	ents, err := os.ReadDir(inner.BashEvents)
 	if err != nil || len(ents) != 2 {
@@ -55,8 +56,8 @@ func TestInnerBashEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 1000 {
-			t.Errorf("%s is owned by uid %d, want 1000", e.Name(), sys.Uid)
+		if sys := st.Sys().(*syscall.Stat_t); sys.Uid != agentUID {
+			t.Errorf("%s is owned by uid %d, want the agent's %d", e.Name(), sys.Uid, agentUID)
 		}
 	}
 	r = d.call("GET", "/api/bash/bash_events/search?kind__eq=BashCommand&cid="+id, nil)

@@ -27,66 +27,9 @@ import (
 // must run nothing. The control runs the same attacks on the host without
 // ohd, and each fires.
 
-// pointerRepo makes dir a repository with submodules: sub (checked out,
-// with its own submodule deep, not checked out), a/b/lib (checked out,
-// two directories down, with deep too) and vendor/x (not checked out).
-func pointerRepo(t *testing.T, dir string) {
-	t.Helper()
-	deep := testenv.NewRepo(t, testenv.RepoOptions{})
-	inner := testenv.NewRepo(t, testenv.RepoOptions{})
-	git := func(dir string, args ...string) {
-		testenv.Git(t, dir, append([]string{"-c", "safe.directory=*", "-c", "protocol.file.allow=always"}, args...)...)
-	}
-	git(inner, "submodule", "add", "-q", deep, "deep")
-	git(inner, "commit", "-q", "-m", "deep")
-	testenv.InitRepo(t, dir, "main")
-	for _, p := range []string{"sub", "a/b/lib", "vendor/x"} {
-		git(dir, "submodule", "add", "-q", inner, p)
-	}
-	git(dir, "commit", "-q", "-m", "submodules")
-	git(dir, "submodule", "deinit", "-q", "-f", "vendor/x")
-}
-
-// pointerAttack is one attack: Script runs in the work tree as the agent
-// and plants a repository whose fsmonitor touches $MARKERS/<Name>.
-type pointerAttack struct{ Name, Script string }
-
-// pointerAttacks are the attacks on pointerRepo's layout, in an order
-// where each leaves what the next needs: checkedOut for the repository
-// itself (in place, a plain folder), !checkedOut for a fresh worktree (no
-// submodule populated, its .git a file).
-func pointerAttacks(checkedOut bool) []pointerAttack {
-	plant := func(p, name string) string {
-		return "git init -q " + p + " && git -C " + p + " config core.fsmonitor \"touch $MARKERS/" + name + "; false\""
-	}
-	var as []pointerAttack
-	if checkedOut {
-		as = append(as,
-			pointerAttack{"init-sub-deep", plant("sub/deep", "init-sub-deep")},
-			pointerAttack{"init-lib-deep", plant("a/b/lib/deep", "init-lib-deep")},
-			pointerAttack{"sub-dotgit", "rm -f sub/.git && " + plant("sub", "sub-dotgit")},
-			pointerAttack{"move-sub", "mv sub sub.moved && mkdir -p sub && " + plant("sub", "move-sub")},
-		)
-	} else {
-		as = append(as,
-			pointerAttack{"init-sub", plant("sub", "init-sub")},
-			pointerAttack{"init-lib", plant("a/b/lib", "init-lib")},
-		)
-	}
-	as = append(as,
-		pointerAttack{"init-vendor-x", plant("vendor/x", "init-vendor-x")},
-		pointerAttack{"move-vendor", "mv vendor vendor.moved && mkdir -p vendor/x && " + plant("vendor/x", "move-vendor")},
-		pointerAttack{"move-a", "mv a a.moved && mkdir -p a/b/lib && " + plant("a/b/lib", "move-a")},
-	)
-	if !checkedOut {
-		as = append(as, pointerAttack{"dotgit", plant(".agent/evil", "dotgit") + " && printf 'gitdir: %s/.agent/evil/.git\\n' \"$(pwd)\" > .git"})
-	}
-	return as
-}
-
 // pointerScript is the attacks as one script, each introduced by a line
 // "== <name>".
-func pointerScript(attacks []pointerAttack, markers string) string {
+func pointerScript(attacks []testenv.PointerAttack, markers string) string {
 	var b strings.Builder
 	for _, a := range attacks {
 		b.WriteString("echo '== " + a.Name + "'; ( " + strings.ReplaceAll(a.Script, "$MARKERS", markers) + " ) 2>&1\n")
@@ -136,15 +79,15 @@ func TestPointerAttacksControl(t *testing.T) {
 		t.Run(map[bool]string{false: "repository", true: "worktree"}[worktree], func(t *testing.T) {
 			base := testenv.TempDir(t)
 			top := filepath.Join(base, "repo")
-			pointerRepo(t, top)
+			testenv.PointerRepo(t, top)
 			if worktree {
 				testenv.Git(t, top, "worktree", "add", "-q", filepath.Join(base, "wt"))
 				top = filepath.Join(base, "wt")
 			}
 			testenv.ChownR(t, base, attackOwner, attackOwner)
-			for _, a := range pointerAttacks(!worktree) {
+			for _, a := range testenv.PointerAttacks(!worktree, ".agent/evil") {
 				markers := markerDir(t)
-				cmd := exec.Command("sh", "-c", pointerScript([]pointerAttack{a}, markers))
+				cmd := exec.Command("sh", "-c", pointerScript([]testenv.PointerAttack{a}, markers))
 				cmd.Dir, cmd.Env = top, testenv.GitEnv()
 				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: attackOwner, Gid: attackOwner}}
 				out, _ := cmd.CombinedOutput()
@@ -176,7 +119,7 @@ func pointerAttacksFailInContainer(t *testing.T, b backend) {
 		t.Run(mode, func(t *testing.T) {
 			base := testenv.TempDir(t)
 			repo := filepath.Join(base, "repo")
-			pointerRepo(t, repo)
+			testenv.PointerRepo(t, repo)
 			testenv.ChownR(t, base, attackOwner, attackOwner)
 			var c store.Conversation
 			top, tools := repo, ""
@@ -203,7 +146,7 @@ func pointerAttacksFailInContainer(t *testing.T, b backend) {
 				installAttackTool(t, tools, attackOwner, attackOwner, "rm", "mv", "mkdir")
 			}
 			markers := markerDir(t)
-			attacks := pointerAttacks(mode != "worktree")
+			attacks := testenv.PointerAttacks(mode != "worktree", ".agent/evil")
 			_, out := d.execIn(c.ID, "sh", "-c", "export PATH="+tools+":$PATH; cd "+top+" && "+pointerScript(attacks, markers))
 			t.Logf("attacks inside:\n%s", out)
 			for _, part := range strings.Split(out, "== ")[1:] {
@@ -299,6 +242,29 @@ func heldGitlinkNeverReachesTheUsersMerge(t *testing.T, b backend) {
 	for _, m := range firedMarkers(markers) {
 		_ = os.Remove(filepath.Join(markers, m))
 	}
+	heldCommit, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "rev-parse", "--verify", held)
+	if err != nil {
+		t.Fatalf("the held ref %s: %v", held, err)
+	}
+	// stillHeld: the held commit never reaches the user's branch
+	// openhands/<id> once the removal has moved the agent's repository
+	// out of x (nothing is left there that would hold it back, so a
+	// publish after the release would let it through).
+	stillHeld := func(stage string) {
+		t.Helper()
+		if got, _ := testenv.GitOutput(repo, "-c", "safe.directory=*", "rev-parse", "-q", "--verify", held); got != heldCommit {
+			t.Errorf("%s: %s = %q, want the held commit %s still there", stage, held, got, heldCommit)
+		}
+		branch, _ := testenv.GitOutput(repo, "-c", "safe.directory=*", "rev-parse", "-q", "--verify", "refs/heads/openhands/"+c.ID)
+		if branch == "" {
+			return
+		}
+		anc := exec.Command("git", "-c", "safe.directory=*", "merge-base", "--is-ancestor", heldCommit, branch)
+		anc.Dir, anc.Env = repo, testenv.GitEnv()
+		if anc.Run() == nil {
+			t.Errorf("%s: the held commit %s was published to openhands/%s (%s)", stage, heldCommit, c.ID, branch)
+		}
+	}
 	var rm struct {
 		Message string `json:"message"`
 	}
@@ -312,6 +278,16 @@ func heldGitlinkNeverReachesTheUsersMerge(t *testing.T, b backend) {
 	}
 	// The removal moved the agent's repository out of the folder (issue
 	// 26): now even the held commit, merged, runs nothing.
+	stillHeld("after ohctl rm")
+	d.restart()
+	stillHeld("after ohctl rm and an ohd restart")
+	// A restore has no commit of the conversation's to restore; it does
+	// not publish the held one either.
+	d.ohctlErr("restore", c.ID)
+	stillHeld("after ohctl restore")
+	if _, err := os.Lstat(filepath.Join(repo, "x", ".git")); err == nil {
+		t.Errorf("after ohctl rm the agent's x/.git is still in the folder")
+	}
 	if out := userMerge(repo, held); len(firedMarkers(markers)) > 0 {
 		t.Errorf("after ohctl rm, merging the held commit ran the agent's fsmonitor:\n%s", out)
 	}
@@ -319,14 +295,18 @@ func heldGitlinkNeverReachesTheUsersMerge(t *testing.T, b backend) {
 
 // TestBackendStaleMountsMakeTheContainerAnew: a container keeps the mounts it
 // was made with. The user checks out a new submodule in the folder while
-// an in-place conversation runs: its directory is not pinned in the
-// running container (the agent can still move it). When the container
-// next starts, ohd sees its mounts are not the plan's and makes it anew,
-// and the new submodule is pinned.
+// an in-place conversation runs. On Docker ohd notices the change of the
+// user's index and fixes the new submodule's pointers in the running
+// container at once (livepins.go: lib pinned, lib/.git read-only),
+// without making it anew, and doctor says all is fixed. When the
+// container next starts, ohd sees its engine mounts are not the plan's
+// and makes it anew, and lib is pinned there too.
 //
-// On Kubernetes every start makes a pod anew (there is no stopped pod):
-// the test holds there as the check that the new pod has the plan's
-// mounts.
+// On Kubernetes ohd cannot reach a running pod's mount namespace (it
+// has no process id of it), so by design the pod keeps its mounts until
+// the next start: doctor names lib as not fixed meanwhile. Every start
+// makes a pod anew (there is no stopped pod), and the new pod has the
+// plan's mounts.
 func TestBackendStaleMountsMakeTheContainerAnew(t *testing.T) {
 	testenv.RequireRoot(t)
 	eachBackend(t, staleMountsMakeTheContainerAnew)
@@ -345,11 +325,6 @@ func staleMountsMakeTheContainerAnew(t *testing.T, b backend) {
 	hostGit(t, repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", other, "lib")
 	hostGit(t, repo, "commit", "-q", "-m", "lib")
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
-	if code, out := d.execIn(c.ID, "sh", "-c", mv); code != 0 {
-		t.Fatalf("in the container made before lib, lib could not be moved (the test's premise): %s", out)
-	}
-
-	// ohctl doctor says the container lacks lib's mounts.
 	doctor := func() string {
 		out, _ := d.ohctlErr("--json", "doctor", c.ID)
 		for _, l := range strings.Split(out, "{") {
@@ -359,8 +334,13 @@ func staleMountsMakeTheContainerAnew(t *testing.T, b backend) {
 		}
 		return ""
 	}
-	if got := doctor(); !strings.Contains(got, `"fail"`) || !strings.Contains(got, filepath.Join(repo, "lib")) {
-		t.Errorf("doctor's fixed-pointers check before the restart = %q, want a failure naming lib", got)
+	if b.name == "kubernetes" {
+		waitFor(t, 15*time.Second, "doctor to name the new submodule as not fixed", func() bool {
+			got := doctor()
+			return strings.Contains(got, `"fail"`) && strings.Contains(got, filepath.Join(repo, "lib"))
+		})
+	} else {
+		livePins(t, d, c, repo, mv, doctor)
 	}
 	b.stop(t, c.ContainerID)
 	waitFor(t, 30*time.Second, "ohd to notice the stop", func() bool {
@@ -379,5 +359,44 @@ func staleMountsMakeTheContainerAnew(t *testing.T, b backend) {
 	}
 	if got := doctor(); !strings.Contains(got, `"ok"`) {
 		t.Errorf("doctor's fixed-pointers check after the restart = %q, want ok", got)
+	}
+}
+
+// livePins checks that, within seconds of the user's checkout of a new
+// submodule lib, the running container has lib pinned and its .git
+// read-only (the agent can neither move lib away nor point its .git
+// elsewhere), without being made anew, and doctor says all is fixed.
+func livePins(t *testing.T, d *daemon, c store.Conversation, repo, mv string, doctor func() string) {
+	t.Helper()
+	// Within a few seconds of the user's checkout the running container
+	// has lib pinned and its .git read-only: the agent can neither move
+	// lib away nor point its .git elsewhere.
+	var out string
+	pinned := false
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		var code int
+		code, out = d.execIn(c.ID, "sh", "-c", mv)
+		if code != 0 && strings.Contains(strings.ToLower(out), "device or resource busy") {
+			pinned = true
+			break
+		}
+	}
+	if !pinned {
+		t.Fatalf("15 s after the user added submodule lib, the agent can still move it in the running container (last try: %q)\n--- ohd log ---\n%s", out, tail(d.logs.String(), 30))
+	}
+	if code, out := d.execIn(c.ID, "sh", "-c", "echo 'gitdir: /tmp/x' > "+filepath.Join(repo, "lib", ".git")); code == 0 || !strings.Contains(strings.ToLower(out), "read-only") {
+		t.Errorf("the agent's write of lib/.git in the running container = exit %d %q, want EROFS", code, out)
+	}
+	var live store.Conversation
+	d.ohctlJSON(&live, "show", c.ID)
+	if live.ContainerID != c.ContainerID {
+		t.Errorf("the container was made anew (%s, was %s): the pins were to be added to the running one", live.ContainerID, c.ContainerID)
+	}
+	if !strings.Contains(d.logs.String(), "fixed new pointers in the running container") {
+		t.Errorf("ohd's log does not say it fixed the new pointers")
+	}
+
+	if got := doctor(); !strings.Contains(got, `"ok"`) {
+		t.Errorf("doctor's fixed-pointers check after the live pins = %q, want ok", got)
 	}
 }

@@ -120,6 +120,7 @@ func TestSystemdUnit(t *testing.T) {
 	}
 
 	checkNetnsUnderUnit(t, name, units, shared, text)
+	checkNsmountUnderUnit(t, name, units, shared, text)
 
 	// DELETE removes the containers, the registrations and the branches
 	// of clean worktrees.
@@ -159,7 +160,7 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("ohd.service with an invalid setting: want %s in\n%s", want, props)
 		}
 	}
-	if !strings.Contains(ohdLog(), `--runtime "dockerr": use docker, local or auto`) {
+	if !strings.Contains(ohdLog(), `--runtime "dockerr": use docker, kubernetes, local or auto`) {
 		t.Errorf("ohd's log does not say what was wrong:\n%s", ohdLog())
 	}
 }
@@ -355,7 +356,7 @@ func systemdRootImage(t *testing.T) string {
 func capMask(t *testing.T, unit string) string {
 	t.Helper()
 	numbers := map[string]uint{"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
-		"CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21}
+		"CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_CHROOT": 18, "CAP_SYS_PTRACE": 19, "CAP_SYS_ADMIN": 21}
 	var mask uint64
 	found := false
 	for _, line := range strings.Split(unit, "\n") {
@@ -436,8 +437,24 @@ func checkNetnsUnderUnit(t *testing.T, name, units, shared, unitText string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	// The probe unit: ohd.service's [Service] section with the probe as a
-	// oneshot ExecStart=.
+	out := filepath.Join(shared, "probe.out")
+	testenv.WriteFile(t, filepath.Join(units, "ohd-netns-probe.service"),
+		probeUnit(unitText, probe, "OHD_TEST_NETNS_PROBE="+pid+"|"+cid+"|127.0.0.1:7777|"+greeting, out))
+	systemctl := func(args ...string) (string, error) { return systemctlIn(name, args...) }
+	if msg, err := systemctl("daemon-reload"); err != nil {
+		t.Fatalf("systemctl daemon-reload: %v %s", err, msg)
+	}
+	_, err := systemctl("start", "ohd-netns-probe.service")
+	got, _ := os.ReadFile(out)
+	if err != nil || !strings.Contains(string(got), "probe: ok") {
+		status, _ := systemctl("status", "--no-pager", "ohd-netns-probe.service")
+		t.Errorf("ohd's namespace code under the unit's sandbox: %v\n%s\n%s", err, got, status)
+	}
+}
+
+// probeUnit is ohd.service's [Service] section with probe as a oneshot
+// ExecStart=, env in its environment and its output appended to out.
+func probeUnit(unitText, probe, env, out string) string {
 	var lines []string
 	for _, line := range strings.Split(unitText, "\n") {
 		switch {
@@ -452,20 +469,60 @@ func checkNetnsUnderUnit(t *testing.T, name, units, shared, unitText string) {
 		}
 		lines = append(lines, line)
 	}
-	out := filepath.Join(shared, "probe.out")
-	lines = append(lines, "", "[Service]",
-		"Environment=OHD_TEST_NETNS_PROBE="+pid+"|"+cid+"|127.0.0.1:7777|"+greeting,
+	lines = append(lines, "", "[Service]", "Environment="+env,
 		"StandardOutput=append:"+out, "StandardError=append:"+out, "")
-	testenv.WriteFile(t, filepath.Join(units, "ohd-netns-probe.service"), strings.Join(lines, "\n"))
+	return strings.Join(lines, "\n")
+}
+
+// checkNsmountUnderUnit runs ohd's mount namespace code (pkg/nsmount's
+// test binary in its probe mode) under the [Service] sandbox of
+// ohd.service, in the systemd container: it must bind a directory onto
+// itself, and read-only, in the mount namespace of another process, as
+// the live pins do in a running container's (issue 26: RestrictNamespaces
+// must allow mnt, the system call filter @mount); the directory then
+// cannot be renamed there.
+func checkNsmountUnderUnit(t *testing.T, name, units, shared, unitText string) {
+	t.Helper()
+	probe := filepath.Join(shared, "nsmount.test")
+	build := exec.Command("go", "test", "-c", "-o", probe, "./pkg/nsmount")
+	build.Dir = moduleRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c ./pkg/nsmount: %v\n%s", err, out)
+	}
+	dir := filepath.Join(shared, "pinned")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(shared, "nsmount-pid")
+	run(t, "docker", "exec", "-d", name, "unshare", "--mount", "--propagation", "private", "sh", "-c",
+		"echo $$ > "+pidFile+".tmp && mv "+pidFile+".tmp "+pidFile+" && exec sleep 300")
+	var pid string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile(pidFile)
+		if pid = strings.TrimSpace(string(b)); err == nil && pid != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process in a mount namespace of its own did not start in 30s")
+		}
+	}
+	defer func() { _, _ = dockerCmd("exec", name, "kill", pid).CombinedOutput() }()
+	out := filepath.Join(shared, "nsmount-probe.out")
+	testenv.WriteFile(t, filepath.Join(units, "ohd-nsmount-probe.service"), probeUnit(unitText, probe, "OHD_TEST_NSMOUNT_PROBE="+pid+"|"+dir, out))
 	systemctl := func(args ...string) (string, error) { return systemctlIn(name, args...) }
 	if msg, err := systemctl("daemon-reload"); err != nil {
 		t.Fatalf("systemctl daemon-reload: %v %s", err, msg)
 	}
-	_, err := systemctl("start", "ohd-netns-probe.service")
+	_, err := systemctl("start", "ohd-nsmount-probe.service")
 	got, _ := os.ReadFile(out)
 	if err != nil || !strings.Contains(string(got), "probe: ok") {
-		status, _ := systemctl("status", "--no-pager", "ohd-netns-probe.service")
-		t.Errorf("ohd's namespace code under the unit's sandbox: %v\n%s\n%s", err, got, status)
+		status, _ := systemctl("status", "--no-pager", "ohd-nsmount-probe.service")
+		t.Fatalf("ohd's mount namespace code under the unit's sandbox: %v\n%s\n%s", err, got, status)
+	}
+	mv, err := dockerCmd("exec", name, "nsenter", "-t", pid, "-m", "sh", "-c", "mv "+dir+" "+dir+".moved; touch "+dir+"/x").CombinedOutput()
+	if err == nil || !strings.Contains(strings.ToLower(string(mv)), "busy") || !strings.Contains(strings.ToLower(string(mv)), "read-only") {
+		t.Errorf("in the other namespace, mv of the pinned directory and a write in it = %v %q; want EBUSY and EROFS", err, mv)
 	}
 }
 

@@ -122,8 +122,11 @@ func TestUpgradeFromPreviousRelease(t *testing.T) {
 			t.Errorf("%s: a link of the old container was copied to the host", p)
 		}
 		if st, err := os.Lstat(p); err == nil {
-			if sys := st.Sys().(*syscall.Stat_t); sys.Uid != 1000 {
-				t.Errorf("%s is owned by uid %d, want the conversation's 1000", p, sys.Uid)
+			// The conversation's container is made anew by this release,
+			// so it runs as the agent's own uid (issue 26), which owns
+			// the copied state.
+			if sys := st.Sys().(*syscall.Stat_t); sys.Uid != agentUID {
+				t.Errorf("%s is owned by uid %d, want the agent's %d, the uid the upgraded conversation runs as", p, sys.Uid, agentUID)
 			}
 		}
 		return nil

@@ -47,6 +47,10 @@ type ConversationInfo struct {
 	Title           *string         `json:"title"`
 	CreatedAt       time.Time       `json:"created_at"`
 	UpdatedAt       time.Time       `json:"updated_at"`
+	// ForkedFromConversationID and ForkedFromEventID are a fork's links
+	// (models.py StoredConversation; fork.go), null otherwise.
+	ForkedFromConversationID *string `json:"forked_from_conversation_id"`
+	ForkedFromEventID        *string `json:"forked_from_event_id"`
 }
 
 // Workspace is the agent server's LocalWorkspace.

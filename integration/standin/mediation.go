@@ -243,6 +243,13 @@ func (s *Server) llmCall(w http.ResponseWriter, r *http.Request) {
 	body := mediated.bodies[id]
 	mediated.Unlock()
 	model, base, key, ok := llmOf(body)
+	if !ok {
+		// Not created through this process (a fork moved here, a
+		// restart): the agent's LLM as persisted.
+		if agent, _ := s.convs.persisted(id, ""); agent != nil {
+			model, base, key, ok = llmOf([]byte(`{"agent":` + string(agent) + `}`))
+		}
+	}
 	if llm, switched := agentLLM(id); switched {
 		// The agent's LLM as the registry holds it (profiles.go).
 		model, _ = llm["model"].(string)
@@ -333,6 +340,11 @@ func (s *Server) resolveSecret(w http.ResponseWriter, r *http.Request) {
 	mediated.Lock()
 	raw, found := mediated.secrets[id][name]
 	mediated.Unlock()
+	if !found {
+		// Not created through this process: the secret as persisted.
+		_, raw = s.convs.persisted(id, name)
+		found = raw != nil
+	}
 	if !found {
 		writeDetail(w, http.StatusNotFound, "no secret "+name)
 		return

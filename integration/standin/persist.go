@@ -83,6 +83,9 @@ type metaFile struct {
 	Tags      map[string]string `json:"tags"`
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
+
+	ForkedFromConversationID *string `json:"forked_from_conversation_id"`
+	ForkedFromEventID        *string `json:"forked_from_event_id"`
 }
 
 // baseState is the standin's ConversationState.
@@ -148,7 +151,8 @@ func (st *store) load(dir string) (*record, error) {
 	}
 	rec := &record{
 		info: ConversationInfo{ID: m.ID, Agent: publicAgent(b.Agent), Workspace: m.Workspace, ExecutionStatus: b.ExecutionStatus,
-			Title: m.Title, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt},
+			Title: m.Title, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
+			ForkedFromConversationID: m.ForkedFromConversationID, ForkedFromEventID: m.ForkedFromEventID},
 		secrets: map[string]json.RawMessage{}, agent: b.Agent,
 	}
 	for name, src := range b.SecretRegistry.SecretSources {
@@ -199,7 +203,8 @@ func (st *store) save(rec *record) error {
 		return err
 	}
 	m := metaFile{ID: rec.info.ID, Title: rec.info.Title, Workspace: rec.info.Workspace, Tags: map[string]string{},
-		CreatedAt: rec.info.CreatedAt, UpdatedAt: rec.info.UpdatedAt}
+		CreatedAt: rec.info.CreatedAt, UpdatedAt: rec.info.UpdatedAt,
+		ForkedFromConversationID: rec.info.ForkedFromConversationID, ForkedFromEventID: rec.info.ForkedFromEventID}
 	if err := writeFileJSON(filepath.Join(dir, "meta.json"), m); err != nil {
 		return err
 	}
@@ -477,4 +482,33 @@ func (st *store) list(status string) []ConversationInfo {
 		}
 	}
 	return out
+}
+
+// persisted returns what conversation id holds on disk for a conversation
+// whose create this process did not see (loaded from disk: a fork moved
+// here, or a restart): its agent (as base_state.json keeps it) and the
+// secret source name, its sealed fields opened (nil when there is none or
+// it does not open).
+func (st *store) persisted(id, name string) (agent, secret json.RawMessage) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	rec, ok := st.served(id)
+	if !ok {
+		return nil, nil
+	}
+	if raw, ok := rec.secrets[name]; ok && name != "" {
+		plain, _, good := st.open(raw)
+		var kind struct {
+			Kind string `json:"kind"`
+		}
+		_ = json.Unmarshal(raw, &kind)
+		switch {
+		case !good:
+		case kind.Kind == "StaticSecret":
+			secret, _ = json.Marshal(map[string]string{"kind": "StaticSecret", "value": string(plain)})
+		default:
+			secret = plain
+		}
+	}
+	return rec.agent, secret
 }

@@ -93,6 +93,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/conversations/search", s.searchConversations)
 	m.HandleFunc("GET /api/conversations/{id}", s.getConversation)
 	m.HandleFunc("DELETE /api/conversations/{id}", s.deleteConversation)
+	m.HandleFunc("POST /api/conversations/{id}/fork", s.forkConversation)
 	m.HandleFunc("POST /api/conversations/{id}/run", s.setStatus(statusRunning))
 	m.HandleFunc("POST /api/conversations/{id}/pause", s.setStatus(statusPaused))
 	m.HandleFunc("POST /api/conversations/{id}/exec", s.exec)

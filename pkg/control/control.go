@@ -186,6 +186,15 @@ type RestoreResult struct {
 	// Note says what else to know (for a conversation that worked in
 	// place: where its files are).
 	Note string `json:"note,omitempty"`
+	// GitDirs are the git directories the agent had made in the user's
+	// tree, moved out at the removal (relative to the tree); they come
+	// back as files in the tar GitDirsArchive, next to Path (inert: no
+	// git opens a repository in a tar), or, when it could not be
+	// written, stay in GitDirsKept, which GitDirsNote says why.
+	GitDirs        []string `json:"git_dirs,omitempty"`
+	GitDirsArchive string   `json:"git_dirs_archive,omitempty"`
+	GitDirsKept    string   `json:"git_dirs_kept,omitempty"`
+	GitDirsNote    string   `json:"git_dirs_note,omitempty"`
 }
 
 // PruneRequest asks the daemon to clean up.

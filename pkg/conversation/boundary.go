@@ -92,7 +92,9 @@ func (m *Manager) shareConvDir(conv store.Conversation) func(string) error {
 // its container starts: the git view (small), and the in-place folder or
 // the plain folder (a walk; a worktree inherits from its conversation
 // directory, see shareConvDir, except on a later start, when files the
-// user brought in since are shared too). The worktree's own .git file the
+// user brought in since are shared too). The user's directories in the
+// folder or worktree are lent to the agent's uid (a walk of directories
+// only) and given back at the removal (releaseTree). The worktree's own .git file the
 // agent only reads: a pointer the user's git follows.
 func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 	if !separated(conv) {
@@ -109,6 +111,18 @@ func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 		}
 	default:
 		trees = append(trees, conv.Workspace)
+	}
+	// The user's directories in the tree the agent writes are lent to
+	// the agent's uid first (before Apply, so what is recorded is what
+	// the user had), so that an implicit bare repository the agent fills
+	// into one is another user's to the user's git (gitboundary.Borrow).
+	// Not the git view's: the user's git never runs there.
+	if lent := releasedTree(conv); lent != "" {
+		st, err := gitboundary.Borrow(lent, ids)
+		if err != nil && !(conv.Worktree != "" && errors.Is(err, fs.ErrNotExist)) {
+			return err
+		}
+		m.log.Debug("lent the user's directories to the agent's uid", "id", conv.ID, "tree", lent, "dirs", st.Dirs, "changed", st.Changed, "took", st.Duration)
 	}
 	if conv.GitView != "" {
 		trees = append(trees, filepath.Dir(conv.GitView))
@@ -203,7 +217,7 @@ func (m *Manager) checkGitDirs(conv store.Conversation) control.DoctorCheck {
 		return ck
 	}
 	ck.Status = "warn"
-	ck.Detail = fmt.Sprintf("the agent made git directories in %s: %s; your git refuses each (another user owns it) except an implicit bare repository in a directory of yours, which `git log` there reads unless safe.bareRepository=explicit is in your global git config; `ohctl rm %s` moves every one out to %s",
+	ck.Detail = fmt.Sprintf("the agent made git directories in %s: %s; your git refuses each (another user owns it: a directory of yours in the tree is lent to the agent's uid while the conversation lives, so an implicit bare repository filled into it is refused too, but in a directory you made after its container started, which `git log` there reads unless safe.bareRepository=explicit is in your global git config); `ohctl rm %s` moves every one out to %s",
 		tree, strings.Join(agent, ", "), conv.ID, m.keptGitDirs(conv.ID))
 	return ck
 }

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -226,6 +228,18 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 		}
 		conv.Grants = conv.Grants.Merge(g)
 	}
+	if req.ForkOf != "" {
+		parent, err := m.st.Conversation(req.ForkOf)
+		var g store.Grants
+		if err == nil {
+			g, err = m.st.CopyScoped(parent.ID, id, parent.Grants)
+		}
+		if err != nil {
+			m.cfg.Metrics.CreateResult(false, "mediate")
+			return m.fail(conv, &StepError{ID: id, Step: "mediate", Err: fmt.Errorf("take the credentials of %s: %w", req.ForkOf, err)})
+		}
+		conv.Grants = conv.Grants.Merge(g)
+	}
 	conv, err = m.provision(ctx, conv, repo, req)
 	if err != nil {
 		m.cfg.Metrics.CreateResult(false, failedStep(err))
@@ -304,6 +318,12 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	conv.BrokerDir = m.brokerDir(id)
 	done("broker")
 	failpoint.Hit("create/after-broker")
+	if req.ForkOf != "" && m.rt.Kind() != "local" {
+		if err := m.seedFork(conv, req.ForkOf); err != nil {
+			return conv, &StepError{ID: id, Step: "fork", Err: err}
+		}
+		done("fork")
+	}
 	var target Target
 	keep := func() {} // keeps the create's namespace dialer once the create is recorded
 	if m.rt.Kind() != "local" {
@@ -395,4 +415,41 @@ func (m *Manager) fail(conv store.Conversation, cause error) (store.Conversation
 		m.log.Error("recording a failed create failed; ohd retries it", "id", conv.ID, "err", err)
 	}
 	return store.Conversation{}, cause
+}
+
+// seedFork moves the fork that conversation parent's inner server wrote
+// under conv's id into conv's own inner state (openhands.CopyForkState),
+// before conv's container starts: its server loads it at start-up. The
+// fork's files then name conv's relay credentials (copied by
+// store.CopyScoped), inner state and working directory, their tokens
+// sealed with conv's inner cipher.
+func (m *Manager) seedFork(conv store.Conversation, parentID string) error {
+	parent, err := m.st.Conversation(parentID)
+	if err != nil {
+		return err
+	}
+	oldKey, err := m.st.InnerSecretKey(parent.ID, newInnerKey)
+	if err != nil {
+		return err
+	}
+	newKey, err := m.st.InnerSecretKey(conv.ID, newInnerKey)
+	if err != nil {
+		return err
+	}
+	src, dst := openhands.DirsOf(m.cfg.InnerRoot, parent.ID), openhands.DirsOf(m.cfg.InnerRoot, conv.ID)
+	mv := openhands.ForkMove{
+		From: parent.ID, To: conv.ID,
+		Old: openhands.NewFernet(string(oldKey)), New: openhands.NewFernet(string(newKey)),
+		Relay: "http://" + broker.RelayAddr,
+		Paths: [][2]string{{src.Root, dst.Root}, {parent.WorkingDir, conv.WorkingDir}},
+	}
+	clear(oldKey)
+	clear(newKey)
+	hex := filepath.Base(src.StateDir(conv.ID))
+	uid, gid := agentOf(conv)
+	err = openhands.CopyForkState(m.cfg.InnerRoot, []string{parent.ID, filepath.Base(src.Conversations), hex}, dst.StateDir(conv.ID), uid, gid, mv)
+	if errors.Is(err, openhands.ErrNoState) {
+		return fmt.Errorf("conversation %s's agent server wrote no fork %s", parent.ID, conv.ID)
+	}
+	return err
 }

@@ -111,7 +111,11 @@
 // inspect. A container that stops, crashes or is removed is started again
 // on the next request with the same state. InnerInfo reads that state for
 // the conversation API while no container runs. Remove deletes it with
-// the conversation.
+// the conversation. A fork (CreateRequest.ForkOf) starts with the state
+// its source's inner server wrote for it, moved into its own before its
+// container starts (seedFork, openhands.CopyForkState), and with a copy
+// of the source's own credentials sealed under its names
+// (store.CopyScoped).
 //
 // A conversation of the previous release (store: InnerInContainer) kept
 // that state in its container's writable layer, under the image's

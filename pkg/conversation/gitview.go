@@ -113,6 +113,12 @@ type publisher struct {
 	// live is, per conversation, the live mirror last written (see
 	// worktree.Mirror).
 	live map[string]map[string]string
+	// pins is, per conversation, when its live pins were last looked at
+	// (livepins.go).
+	pins map[string]pinState
+	// lent is, per conversation, when its tree was last lent again
+	// (relend); a zero time while one runs.
+	lent map[string]time.Time
 	wg   sync.WaitGroup
 }
 
@@ -174,12 +180,19 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		// a second (a git run per conversation).
 		refreshHost := tick%max(1, int(time.Second/interval)) == 0
 		for _, c := range m.st.Conversations() {
+			if refreshHost && c.State == store.StateRunning && c.ContainerID != "" && c.Removal == nil {
+				// Directories the user made since are lent to the agent
+				// too (livepins.go), in every mode.
+				m.relend(ctx, c)
+			}
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				if c.State == store.StateDeleted {
 					m.pub.mu.Lock()
 					delete(m.pub.live, c.ID)
 					delete(m.pub.failed, c.ID)
 					delete(m.pub.failed, c.ID+liveKey)
+					delete(m.pub.pins, c.ID)
+					delete(m.pub.lent, c.ID)
 					m.pub.mu.Unlock()
 				}
 				continue
@@ -189,6 +202,9 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 				if _, err := m.wt.RefreshHostView(ctx, wt); err != nil && ctx.Err() == nil {
 					m.log.Debug("refresh the view's host remote", "id", c.ID, "err", err)
 				}
+				// A submodule the user checked out since the container
+				// was made is fixed in it now (livepins.go).
+				m.pinLive(ctx, c)
 			}
 			tip, err := m.wt.ViewBranch(wt)
 			branch := err == nil && tip != "" && tip != c.Published

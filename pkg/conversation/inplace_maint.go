@@ -47,7 +47,7 @@ func (m *Manager) checkInPlaceRestore(ctx context.Context, c store.Conversation)
 	if len(kept) > 0 {
 		msg += fmt.Sprintf("; %d refs of its git view are kept: git -C %s for-each-ref %s", len(kept), c.Repo, worktree.KeptPrefix(c.ID))
 	}
-	return fmt.Errorf("%w: %s", ErrInvalid, msg)
+	return fmt.Errorf("%w: %s%s", ErrInvalid, msg, gitDirsKeptNote(c))
 }
 
 // checkInPlaceHost is doctor's host check of an in-place conversation:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -145,7 +146,7 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s is %s: its work is in %s; remove it first (ohctl rm %s), then restore", ErrConflict, id, c.State, c.WorkingDir, id)
 	}
 	if c.CommonDir == "" {
-		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s had no worktree: nothing to restore", ErrInvalid, id)
+		return control.RestoreResult{}, fmt.Errorf("%w: conversation %s had no worktree: nothing to restore%s", ErrInvalid, id, gitDirsKeptNote(c))
 	}
 	if into != "" && !filepath.IsAbs(into) {
 		return control.RestoreResult{}, fmt.Errorf("%w: --into %q is not an absolute path", ErrInvalid, into)
@@ -166,6 +167,7 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 	if c.InPlace {
 		out.Note = inPlaceRestoreNote(c)
 	}
+	m.restoreGitDirs(c, res.Path, &out)
 	if kept, err := m.wt.ListKept(ctx, c.CommonDir, id); err == nil {
 		for name := range kept {
 			if strings.HasPrefix(name, worktree.KeptPrefix(id)) {
@@ -547,4 +549,41 @@ func registrationGone(c store.Conversation) bool {
 	}
 	st, err := os.Lstat(filepath.Join(c.CommonDir, "worktrees", c.AdminID, "HEAD"))
 	return err != nil || !st.Mode().IsRegular()
+}
+
+// restoreGitDirs brings the git directories conv's agent made in the
+// user's tree (moved out at its removal) back as files next to the
+// restored worktree at path: a tar, which no git opens, never a live git
+// directory in a tree the user's git runs in. Where it cannot be written
+// (too large, no room), out says where they are kept.
+func (m *Manager) restoreGitDirs(c store.Conversation, path string, out *control.RestoreResult) {
+	if c.Removal == nil || c.Removal.GitDirsKept == "" {
+		return
+	}
+	kept := c.Removal.GitDirsKept
+	dst := path + ".agent-git-dirs.tar"
+	moved, err := gitboundary.Archive(kept, dst, c.UID, c.GID)
+	if len(moved) == 0 && err == nil {
+		return
+	}
+	out.GitDirs, out.GitDirsKept = moved, kept
+	if err != nil {
+		if len(out.GitDirs) == 0 {
+			out.GitDirs = c.Removal.GitDirsMoved
+		}
+		out.GitDirsNote = fmt.Sprintf("the git directories the agent made are not archived (%v): they stay in %s (readable by root only); never copy them into a tree your git runs in", err, kept)
+		m.log.Warn("could not archive the agent's git directories for a restore", "id", c.ID, "kept", kept, "err", err)
+		return
+	}
+	out.GitDirsArchive = dst
+}
+
+// gitDirsKeptNote is what a restore that has nothing to restore says of
+// the git directories the agent made, if its removal moved any out.
+func gitDirsKeptNote(c store.Conversation) string {
+	if c.Removal == nil || len(c.Removal.GitDirsMoved) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the git directories the agent made in your tree (%s) were moved out at the removal and are kept in %s (readable by root only; never copy them into a tree your git runs in)",
+		strings.Join(c.Removal.GitDirsMoved, ", "), c.Removal.GitDirsKept)
 }

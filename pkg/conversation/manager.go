@@ -13,12 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/failpoint"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/metrics"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -408,16 +408,11 @@ func ensureMountpoint(path string, uid, gid int) error {
 	return nil
 }
 
+// ownerOf returns the owner of path: for a directory a live
+// conversation's agent has borrowed (gitboundary.Borrow, e.g. a plain
+// folder a second conversation is made on), the user's it was.
 func ownerOf(path string) (int, int, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, 0, fmt.Errorf("stat %s: no owner information", path)
-	}
-	return int(sys.Uid), int(sys.Gid), nil
+	return gitboundary.OwnerOf(path)
 }
 
 // brokerConversation is c as the broker serves it: its socket, token and

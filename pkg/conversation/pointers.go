@@ -14,8 +14,9 @@ import (
 // workspace mount of today's plan (worktree, pointers.go: the .git files,
 // submodule directories and the directories above them that the user's
 // git follows, fixed). A container keeps the mounts it was made with: a
-// submodule the user checked out since is not fixed in it until it is
-// made anew, which its next start does (doStart).
+// submodule the user checked out since is fixed in it live by the
+// publisher (livepins.go), or, where that cannot be done, when it is made
+// anew, which its next start does (doStart).
 func (m *Manager) checkPointers(ctx context.Context, c store.Conversation) control.DoctorCheck {
 	ck := control.DoctorCheck{Conversation: c.ID, Check: "fixed-pointers", Status: "fail"}
 	want, err := m.workspaceMounts(c)
@@ -28,23 +29,37 @@ func (m *Manager) checkPointers(ctx context.Context, c store.Conversation) contr
 		ck.Detail = err.Error()
 		return ck
 	}
-	if ins.Mounts == nil {
+	var lacking []runtime.Mount
+	switch {
+	case ins.PID != 0 && canReadMounts(ins.PID):
+		// What its namespace has, live pins included (livepins.go).
+		points, err := mountPoints(ins.PID)
+		if err != nil {
+			ck.Detail = err.Error()
+			return ck
+		}
+		lacking = lackingMounts(want, points)
+	case ins.Mounts == nil:
 		ck.Status, ck.Detail = "ok", "the runtime does not say which mounts the container has"
 		return ck
-	}
-	have := map[runtime.Mount]bool{}
-	for _, mt := range ins.Mounts {
-		have[mt] = true
+	default:
+		have := map[runtime.Mount]bool{}
+		for _, mt := range ins.Mounts {
+			have[mt] = true
+		}
+		for _, mt := range want {
+			if !have[mt] {
+				lacking = append(lacking, mt)
+			}
+		}
 	}
 	var missing []string
-	for _, mt := range want {
-		if !have[mt] {
-			mode := "read-write"
-			if mt.ReadOnly {
-				mode = "read-only"
-			}
-			missing = append(missing, mt.Target+" ("+mode+")")
+	for _, mt := range lacking {
+		mode := "read-write"
+		if mt.ReadOnly {
+			mode = "read-only"
 		}
+		missing = append(missing, mt.Target+" ("+mode+")")
 	}
 	if len(missing) == 0 {
 		ck.Status, ck.Detail = "ok", fmt.Sprintf("the container has all %d workspace mounts of today's plan: every .git, submodule directory and directory above them that the user's git follows is fixed", len(want))

@@ -44,6 +44,13 @@ type CreateRequest struct {
 	// working_dir (workdir.go); without it a missing workspace is refused.
 	MakeWorkspace  bool
 	WorkspaceRoots []string
+	// ForkOf, if set, names the conversation this one is a fork of (the
+	// conversation API's POST /{id}/fork, DESIGN §7): the new one takes a
+	// copy of its own credentials under its own names (store.CopyScoped)
+	// and its other grants, and the fork's state that ForkOf's inner server
+	// wrote under the new id (openhands.CopyForkState) becomes the new
+	// one's before its container starts.
+	ForkOf string
 	// Forward, if set, runs after the container is ready and before the
 	// conversation is marked running (the conversation API forwards its
 	// create to the inner server here). Its error undoes everything.

@@ -82,3 +82,21 @@ func BenchmarkMoveOnly10000Files(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBorrow10000Files is what lending the user's directories adds
+// to a create (in place, plain folder, worktree): a walk of directories
+// only, each lent once.
+func BenchmarkBorrow10000Files(b *testing.B) {
+	root := bigTree(b, 10000)
+	kept := filepath.Join(b.TempDir(), "kept")
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := Release(root, ReleaseOptions{IDs: testIDs, KeptDir: kept, MoveOnly: true}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := Borrow(root, testIDs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // MinGit is the first git release that refuses a repository whose
@@ -60,22 +62,13 @@ func parseGitVersion(s string) ([3]int, bool) {
 	return v, true
 }
 
-func versionLess(a, b [3]int) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] < b[i]
-		}
-	}
-	return false
-}
-
 // CheckGit returns ErrOldGit when the host's git is older than MinGit.
 func CheckGit(ctx context.Context) (string, error) {
 	v, s, err := GitVersion(ctx)
 	if err != nil {
 		return s, err
 	}
-	if versionLess(v, MinGit) {
+	if hardgit.VersionLess(v, MinGit) {
 		return s, fmt.Errorf("%w: the host's %s does not refuse a repository another user owns, so a .git the agent plants would run as the user: install git 2.35.2 or later on the host", ErrOldGit, s)
 	}
 	return s, nil
@@ -92,10 +85,20 @@ func CheckFilesystem(dir string) error {
 	}
 	switch {
 	case err == nil, errors.Is(err, unix.ENODATA), errors.Is(err, unix.ERANGE):
-		return nil
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return fmt.Errorf("%w: %s is on a filesystem without POSIX ACLs, which the agent's separate uid needs to share it with you: move it to a filesystem with ACLs (ext4, xfs, btrfs; tmpfs mounted with acl)", ErrNoACL, dir)
 	default:
 		return fmt.Errorf("check ACL support of %s: %w", dir, err)
 	}
+	// Borrow records a lent directory's owner in a trusted.* attribute.
+	p := dir
+	_, err = unix.Lgetxattr(p, xattrBorrowed, make([]byte, 64))
+	for errors.Is(err, unix.ENOENT) && p != filepath.Dir(p) {
+		p = filepath.Dir(p)
+		_, err = unix.Lgetxattr(p, xattrBorrowed, make([]byte, 64))
+	}
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("%w: %s is on a filesystem without trusted extended attributes, where ohd records the owner of each of your directories it lends to the agent: move it to a filesystem that has them (ext4, xfs, btrfs, tmpfs)", ErrNoACL, dir)
+	}
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 func TestParseGitVersion(t *testing.T) {
@@ -32,8 +34,8 @@ func TestParseGitVersion(t *testing.T) {
 		if ok != tt.ok || (ok && got != tt.want) {
 			t.Errorf("parseGitVersion(%q) = %v, %v, want %v, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
-		if ok && versionLess(got, MinGit) != tt.old {
-			t.Errorf("versionLess(%v, %v) = %v, want %v", got, MinGit, !tt.old, tt.old)
+		if ok && hardgit.VersionLess(got, MinGit) != tt.old {
+			t.Errorf("VersionLess(%v, %v) = %v, want %v", got, MinGit, !tt.old, tt.old)
 		}
 	}
 }

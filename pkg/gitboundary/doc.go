@@ -40,10 +40,18 @@
 //     pointers).
 //   - git checks a repository's directories, not its files: a directory
 //     the user owns and the agent may write can be filled as an implicit
-//     bare repository that the user's `git log` there reads during the
-//     conversation. git's answer is safe.bareRepository=explicit in the
-//     user's global config; `ohctl doctor` recommends it (FindGitDirs
-//     reports such directories) and Release moves them out.
+//     bare repository that the user's `git log` there reads. So Borrow
+//     lends every directory of the user's in the tree (but a work tree's
+//     root, whose owner the user's git checks) to the agent's uid while
+//     the conversation lives, its owner, group, mode and ACLs kept in
+//     trusted.* attributes only root reads or writes, and Release gives
+//     each back exactly (borrow.go says what was measured). What remains:
+//     a directory the user makes in the tree mid-conversation is theirs
+//     until Borrow runs again (ohd runs it every ten seconds or so while
+//     the conversation runs); safe.bareRepository=explicit in the user's
+//     global config covers that window,
+//     and `ohctl doctor` recommends it (FindGitDirs reports such
+//     directories) and Release moves them out.
 //
 // Where the host cannot hold this (git older than 2.35.2, CheckGit; a
 // filesystem without ACLs, CheckFilesystem and ErrNoACL), ohd refuses the
@@ -51,10 +59,13 @@
 //
 // # Where to start
 //
-// IDs names the two users. Apply shares a tree, ShareDir one directory,
+// IDs names the two users. Borrow lends the user's directories to the
+// agent (OwnerOf sees through it), Apply shares a tree, ShareDir one
+// directory,
 // ReadOnly keeps one pointer (a worktree's .git file) from the agent's
 // writes; Release ends the sharing; FindGitDirs lists the agent's git
-// directories (doctor). CheckGit and CheckFilesystem are the
+// directories (doctor); Archive writes the ones Release moved out to a
+// tar (ohctl restore). CheckGit and CheckFilesystem are the
 // preconditions.
 //
 // # Cost
@@ -64,8 +75,9 @@
 // attribute, each relative to an open directory. Measured on 10,000 files
 // in 100 directories (ext4, two loaded cores, bench_test.go): Apply
 // ~350 ms, Release ~310 ms, the move-only walk of a worktree's removal
-// ~25 ms (it stats only directories and .git entries). A worktree's
-// create walks nothing.
+// ~25 ms (it stats only directories and .git entries), Borrow ~20 ms (the
+// same walk, one chown and two attributes per directory). A worktree's
+// create walks only directories (Borrow).
 //
 // # Caveats
 //
@@ -78,5 +90,6 @@
 // inode) to share and release. The files:
 // acl.go is the kernel's ACL attribute format, walk.go the one-pass walk
 // (getdents and fstatat, every call relative to an open directory),
-// apply.go the sharing, release.go the end, find.go the search.
+// apply.go the sharing, borrow.go the lending, release.go the end,
+// find.go the search, archive.go the restore's tar.
 package gitboundary

@@ -73,6 +73,9 @@ func (f *finder) dir(e entry, fd int) (bool, error) {
 		}
 		return false, nil
 	}
+	if b, ok := borrowedFd(fd); ok {
+		e.st.Uid = uint32(b.uid) // lent to the agent, the user's (Borrow)
+	}
 	if kind, agent, ok := bareRepo(fd, e, f.agent); ok {
 		f.found = append(f.found, Found{Rel: e.rel, Kind: kind, UID: int(e.st.Uid), AgentMade: agent})
 	}

@@ -43,7 +43,8 @@ type ReleaseResult struct {
 // Release ends the sharing of the tree at root, after the agent has
 // stopped: it moves every git directory the agent made (see FindGitDirs:
 // a .git of the agent's, an implicit bare repository it made or filled)
-// out of the tree into opts.KeptDir, gives every inode the agent owns to
+// out of the tree into opts.KeptDir, gives every directory lent to the
+// agent (Borrow) back as it was, gives every inode the agent owns to
 // the owner (uid and gid), and removes the owner's and the agent's ACL
 // entries (a default ACL left with no named entry goes; an access ACL
 // left minimal is folded into the mode with the group's permission
@@ -106,6 +107,16 @@ func (r *releaser) dir(e entry, fd int) (bool, error) {
 			return false, r.move(e.dirfd, e.name, e.rel)
 		}
 		return false, nil // the user's git directory: never shared, nothing to undo
+	}
+	if b, ok := borrowedFd(fd); ok {
+		// A directory of the user's lent to the agent (Borrow): it is
+		// the user's again, owner, mode and ACLs, before anything in it
+		// is judged the agent's.
+		if err := giveBack(fd, b); err != nil {
+			return false, pathError("give back", r.root, e, err)
+		}
+		r.res.Owned++
+		e.st.Uid, e.st.Gid = uint32(b.uid), uint32(b.gid)
 	}
 	if kind, agent, ok := bareRepo(fd, e, uint32(r.opts.Agent)); ok && agent {
 		switch {

@@ -90,7 +90,7 @@ var containerActions = []string{"die", "oom", "destroy"}
 
 var containerActionSet = set(containerActions...)
 
-// Reasons a publish fails (pkg/worktree's refusal reasons, with
+// Reasons a publish fails (pkg/gitimport's refusal reasons, with
 // packcheck's, and pkg/conversation's conflict, stale_lock, held (a gitlink
 // into a repository the agent made, worktree.ErrHeld) and error).
 var publishReasons = []string{

@@ -278,7 +278,7 @@ func (m *Metrics) ContainerStart(ok bool, step string) {
 }
 
 // PublishFailed counts a failed publish of a git view by reason
-// (pkg/worktree's RefusalReason values, "conflict", "stale_lock",
+// (worktree.RefusalReason values: gitimport's, "conflict", "stale_lock",
 // "error").
 func (m *Metrics) PublishFailed(reason string) {
 	if m == nil {

@@ -189,6 +189,12 @@ func (s *state) restoreCmd() *cli.Command {
 			if res.Note != "" {
 				fmt.Fprintln(s.env.Stdout, res.Note)
 			}
+			if res.GitDirsArchive != "" {
+				fmt.Fprintf(s.env.Stdout, "the git directories the agent made (%s), moved out of your tree at the removal, are in %s as files (tar -tvf it; extract it only where your git never runs)\n", strings.Join(res.GitDirs, ", "), res.GitDirsArchive)
+			}
+			if res.GitDirsNote != "" {
+				fmt.Fprintln(s.env.Stdout, res.GitDirsNote)
+			}
 			return nil
 		},
 	}

@@ -40,10 +40,16 @@
 // of it (ref §10).
 //
 // ReadInfo renders a conversation's ConversationInfo from those files
-// while no container runs (ref §5 "Metadata reads"), secrets redacted,
+// while no container runs (ref §5 "Metadata reads"), exactly the model's
+// fields (InfoFields) as the live server composes them, secrets redacted,
 // never following a symlink the agent planted. TrimSkills trims its
 // skills unless IncludeSkills (the query include_skills) says not to, as
 // the server does for every ConversationInfo it answers.
+//
+// Fork (fork.go, ref §10): the source's inner server forks a
+// conversation under the new id; CopyForkState moves those files into the
+// fork's own inner state, rewritten by a ForkMove (relay credential names,
+// host paths, tokens sealed again for the fork's cipher).
 //
 // The create body (ref §2, §8): WorktreeGuidance is the server's own
 // worktree text (PlainFolderGuidance ohd's for a folder without git),

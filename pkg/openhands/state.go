@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,7 +37,6 @@ const maxStateFile = 64 << 20
 var metaFields = []string{
 	"title", "metrics", "created_at", "updated_at", "forked_from_conversation_id", "forked_from_event_id",
 	"parent_conversation_id", "client_tools", "launched_agent_profile",
-	"sub_conversation_ids", "current_model_id", "available_models", "supports_runtime_model_switch",
 }
 
 // ReadInfo renders the ConversationInfo of the conversation persisted in
@@ -97,9 +97,21 @@ func ReadInfo(root string, rel ...string) (json.RawMessage, error) {
 	if reg, ok := base["secret_registry"]; ok {
 		base["secret_registry"] = redactSources(reg)
 	}
+	if a, ok := base["agent"]; ok {
+		base["agent"] = redactLLMSecrets(a)
+	}
+	acpFields(base)
 	for k, v := range infoDefaults {
 		if _, ok := base[k]; !ok {
 			base[k] = json.RawMessage(v)
+		}
+	}
+	// ConversationInfo(**state.model_dump(), ...) ignores the state's
+	// fields the model does not have (activated_path_rules,
+	// head_is_empty): the answer has exactly the model's.
+	for k := range base {
+		if !InfoFields[k] {
+			delete(base, k)
 		}
 	}
 	out, err := json.Marshal(base)
@@ -123,7 +135,99 @@ var infoDefaults = map[string]string{
 	"title": "null", "metrics": "null", "forked_from_conversation_id": "null", "forked_from_event_id": "null",
 	"parent_conversation_id": "null", "sub_conversation_ids": "[]", "tags": "{}", "current_model_id": "null",
 	"available_models": "[]", "supports_runtime_model_switch": "false", "launched_agent_profile": "null",
-	"client_tools": "[]",
+	"client_tools": "[]", "max_iterations": "500", "stuck_detection": "true",
+	"stats": `{"usage_to_metrics":{}}`, "secret_registry": `{"secret_sources":{}}`,
+}
+
+// llmSecretFields are the LLM's SecretStr fields (llm.py L257-311): the
+// live answer shows a value as Redacted whether it was persisted sealed
+// or, by a server without a cipher, in clear.
+var llmSecretFields = map[string]bool{"api_key": true, "aws_access_key_id": true, "aws_secret_access_key": true, "aws_session_token": true}
+
+// redactLLMSecrets replaces the value of every LLM secret field in agent
+// (agent.llm, the condenser's, ...) with Redacted.
+func redactLLMSecrets(agent json.RawMessage) json.RawMessage {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(agent))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil {
+		return agent
+	}
+	var walk func(any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			for k, x := range t {
+				if s, ok := x.(string); ok && llmSecretFields[k] && strings.TrimSpace(s) != "" {
+					t[k] = Redacted
+					continue
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range t {
+				walk(x)
+			}
+		}
+	}
+	walk(v)
+	out, err := json.Marshal(v)
+	if err != nil {
+		return agent
+	}
+	return out
+}
+
+// InfoFields are the fields of the agent server's ConversationInfo
+// (models.py _ConversationInfoBase and ConversationInfo, L123-345 at
+// software-agent-sdk 611629e), every one of which its answer carries.
+var InfoFields = map[string]bool{
+	"id": true, "workspace": true, "persistence_dir": true, "max_iterations": true, "stuck_detection": true,
+	"execution_status": true, "confirmation_policy": true, "security_analyzer": true,
+	"activated_knowledge_skills": true, "invoked_skills": true, "blocked_actions": true, "blocked_messages": true,
+	"last_user_message_id": true, "leaf_event_id": true, "stats": true, "secret_registry": true, "agent_state": true,
+	"hook_config": true, "title": true, "metrics": true, "created_at": true, "updated_at": true,
+	"forked_from_conversation_id": true, "forked_from_event_id": true, "parent_conversation_id": true,
+	"sub_conversation_ids": true, "tags": true, "current_model_id": true, "available_models": true,
+	"supports_runtime_model_switch": true, "launched_agent_profile": true, "agent": true, "client_tools": true,
+}
+
+// acpFields sets current_model_id, available_models and
+// supports_runtime_model_switch as the server composes them for a
+// conversation it has loaded but not started (conversation_service.py
+// _compose_conversation_info): from the hints an ACP agent persists in
+// agent_state, current_model_id falling back to the agent's acp_model;
+// absent, they take their defaults.
+func acpFields(info map[string]json.RawMessage) {
+	var st map[string]json.RawMessage
+	_ = json.Unmarshal(info["agent_state"], &st)
+	set := func(k string, v json.RawMessage) {
+		if len(v) > 0 && !isFalsy(v) {
+			info[k] = v
+		}
+	}
+	set("current_model_id", st["acp_current_model_id"])
+	if _, ok := info["current_model_id"]; !ok {
+		var agent map[string]json.RawMessage
+		_ = json.Unmarshal(info["agent"], &agent)
+		set("current_model_id", agent["acp_model"])
+	}
+	set("available_models", st["acp_available_models"])
+	if isFalsy(st["acp_supports_runtime_model_switch"]) {
+		info["supports_runtime_model_switch"] = json.RawMessage("false")
+	} else {
+		info["supports_runtime_model_switch"] = json.RawMessage("true")
+	}
+}
+
+// isFalsy reports whether a JSON value is missing or false in Python's
+// sense (null, false, 0, "", [], {}).
+func isFalsy(v json.RawMessage) bool {
+	switch string(bytes.TrimSpace(v)) {
+	case "", "null", "false", "0", `""`, "[]", "{}":
+		return true
+	}
+	return false
 }
 
 // ColdStatus is the execution_status the agent server reports for a

@@ -394,7 +394,7 @@ func TestUnsupportedRoutes(t *testing.T) {
 	fake := newFake(t)
 	p := startProxy(t, fake, nil)
 	id := p.create(t, nil)
-	for _, tail := range []string{"fork", "children", "children/x", "credential-bindings", "credential-bindings/abc"} {
+	for _, tail := range []string{"children", "children/x", "credential-bindings", "credential-bindings/abc"} {
 		resp, b := p.do(t, "POST", "/api/conversations/"+id+"/"+tail, outerKeys[0], nil)
 		if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(b), "not supported by ohd") {
 			t.Errorf("POST .../%s = %d %s, want 501 saying why", tail, resp.StatusCode, b)

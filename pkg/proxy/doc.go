@@ -72,6 +72,8 @@
 //	OPTIONS (any path, a CORS preflight)     no key; answered as the agent server's CORS middleware (cors.go)
 //	ANY    /api/conversations/{id}[/{tail}]  forwarded to the inner server (GET and DELETE of /{id} excepted)
 //	ANY    /api/conversations/{id}/children|credential-bindings[/...]  501, saying why
+//	POST   /api/conversations/{id}/fork      a new conversation from id's events up to from_event_id: its own container,
+//	                                         worktree branched from id's published commit, credentials copied (fork.go)
 //	POST   /api/conversations  with parent_conversation_id  plan mode's child on its folder, listed in the parent's
 //	                                         sub_conversation_ids, deleted with the parent (family.go)
 //	WS     /sockets/events/{id}              bridged to the inner server's /sockets/events/{id}

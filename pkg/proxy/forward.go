@@ -27,7 +27,6 @@ import (
 // ohd refuses with 501: each needs several conversations to share one
 // agent server, and ohd gives every conversation its own.
 var unsupportedTails = map[string]string{
-	"fork":                "forking a conversation is not supported by ohd: each conversation has its own container and worktree; create a new conversation instead",
 	"children":            "child conversations are not supported by ohd: each conversation has its own container and worktree",
 	"credential-bindings": "credential bindings are not supported by ohd: grant credentials with `ohctl grant ID KIND NAME`; the conversation reaches them through its broker socket",
 }
@@ -43,6 +42,14 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	if fp.ID == "" {
 		writeValidation(w, uuidError(fp.RawID, "path", "conversation_id"))
+		return
+	}
+	if isForkTail(fp.Tail) {
+		if r.Method != http.MethodPost {
+			writeDetail(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+			return
+		}
+		s.fork(w, r, fp) // fork.go
 		return
 	}
 	if msg, bad := unsupportedTails[fp.First]; bad && fp.HasTail {

@@ -27,18 +27,24 @@ func TestWedgedContainerCallsGiveUp(t *testing.T) {
 	w := testenv.StartWedged(t, image)
 	ctx := context.Background() // no deadline of the caller's: the runtime's own must hold
 
-	calls := map[string]func() error{
-		"exec": func() error {
+	// Remove comes last: the engine goes on with a removal ohd gave up
+	// on, and may have stopped the container when a later call comes
+	// (pause then answers "cannot pause a stopped container" at once).
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"exec", func() error {
 			_, err := d.Exec(ctx, w.ID, []string{"true"}, ExecOptions{Stdout: io.Discard, Stderr: io.Discard})
 			return err
-		},
-		"inspect": func() error { _, err := d.Inspect(ctx, w.ID); return err },
-		"remove":  func() error { return d.Remove(ctx, w.ID) },
-		"pause":   func() error { return d.Pause(ctx, w.ID) },
+		}},
+		{"inspect", func() error { _, err := d.Inspect(ctx, w.ID); return err }},
+		{"pause", func() error { return d.Pause(ctx, w.ID) }},
+		{"remove", func() error { return d.Remove(ctx, w.ID) }},
 	}
-	for name, call := range calls {
-		if err := call(); !errors.Is(err, ErrEngineTimeout) {
-			t.Errorf("%s on a wedged container: %v, want ErrEngineTimeout", name, err)
+	for _, c := range calls {
+		if err := c.call(); !errors.Is(err, ErrEngineTimeout) {
+			t.Errorf("%s on a wedged container: %v, want ErrEngineTimeout", c.name, err)
 		}
 	}
 	got := d.Stalls()

@@ -673,9 +673,10 @@ func (d *Docker) Inspect(ctx context.Context, id string) (Container, error) {
 	if st := ci.State; st != nil {
 		c.Running, c.State = st.Running, string(st.Status)
 		c.ExitCode, c.OOMKilled = st.ExitCode, st.OOMKilled
+		c.PID = st.Pid
 	}
 	if !c.Running {
-		c.HostPort = 0
+		c.HostPort, c.PID = 0, 0
 	}
 	if ci.HostConfig != nil {
 		c.Mounts = []Mount{}

@@ -553,6 +553,10 @@ func TestStopRestart(t *testing.T) {
 		ID: first.ContainerID, Name: first.Name, ConversationID: s.ConversationID, ServerID: server,
 		Running: true, State: "running", HostPort: again.HostPort, ImageID: c.ImageID,
 		Mounts: append([]Mount{}, s.Mounts...), // the bind mounts it was made with
+		PID:    c.PID,                          // checked below
+	}
+	if c.PID <= 0 {
+		t.Errorf("Inspect PID = %d, want the running container's process on the host", c.PID)
 	}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("Inspect after Restart (-want +got):\n%s", diff)

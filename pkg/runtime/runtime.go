@@ -191,6 +191,10 @@ type Container struct {
 	ExitCode int
 	// OOMKilled says the kernel killed it for exceeding its memory limit.
 	OOMKilled bool
+	// PID is the host pid of its first process while it runs (0 when it
+	// does not, or the runtime cannot tell: its processes are on another
+	// machine); set by Inspect only.
+	PID int
 	// WorkingDir is the container's working directory (its image's
 	// WORKDIR unless its create set one; "" is /); set by Inspect only.
 	WorkingDir string

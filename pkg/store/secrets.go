@@ -2,7 +2,9 @@ package store
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -353,4 +355,114 @@ func (s *Store) DeleteScoped(id string) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// CopyScoped gives conversation to a copy of conversation from's own
+// secrets, LLM profiles and MCP servers (those named "<from>.<name>",
+// which secret mediation made of what a client sent for it), each under
+// "<to>.<name>": a fork takes its parent's credentials (DESIGN §7). A
+// secret is opened and sealed again under its new name inside the store,
+// its plaintext cleared at once; it never leaves the store in clear. A
+// profile's or server's references to from's secrets are renamed too.
+// It returns the grants, in to's names, of what was copied that from had
+// been granted (grants); from's other grants (the operator's, by their
+// own names) are returned as they are. Copying onto names that exist
+// fails and copies nothing.
+func (s *Store) CopyScoped(from, to string, grants Grants) (Grants, error) {
+	if !ValidID(from) || !ValidID(to) || from == to {
+		return Grants{}, fmt.Errorf("copy credentials of conversation %q to %q: not two conversation ids", from, to)
+	}
+	prefix := []byte(from + ".")
+	rename := func(name string) string {
+		if rest, ok := strings.CutPrefix(name, from+"."); ok {
+			return to + "." + rest
+		}
+		return name
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		put := func(b *bolt.Bucket, name string, v []byte) error {
+			if b.Get([]byte(name)) != nil {
+				return fmt.Errorf("%s: %w", name, ErrExists)
+			}
+			return b.Put([]byte(name), v)
+		}
+		type kv struct{ k, v []byte }
+		scoped := func(bucket []byte) []kv {
+			var out []kv
+			c := tx.Bucket(bucket).Cursor()
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				out = append(out, kv{append([]byte(nil), k...), append([]byte(nil), v...)})
+			}
+			return out
+		}
+		sb := tx.Bucket(bucketSecrets)
+		for _, e := range scoped(bucketSecrets) {
+			var rec secretRecord
+			if err := json.Unmarshal(e.v, &rec); err != nil {
+				return fmt.Errorf("secret %s: %w", e.k, err)
+			}
+			plain, err := s.key.Open("secrets|"+string(e.k), rec.Sealed)
+			if err != nil {
+				return fmt.Errorf("secret %s: %w", e.k, err)
+			}
+			name := rename(string(e.k))
+			rec.Sealed = s.key.Seal("secrets|"+name, plain)
+			clear(plain)
+			rec.CreatedAt, rec.UpdatedAt = time.Now().UTC(), time.Now().UTC()
+			data, err := json.Marshal(&rec)
+			if err != nil {
+				return err
+			}
+			if err := put(sb, name, data); err != nil {
+				return err
+			}
+		}
+		lb := tx.Bucket(bucketLLM)
+		for _, e := range scoped(bucketLLM) {
+			var p LLMProfile
+			if err := json.Unmarshal(e.v, &p); err != nil {
+				return fmt.Errorf("llm profile %s: %w", e.k, err)
+			}
+			p.Name, p.KeySecret = rename(p.Name), rename(p.KeySecret)
+			data, err := json.Marshal(&p)
+			if err != nil {
+				return err
+			}
+			if err := put(lb, p.Name, data); err != nil {
+				return err
+			}
+		}
+		mb := tx.Bucket(bucketMCP)
+		for _, e := range scoped(bucketMCP) {
+			var m MCPServer
+			if err := json.Unmarshal(e.v, &m); err != nil {
+				return fmt.Errorf("mcp server %s: %w", e.k, err)
+			}
+			m.Name = rename(m.Name)
+			for i := range m.Headers {
+				m.Headers[i].Secret = rename(m.Headers[i].Secret)
+			}
+			data, err := json.Marshal(&m)
+			if err != nil {
+				return err
+			}
+			if err := put(mb, m.Name, data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Grants{}, fmt.Errorf("copy credentials of conversation %s to %s: %w", from, to, err)
+	}
+	var g Grants
+	for _, kind := range Kinds {
+		for _, name := range *grants.List(kind) {
+			g.Add(kind, rename(name))
+		}
+	}
+	for name, opt := range grants.GitOptions {
+		g.SetGitOptions(rename(name), opt)
+	}
+	return g, nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,7 +78,7 @@ func Make(path string, roots []string) (*Made, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("make working directory %s: %w", path, err)
 	}
-	uid, gid := int(st.Uid), int(st.Gid)
+	uid, gid := ownerOf(fd, &st)
 	m := &Made{root: root}
 	comps := strings.Split(strings.TrimPrefix(path, root+"/"), "/")
 	for i, c := range comps {
@@ -111,7 +112,7 @@ func Make(path string, roots []string) (*Made, error) {
 			// An existing directory: its owner is the nearest existing
 			// ancestor's of what comes next.
 			if err := unix.Fstat(next, &st); err == nil {
-				uid, gid = int(st.Uid), int(st.Gid)
+				uid, gid = ownerOf(next, &st)
 			}
 		}
 		unix.Close(fd)
@@ -153,4 +154,14 @@ func (m *Made) Undo() {
 		}
 	}
 	m.made = nil
+}
+
+// ownerOf is the owner of the directory open as fd (stat st): for one a
+// live conversation's agent has borrowed (gitboundary.Borrow), the
+// user's it was, so nothing ohd makes there becomes the agent's.
+func ownerOf(fd int, st *unix.Stat_t) (int, int) {
+	if uid, gid, ok := gitboundary.LentBy(fd); ok {
+		return uid, gid
+	}
+	return int(st.Uid), int(st.Gid)
 }

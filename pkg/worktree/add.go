@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // AddOptions says what Add creates.
@@ -127,7 +129,7 @@ func (m *Manager) plan(ctx context.Context, opts AddOptions) (Worktree, Repo, er
 		}
 	}
 	if m.euid != 0 && repo.UID != m.euid {
-		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w", repo.TopLevel, ownerError(repo.UID, m.euid))
+		return Worktree{}, Repo{}, fmt.Errorf("worktree add %s: %w", repo.TopLevel, hardgit.OwnerError(repo.UID, m.euid))
 	}
 	base := filepath.Base(repo.TopLevel)
 	if base == "/" || base == "." {
@@ -417,17 +419,7 @@ func (m *Manager) revParse(ctx context.Context, t gitTarget, rev string) (oid st
 }
 
 // isHexID reports whether s is a full SHA-1 or SHA-256 object id.
-func isHexID(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+func isHexID(s string) bool { return hardgit.IsObjectID(s) }
 
 // undoAdd removes what a failed Add created: the admin dir (only one whose
 // gitdir points at our path), the conversation dir, the branch (only if it
@@ -533,17 +525,17 @@ func (m *Manager) chown(path string, uid, gid int) error {
 
 // repoTarget runs git in the context of the workspace's own work tree.
 func repoTarget(r Repo) gitTarget {
-	return gitTarget{dir: r.TopLevel, gitDir: r.GitDir, uid: r.UID, gid: r.GID}
+	return gitTarget{Dir: r.TopLevel, GitDir: r.GitDir, UID: r.UID, GID: r.GID}
 }
 
 // commonTarget runs git on the common dir, with no work tree.
 func commonTarget(commonDir string, uid, gid int) gitTarget {
-	return gitTarget{dir: commonDir, gitDir: commonDir, uid: uid, gid: gid}
+	return gitTarget{Dir: commonDir, GitDir: commonDir, UID: uid, GID: gid}
 }
 
 // worktreeTarget runs git in the conversation worktree's own context,
 // naming the recorded admin dir and path explicitly (the .git file is
 // agent-writable and is not followed).
 func worktreeTarget(wt Worktree) gitTarget {
-	return gitTarget{dir: wt.Path, gitDir: wt.AdminDir, workTree: wt.Path, uid: wt.UID, gid: wt.GID}
+	return gitTarget{Dir: wt.Path, GitDir: wt.AdminDir, WorkTree: wt.Path, UID: wt.UID, GID: wt.GID}
 }

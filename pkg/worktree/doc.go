@@ -22,16 +22,16 @@
 // PlainFolderMounts is the mounts of a workspace that is no git work tree
 // at all: the repositories in it stay the user's.
 //
-// The files: add.go, remove.go, snapshot.go, restore.go are the
-// lifecycle; inplace.go is in place; view.go (seeding), publish.go (ref
-// moves), import.go (the bounded, quarantined import) and
-// sandbox.go (the in-container side) are the git view; git.go is hardened
-// git; mounts.go the container's mounts, plain.go a plain folder's,
-// pointers.go the pointers every mode fixes (what the user's git follows
-// into a submodule without its ownership check: .git files, submodule
-// directories and every directory above them), held.go the commits held
-// back because they would make the user's git enter a repository the
-// agent made (refs/ohd/held/<id>/, ErrHeld).
+// The files: add.go, remove.go, snapshot.go, restore.go are the lifecycle;
+// inplace.go is in place; view.go (seeding), publish.go (ref moves),
+// package gitimport (the bounded, quarantined import) and sandbox.go (the
+// in-container side) are the git view; runner.go runs git through package
+// hardgit (hardened git); mounts.go the container's mounts, plain.go a
+// plain folder's, pointers.go the pointers every mode fixes (what the
+// user's git follows into a submodule without its ownership check: .git
+// files, submodule directories and every directory above them), held.go the
+// commits held back because they would make the user's git enter a
+// repository the agent made (refs/ohd/held/<id>/, ErrHeld).
 //
 // # One path, two namespaces
 //
@@ -85,7 +85,7 @@
 // O_NOFOLLOW: nothing outside the view is ever read). Publish brings that
 // commit to the host: inside the sandbox, `git pack-objects --revs --local`
 // packs what the view holds itself; on the host the pack is imported as a
-// received push is (import.go): bounded (package packcheck refuses it from
+// received push is (package gitimport): bounded (package packcheck refuses it from
 // its entry and delta headers when it declares too many objects or too
 // large a result, before git reads it), quarantined (`git index-pack
 // --strict` or `unpack-objects --strict` into objects/incoming-ohd-*, the
@@ -134,43 +134,12 @@
 //
 // Git executes programs named in configuration and attributes, and the
 // agent writes its worktree (and, without a view, parts of the shared git
-// dir). Host-side git must never run any of them. Every git command this
-// package runs:
-//
-//   - is executed directly (no shell), with its own process group and a
-//     timeout (Options.Timeout) after which the group is killed, and (on
-//     Linux) a parent-death signal, so no git child outlives a killed ohd;
-//   - gets a fixed environment and nothing inherited: PATH fixed, HOME and
-//     XDG_CONFIG_HOME a nonexistent directory, GIT_CONFIG_NOSYSTEM=1,
-//     GIT_CONFIG_GLOBAL=/dev/null, GIT_ATTR_NOSYSTEM=1,
-//     GIT_TERMINAL_PROMPT=0, GIT_NO_REPLACE_OBJECTS=1 (refs/replace is
-//     agent-writable), an empty GIT_ALLOW_PROTOCOL (no transport, whatever
-//     protocol.<name>.allow says) and GIT_NO_LAZY_FETCH=1, so a partial
-//     clone's missing object (objects/ is agent-writable) never makes git
-//     contact its promisor remote or run an ext:: command; LC_ALL=C; a
-//     fixed identity "ohd <ohd@localhost>";
-//   - names its git dir and work tree explicitly (--git-dir, --work-tree)
-//     so neither discovery nor core.worktree nor the agent-writable .git
-//     file decides what it operates on;
-//   - passes -c overrides that disable every program git 2.39 could run
-//     from configuration for the commands used here: core.fsmonitor,
-//     core.hooksPath=/dev/null (all hooks, including post-checkout and
-//     reference-transaction), diff.external, core.sshCommand, core.askPass,
-//     credential.helper, core.editor and sequence.editor (":" = none),
-//     core.pager, gpg programs and commit/tag signing, submodule recursion
-//     and status.submoduleSummary (no git children in submodules),
-//     gc.auto/maintenance.auto, and protocol.allow=never, which forbids
-//     every transport and with it any fetch, lazy fetch or ssh;
-//   - disables every filter driver the repository's configuration defines.
-//     Driver names are not known in advance, so before each command
-//     `git config -z --get-regexp ^filter\.` (which runs nothing) lists
-//     them in exactly the same context as the command (same --git-dir,
-//     --work-tree and directory), so include.path, includeIf (gitdir:,
-//     onbranch:, hasconfig:) and config.worktree resolve as they will for
-//     the command; each driver then gets clean, smudge and process set to
-//     empty (git 2.39 runs no filter for an empty command) and
-//     required=false. The settings travel in GIT_CONFIG_COUNT/KEY/VALUE,
-//     which, unlike -c, can name a driver containing "=".
+// dir). Host-side git must never run any of them: every git command this
+// package runs goes through package hardgit (runner.go), which runs it
+// directly with a fixed environment, an explicit --git-dir and
+// --work-tree, -c overrides that turn off every program git could run
+// from configuration, every filter driver the configuration defines
+// disabled, and a timeout (Options.Timeout); see that package's comment.
 //
 // For the same reason `git worktree add` runs with --no-checkout and the
 // files are checked out by a second git run in the new worktree's own
@@ -187,11 +156,11 @@
 // # Serialization
 //
 // Mutations of one repository's worktree metadata (worktree add and
-// remove, branch deletion, snapshot ref updates) are serialized by an
-// in-process lock keyed by the canonical common dir plus an flock(2) on a
-// file in Options.LockDir named by a hash of that path, so parallel
-// creates in one repository never fail on config.lock or ref locks, and
-// two ohd processes sharing LockDir serialize as well.
+// remove, branch deletion, snapshot ref updates) are serialized by
+// package repolock: an in-process lock keyed by the canonical common dir
+// plus an flock(2) on a file in Options.LockDir named by a hash of that
+// path, so parallel creates in one repository never fail on config.lock or
+// ref locks, and two ohd processes sharing LockDir serialize as well.
 //
 // # Snapshot and removal policy
 //

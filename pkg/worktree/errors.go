@@ -2,8 +2,8 @@ package worktree
 
 import (
 	"errors"
-	"fmt"
-	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // Sentinel errors. Every error returned by this package wraps at most one
@@ -37,7 +37,7 @@ var (
 	// ErrOwner is returned when git cannot run as the repository's owner:
 	// ohd is neither root nor that owner, or the owner cannot reach the
 	// worktree root.
-	ErrOwner = errors.New("repository owner mismatch")
+	ErrOwner = hardgit.ErrOwner
 
 	// ErrInvalidWorktree is returned when a Worktree value is inconsistent
 	// (for example its Path is not <Root>/<id>/<basename>), so acting on it
@@ -50,40 +50,16 @@ var (
 	ErrUnsavedWork = errors.New("worktree has work that cannot be saved")
 
 	// ErrGit is wrapped by every failure of a git command (see GitError).
-	ErrGit = errors.New("git failed")
+	ErrGit = hardgit.ErrGit
 )
 
 // GitError describes a failed git invocation. It wraps ErrGit.
-type GitError struct {
-	// Args are git's arguments after the fixed hardening options.
-	Args []string
-	// Dir is the directory git ran in.
-	Dir string
-	// ExitCode is git's exit status, or -1 if it did not exit normally
-	// (killed by the timeout, could not start).
-	ExitCode int
-	// Stderr is git's standard error, trimmed and truncated.
-	Stderr string
-	// Err is the underlying error from os/exec or the context.
-	Err error
-}
+type GitError = hardgit.GitError
 
-func (e *GitError) Error() string {
-	var b strings.Builder
-	b.WriteString("git ")
-	b.WriteString(strings.Join(e.Args, " "))
-	if e.Dir != "" {
-		fmt.Fprintf(&b, " (in %s)", e.Dir)
+// truncate shortens s, quoted in an error message, to n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	if e.Stderr != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Stderr)
-	}
-	return b.String()
+	return s[:n] + "..."
 }
-
-// Unwrap returns ErrGit and the underlying error, so both errors.Is(err,
-// ErrGit) and errors.Is(err, context.DeadlineExceeded) work.
-func (e *GitError) Unwrap() []error { return []error{ErrGit, e.Err} }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // evilRepo is a repository whose configuration, hooks and attributes make
@@ -249,58 +250,6 @@ func TestHardenedGit(t *testing.T) {
 	assertGone(t, m, wt)
 }
 
-// TestEmptyFilterOverrideDisablesFilter checks, on the installed git, the
-// mechanism the hardening relies on: a filter driver whose clean, smudge
-// and process are overridden to empty (and required=false) runs nothing,
-// while without the override it runs.
-func TestEmptyFilterOverrideDisablesFilter(t *testing.T) {
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	e := &evilRepo{dir: dir, markers: filepath.Join(testenv.TempDir(t), "fired"), bin: testenv.TempDir(t)}
-	gitIn(t, dir, "config", "filter.a=b.clean", e.program(t, "clean", true)) // a driver name with "="
-	gitIn(t, dir, "config", "filter.a=b.smudge", e.program(t, "smudge", true))
-	gitIn(t, dir, "config", "filter.a=b.required", "true")
-	gitIn(t, dir, "config", "filter.P.process", e.program(t, "process", true))
-	testenv.WriteFile(t, filepath.Join(dir, ".gitattributes"), "*.x filter=a=b\n*.p filter=P\n")
-
-	run := func(env []string, args ...string) {
-		t.Helper()
-		cmd := exec.Command("git", args...)
-		cmd.Dir, cmd.Env = dir, append(testenv.GitEnv(), env...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	out := gitIn(t, dir, "config", "-z", "--get-regexp", `^filter\.`)
-	entries, err := parseConfigList([]byte(out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	drivers := filterDrivers(entries)
-	if diff := cmp.Diff([]string{"P", "a=b"}, drivers); diff != "" {
-		t.Fatalf("filterDrivers mismatch (-want +got):\n%s", diff)
-	}
-	off := configEnv(disableFilters(drivers))
-
-	testenv.WriteFile(t, filepath.Join(dir, "f.x"), "x\n")
-	testenv.WriteFile(t, filepath.Join(dir, "f.p"), "p\n")
-	run(off, "add", "f.x", "f.p")
-	run(off, "commit", "-q", "-m", "filtered files")
-	for _, f := range []string{"f.x", "f.p"} {
-		if err := os.Remove(filepath.Join(dir, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run(off, "checkout", "--", "f.x", "f.p")
-	if got := e.fired(t); len(got) != 0 {
-		t.Errorf("with empty overrides git ran %q", got)
-	}
-	testenv.WriteFile(t, filepath.Join(dir, "f.x"), "changed\n")
-	run(nil, "add", "f.x")
-	if got := e.fired(t); !contains(got, "clean") {
-		t.Errorf("without the overrides git ran %q, want the clean filter (the check above proves nothing otherwise)", got)
-	}
-}
-
 // TestNoLazyFetch: in a partial clone whose promisor remote is an ext::
 // URL (a command) explicitly allowed by protocol.ext.allow, a missing blob
 // makes plain git run that command; ohd's git runs nothing, and Add fails
@@ -341,17 +290,12 @@ func TestNoLazyFetch(t *testing.T) {
 	// Each layer holds on its own: without GIT_NO_LAZY_FETCH (which git
 	// before 2.39.4 and 2.40-2.43 ignore), the protocol allow-list alone
 	// refuses the transport.
-	var env []string
-	for _, kv := range baseEnv() {
-		if !strings.HasPrefix(kv, "GIT_NO_LAZY_FETCH=") {
-			env = append(env, kv)
-		}
-	}
-	cmd := exec.Command(m.gitPath, append(globalArgs(gitTarget{}), "cat-file", "-p", "HEAD:big.txt")...)
-	cmd.Dir, cmd.Env = dst, env
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "transport 'ext' not allowed") {
-		t.Errorf("hardened git without GIT_NO_LAZY_FETCH = %v: %s; want the ext transport refused", err, out)
+	// (git reads GIT_NO_LAZY_FETCH=0 as unset.)
+	r := hardgit.Runner{Path: m.gitPath, Timeout: m.timeout, EUID: os.Geteuid()}
+	_, err = r.Run(testCtx(t), gitTarget{Dir: dst, UID: os.Geteuid(), GID: os.Getegid()},
+		runOpts{Env: []string{"GIT_NO_LAZY_FETCH=0"}}, "cat-file", "-p", "HEAD:big.txt")
+	if err == nil || !strings.Contains(err.Error(), "transport 'ext' not allowed") {
+		t.Errorf("hardened git without GIT_NO_LAZY_FETCH = %v; want the ext transport refused", err)
 	}
 	if got := e.fired(t); len(got) != 0 {
 		t.Errorf("hardened git without GIT_NO_LAZY_FETCH ran %q", got)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // Health is the state of one worktree as the host repository sees it, for
@@ -129,7 +131,7 @@ func looksLikeGitDir(dir string) bool {
 
 func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid int) ([]Registration, error) {
 	if m.euid != 0 && uid != m.euid {
-		return nil, ownerError(uid, m.euid)
+		return nil, hardgit.OwnerError(uid, m.euid)
 	}
 	out, err := m.git(ctx, commonTarget(commonDir, uid, gid), runOpts{}, "worktree", "list", "--porcelain", "-z")
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ohd-dev/ohd/internal/packgen"
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/gitimport"
 )
 
 // hostileSandbox is a conversation whose container answers `view pack`
@@ -45,7 +46,7 @@ func storeState(t *testing.T, commonDir string) []string {
 			rel, _ := filepath.Rel(root, p)
 			names = append(names, rel)
 		}
-		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), quarantinePrefix) {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), gitimport.QuarantinePrefix) {
 			names = append(names, d.Name()+"/")
 		}
 		return nil
@@ -89,7 +90,7 @@ func TestImportRefusesBombs(t *testing.T) {
 		{"delta bomb 1 GiB", "object_too_large", "", func(w io.Writer) error { return packgen.DeltaBomb(w, 1<<30) }},
 		{"delta bomb 16 GiB", "object_too_large", "", func(w io.Writer) error { return packgen.DeltaBomb(w, 16<<30) }},
 		{"a million objects", "too_many_objects", "", func(w io.Writer) error { return packgen.Many(w, 1_000_000) }},
-		{"tree 10,000 deep", ReasonTreeTooDeep, deep[len(deep)-1].ID(), func(w io.Writer) error { return packgen.Write(w, deep) }},
+		{"tree 10,000 deep", gitimport.ReasonTreeTooDeep, deep[len(deep)-1].ID(), func(w io.Writer) error { return packgen.Write(w, deep) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wt := addView(t, m, repo, newID(t), "")
@@ -120,7 +121,7 @@ func TestImportRefusesBombs(t *testing.T) {
 				t.Errorf("Publish(%s) took %v, want seconds", tc.name, took)
 			}
 			for _, s := range storeState(t, repo.CommonDir) {
-				if strings.HasPrefix(s, quarantinePrefix) {
+				if strings.HasPrefix(s, gitimport.QuarantinePrefix) {
 					t.Errorf("quarantine left: %s", s)
 				}
 			}
@@ -200,8 +201,8 @@ func TestImportRefusesABranchOnABlob(t *testing.T) {
 	testenv.WriteFile(t, f, "not a commit\n")
 	blob := strings.TrimSpace(testenv.Git(t, dir, "-c", "safe.directory=*", "--git-dir="+wt.View, "hash-object", "-w", f))
 	_, err := m.Publish(testCtx(t), wt, &hostSandbox{wt: wt}, blob, wt.StartCommit)
-	if !errors.Is(err, ErrRefused) || RefusalReason(err) != ReasonNotACommit {
-		t.Fatalf("Publish(a blob) = %v (reason %q), want refused: %s", err, RefusalReason(err), ReasonNotACommit)
+	if !errors.Is(err, ErrRefused) || RefusalReason(err) != gitimport.ReasonNotACommit {
+		t.Fatalf("Publish(a blob) = %v (reason %q), want refused: %s", err, RefusalReason(err), gitimport.ReasonNotACommit)
 	}
 	if _, err := testenv.GitOutput(dir, "-c", "safe.directory=*", "cat-file", "-e", blob); err == nil {
 		t.Errorf("the blob %s entered the host's store", blob)
@@ -230,7 +231,7 @@ func TestImportMigratesLooseAndPacked(t *testing.T) {
 		published = tip
 	}
 	for _, s := range storeState(t, repo.CommonDir) {
-		if strings.HasPrefix(s, quarantinePrefix) || strings.HasSuffix(s, ".keep") {
+		if strings.HasPrefix(s, gitimport.QuarantinePrefix) || strings.HasSuffix(s, ".keep") {
 			t.Errorf("left in the store: %s", s)
 		}
 	}

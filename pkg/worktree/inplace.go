@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // In place: the conversation works in the repository's own folder (what
@@ -66,7 +68,7 @@ func (m *Manager) PlanInPlace(ctx context.Context, repo Repo, id string) (Worktr
 		return Worktree{}, fmt.Errorf("worktree in place %s: %w", repo.Workspace, ErrNotGit)
 	}
 	if m.euid != 0 && repo.UID != m.euid {
-		return Worktree{}, fmt.Errorf("worktree in place %s: %w", repo.TopLevel, ownerError(repo.UID, m.euid))
+		return Worktree{}, fmt.Errorf("worktree in place %s: %w", repo.TopLevel, hardgit.OwnerError(repo.UID, m.euid))
 	}
 	fail := func(err error) (Worktree, error) {
 		return Worktree{}, fmt.Errorf("worktree in place %s: %w", repo.TopLevel, err)
@@ -219,7 +221,7 @@ func (m *Manager) removeInPlace(ctx context.Context, wt Worktree, opts RemoveOpt
 		return fail(err)
 	}
 	if m.euid != 0 && wt.UID != m.euid {
-		return fail(ownerError(wt.UID, m.euid))
+		return fail(hardgit.OwnerError(wt.UID, m.euid))
 	}
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	if !opts.Discard && !opts.Undo && viewExists {
@@ -507,7 +509,7 @@ func (m *Manager) ensureSubmoduleDir(top, rel string, uid, gid int) error {
 func (m *Manager) gitlinks(workTree, gitDir string, uid, gid int) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
-	out, err := m.git(ctx, gitTarget{dir: workTree, gitDir: gitDir, workTree: workTree, uid: uid, gid: gid}, runOpts{}, "ls-files", "--stage", "-z")
+	out, err := m.git(ctx, gitTarget{Dir: workTree, GitDir: gitDir, WorkTree: workTree, UID: uid, GID: gid}, runOpts{}, "ls-files", "--stage", "-z")
 	if err != nil {
 		return nil, fmt.Errorf("list the submodules of %s: %w", workTree, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 )
 
 // Repo describes a workspace directory as git sees it.
@@ -50,14 +52,16 @@ func (m *Manager) Inspect(ctx context.Context, path string) (Repo, error) {
 	// Discovery runs as the workspace directory's owner (ohd may be root),
 	// with safe.directory=* because the owner of the git dir is what we
 	// are about to learn; rev-parse runs no programs.
-	uid, gid, err := owner(ws)
+	// A directory lent to a live conversation's agent (gitboundary.Borrow)
+	// is its user's.
+	uid, gid, err := gitboundary.OwnerOf(ws)
 	if err != nil {
 		return Repo{}, fmt.Errorf("inspect %s: %w", ws, err)
 	}
 	if m.euid != 0 {
 		uid, gid = m.euid, os.Getegid()
 	}
-	t := gitTarget{dir: ws, uid: uid, gid: gid, discover: true}
+	t := gitTarget{Dir: ws, UID: uid, GID: gid, Discover: true}
 	out, err := m.git(ctx, t, runOpts{}, "rev-parse", "--is-inside-git-dir", "--is-inside-work-tree", "--is-bare-repository")
 	if err != nil {
 		var ge *GitError

@@ -13,7 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/packcheck"
+	"github.com/ohd-dev/ohd/pkg/repolock"
 )
 
 // Options configures a Manager; the zero value of optional fields is safe.
@@ -43,8 +45,7 @@ type Options struct {
 	MaxPackBytes int64
 	// Import bounds what one import from a git view may declare (objects,
 	// each object's and delta result's size, the sum); the zero value
-	// takes packcheck's defaults. See "Imports are bounded and
-	// quarantined" in the package comment.
+	// takes packcheck's defaults. See package gitimport.
 	Import packcheck.Limits
 	// MaxTreeDepth bounds how deeply an imported commit's trees nest.
 	// Default: DefaultMaxTreeDepth.
@@ -75,7 +76,7 @@ type Manager struct {
 	// started is when the Manager was made: a ref lock or quarantine
 	// older than it was left by an earlier (killed) ohd.
 	started time.Time
-	locks   repoLocks
+	locks   repolock.Locks
 	// packed caches, per view, what ViewBranch last read of its
 	// packed-refs (a packedFile).
 	packed sync.Map
@@ -126,10 +127,11 @@ func New(opts Options) (*Manager, error) {
 	if m.lockDir, err = mkdirAllMode(filepath.Clean(lockDir), 0o700); err != nil {
 		return nil, fmt.Errorf("worktree: create lock dir %s: %w", lockDir, err)
 	}
+	m.locks.Dir = m.lockDir
 
 	m.gitPath = opts.Git
 	if m.gitPath == "" {
-		if m.gitPath, err = lookGit(); err != nil {
+		if m.gitPath, err = hardgit.Look(); err != nil {
 			return nil, fmt.Errorf("worktree: %w", err)
 		}
 	} else if !filepath.IsAbs(m.gitPath) {
@@ -137,18 +139,24 @@ func New(opts Options) (*Manager, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
-	out, err := m.git(ctx, gitTarget{dir: "/", uid: m.euid, gid: os.Getegid()}, runOpts{raw: true}, "version")
+	out, err := m.git(ctx, gitTarget{Dir: "/", UID: m.euid, GID: os.Getegid()}, runOpts{Raw: true}, "version")
 	if err != nil {
 		return nil, fmt.Errorf("worktree: run %s: %w", m.gitPath, err)
 	}
-	v, err := parseGitVersion(strings.TrimSpace(out))
+	v, err := hardgit.ParseVersion(strings.TrimSpace(out))
 	if err != nil {
 		return nil, fmt.Errorf("worktree: %w", err)
 	}
-	if versionLess(v, minGit) {
-		return nil, fmt.Errorf("worktree: %s is git %d.%d.%d; ohd needs git %d.%d or newer", m.gitPath, v[0], v[1], v[2], minGit[0], minGit[1])
+	if hardgit.VersionLess(v, hardgit.MinVersion) {
+		return nil, fmt.Errorf("worktree: %s is git %d.%d.%d; ohd needs git %d.%d or newer", m.gitPath, v[0], v[1], v[2], hardgit.MinVersion[0], hardgit.MinVersion[1])
 	}
 	return m, nil
+}
+
+// lockRepo takes the lock of the repository whose common dir is commonDir
+// (package repolock); the returned function releases it.
+func (m *Manager) lockRepo(ctx context.Context, commonDir string) (func(), error) {
+	return m.locks.Lock(ctx, commonDir)
 }
 
 // Root returns the canonical worktree root.

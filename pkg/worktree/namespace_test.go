@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // TestMountPlan checks the mounts' shape (the worktree's .git read-only:
@@ -165,4 +166,4 @@ func TestWorktreeResolvesInPrivateNamespace(t *testing.T) {
 
 // gitConfigEnv encodes settings as GIT_CONFIG_* variables, as the runtime
 // does for the container.
-func gitConfigEnv(kvs [][2]string) []string { return configEnv(kvs) }
+func gitConfigEnv(kvs [][2]string) []string { return hardgit.ConfigEnv(kvs) }

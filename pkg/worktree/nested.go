@@ -51,7 +51,7 @@ func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) ([]string,
 	}
 	var empty []string
 	for _, dir := range untrackedDirs(status) {
-		if !isNestedRepo(filepath.Join(t.workTree, dir)) {
+		if !isNestedRepo(filepath.Join(t.WorkTree, dir)) {
 			continue
 		}
 		_, err := m.git(ctx, t, o, "add", "--all", "--", ":(literal)"+dir)
@@ -69,7 +69,7 @@ func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) ([]string,
 	for _, dir := range empty {
 		spec.WriteString(":(exclude,literal)" + dir + "\x00")
 	}
-	o.stdin = []byte(spec.String())
+	o.Stdin = []byte(spec.String())
 	if _, err := m.git(ctx, t, o, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
 		return nil, fmt.Errorf("add the working tree to a temporary index: %w", err)
 	}
@@ -110,7 +110,7 @@ func (m *Manager) addNestedRepos(ctx context.Context, wt Worktree, t gitTarget, 
 	}
 	var saved []string
 	for _, rel := range candidates {
-		dir := filepath.Join(t.workTree, rel)
+		dir := filepath.Join(t.WorkTree, rel)
 		if *budget <= 0 || !isNestedRepo(dir) {
 			continue
 		}
@@ -148,8 +148,8 @@ func (m *Manager) nestedTree(ctx context.Context, wt Worktree, dir string, memo 
 	if err := m.chown(idxDir, wt.UID, wt.GID); err != nil {
 		return "", nil, err
 	}
-	nt := gitTarget{dir: dir, gitDir: wt.AdminDir, workTree: dir, uid: wt.UID, gid: wt.GID}
-	no := runOpts{env: []string{"GIT_INDEX_FILE=" + filepath.Join(idxDir, "index")}, filters: memo}
+	nt := gitTarget{Dir: dir, GitDir: wt.AdminDir, WorkTree: dir, UID: wt.UID, GID: wt.GID}
+	no := runOpts{Env: []string{"GIT_INDEX_FILE=" + filepath.Join(idxDir, "index")}, Filters: memo}
 	if _, err := m.addAll(ctx, nt, no); err != nil { // those without a commit are listed below
 		return "", nil, err
 	}

@@ -1,12 +1,9 @@
 package worktree
 
 import (
-	"context"
-	"errors"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
@@ -69,48 +66,4 @@ func TestParallelAddRemove(t *testing.T) {
 	if branches := gitIn(t, repo.TopLevel, "branch", "--list", "openhands/*"); branches != "" {
 		t.Errorf("branches left: %q", branches)
 	}
-}
-
-// TestRepoLockAcrossManagers: the file lock excludes a second Manager
-// (another process) while the first holds it, and a waiter gives up when
-// its context ends.
-func TestRepoLockAcrossManagers(t *testing.T) {
-	dir := testenv.TempDir(t)
-	opts := Options{Root: filepath.Join(dir, "worktrees"), LockDir: filepath.Join(dir, "locks")}
-	a, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := "/some/repo/.git"
-	unlock, err := a.lockRepo(testCtx(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
-	defer cancel()
-	if _, err := b.lockRepo(ctx, key); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("second lockRepo while held = %v, want context.DeadlineExceeded", err)
-	}
-	// Same Manager, same key: the in-process lock also waits.
-	ctx2, cancel2 := context.WithTimeout(testCtx(t), 50*time.Millisecond)
-	defer cancel2()
-	if _, err := a.lockRepo(ctx2, key); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("nested lockRepo = %v, want context.DeadlineExceeded", err)
-	}
-	// Another repository is independent.
-	u2, err := b.lockRepo(testCtx(t), "/other/repo/.git")
-	if err != nil {
-		t.Fatalf("lockRepo(other repo): %v", err)
-	}
-	u2()
-	unlock()
-	u3, err := b.lockRepo(testCtx(t), key)
-	if err != nil {
-		t.Fatalf("lockRepo after release: %v", err)
-	}
-	u3()
 }

@@ -12,21 +12,14 @@ import (
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
-// submoduleRepo returns a repository with three submodules: sub (checked
-// out, with its own submodule deep not checked out), a/b/lib (checked out,
-// two directories down) and vendor/x (not checked out: deinit).
+// submoduleRepo returns a repository with three submodules
+// (testenv.PointerRepo): sub (checked out, with its own submodule deep not
+// checked out), a/b/lib (checked out, two directories down) and vendor/x
+// (not checked out: deinit).
 func submoduleRepo(t *testing.T) string {
 	t.Helper()
-	deep := testenv.NewRepo(t, testenv.RepoOptions{})
-	inner := testenv.NewRepo(t, testenv.RepoOptions{})
-	hostGit(t, inner, "-c", "protocol.file.allow=always", "submodule", "add", "-q", deep, "deep")
-	hostGit(t, inner, "commit", "-qm", "deep")
-	dir := testenv.NewRepo(t, testenv.RepoOptions{})
-	for _, p := range []string{"sub", "a/b/lib", "vendor/x"} {
-		hostGit(t, dir, "-c", "protocol.file.allow=always", "submodule", "add", "-q", inner, p)
-	}
-	hostGit(t, dir, "commit", "-qm", "submodules")
-	hostGit(t, dir, "submodule", "deinit", "-q", "-f", "vendor/x")
+	dir := filepath.Join(testenv.TempDir(t), "repo")
+	testenv.PointerRepo(t, dir)
 	return dir
 }
 
@@ -166,59 +159,12 @@ func TestPinPointersBound(t *testing.T) {
 	}
 }
 
-// pointerAttack is one way the agent could make the user's git run its
-// program through a submodule: Script (sh, run as the agent in the work
-// tree) plants a repository whose core.fsmonitor writes the marker
-// $MARK/<Name>, and the user's `git status` at the work tree's root runs
-// it unless a fixed pointer stops the script.
-type pointerAttack struct{ Name, Script string }
-
-// pointerAttacks are the attacks on submoduleRepo's layout: sub and
-// a/b/lib checked out (in place), sub/deep, a/b/lib/deep and vendor/x
-// not, and the work tree's .git.
-func pointerAttacks(checkedOut bool) []pointerAttack {
-	plant := func(p, name string) string {
-		return "git init -q " + p + " && git -C " + p + " config core.fsmonitor \"touch $MARK/" + name + "; false\""
-	}
-	moved := func(p, name string) string {
-		return "mv " + p + " " + p + ".moved && mkdir -p " + p + " && " + plant(p, name)
-	}
-	// Each attack leaves the layout the next ones need: plants first,
-	// then moves, the work tree's own .git last.
-	var as []pointerAttack
-	if checkedOut {
-		as = append(as,
-			pointerAttack{"init-sub-deep", plant("sub/deep", "init-sub-deep")},
-			pointerAttack{"init-lib-deep", plant("a/b/lib/deep", "init-lib-deep")},
-			pointerAttack{"sub-dotgit", "rm -f sub/.git && " + plant("sub", "sub-dotgit")},
-			pointerAttack{"move-sub", moved("sub", "move-sub")},
-		)
-	} else {
-		as = append(as,
-			pointerAttack{"init-sub", plant("sub", "init-sub")},
-			pointerAttack{"init-lib", plant("a/b/lib", "init-lib")},
-		)
-	}
-	as = append(as,
-		pointerAttack{"init-vendor-x", plant("vendor/x", "init-vendor-x")},
-		pointerAttack{"move-vendor", "mv vendor vendor.moved && mkdir -p vendor/x && " + plant("vendor/x", "move-vendor")},
-		pointerAttack{"move-a", "mv a a.moved && mkdir -p a/b/lib && " + plant("a/b/lib", "move-a")},
-	)
-	if !checkedOut {
-		// A linked worktree's .git pointed at a repository of the
-		// agent's (in place, .git is the git dir: the view's mount).
-		as = append(as, pointerAttack{"dotgit", "git init -q ../evil && git -C ../evil config core.fsmonitor \"touch $MARK/dotgit; false\" && " +
-			"printf 'gitdir: %s\\n' \"$(cd ../evil && pwd)/.git\" > .git"})
-	}
-	return as
-}
-
 // runPointerAttacks runs attacks as uid:gid in the work tree top, each
 // followed by the user's `git status` there (same uid: the fixed pointers
 // must hold without the ownership check), in a mount namespace where the
 // mounts are bound onto their own paths (none: the control). It returns
 // which attacks' markers appeared.
-func runPointerAttacks(t *testing.T, top string, mounts []Mount, attacks []pointerAttack, uid, gid int) map[string]bool {
+func runPointerAttacks(t *testing.T, top string, mounts []Mount, attacks []testenv.PointerAttack, uid, gid int) map[string]bool {
 	t.Helper()
 	mark := testenv.TempDir(t)
 	if err := os.Chmod(mark, 0o777); err != nil {
@@ -240,7 +186,7 @@ func runPointerAttacks(t *testing.T, top string, mounts []Mount, attacks []point
 		s.WriteString(asUser + "git -C " + shellQuote(top) + " status --porcelain >/dev/null 2>&1\n")
 	}
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", s.String())
-	cmd.Env = append(testenv.GitEnv(), "MARK="+mark)
+	cmd.Env = append(testenv.GitEnv(), "MARKERS="+mark)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("in the namespace: %v\n%s", err, out)
@@ -248,7 +194,7 @@ func runPointerAttacks(t *testing.T, top string, mounts []Mount, attacks []point
 	t.Logf("attacks:\n%s", out)
 	// The user's git on the host, after the namespace is gone.
 	host := exec.Command("git", "-C", top, "status", "--porcelain")
-	host.Env = append(testenv.GitEnv(), "MARK="+mark)
+	host.Env = append(testenv.GitEnv(), "MARKERS="+mark)
 	_ = testenv.AsUser(host, uid, gid).Run()
 	fired := map[string]bool{}
 	ents, _ := os.ReadDir(mark)
@@ -298,7 +244,9 @@ func TestPinnedPointersHoldInNamespace(t *testing.T) {
 				if control {
 					mounts = nil
 				}
-				attacks := pointerAttacks(mode == "in place")
+				// The worktree's .git attack makes its repository in
+				// ../evil: the conversation's directory, the agent's.
+				attacks := testenv.PointerAttacks(mode == "in place", "../evil")
 				fired := runPointerAttacks(t, wt.Path, mounts, attacks, uid, gid)
 				for _, a := range attacks {
 					if control && !fired[a.Name] {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ohd-dev/ohd/pkg/gitimport"
 )
 
 // KeptPrefix is where ohd keeps refs of conversation id's view that the
@@ -55,7 +57,7 @@ var ErrLocked = errors.New("ref locked")
 
 // ErrRefused wraps a publish whose objects git's validation refused (a
 // corrupt or incomplete object from the view): nothing was imported.
-var ErrRefused = errors.New("refused by validation")
+var ErrRefused = gitimport.ErrRefused
 
 // Publish makes the host's refs/heads/openhands/<id> equal to the view's
 // commit tip. published is the value ohd last wrote there (the start
@@ -164,12 +166,12 @@ func (m *Manager) updateRefs(ctx context.Context, ct gitTarget, tx string, args 
 	for line := range strings.Lines(tx) {
 		f := strings.Fields(line)
 		if len(f) >= 2 && (f[0] == "update" || f[0] == "delete" || f[0] == "create") {
-			if _, err := m.clearStaleLock(ct.gitDir, f[1]); err != nil {
+			if _, err := m.clearStaleLock(ct.GitDir, f[1]); err != nil {
 				return err
 			}
 		}
 	}
-	_, err := m.git(ctx, ct, runOpts{stdin: []byte(tx)}, append(append([]string{"update-ref"}, args...), "--stdin")...)
+	_, err := m.git(ctx, ct, runOpts{Stdin: []byte(tx)}, append(append([]string{"update-ref"}, args...), "--stdin")...)
 	return err
 }
 

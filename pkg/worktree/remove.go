@@ -17,6 +17,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // RemoveOptions says how Remove treats unsaved work.
@@ -143,7 +145,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 		return fail(err)
 	}
 	if m.euid != 0 && wt.UID != m.euid {
-		return fail(ownerError(wt.UID, m.euid))
+		return fail(hardgit.OwnerError(wt.UID, m.euid))
 	}
 	registered := ownsAdmin(wt)
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
@@ -463,7 +465,7 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 	for _, n := range names {
 		in.WriteString(refs[n] + "^{commit}\n")
 	}
-	peeled, err := m.git(ctx, ct, runOpts{stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
+	peeled, err := m.git(ctx, ct, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
 	if err != nil {
 		return nil, fmt.Errorf("peel the view's refs: %w", err)
 	}
@@ -483,7 +485,7 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 	}
 	// The commits go through stdin (one per view ref: argv has a limit),
 	// read where --stdin stands, so --not applies to --all only.
-	list, err := m.git(ctx, ct, runOpts{stdin: []byte(commits.String())},
+	list, err := m.git(ctx, ct, runOpts{Stdin: []byte(commits.String())},
 		"rev-list", "--stdin", "--not", "--exclude="+KeptPrefix(id)+"*", "--exclude="+LivePrefix(id)+"*", "--all", "--")
 	if err != nil {
 		return nil, fmt.Errorf("find the view's commits the host lacks: %w", err)
@@ -522,7 +524,7 @@ func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string
 	for _, n := range ok {
 		in.WriteString(snapshot + ":" + n + "\n")
 	}
-	out, err := m.git(ctx, ct, runOpts{stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objecttype)")
+	out, err := m.git(ctx, ct, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objecttype)")
 	if err != nil {
 		return nil, fmt.Errorf("check the sandbox's nested repositories: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Stale is a worktree registration of a repository whose worktree does
@@ -134,7 +135,14 @@ func (m *Manager) Repair(ctx context.Context, wt Worktree) error {
 	if _, err := os.Lstat(filepath.Join(wt.AdminDir, "locked")); err != nil {
 		files = append(files, [2]string{filepath.Join(wt.AdminDir, "locked"), LockReason(wt.ConversationID)})
 	}
-	for _, f := range files {
+	// The worktree's .git is rewritten in place: the running container
+	// has it bind-mounted read-only (pointers.go), and a rename over it
+	// would detach that mount in the container's namespace, leaving the
+	// agent a writable .git until the container is made anew.
+	if err := m.rewriteOwned(files[0][0], files[0][1], wt.UID, wt.GID); err != nil {
+		return fmt.Errorf("worktree repair %s: %w", wt.Path, err)
+	}
+	for _, f := range files[1:] {
 		if err := m.writeOwned(f[0], f[1], wt.UID, wt.GID); err != nil {
 			return fmt.Errorf("worktree repair %s: %w", wt.Path, err)
 		}
@@ -152,6 +160,29 @@ func looksLikeAdminDir(dir string) bool {
 		}
 	}
 	return true
+}
+
+// rewriteOwned writes content into the regular file at path, keeping its
+// inode (and so any bind mount of it), owned by uid:gid; anything else at
+// path (a symlink, a directory, nothing) is replaced as writeOwned does.
+// A crash midway leaves a .git that the next repair rewrites again.
+func (m *Manager) rewriteOwned(path, content string, uid, gid int) error {
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return m.writeOwned(path, content, uid, gid)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString(content)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = m.chown(path, uid, gid)
+	}
+	return werr
 }
 
 // writeOwned replaces path atomically with content, owned by uid:gid. A
@@ -188,7 +219,7 @@ func (m *Manager) UniqueCommits(ctx context.Context, commonDir, branch string, u
 	if branch == "" || strings.HasPrefix(branch, "-") || strings.ContainsAny(branch, "*?[\\") {
 		return 0, nil
 	}
-	t := gitTarget{dir: commonDir, gitDir: commonDir, uid: uid, gid: gid}
+	t := gitTarget{Dir: commonDir, GitDir: commonDir, UID: uid, GID: gid}
 	ref := "refs/heads/" + branch
 	if _, ok, err := m.revParse(ctx, t, ref); err != nil || !ok {
 		return 0, err

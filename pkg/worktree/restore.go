@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // RestoreOptions say what Restore brings back.
@@ -113,7 +115,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
 	if m.euid != 0 && uid != m.euid {
-		return res, fmt.Errorf("worktree restore %s: %w", id, ownerError(uid, m.euid))
+		return res, fmt.Errorf("worktree restore %s: %w", id, hardgit.OwnerError(uid, m.euid))
 	}
 	ct := commonTarget(opts.CommonDir, uid, gid)
 	refs, err := m.readRefsUnder(ctx, ct, branch, KeptPrefix(id), SnapshotRef(id))
@@ -170,7 +172,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		_ = os.Remove(into)
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
-	_, err = m.git(ctx, gitTarget{dir: opts.Repo, gitDir: opts.CommonDir, uid: uid, gid: gid}, runOpts{}, args...)
+	_, err = m.git(ctx, gitTarget{Dir: opts.Repo, GitDir: opts.CommonDir, UID: uid, GID: gid}, runOpts{}, args...)
 	if err != nil {
 		unlock()
 		_ = os.RemoveAll(into)
@@ -182,16 +184,16 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 	if err != nil {
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
-	t := gitTarget{dir: into, gitDir: admin, workTree: into, uid: uid, gid: gid}
+	t := gitTarget{Dir: into, GitDir: admin, WorkTree: into, UID: uid, GID: gid}
 	memo := &filterMemo{}
-	if _, err := m.git(ctx, t, runOpts{filters: memo}, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
+	if _, err := m.git(ctx, t, runOpts{Filters: memo}, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
 		return res, fmt.Errorf("worktree restore %s: check out %s in %s: %w", id, res.Branch, into, err)
 	}
 	if res.Snapshot != "" {
 		// Two-tree merge from HEAD to the snapshot updates the index and
 		// the files (deleting what the snapshot lacks); resetting the
 		// index then leaves the work as uncommitted changes.
-		if _, err := m.git(ctx, t, runOpts{filters: memo}, "read-tree", "-m", "-u", "HEAD", res.Snapshot); err != nil {
+		if _, err := m.git(ctx, t, runOpts{Filters: memo}, "read-tree", "-m", "-u", "HEAD", res.Snapshot); err != nil {
 			return res, fmt.Errorf("worktree restore %s: apply snapshot %s in %s: %w", id, res.Snapshot, into, err)
 		}
 		// The index as it was: the snapshot's second parent, if it has
@@ -203,7 +205,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		if staged {
 			_, err = m.git(ctx, t, runOpts{}, "read-tree", idx)
 		} else {
-			_, err = m.git(ctx, t, runOpts{filters: memo}, "reset", "--quiet", "--no-recurse-submodules")
+			_, err = m.git(ctx, t, runOpts{Filters: memo}, "reset", "--quiet", "--no-recurse-submodules")
 		}
 		if err != nil {
 			return res, fmt.Errorf("worktree restore %s: recreate the index: %w", id, err)
@@ -253,7 +255,7 @@ func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs
 			res.Branches = append(res.Branches, local)
 		}
 		if tx.Len() > 0 {
-			if _, err := m.git(ctx, ct, runOpts{stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: restore conversation "+id, "--stdin"); err != nil {
+			if _, err := m.git(ctx, ct, runOpts{Stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: restore conversation "+id, "--stdin"); err != nil {
 				return fmt.Errorf("make the side branches: %w", err)
 			}
 		}

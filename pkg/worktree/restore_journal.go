@@ -217,7 +217,7 @@ func (m *Manager) restoreTags(ctx context.Context, ct gitTarget, id string, refs
 		res.Tags = append(res.Tags, local)
 	}
 	if tx.Len() > 0 {
-		if _, err := m.git(ctx, ct, runOpts{stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: restore conversation "+id, "--stdin"); err != nil {
+		if _, err := m.git(ctx, ct, runOpts{Stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: restore conversation "+id, "--stdin"); err != nil {
 			return fmt.Errorf("make the tags: %w", err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/freeze"
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // Sandbox runs `ohctl view ARGS...` where it can reach this conversation's
@@ -146,7 +147,7 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			return fmt.Errorf("ohctl view pack: %w", err)
 		}
 		t := commonTarget(*gitDir, m.euid, os.Getegid())
-		_, err = m.git(ctx, t, runOpts{in: strings.NewReader(revs), out: stdout},
+		_, err = m.git(ctx, t, runOpts{In: strings.NewReader(revs), Out: stdout},
 			"pack-objects", "--revs", "--local", "--stdout", "--quiet", "--delta-base-offset")
 		if err != nil {
 			return fmt.Errorf("ohctl view pack: %w", err)
@@ -156,12 +157,13 @@ func RunView(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	return fmt.Errorf("ohctl view: unknown subcommand %q: use collect, pack, idle or thaw", args[0])
 }
 
-// insideManager is a Manager for the sandbox: git as the current user, no
-// root, no worktree root.
+// discardLogger is the sandbox's logger: `ohctl view` logs nothing.
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// insideManager is a Manager for the sandbox: git as the current user, no
+// root, no worktree root.
 func insideManager() (*Manager, error) {
-	g, err := lookGit()
+	g, err := hardgit.Look()
 	if err != nil {
 		return nil, err
 	}

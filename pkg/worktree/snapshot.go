@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
 // Snapshot records the uncommitted state of wt (modified, staged and
@@ -32,7 +34,7 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 		return "", "", fmt.Errorf("worktree snapshot: %w", err)
 	}
 	if m.euid != 0 && wt.UID != m.euid {
-		return "", "", fmt.Errorf("worktree snapshot %s: %w", wt.Path, ownerError(wt.UID, m.euid))
+		return "", "", fmt.Errorf("worktree snapshot %s: %w", wt.Path, hardgit.OwnerError(wt.UID, m.euid))
 	}
 	if !ownsAdmin(wt) {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w: %s is not this worktree's registration: nothing can be snapshotted", wt.Path, ErrInvalidWorktree, wt.AdminDir)
@@ -80,7 +82,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox boo
 		// count the removal reports costs no second walk.
 		args = append(args, "--ignored")
 	}
-	out, err := m.git(ctx, t, runOpts{filters: memo}, args...)
+	out, err := m.git(ctx, t, runOpts{Filters: memo}, args...)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("status of the worktree: %w", err)
 	}
@@ -114,7 +116,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox boo
 	if err := m.copyIndex(filepath.Join(wt.AdminDir, "index"), index, wt.UID, wt.GID); err != nil {
 		return "", nil, nil, err
 	}
-	o := runOpts{env: []string{"GIT_INDEX_FILE=" + index}, filters: memo}
+	o := runOpts{Env: []string{"GIT_INDEX_FILE=" + index}, Filters: memo}
 
 	// The index as the agent left it (fails when it has conflicts; then
 	// there is no separate index state to keep).
@@ -188,7 +190,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox boo
 // emptyTree returns the id of the empty tree in this repository's hash
 // (without writing it).
 func (m *Manager) emptyTree(ctx context.Context, t gitTarget) (string, error) {
-	out, err := m.git(ctx, t, runOpts{stdin: []byte{}}, "hash-object", "-t", "tree", "--stdin")
+	out, err := m.git(ctx, t, runOpts{Stdin: []byte{}}, "hash-object", "-t", "tree", "--stdin")
 	if err != nil {
 		return "", fmt.Errorf("hash the empty tree: %w", err)
 	}

@@ -1,4 +1,4 @@
-package worktree
+package gitimport
 
 import (
 	"bytes"
@@ -12,11 +12,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/packcheck"
 )
 
-// Importing what the agent sends (see the package comment, "Imports are
-// bounded and quarantined"). The view's objects reach the host's store as
+// Importing what the agent sends. The view's objects reach the host's store as
 // a received push's do, in four steps:
 //
 //  1. bounded: the sandbox's pack is read by packcheck, which refuses it
@@ -40,12 +40,12 @@ import (
 //
 // A quarantine left by a killed ohd is removed by the next import.
 
-// DefaultMaxTreeDepth is Options.MaxTreeDepth when it is 0: the depth git
+// DefaultMaxTreeDepth is Importer.MaxTreeDepth when it is 0: the depth git
 // itself (core.maxTreeDepth, git 2.44 and later) accepts by default.
 const DefaultMaxTreeDepth = 2048
 
-// quarantinePrefix names the quarantine directories in objects/.
-const quarantinePrefix = "incoming-ohd-"
+// QuarantinePrefix names the quarantine directories in objects/.
+const QuarantinePrefix = "incoming-ohd-"
 
 // Refusal reasons (RefusalReason), besides packcheck's.
 const (
@@ -104,17 +104,17 @@ func (q quarantine) env() []string {
 
 // newQuarantine makes an empty quarantine owned by the repository's
 // owner, after removing those a killed ohd left (older than this ohd).
-func (m *Manager) newQuarantine(wt Worktree) (quarantine, error) {
+func (m *Importer) newQuarantine(wt Repo) (quarantine, error) {
 	q := quarantine{real: filepath.Join(wt.CommonDir, "objects")}
-	if old, _ := filepath.Glob(filepath.Join(q.real, quarantinePrefix+"*")); len(old) > 0 {
+	if old, _ := filepath.Glob(filepath.Join(q.real, QuarantinePrefix+"*")); len(old) > 0 {
 		for _, d := range old {
-			if st, err := os.Lstat(d); err == nil && st.IsDir() && st.ModTime().Before(m.started) {
+			if st, err := os.Lstat(d); err == nil && st.IsDir() && st.ModTime().Before(m.Started) {
 				_ = os.RemoveAll(d)
-				m.log.Info("removed a quarantine left by an earlier ohd", "dir", d)
+				m.log().Info("removed a quarantine left by an earlier ohd", "dir", d)
 			}
 		}
 	}
-	dir, err := os.MkdirTemp(q.real, quarantinePrefix)
+	dir, err := os.MkdirTemp(q.real, QuarantinePrefix)
 	if err != nil {
 		return q, fmt.Errorf("make the import's quarantine: %w", err)
 	}
@@ -145,7 +145,7 @@ func (q quarantine) remove() {
 // migrate moves the quarantine's objects into the real store: loose
 // objects, then packs (.keep, .pack, .rev, then .idx, so no index names a
 // pack that is not there yet). An object the store has already stays.
-func (q quarantine) migrate(m *Manager, uid, gid int) error {
+func (q quarantine) migrate(m *Importer, uid, gid int) error {
 	ents, err := os.ReadDir(q.dir)
 	if err != nil {
 		return err
@@ -210,17 +210,17 @@ func moveNoReplace(src, dst string) error {
 	return nil
 }
 
-// importObjects brings the objects tips need into the host's store: the
+// Import brings the objects tips need into the host's store: the
 // sandbox packs what the view holds itself (its alternate is the host's
 // store, whose objects are not packed again), minus what nots reach; the
 // pack is bounded, quarantined, checked and migrated (see above). Each of
 // commits (the tips branches name) must be a commit. The returned func drops the imported pack's .keep (call
 // it after the refs are moved, or always: a pack whose refs never moved
 // is an unreachable one for gc to collect).
-func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, tips, nots, commits []string) (func(), error) {
-	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
+func (m *Importer) Import(ctx context.Context, wt Repo, sb Sandbox, tips, nots, commits []string) (func(), error) {
+	ct := wt.target()
 	noop := func() {}
-	present, err := m.present(ctx, ct, append(append([]string{}, tips...), nots...))
+	present, err := m.Present(ctx, ct, append(append([]string{}, tips...), nots...))
 	if err != nil {
 		return noop, err
 	}
@@ -245,7 +245,7 @@ func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, ti
 	if err != nil {
 		return noop, err
 	}
-	lim := m.limits
+	lim := m.Limits.WithDefaults()
 	if len(tips) > 0 && len(tips[0]) == 64 {
 		lim.HashSize = 32
 	}
@@ -263,11 +263,11 @@ func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, ti
 	strict := "--strict=gitmodulesUpdate=error,gitmodulesUrl=error,gitmodulesPath=error,gitmodulesName=error"
 	keep := noop
 	if sum.Objects < 100 && sum.Expanded < 32<<20 {
-		if _, err := m.git(ctx, ct, runOpts{in: f, env: env}, "unpack-objects", "-q", strict); err != nil {
+		if _, err := m.git(ctx, ct, hardgit.Opts{In: f, Env: env}, "unpack-objects", "-q", strict); err != nil {
 			return noop, refused(ReasonInvalidObjects, "%w: git unpack-objects: %v", ErrRefused, err)
 		}
 	} else {
-		out, err := m.git(ctx, ct, runOpts{in: f, env: env}, "-c", "core.bigFileThreshold=16m", "-c", "core.deltaBaseCacheLimit=32m",
+		out, err := m.git(ctx, ct, hardgit.Opts{In: f, Env: env}, "-c", "core.bigFileThreshold=16m", "-c", "core.deltaBaseCacheLimit=32m",
 			"index-pack", "--stdin", strict, "--keep=ohd import", "--threads=2", fmt.Sprintf("--max-input-size=%d", lim.MaxPackBytes))
 		if err != nil {
 			return noop, refused(ReasonInvalidObjects, "%w: git index-pack: %v", ErrRefused, err)
@@ -291,7 +291,7 @@ func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, ti
 
 // receivePack runs `ohctl view pack` in the sandbox with revs and writes
 // what it sends to file, through packcheck.
-func (m *Manager) receivePack(ctx context.Context, wt Worktree, sb Sandbox, revs, file string, lim packcheck.Limits) (packcheck.Summary, error) {
+func (m *Importer) receivePack(ctx context.Context, wt Repo, sb Sandbox, revs, file string, lim packcheck.Limits) (packcheck.Summary, error) {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return packcheck.Summary{}, err
@@ -331,7 +331,7 @@ func (m *Manager) receivePack(ctx context.Context, wt Worktree, sb Sandbox, revs
 // tip is complete (its objects are all in the quarantine or the real
 // store) and no tree nests deeper than the limit, then that each of
 // commits is a commit.
-func (m *Manager) checkImport(ctx context.Context, ct gitTarget, env []string, tips, commits []string) error {
+func (m *Importer) checkImport(ctx context.Context, ct hardgit.Target, env []string, tips, commits []string) error {
 	// The tips go through stdin (there can be many; argv has a limit).
 	// rev-list reads them where --stdin stands, before --not, which
 	// applies to --all only (git 2.39 takes no options in stdin). Its
@@ -339,11 +339,11 @@ func (m *Manager) checkImport(ctx context.Context, ct gitTarget, env []string, t
 	// check that stops it at the first path too deep.
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	dw := &depthWriter{max: m.maxTreeDepth, stop: stop}
-	_, err := m.git(rctx, ct, runOpts{stdin: []byte(strings.Join(tips, "\n") + "\n"), env: env, out: dw},
+	dw := &depthWriter{max: m.maxTreeDepth(), stop: stop}
+	_, err := m.git(rctx, ct, hardgit.Opts{Stdin: []byte(strings.Join(tips, "\n") + "\n"), Env: env, Out: dw},
 		"rev-list", "--objects", "--stdin", "--not", "--all", "--")
 	if dw.tooDeep {
-		return refused(ReasonTreeTooDeep, "%w: the view's commit %s has a tree nested more than %d directories deep", ErrRefused, truncate(strings.Join(tips, ", "), 200), m.maxTreeDepth)
+		return refused(ReasonTreeTooDeep, "%w: the view's commit %s has a tree nested more than %d directories deep", ErrRefused, truncate(strings.Join(tips, ", "), 200), m.maxTreeDepth())
 	}
 	if err != nil {
 		return refused(ReasonMissingObjects, "%w: the view's objects for %s are incomplete or corrupt after import: %v", ErrRefused, truncate(strings.Join(tips, ", "), 200), err)
@@ -355,7 +355,7 @@ func (m *Manager) checkImport(ctx context.Context, ct gitTarget, env []string, t
 	for _, t := range commits {
 		in.WriteString(t + "\n")
 	}
-	out, err := m.git(ctx, ct, runOpts{stdin: in.Bytes(), env: env}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	out, err := m.git(ctx, ct, hardgit.Opts{Stdin: in.Bytes(), Env: env}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
 	if err != nil {
 		return fmt.Errorf("look up the imported tips: %w", err)
 	}
@@ -409,8 +409,8 @@ func (d *depthWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// present reports which of oids exist in the host's store.
-func (m *Manager) present(ctx context.Context, ct gitTarget, oids []string) (map[string]bool, error) {
+// Present reports which of oids exist in the host's store (git run at ct).
+func (m *Importer) Present(ctx context.Context, ct hardgit.Target, oids []string) (map[string]bool, error) {
 	var in bytes.Buffer
 	var ask []string
 	for _, o := range oids {
@@ -423,7 +423,7 @@ func (m *Manager) present(ctx context.Context, ct gitTarget, oids []string) (map
 	if len(ask) == 0 {
 		return got, nil
 	}
-	out, err := m.git(ctx, ct, runOpts{stdin: in.Bytes()}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	out, err := m.git(ctx, ct, hardgit.Opts{Stdin: in.Bytes()}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
 	if err != nil {
 		return nil, fmt.Errorf("look up objects: %w", err)
 	}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package worktree
+package hardgit
 
 import "syscall"
 

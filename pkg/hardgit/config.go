@@ -1,4 +1,4 @@
-package worktree
+package hardgit
 
 import (
 	"bytes"
@@ -6,27 +6,6 @@ import (
 	"sort"
 	"strings"
 )
-
-// ContainerGitConfig returns the git settings the container's environment
-// must carry (as GIT_CONFIG_COUNT / GIT_CONFIG_KEY_n / GIT_CONFIG_VALUE_n),
-// so nothing inside the container prunes or garbage-collects the shared
-// repository's worktree metadata: gc.auto=0 (no automatic gc, which would
-// run `git worktree prune`), gc.worktreePruneExpire=never (even an explicit
-// gc keeps worktree registrations) and maintenance.auto=false (no
-// background maintenance after commands). The agent runs as a uid of its
-// own while the user owns the repository, so its git would refuse the
-// user's tree ("dubious ownership"): safe.directory=* lets it, and git
-// honours safe.directory in this command scope (GIT_CONFIG_*), never from
-// a repository's own config (package gitboundary). The slice is fresh on
-// each call.
-func ContainerGitConfig() [][2]string {
-	return [][2]string{
-		{"safe.directory", "*"},
-		{"gc.auto", "0"},
-		{"gc.worktreePruneExpire", "never"},
-		{"maintenance.auto", "false"},
-	}
-}
 
 // configEntry is one entry of `git config -z --get-regexp` output.
 type configEntry struct {
@@ -44,7 +23,11 @@ func parseConfigList(b []byte) ([]configEntry, error) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, 0)
 		if i < 0 {
-			return nil, fmt.Errorf("parse git config output: entry %q is not NUL-terminated", truncate(string(b), 64))
+			entry := string(b)
+			if len(entry) > 64 {
+				entry = entry[:64] + "..."
+			}
+			return nil, fmt.Errorf("parse git config output: entry %q is not NUL-terminated", entry)
 		}
 		item := b[:i]
 		b = b[i+1:]
@@ -84,11 +67,4 @@ func filterDrivers(entries []configEntry) []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

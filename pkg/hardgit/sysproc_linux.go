@@ -1,4 +1,4 @@
-package worktree
+package hardgit
 
 import "syscall"
 

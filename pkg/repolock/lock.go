@@ -1,4 +1,4 @@
-package worktree
+package repolock
 
 import (
 	"context"
@@ -14,16 +14,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// repoLocks serializes mutations of one repository's worktree metadata
-// (worktree add and remove, branch and snapshot ref updates) inside this
-// process: one channel of capacity 1 per canonical common dir, so waiting
-// can stop when the context ends.
-type repoLocks struct {
+// Locks serializes mutations of one repository's worktree metadata
+// (worktree add and remove, branch and snapshot ref updates): inside this
+// process one channel of capacity 1 per canonical common dir, so waiting
+// can stop when the context ends, and across processes an flock(2) on a
+// file in Dir. Its zero value with Dir set is ready to use; it must not be
+// copied after first use.
+type Locks struct {
+	// Dir holds the lock files, one per repository; it must exist.
+	Dir string
+
 	mu sync.Mutex
 	m  map[string]chan struct{}
 }
 
-func (l *repoLocks) sem(key string) chan struct{} {
+func (l *Locks) sem(key string) chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
@@ -39,16 +44,16 @@ func (l *repoLocks) sem(key string) chan struct{} {
 
 // lockFile is the path of the flock(2) file for a common dir: a hash, so
 // the name is fixed-length and reveals nothing about the path.
-func (m *Manager) lockFile(commonDir string) string {
+func (m *Locks) lockFile(commonDir string) string {
 	sum := sha256.Sum256([]byte(commonDir))
-	return filepath.Join(m.lockDir, "repo-"+hex.EncodeToString(sum[:16])+".lock")
+	return filepath.Join(m.Dir, "repo-"+hex.EncodeToString(sum[:16])+".lock")
 }
 
-// lockRepo takes the in-process lock and then the file lock for commonDir
-// (so two ohd processes, or two Managers, serialize too). The returned
-// function releases both.
-func (m *Manager) lockRepo(ctx context.Context, commonDir string) (func(), error) {
-	sem := m.locks.sem(commonDir)
+// Lock takes the in-process lock and then the file lock for commonDir
+// (so two ohd processes, or two Locks sharing Dir, serialize too). The
+// returned function releases both.
+func (m *Locks) Lock(ctx context.Context, commonDir string) (func(), error) {
+	sem := m.sem(commonDir)
 	select {
 	case sem <- struct{}{}:
 	case <-ctx.Done():
@@ -69,7 +74,7 @@ func (m *Manager) lockRepo(ctx context.Context, commonDir string) (func(), error
 // flock opens path and takes an exclusive flock on it, polling so that
 // the wait ends with ctx. The holder is another process (or another open
 // file description in this one), so there is nothing to wait on but time.
-func (m *Manager) flock(ctx context.Context, path string) (*os.File, error) {
+func (m *Locks) flock(ctx context.Context, path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, err

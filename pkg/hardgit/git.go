@@ -1,4 +1,4 @@
-package worktree
+package hardgit
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,7 @@ import (
 	"time"
 )
 
-// gitSearchPath is where New looks for git, and the PATH git's children
+// gitSearchPath is where Look looks for git, and the PATH git's children
 // get. The caller's PATH is never used: a directory an unprivileged user
 // controls must not decide which program a root daemon runs.
 var gitSearchPath = []string{"/usr/local/bin", "/usr/bin", "/bin"}
@@ -70,43 +71,44 @@ var filterKeys = [][2]string{
 	{"required", "false"},
 }
 
-// gitTarget says where a git command runs and as whom.
-type gitTarget struct {
-	// dir is the child's working directory.
-	dir string
-	// gitDir and workTree are passed as --git-dir and --work-tree when set,
+// Target says where a git command runs and as whom.
+type Target struct {
+	// Dir is the child's working directory.
+	Dir string
+	// GitDir and WorkTree are passed as --git-dir and --work-tree when set,
 	// so git neither discovers the repository nor honours core.worktree.
-	gitDir, workTree string
-	// uid and gid are the repository owner; git runs with these
-	// credentials when ohd is root (see Manager.sysProcAttr).
-	uid, gid int
-	// discover allows repository discovery from dir (Inspect only); it adds
+	GitDir, WorkTree string
+	// UID and GID are the repository owner; git runs with these
+	// credentials when ohd is root (see Runner.sysProcAttr).
+	UID, GID int
+	// Discover allows repository discovery from Dir (Inspect only); it adds
 	// safe.directory=* because discovery runs before the owner is known.
-	discover bool
+	Discover bool
 }
 
-// runOpts are per-invocation extras.
-type runOpts struct {
-	// env is added to the fixed environment (e.g. GIT_INDEX_FILE).
-	env []string
-	// stdin, when set, is git's standard input (else /dev/null).
-	stdin []byte
-	// in and out, when set, stream git's standard input and output (out
+// Opts are per-invocation extras.
+type Opts struct {
+	// Env is added to the fixed environment (e.g. GIT_INDEX_FILE).
+	Env []string
+	// Stdin, when set, is git's standard input (else /dev/null).
+	Stdin []byte
+	// In and Out, when set, stream git's standard input and output (Out
 	// replaces the returned output, which is then empty).
-	in  io.Reader
-	out io.Writer
-	// raw skips the filter enumeration; only for `git config` and
+	In  io.Reader
+	Out io.Writer
+	// Raw skips the filter enumeration; only for `git config` and
 	// `git version`, which run no filters.
-	raw bool
-	// filters, when set, memoizes the filter enumeration for the git
+	Raw bool
+	// Filters, when set, memoizes the filter enumeration for the git
 	// commands of one operation at one target. Only for operations that
 	// run while no agent can change the configuration (the container is
 	// stopped before Snapshot and Remove).
-	filters *filterMemo
+	Filters *FilterMemo
 }
 
-// filterMemo holds one operation's filter enumeration.
-type filterMemo struct {
+// FilterMemo holds one operation's filter enumeration; its zero value is
+// an empty memo.
+type FilterMemo struct {
 	done      bool
 	overrides [][2]string
 }
@@ -146,25 +148,39 @@ func baseEnv() []string {
 	}
 }
 
-// git runs git with args at t, hardened, and returns its standard output.
-// Unless o.raw, or the command cannot run a filter (mayRunFilters), it
+// Runner runs git hardened. Its zero value is not usable: Path and
+// Timeout are required.
+type Runner struct {
+	// Path is the absolute path of the git binary (see Look).
+	Path string
+	// Timeout bounds each invocation; the process group is killed then.
+	Timeout time.Duration
+	// Log receives a debug record of each invocation.
+	Log *slog.Logger
+	// EUID is the effective uid of ohd: as root (0), git runs as the
+	// target's owner; otherwise the target must belong to EUID.
+	EUID int
+}
+
+// Run runs git with args at t, hardened, and returns its standard output.
+// Unless o.Raw, or the command cannot run a filter (mayRunFilters), it
 // first enumerates the filter drivers git sees at t and disables each one.
-func (m *Manager) git(ctx context.Context, t gitTarget, o runOpts, args ...string) (string, error) {
-	env := append(baseEnv(), o.env...)
-	if !o.raw && mayRunFilters(args) {
+func (m *Runner) Run(ctx context.Context, t Target, o Opts, args ...string) (string, error) {
+	env := append(baseEnv(), o.Env...)
+	if !o.Raw && mayRunFilters(args) {
 		var overrides [][2]string
-		if o.filters != nil && o.filters.done {
-			overrides = o.filters.overrides
+		if o.Filters != nil && o.Filters.done {
+			overrides = o.Filters.overrides
 		} else {
 			var err error
 			if overrides, err = m.filterOverrides(ctx, t, o); err != nil {
 				return "", err
 			}
-			if o.filters != nil {
-				o.filters.done, o.filters.overrides = true, overrides
+			if o.Filters != nil {
+				o.Filters.done, o.Filters.overrides = true, overrides
 			}
 		}
-		env = append(env, configEnv(overrides)...)
+		env = append(env, ConfigEnv(overrides)...)
 	}
 	return m.runIO(ctx, t, env, o, args)
 }
@@ -209,8 +225,8 @@ func mayRunFilters(args []string) bool {
 // conditions, config.worktree and includes resolve exactly as for the
 // command that follows) and returns settings that disable each of them.
 // `git config` reads configuration and runs nothing.
-func (m *Manager) filterOverrides(ctx context.Context, t gitTarget, o runOpts) ([][2]string, error) {
-	env := append(baseEnv(), o.env...)
+func (m *Runner) filterOverrides(ctx context.Context, t Target, o Opts) ([][2]string, error) {
+	env := append(baseEnv(), o.Env...)
 	out, err := m.run(ctx, t, env, nil, []string{"config", "-z", "--get-regexp", `^filter\.`})
 	if err != nil {
 		var ge *GitError
@@ -237,9 +253,9 @@ func disableFilters(drivers []string) [][2]string {
 	return out
 }
 
-// configEnv encodes settings as GIT_CONFIG_COUNT/KEY/VALUE, which, unlike
+// ConfigEnv encodes settings as GIT_CONFIG_COUNT/KEY/VALUE, which, unlike
 // "-c key=value", also carries a subsection that contains "=".
-func configEnv(kvs [][2]string) []string {
+func ConfigEnv(kvs [][2]string) []string {
 	if len(kvs) == 0 {
 		return nil
 	}
@@ -254,72 +270,72 @@ func configEnv(kvs [][2]string) []string {
 }
 
 // globalArgs are the options before the subcommand.
-func globalArgs(t gitTarget) []string {
+func globalArgs(t Target) []string {
 	args := []string{"--no-pager"}
 	for _, kv := range hardenedConfig {
 		args = append(args, "-c", kv[0]+"="+kv[1])
 	}
-	if t.discover {
+	if t.Discover {
 		args = append(args, "-c", "safe.directory=*")
 	}
-	if t.gitDir != "" {
-		args = append(args, "--git-dir="+t.gitDir)
+	if t.GitDir != "" {
+		args = append(args, "--git-dir="+t.GitDir)
 	}
-	if t.workTree != "" {
-		args = append(args, "--work-tree="+t.workTree)
+	if t.WorkTree != "" {
+		args = append(args, "--work-tree="+t.WorkTree)
 	}
 	return args
 }
 
 // run executes git directly (no shell) with env as its whole environment,
-// in its own process group, as the target's owner, under m.timeout.
-func (m *Manager) run(ctx context.Context, t gitTarget, env []string, stdin []byte, args []string) (string, error) {
-	return m.runIO(ctx, t, env, runOpts{stdin: stdin}, args)
+// in its own process group, as the target's owner, under m.Timeout.
+func (m *Runner) run(ctx context.Context, t Target, env []string, stdin []byte, args []string) (string, error) {
+	return m.runIO(ctx, t, env, Opts{Stdin: stdin}, args)
 }
 
 // runIO is run with o's stdin and streams.
-func (m *Manager) runIO(ctx context.Context, t gitTarget, env []string, o runOpts, args []string) (string, error) {
-	attr, err := m.sysProcAttr(t.uid, t.gid)
+func (m *Runner) runIO(ctx context.Context, t Target, env []string, o Opts, args []string) (string, error) {
+	attr, err := m.sysProcAttr(t.UID, t.GID)
 	if err != nil {
 		return "", err
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	ctx, cancel := context.WithTimeout(ctx, m.Timeout)
 	defer cancel()
 
-	cmd := exec.CommandContext(ctx, m.gitPath, append(globalArgs(t), args...)...)
-	cmd.Dir = t.dir
+	cmd := exec.CommandContext(ctx, m.Path, append(globalArgs(t), args...)...)
+	cmd.Dir = t.Dir
 	cmd.Env = env
 	cmd.SysProcAttr = attr
 	// Kill the whole group: git may have started children of its own.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	switch {
-	case o.in != nil:
-		cmd.Stdin = o.in
-	case o.stdin != nil:
-		cmd.Stdin = bytes.NewReader(o.stdin)
+	case o.In != nil:
+		cmd.Stdin = o.In
+	case o.Stdin != nil:
+		cmd.Stdin = bytes.NewReader(o.Stdin)
 	}
 	stdout := &cappedBuffer{max: maxStdout}
 	stderr := &cappedBuffer{max: maxStderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if o.out != nil {
-		cmd.Stdout = o.out
+	if o.Out != nil {
+		cmd.Stdout = o.Out
 	}
 
 	start := time.Now()
 	err = cmd.Run()
-	m.log.Debug("git", "args", args, "dir", t.dir, "uid", t.uid, "duration", time.Since(start), "err", err)
+	m.log().Debug("git", "args", args, "dir", t.Dir, "uid", t.UID, "duration", time.Since(start), "err", err)
 	if err == nil && stdout.truncated {
 		err = fmt.Errorf("output larger than %d bytes", maxStdout)
 	}
 	if err != nil {
-		ge := &GitError{Args: args, Dir: t.dir, ExitCode: -1, Stderr: trimStderr(stderr.String()), Err: err}
+		ge := &GitError{Args: args, Dir: t.Dir, ExitCode: -1, Stderr: trimStderr(stderr.String()), Err: err}
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.Exited() {
 			ge.ExitCode = ee.ExitCode()
 		}
 		if ctx.Err() != nil {
-			ge.Err = fmt.Errorf("%w (timeout %s)", ctx.Err(), m.timeout)
+			ge.Err = fmt.Errorf("%w (timeout %s)", ctx.Err(), m.Timeout)
 		}
 		return stdout.String(), ge
 	}
@@ -357,26 +373,29 @@ func (b *cappedBuffer) Write(p []byte) (int, error) {
 // sysProcAttr returns the process attributes for running git as uid:gid.
 // As root, git runs with the owner's credentials and no supplementary
 // groups; otherwise ohd must be the owner.
-func (m *Manager) sysProcAttr(uid, gid int) (*syscall.SysProcAttr, error) {
+func (m *Runner) sysProcAttr(uid, gid int) (*syscall.SysProcAttr, error) {
 	attr := newSysProcAttr()
-	if m.euid == 0 {
+	if m.EUID == 0 {
 		if uid != 0 || gid != 0 {
 			attr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 		}
 		return attr, nil
 	}
-	if uid != m.euid {
-		return nil, ownerError(uid, m.euid)
+	if uid != m.EUID {
+		return nil, OwnerError(uid, m.EUID)
 	}
 	return attr, nil
 }
 
-func ownerError(owner, self int) error {
+// OwnerError is the error for git that cannot run as a repository's owner
+// (uid owner) because ohd runs as uid self and is not root. It wraps
+// ErrOwner.
+func OwnerError(owner, self int) error {
 	return fmt.Errorf("%w: the repository belongs to uid %d but ohd runs as uid %d: run ohd as root or as the repository's owner", ErrOwner, owner, self)
 }
 
-// lookGit finds git in the fixed search path.
-func lookGit() (string, error) {
+// Look finds git in the fixed search path.
+func Look() (string, error) {
 	for _, d := range gitSearchPath {
 		p := filepath.Join(d, "git")
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
@@ -386,13 +405,13 @@ func lookGit() (string, error) {
 	return "", fmt.Errorf("git not found in %s: install git or set the git binary explicitly", strings.Join(gitSearchPath, ":"))
 }
 
-// minGit is the oldest git this package supports: `worktree list -z`
+// MinVersion is the oldest git ohd supports: `worktree list -z`
 // appeared in 2.36.
-var minGit = [3]int{2, 36, 0}
+var MinVersion = [3]int{2, 36, 0}
 
-// parseGitVersion parses the output of `git version`, e.g.
+// ParseVersion parses the output of `git version`, e.g.
 // "git version 2.39.5" or "git version 2.39.3 (Apple Git-146)".
-func parseGitVersion(s string) ([3]int, error) {
+func ParseVersion(s string) ([3]int, error) {
 	var v [3]int
 	f := strings.Fields(s)
 	if len(f) < 3 || f[0] != "git" || f[1] != "version" {
@@ -415,11 +434,20 @@ func parseGitVersion(s string) ([3]int, error) {
 	return v, nil
 }
 
-func versionLess(a, b [3]int) bool {
+// VersionLess reports whether version a is older than b.
+func VersionLess(a, b [3]int) bool {
 	for i := range a {
 		if a[i] != b[i] {
 			return a[i] < b[i]
 		}
 	}
 	return false
+}
+
+// log returns m.Log, or a logger that discards.
+func (m *Runner) log() *slog.Logger {
+	if m.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return m.Log
 }

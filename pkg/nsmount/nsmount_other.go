@@ -1,0 +1,5 @@
+//go:build !linux
+
+package nsmount
+
+func bindIn(int, []Mount) error { return ErrUnsupported }
