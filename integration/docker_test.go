@@ -119,9 +119,16 @@ func (d *daemon) execIn(id string, cmd ...string) (int, string) {
 	return -1, ""
 }
 
-func TestDockerNonRootRepository(t *testing.T) {
+// TestBackendNonRootRepository: a repository owned by uid 1000; the
+// agent runs as its own uid, writes in the worktree, and the user edits
+// what it wrote.
+func TestBackendNonRootRepository(t *testing.T) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	eachBackend(t, nonRootRepository)
+}
+
+func nonRootRepository(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
@@ -131,7 +138,7 @@ func TestDockerNonRootRepository(t *testing.T) {
 	// The container runs as the agent's own uid (issue 26), which git
 	// in there accepts in the user's worktree (safe.directory in the
 	// command scope).
-	if u := get(inspect(t, c.ContainerID), "Config", "User"); u != "10001:10001" {
+	if u := b.workload(t, c.ContainerID).User; u != "10001:10001" {
 		t.Errorf("container user = %v, want the agent's 10001:10001", u)
 	}
 	code, out := d.execIn(c.ID, "sh", "-c", "echo hi > "+filepath.Join(c.Worktree, "agent.txt")+" && git -C "+c.Worktree+" status --short --branch")
