@@ -456,8 +456,17 @@ func TestGitViewNothingLost(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(into, "build.log")); err == nil {
 		t.Error("the ignored file came back: it was not kept")
 	}
-	// A second restore into the same place is refused and changes nothing.
-	if _, err := d.ohctlErr("restore", c.ID, "--into", into); err == nil {
-		t.Error("restoring into an existing directory succeeded")
+	// A second restore into the same place (its answer lost, say) says it
+	// is done and changes nothing; into another existing directory it is
+	// refused.
+	before := testenv.Git(t, into, "status", "--porcelain")
+	if out, err := d.ohctlErr("restore", c.ID, "--into", into); err != nil || !strings.Contains(out, "already restored in "+into) {
+		t.Errorf("restoring again into %s = %v %q, want it already restored there", into, err, out)
+	}
+	if after := testenv.Git(t, into, "status", "--porcelain"); after != before {
+		t.Errorf("the repeated restore changed the worktree: %q, was %q", after, before)
+	}
+	if _, err := d.ohctlErr("restore", c.ID, "--into", testenv.TempDir(t)); err == nil {
+		t.Error("restoring into another existing directory succeeded")
 	}
 }

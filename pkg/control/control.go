@@ -164,6 +164,9 @@ type RestoreResult struct {
 	ID     string `json:"id"`
 	Path   string `json:"path"`
 	Branch string `json:"branch"`
+	// Already says the work was restored at Path by an earlier restore
+	// (whose answer was lost): the retry changed nothing.
+	Already bool `json:"already_restored,omitempty"`
 	// Snapshot is the snapshot commit applied as uncommitted changes, "" if
 	// there was none.
 	Snapshot string `json:"snapshot,omitempty"`

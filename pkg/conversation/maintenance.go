@@ -163,7 +163,7 @@ func (m *Manager) Restore(ctx context.Context, id, into string) (control.Restore
 		}
 		return control.RestoreResult{}, err
 	}
-	out := control.RestoreResult{ID: id, Path: res.Path, Branch: res.Branch, Snapshot: res.Snapshot, Staged: res.Staged, Branches: res.Branches, Stash: res.Stash, StashEntries: res.StashEntries, Tags: res.Tags}
+	out := control.RestoreResult{ID: id, Path: res.Path, Branch: res.Branch, Already: res.Already, Snapshot: res.Snapshot, Staged: res.Staged, Branches: res.Branches, Stash: res.Stash, StashEntries: res.StashEntries, Tags: res.Tags}
 	if c.InPlace {
 		out.Note = inPlaceRestoreNote(c)
 	}

@@ -167,6 +167,10 @@ func (s *state) restoreCmd() *cli.Command {
 			if s.json {
 				return printJSON(s.env.Stdout, res)
 			}
+			if res.Already {
+				fmt.Fprintf(s.env.Stdout, "conversation %s was already restored in %s on branch %s\n", res.ID, res.Path, res.Branch)
+				return nil
+			}
 			fmt.Fprintf(s.env.Stdout, "restored conversation %s in %s on branch %s\n", res.ID, res.Path, res.Branch)
 			if res.Snapshot != "" {
 				fmt.Fprintf(s.env.Stdout, "its uncommitted work (snapshot %s) is applied as uncommitted changes: see git -C %s status\n", short(res.Snapshot), res.Path)

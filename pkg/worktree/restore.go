@@ -49,6 +49,10 @@ type RestoreResult struct {
 	// (refs/ohd/kept/<id>/tags/<name>): the same name when it was free,
 	// else restored-<id prefix>/<name>.
 	Tags []string
+	// Already says the work was restored at Path before (a restore whose
+	// answer was lost, ohd killed right after it finished): asked again
+	// for the same path, Restore answers so instead of refusing.
+	Already bool
 }
 
 // Restore recreates an ended conversation's work on the host, in a new
@@ -96,6 +100,12 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		}
 	}
 	if where := checkedOutIn(opts.CommonDir, branch); where != "" {
+		if j == nil && samePath(where, into) {
+			// Finished before (its journal is gone only at the very end):
+			// the retry of a restore whose answer was lost succeeds.
+			m.log.Info("conversation work already restored", "conversation", id, "path", where)
+			return RestoreResult{Path: where, Branch: BranchName(id), Already: true}, nil
+		}
 		return res, fmt.Errorf("worktree restore %s: %w: the conversation's work is already restored in %s (branch %s is checked out there): work there, or remove that worktree (git worktree remove %s) to restore again",
 			id, ErrExists, where, BranchName(id), where)
 	}

@@ -369,7 +369,13 @@ func TestRestoreBringsTheWorkBack(t *testing.T) {
 			t.Errorf("restored status %q lacks %q", status, want)
 		}
 	}
-	if _, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, Into: into}); !errors.Is(err, ErrExists) {
+	// Asked again for the same path (its answer lost), it is done.
+	if again, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, Into: into}); err != nil || !again.Already {
+		t.Errorf("Restore again into the same path = %+v, %v, want it already restored there", again, err)
+	}
+	// An existing path that is not the restore's is refused.
+	taken := testenv.TempDir(t)
+	if _, err := m.Restore(testCtx(t), RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, Into: taken}); !errors.Is(err, ErrExists) {
 		t.Errorf("Restore into an existing path = %v, want ErrExists", err)
 	}
 }
@@ -743,13 +749,14 @@ func TestRestoreInFull(t *testing.T) {
 	if got := hostGit(t, into, "show", "stash@{0}:stashed.txt"); got != "stashed" {
 		t.Errorf("the restored stash's stashed.txt = %q", got)
 	}
-	// Again, into the same place and elsewhere: a clear message.
-	for _, again := range []string{into, filepath.Join(testenv.TempDir(t), "again")} {
-		opts.Into = again
-		_, err := m.Restore(testCtx(t), opts)
-		if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "already restored in "+into) {
-			t.Errorf("a second Restore into %s = %v, want ErrExists saying it is already restored in %s", again, err, into)
-		}
+	// Again into the same place: done already (the retry of a restore
+	// whose answer was lost). Elsewhere: a clear message.
+	if res, err := m.Restore(testCtx(t), opts); err != nil || !res.Already || res.Path != into {
+		t.Errorf("a second Restore into %s = %+v, %v, want it already restored there", into, res, err)
+	}
+	opts.Into = filepath.Join(testenv.TempDir(t), "again")
+	if _, err := m.Restore(testCtx(t), opts); !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "already restored in "+into) {
+		t.Errorf("a second Restore into %s = %v, want ErrExists saying it is already restored in %s", opts.Into, err, into)
 	}
 }
 
@@ -887,8 +894,19 @@ func TestRestoreIsCrashSafe(t *testing.T) {
 			if got := hostGit(t, dir, "tag", "--list"); got != "agent-annotated\nagent-light" || len(res.Tags) != 2 {
 				t.Errorf("tags = %q (result %v), want the agent's two", got, res.Tags)
 			}
-			if _, err := m.Restore(testCtx(t), opts); !errors.Is(err, ErrExists) {
-				t.Errorf("a third Restore = %v, want ErrExists (already restored)", err)
+			// A third Restore into the same path (the retry of a restore
+			// whose answer was lost) answers that it is done and changes
+			// nothing; into another path it is refused as already restored.
+			if again, err := m.Restore(testCtx(t), opts); err != nil || !again.Already || again.Path != res.Path || again.Branch != res.Branch {
+				t.Errorf("a third Restore into the same path = %+v, %v, want it already restored there", again, err)
+			}
+			other := opts
+			other.Into = filepath.Join(testenv.TempDir(t), "elsewhere")
+			if _, err := m.Restore(testCtx(t), other); !errors.Is(err, ErrExists) {
+				t.Errorf("a Restore into another path = %v, want ErrExists (already restored)", err)
+			}
+			if got := hostGit(t, dir, "stash", "list", "--format=%gs"); strings.Count(got, "\n")+1 != 2 {
+				t.Errorf("stash list after the repeated restores = %q, want the two entries once", got)
 			}
 		})
 	}
