@@ -589,6 +589,26 @@ func (o *ohdSide) cycle(ctx context.Context, repo string) (stepSample, stepSampl
 	return create, remove, nil
 }
 
+// cleanupInto is cleanup for a deferred call: it runs within d even when
+// ctx has ended, and an error of it becomes *err unless the benchmark
+// already failed (what names the benchmark).
+func (o *ohdSide) cleanupInto(ctx context.Context, d time.Duration, what string, err *error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	defer cancel()
+	if cerr := o.cleanup(cctx); cerr != nil && *err == nil {
+		*err = fmt.Errorf("bench %s: cleanup: %w", what, cerr)
+	}
+}
+
+// publishing runs the side's publisher until the returned stop is called
+// (stop waits for it to end).
+func (o *ohdSide) publishing(ctx context.Context) (stop func()) {
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { o.mgr.RunPublisher(pctx) })
+	return func() { cancel(); wg.Wait() }
+}
+
 // cleanup removes every conversation left live and every container of
 // this store's server.
 func (o *ohdSide) cleanup(ctx context.Context) error {

@@ -123,17 +123,8 @@ func PublishLoad(ctx context.Context, opts PublishLoadOptions) (_ PublishLoadRes
 		return fail(err)
 	}
 	defer o.close()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-		defer cancel()
-		if cerr := o.cleanup(cctx); cerr != nil && err == nil {
-			err = fmt.Errorf("bench publish-load: cleanup: %w", cerr)
-		}
-	}()
-	pctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { o.mgr.RunPublisher(pctx) })
-	defer func() { stop(); wg.Wait() }()
+	defer o.cleanupInto(ctx, 3*time.Minute, "publish-load", &err)
+	defer o.publishing(ctx)()
 
 	agents := make([]loadAgent, opts.Agents)
 	for i := range agents {
@@ -386,13 +377,7 @@ func CreateParallel(ctx context.Context, opts CreateParallelOptions) (_ CreatePa
 		return fail(err)
 	}
 	defer o.close()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
-		defer cancel()
-		if cerr := o.cleanup(cctx); cerr != nil && err == nil {
-			err = fmt.Errorf("bench create-parallel: cleanup: %w", cerr)
-		}
-	}()
+	defer o.cleanupInto(ctx, 3*time.Minute, "create-parallel", &err)
 	repos := make([]string, opts.Folders)
 	for i := range repos {
 		if repos[i], _, err = benchRepo(ctx, filepath.Join(dir, fmt.Sprintf("folder%d", i)), 64); err != nil {

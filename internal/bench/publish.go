@@ -133,17 +133,8 @@ func Publish(ctx context.Context, opts PublishOptions) (_ PublishResult, err err
 		return fail(err)
 	}
 	defer o.close()
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-		defer cancel()
-		if cerr := o.cleanup(cctx); cerr != nil && err == nil {
-			err = fmt.Errorf("bench publish: cleanup: %w", cerr)
-		}
-	}()
-	pctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { o.mgr.RunPublisher(pctx) })
-	defer func() { stop(); wg.Wait() }()
+	defer o.cleanupInto(ctx, 2*time.Minute, "publish", &err)
+	defer o.publishing(ctx)()
 
 	c, err := o.mgr.Create(ctx, conversation.CreateRequest{Workspace: repo, Worktree: true})
 	if err != nil {
