@@ -145,28 +145,10 @@ func TestFreezeHelper(t *testing.T) {
 	if f == "" {
 		return // run by TestFreezeStopsAForkingWriter, in a PID namespace
 	}
-	// PID 1 here is unshare's child: this test binary. All skips PID 1,
-	// so the helper runs from a child of its own.
-	if os.Getpid() == 1 {
-		c := exec.Command(os.Args[0], "-test.run=^TestFreezeHelper$", "-test.v")
-		c.Stdout, c.Stderr = os.Stdout, os.Stderr
-		if err := c.Run(); err != nil {
-			t.Fatal(err)
-		}
+	if rerunAsChild(t, "TestFreezeHelper") {
 		return
 	}
-	w := exec.Command("sh", "-c", "while :; do (echo x >> "+f+"); sleep 0.005; done")
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Process.Kill()
-	size := func() int64 {
-		st, _ := os.Stat(f)
-		if st == nil {
-			return 0
-		}
-		return st.Size()
-	}
+	size := growingFile(t, f)
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -187,4 +169,39 @@ func TestFreezeHelper(t *testing.T) {
 		t.Fatal("the file did not grow after Thaw")
 	}
 	t.Log("thawed ok")
+}
+
+// rerunAsChild runs test name again in a child process when this one is
+// PID 1 (unshare's child in a PID namespace of its own), because All
+// skips PID 1; it reports whether it did, and the caller then returns.
+func rerunAsChild(t *testing.T, name string) bool {
+	t.Helper()
+	if os.Getpid() != 1 {
+		return false
+	}
+	c := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v")
+	c.Stdout, c.Stderr = os.Stdout, os.Stderr
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
+// growingFile starts a shell that appends a line to f every 5 ms, each
+// from a new subshell (so processes keep starting), until the end of t,
+// and returns a reader of f's size.
+func growingFile(t *testing.T, f string) (size func() int64) {
+	t.Helper()
+	w := exec.Command("sh", "-c", "while :; do (echo x >> "+f+"); sleep 0.005; done")
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Process.Kill(); _ = w.Wait() })
+	return func() int64 {
+		st, _ := os.Stat(f)
+		if st == nil {
+			return 0
+		}
+		return st.Size()
+	}
 }

@@ -39,26 +39,10 @@ func TestHeldHelper(t *testing.T) {
 	if f == "" {
 		return // run by TestHeldResumesWhenTheHolderGoes, in a PID namespace
 	}
-	if os.Getpid() == 1 { // All skips PID 1: run from a child
-		c := exec.Command(os.Args[0], "-test.run=^TestHeldHelper$", "-test.v")
-		c.Stdout, c.Stderr = os.Stdout, os.Stderr
-		if err := c.Run(); err != nil {
-			t.Fatal(err)
-		}
+	if rerunAsChild(t, "TestHeldHelper") {
 		return
 	}
-	w := exec.Command("sh", "-c", "while :; do (echo x >> "+f+"); sleep 0.005; done")
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Process.Kill()
-	size := func() int64 {
-		st, _ := os.Stat(f)
-		if st == nil {
-			return 0
-		}
-		return st.Size()
-	}
+	size := growingFile(t, f)
 	grows := func() bool {
 		before := size()
 		time.Sleep(200 * time.Millisecond)
