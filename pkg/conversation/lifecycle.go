@@ -420,7 +420,7 @@ func (m *Manager) Watch(ctx context.Context) error {
 		case "die", "destroy":
 			m.containerGone(ev)
 		case "oom":
-			m.log.Warn("a process in a conversation's container was killed for lack of memory; the container runs on",
+			m.log.Warn("a process in a conversation's container was killed for lack of memory; that alone does not end the conversation (ohd marks it stopped only when the container or pod itself ends)",
 				"id", ev.ConversationID, "container", shortID(ev.ContainerID))
 		case runtime.ActionResync:
 			if err := m.syncContainers(ctx); err != nil {

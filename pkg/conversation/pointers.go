@@ -69,7 +69,11 @@ func (m *Manager) checkPointers(ctx context.Context, c store.Conversation) contr
 	if len(shown) > 5 {
 		shown = shown[:5]
 	}
-	ck.Detail = fmt.Sprintf("the container lacks %d mounts of today's plan (%s): it was made before them (a submodule checked out since, or an earlier version of ohd), so the agent can still move or fill what the user's git would enter there; it is made anew with them when it next starts: stop it (docker stop %s) and the next request starts it",
-		len(missing), strings.Join(shown, ", "), c.ContainerName)
+	stop := "stop it (docker stop " + c.ContainerName + ")"
+	if c.Runtime == "kubernetes" {
+		stop = "delete its pod (kubectl delete pod " + c.ContainerName + " in ohd's namespace)"
+	}
+	ck.Detail = fmt.Sprintf("the container lacks %d mounts of today's plan (%s): it was made before them (a submodule checked out since, or an earlier version of ohd), so the agent can still move or fill what the user's git would enter there; it is made anew with them when it next starts: %s and the next request starts it",
+		len(missing), strings.Join(shown, ", "), stop)
 	return ck
 }
