@@ -15,15 +15,7 @@ import (
 )
 
 func TestCreateBench(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped under -short: it runs the benchmark for a moment")
-	}
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	// The budget includes building ohctl (-trimpath: not what go test
-	// -race has cached) on two cores busy with the other packages' tests.
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
+	ctx, img := dockerBench(t)
 	res, err := Create(ctx, CreateOptions{Iterations: 2, Image: img, Files: 8})
 	if err != nil {
 		t.Fatal(err)
@@ -171,4 +163,21 @@ func TestCreateResultLine(t *testing.T) {
 	if got := fmtDur(1234567 * time.Microsecond); got != "1.235s" {
 		t.Errorf("fmtDur(1.234567s) = %q, want %q", got, "1.235s")
 	}
+}
+
+// dockerBench prepares a test that runs a benchmark at a tiny scale on
+// Docker: skipped under -short, the engine required, the test image
+// built, and a context whose budget includes building ohd and ohctl
+// (-trimpath: not what go test -race has cached) on two cores busy with
+// the other packages' tests.
+func dockerBench(t *testing.T) (context.Context, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("skipped under -short: it runs the benchmark for a moment")
+	}
+	testenv.RequireDocker(t)
+	img := testimage.Ensure(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, img
 }

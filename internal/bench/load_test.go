@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"math"
 	"regexp"
 	"strings"
@@ -9,18 +8,10 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/internal/testimage"
 )
 
 func TestPublishLoadBench(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped under -short: it runs the benchmark for a moment")
-	}
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	// The budget includes building ohctl on two busy cores.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, img := dockerBench(t)
 	res, err := PublishLoad(ctx, PublishLoadOptions{Agents: 2, Extra: 2, Commits: 3, Image: img})
 	if err != nil {
 		t.Fatal(err)
@@ -50,13 +41,7 @@ func TestPublishLoadBench(t *testing.T) {
 }
 
 func TestCreateParallelBench(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipped under -short: it runs the benchmark for a moment")
-	}
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, img := dockerBench(t)
 	res, err := CreateParallel(ctx, CreateParallelOptions{Folders: 2, Rounds: 2, Image: img})
 	if err != nil {
 		t.Fatal(err)
