@@ -194,6 +194,12 @@ func TestDoctorHintsWithAGitView(t *testing.T) {
 				if out, err := d.ohctlErr("doctor", c.ID); err != nil || strings.Contains(out, "FAIL") || strings.Contains(out, "WARN") {
 					t.Errorf("doctor after --repair: %v\n%s", err, out)
 				}
+				// The repair leaves the agent's .git read-only: the agent
+				// tries to point it at a git dir of its own, and fails
+				// (a rename over the file had detached its mount).
+				if code, out := d.execIn(c.ID, "sh", "-c", "echo 'gitdir: /tmp/evil' > "+filepath.Join(c.Worktree, ".git")); code == 0 || !strings.Contains(strings.ToLower(out), "read-only") {
+					t.Errorf("after --repair the agent rewrote its .git: exit %d %q, want EROFS", code, out)
+				}
 				d.ohctl("rm", "--discard", c.ID)
 				return
 			}
