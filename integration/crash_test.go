@@ -84,7 +84,23 @@ func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversat
 		}
 		admin, _ := os.ReadDir(filepath.Join(repo, ".git", "worktrees"))
 		if len(admin) != len(wts)-1 {
-			t.Errorf("%s: %d admin dirs for %d registrations", repo, len(admin), len(wts)-1)
+			// What each holds says which step left it.
+			var what []string
+			for _, e := range admin {
+				in, _ := os.ReadDir(filepath.Join(repo, ".git", "worktrees", e.Name()))
+				var names []string
+				for _, f := range in {
+					names = append(names, f.Name())
+				}
+				what = append(what, e.Name()+": "+strings.Join(names, " "))
+			}
+			t.Errorf("%s: %d admin dirs for %d registrations:\n%s\nregistrations: %v", repo, len(admin), len(wts)-1, strings.Join(what, "\n"), wts[1:])
+		}
+		// A registration's removal moves it out of worktrees/ first
+		// (pkg/worktree removeAdmin): nothing of one is left once
+		// reconcile finished.
+		if left, _ := filepath.Glob(filepath.Join(repo, ".git", "ohd-removing-*")); len(left) > 0 {
+			t.Errorf("%s: an interrupted admin dir removal left %v", repo, left)
 		}
 	}
 	return convs
@@ -204,7 +220,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 		"create/after-container-created", "create/after-container-started", "create/after-start",
 	}
 	deletePoints := []string{
-		"delete/after-mark", "delete/mid-snapshot", "delete/after-save", "delete/after-container", "delete/after-broker", "delete/after-worktree",
+		"delete/after-mark", "delete/mid-snapshot", "delete/after-save", "delete/after-container", "delete/after-broker", "delete/mid-admin", "delete/after-worktree",
 	}
 	runs := crashRuns()
 	dirs := newDirs(t)

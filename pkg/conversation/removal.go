@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -114,6 +115,7 @@ func (m *Manager) finishRemoval(ctx context.Context, conv store.Conversation) (s
 		c.BrokerEpoch++ // revoke: no token of this conversation verifies again
 		c.ContainerID, c.HostPort = "", 0
 		c.Removal.Done = true
+		c.Removal.Saved = nil // its parts are recorded below
 		c.Removal.SnapshotRef, c.Removal.SnapshotCommit = res.SnapshotRef, res.SnapshotCommit
 		c.Removal.BranchKept, c.Removal.Message = res.BranchKept, res.Message
 		c.Removal.Kept, c.Removal.IgnoredFiles, c.Removal.IgnoredBytes = res.Kept, res.IgnoredFiles, res.IgnoredBytes
@@ -156,6 +158,43 @@ func (m *Manager) release(conv store.Conversation, moveOnly bool, res *removed) 
 		return fmt.Errorf("give the tree back to its owner: %w", err)
 	}
 	return nil
+}
+
+// recordSaved writes what the save found into conv id's removal, before
+// anything is torn down (see store.Removal.Saved).
+func (m *Manager) recordSaved(id string, r *worktree.RemoveResult) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("record the saved work: %w", err)
+	}
+	_, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
+		if c.Removal == nil {
+			return fmt.Errorf("record the saved work of %s: its removal was called off", id)
+		}
+		c.Removal.Saved = b
+		return nil
+	})
+	return err
+}
+
+// savedEarlier returns the save an interrupted run of conv's removal
+// recorded, when that run went on to delete the worktree's registration
+// (it does so only after the save and after the container is gone): the
+// worktree can no longer be saved from, and need not be. While the
+// registration is there, nothing was torn down that the save reads, and
+// the save runs again (the agent may have written since).
+func savedEarlier(conv store.Conversation) (*worktree.RemoveResult, bool) {
+	if conv.Removal == nil || len(conv.Removal.Saved) == 0 || conv.InPlace || conv.Worktree == "" || conv.AdminID == "" {
+		return nil, false
+	}
+	if _, err := os.Lstat(filepath.Join(conv.CommonDir, "worktrees", conv.AdminID)); !errors.Is(err, fs.ErrNotExist) {
+		return nil, false
+	}
+	var r worktree.RemoveResult
+	if err := json.Unmarshal(conv.Removal.Saved, &r); err != nil {
+		return nil, false
+	}
+	return &r, true
 }
 
 // saveError is a teardown that stopped at saving the work: nothing was
@@ -225,13 +264,22 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	var saved *worktree.RemoveResult
 	frozen := false
 	if mode == keepWork {
-		r, f, err := m.saveWork(ctx, conv)
-		if err != nil {
-			return res, &saveError{err}
-		}
-		saved, frozen = r, f
-		if saved != nil {
-			done("save_view")
+		if r, ok := savedEarlier(conv); ok {
+			// The container is gone by now; the save is what the
+			// interrupted run recorded.
+			saved, frozen = r, true
+		} else {
+			r, f, err := m.saveWork(ctx, conv)
+			if err != nil {
+				return res, &saveError{err}
+			}
+			saved, frozen = r, f
+			if saved != nil {
+				if err := m.recordSaved(conv.ID, saved); err != nil {
+					return res, &saveError{err}
+				}
+				done("save_view")
+			}
 		}
 		failpoint.Hit("delete/after-save")
 	}

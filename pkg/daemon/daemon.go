@@ -528,6 +528,13 @@ func (d *Daemon) serve(ctx context.Context) {
 				d.errc <- fmt.Errorf("conversation API: %w", err)
 			}
 		}()
+		// Reconcile has adopted the running conversations: their inner
+		// servers forget what a fork interrupted by ohd's stop left there.
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.proxy.SweepForks(ctx)
+		}()
 	}
 	srv := &http.Server{
 		Handler:           d.controlHandler(),
@@ -562,7 +569,9 @@ func (d *Daemon) serve(ctx context.Context) {
 var worktreeFailpoints = map[string]string{
 	"view":     "create/mid-view",
 	"snapshot": "delete/mid-snapshot",
-	"publish":  "publish/after-import",
+	// A registration moved out of worktrees/, not yet deleted.
+	"admin-moved": "delete/mid-admin",
+	"publish":     "publish/after-import",
 	// A restore: its journal written, its worktree added (not yet
 	// checked out), the repository's stash cleared (not yet rebuilt).
 	"restore":               "restore/after-journal",

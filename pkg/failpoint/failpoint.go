@@ -17,6 +17,7 @@ var Steps = []string{
 	"delete/after-save",
 	"delete/after-container",
 	"delete/after-broker",
+	"delete/mid-admin",
 	"delete/after-worktree",
 	"release/mid-move",
 	"publish/after-import",

@@ -202,6 +202,13 @@ type Removal struct {
 	GitDirsMoved []string `json:"git_dirs_moved,omitempty"`
 	GitDirsKept  string   `json:"git_dirs_kept,omitempty"`
 	Message      string   `json:"message,omitempty"`
+	// Saved is what the removal's save of the work found (pkg/worktree's
+	// RemoveResult, as JSON), recorded once the save succeeded and before
+	// anything is torn down. A removal interrupted after it began deleting
+	// the worktree is finished with it: nothing is left to save from
+	// then, and saving a half-deleted worktree again would record the
+	// deletion as the agent's work.
+	Saved json.RawMessage `json:"saved,omitempty"`
 }
 
 // Conversation is everything ohd knows about one conversation. It never

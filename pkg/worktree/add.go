@@ -431,7 +431,7 @@ func (m *Manager) undoAdd(ctx context.Context, wt Worktree, hadWorktreesDir bool
 	// Ours: pointing at our path, or, when git was stopped before writing
 	// gitdir, carrying our lock reason (git writes the lock first).
 	for admin := findOwnAdminDir(wt); admin != ""; admin = findOwnAdminDir(wt) {
-		if err := os.RemoveAll(admin); err != nil {
+		if err := m.removeAdmin(wt.CommonDir, admin, wt.ConversationID); err != nil {
 			m.log.Warn("undo worktree add: remove admin dir", "path", admin, "err", err)
 			break
 		}

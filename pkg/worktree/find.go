@@ -135,9 +135,11 @@ func abandonedAdminDirs(wt Worktree) []string {
 	return out
 }
 
-// removeAbandonedAdmins deletes abandonedAdminDirs(wt). Call it under the
-// repository lock, so no add of ohd's own is half way.
+// removeAbandonedAdmins deletes abandonedAdminDirs(wt), and what killed
+// removeAdmin runs left (sweepTrash). Call it under the repository lock,
+// so no add of ohd's own is half way.
 func (m *Manager) removeAbandonedAdmins(wt Worktree) {
+	m.sweepTrash(wt.CommonDir)
 	for _, admin := range abandonedAdminDirs(wt) {
 		_ = os.Remove(filepath.Join(admin, "locked"))
 		if err := os.Remove(admin); err != nil {

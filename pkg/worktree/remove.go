@@ -177,6 +177,11 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 				return fail(fmt.Errorf("%w: nothing was removed: fix the cause, or remove with --discard to drop uncommitted work", err))
 			}
 		case dirExists:
+			// A removal killed after it deleted the registration (it
+			// snapshots first) left its snapshot: the work is saved.
+			if _, ok, err := m.revParse(ctx, ct, snapRef); err == nil && ok {
+				break
+			}
 			return fail(fmt.Errorf("%w: %s is no longer registered as a worktree of %s, so its uncommitted work cannot be snapshotted: copy what you need, then remove with --discard", ErrUnsavedWork, wt.Path, wt.Repo))
 		}
 	}
@@ -188,6 +193,10 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	}
 	defer unlock()
 
+	// Checked again under the lock: a registration seen before it may have
+	// been removed meanwhile and its name reused by git for another
+	// worktree, which ownsAdmin then refuses.
+	registered = registered && ownsAdmin(wt)
 	if err := m.removeWorktree(wt, registered); err != nil {
 		return fail(err)
 	}
@@ -630,10 +639,8 @@ func (m *Manager) removeWorktree(wt Worktree, registered bool) error {
 		// dir is ours (ownsAdmin, checked before unlocking; git cannot
 		// reuse a name that exists), the snapshot is taken, and git would
 		// only delete the two directories. Two git runs fewer per removal.
-		if ok, err := lexists(wt.AdminDir); err != nil || ok {
-			if err := os.RemoveAll(wt.AdminDir); err != nil {
-				return fmt.Errorf("remove admin dir %s: %w", wt.AdminDir, err)
-			}
+		if err := m.removeAdmin(wt.CommonDir, wt.AdminDir, wt.ConversationID); err != nil {
+			return err
 		}
 		_ = os.Remove(filepath.Join(wt.CommonDir, "worktrees")) // git does this too; only if empty
 	}

@@ -191,7 +191,7 @@ func (m *Manager) undoRestore(ctx context.Context, commonDir string, j *restoreJ
 	if ok, _ := lexists(j.Into); ok {
 		admin, ferr := findAdminDir(commonDir, j.Into)
 		if ferr == nil {
-			if err := os.RemoveAll(admin); err != nil {
+			if err := m.removeAdmin(commonDir, admin, "restore-"+filepath.Base(admin)); err != nil {
 				return err
 			}
 		} else if ents, err := os.ReadDir(j.Into); err != nil || len(ents) > 0 {

@@ -1,0 +1,82 @@
+package worktree
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ohd-dev/ohd/internal/testenv"
+)
+
+// killedAt stands for ohd dying at a step: OnStep panics with it.
+type killedAt string
+
+// TestRemoveKilledMidAdminLeavesNoHalfRegistration: a removal killed
+// while it deletes the admin dir leaves nothing under worktrees/ (a half
+// deleted admin dir, without gitdir and locked, is one no git command
+// lists and no retry can tell is ours), and the retry deletes what the
+// killed one moved aside. Found by TestCrashRandomKills: a killed
+// os.RemoveAll of the admin dir left one for good.
+func TestRemoveKilledMidAdminLeavesNoHalfRegistration(t *testing.T) {
+	dir := testenv.TempDir(t)
+	kill := true
+	var sawMoved bool
+	var m *Manager
+	var wt Worktree
+	m, err := New(Options{Root: filepath.Join(dir, "worktrees"), LockDir: filepath.Join(dir, "locks"), OnStep: func(step string) {
+		if step != "admin-moved" || !kill {
+			return
+		}
+		sawMoved = true
+		// What a reader sees at the moment of the kill: the
+		// registration is gone as a whole, nothing of it in worktrees/.
+		ents, _ := os.ReadDir(filepath.Join(wt.CommonDir, "worktrees"))
+		for _, e := range ents {
+			t.Errorf("at the kill, worktrees/ holds %s", e.Name())
+		}
+		panic(killedAt(step))
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	wt = mustAdd(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "work.txt"), "unsaved\n")
+
+	func() {
+		defer func() {
+			if r := recover(); r != killedAt("admin-moved") {
+				panic(r)
+			}
+		}()
+		_, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+		t.Fatalf("Remove returned (%v) instead of being killed at admin-moved", err)
+	}()
+	if !sawMoved {
+		t.Fatal("the admin dir's removal never reported admin-moved: it is not moved out before it is deleted")
+	}
+	left, _ := filepath.Glob(filepath.Join(repo.CommonDir, trashPrefix+"*"))
+	if len(left) != 1 {
+		t.Fatalf("after the kill, %s* = %v, want the moved admin dir", trashPrefix, left)
+	}
+	if out := testenv.Git(t, repo.TopLevel, "worktree", "list", "--porcelain"); strings.Contains(out, wt.Path) {
+		t.Errorf("git still lists the half-removed worktree:\n%s", out)
+	}
+
+	kill = false
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+	if err != nil {
+		t.Fatalf("Remove retry: %v", err)
+	}
+	if res.SnapshotRef == "" {
+		t.Errorf("the retry kept no snapshot of the unsaved work: %+v", res)
+	}
+	assertGone(t, m, wt)
+	if left, _ := filepath.Glob(filepath.Join(repo.CommonDir, trashPrefix+"*")); len(left) != 0 {
+		t.Errorf("the retry left %v", left)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(repo.CommonDir, "worktrees")); len(ents) != 0 {
+		t.Errorf("worktrees/ still holds %d entries", len(ents))
+	}
+}
