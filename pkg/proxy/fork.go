@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
@@ -183,6 +184,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, fp forwardPath) {
 		return
 	}
 	s.conv.Touch(parent.ID)
+	defer s.holdFork(id)()
 	if fb.ID != "" {
 		// A fork of this id that an earlier attempt left with the source's
 		// server (ohd stopped between its fork and the move) would make
@@ -302,4 +304,106 @@ func (s *Server) innerCall(ctx context.Context, t conversation.Target, method, p
 		ct = "application/json"
 	}
 	return &innerAnswer{status: resp.StatusCode, contentType: ct, body: b}, nil
+}
+
+// holdFork marks fork id in flight until the returned function is called:
+// SweepForks leaves it with its source's server meanwhile.
+func (s *Server) holdFork(id string) func() {
+	s.forkMu.Lock()
+	defer s.forkMu.Unlock()
+	if s.forking == nil {
+		s.forking = map[string]int{}
+	}
+	s.forking[id]++
+	return func() {
+		s.forkMu.Lock()
+		defer s.forkMu.Unlock()
+		if s.forking[id]--; s.forking[id] <= 0 {
+			delete(s.forking, id)
+		}
+	}
+}
+
+func (s *Server) forkInFlight(id string) bool {
+	s.forkMu.Lock()
+	defer s.forkMu.Unlock()
+	return s.forking[id] > 0
+}
+
+// maxSweepPages bounds the pages of one server's conversation list that
+// SweepForks reads (100 conversations each; a source's server holds its
+// own and, for a moment, the fork being moved).
+const maxSweepPages = 10
+
+// SweepForks has every running conversation's inner server forget the
+// forks an interrupted fork left with it: a fork is written by the
+// source's server under the new id and moved into the new conversation's
+// own state, and the source's server is then told to forget it
+// (forgetFork); ohd stopped in between leaves the copy there for good,
+// loaded by that server and on disk. A source's server holds no
+// conversation but its own otherwise, so every other one it lists goes,
+// but for forks in flight. Each server gets 30 s; one that does not
+// answer is left for the next start. The daemon runs it once its
+// conversations are adopted.
+func (s *Server) SweepForks(ctx context.Context) {
+	for _, c := range s.conv.List() {
+		if ctx.Err() != nil {
+			return
+		}
+		if c.State == store.StateRunning {
+			s.sweepForksOf(ctx, c.ID)
+		}
+	}
+}
+
+func (s *Server) sweepForksOf(ctx context.Context, parent string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t, err := s.conv.Target(ctx, parent)
+	if err != nil || t.Addr == "" {
+		return
+	}
+	var stray []string
+	page := ""
+	for range maxSweepPages {
+		q := "/api/conversations/search?limit=100"
+		if page != "" {
+			q += "&page_id=" + url.QueryEscape(page)
+		}
+		a, err := s.innerCall(ctx, t, http.MethodGet, q, nil)
+		if err != nil || a.status != http.StatusOK {
+			s.log.Debug("fork sweep: the source's server did not list its conversations", "id", parent, "err", err)
+			return
+		}
+		var p struct {
+			Items []struct {
+				ID string `json:"id"`
+			} `json:"items"`
+			NextPageID *string `json:"next_page_id"`
+		}
+		if err := json.Unmarshal(a.body, &p); err != nil {
+			return
+		}
+		for _, it := range p.Items {
+			id := strings.ToLower(it.ID)
+			if store.ValidID(id) && id != parent && !s.forkInFlight(id) {
+				stray = append(stray, id)
+			}
+		}
+		if p.NextPageID == nil || *p.NextPageID == "" {
+			break
+		}
+		page = *p.NextPageID
+	}
+	for _, id := range stray {
+		if s.forkInFlight(id) {
+			continue
+		}
+		a, err := s.innerCall(ctx, t, http.MethodDelete, "/api/conversations/"+id, nil)
+		if err != nil || a.status < 200 || a.status > 299 {
+			s.log.Warn("fork sweep: the source's server kept a fork an interrupted fork left", "id", parent, "fork", id, "err", err)
+			continue
+		}
+		s.log.Info("fork sweep: removed a fork an interrupted fork left with the source's server", "id", parent, "fork", id)
+	}
 }

@@ -129,3 +129,39 @@ func innerPost(t *testing.T, in *standin, path, body string) int {
 	got.Body.Close()
 	return got.StatusCode
 }
+
+// TestSweepForksRemovesWhatAnInterruptedForkLeft: ohd stopped between the
+// source's server writing a fork and the move leaves the fork with that
+// server for good (a random id is never retried). SweepForks, run at
+// start, has it forget every such fork, keeps the source's own
+// conversation, and leaves a fork in flight alone.
+func TestSweepForksRemovesWhatAnInterruptedForkLeft(t *testing.T) {
+	fake := newFake(t)
+	p := startProxy(t, fake, nil)
+	src := p.create(t, map[string]any{})
+	fake.mu.Lock()
+	srcInner := fake.convs[src].inner
+	fake.mu.Unlock()
+	left, inFlight := store.NewID(), store.NewID()
+	for _, id := range []string{left, inFlight} {
+		if st := innerPost(t, srcInner, "/api/conversations/"+src+"/fork", `{"id":"`+id+`"}`); st != http.StatusCreated {
+			t.Fatalf("leave fork %s with the source's server: %d", id, st)
+		}
+	}
+	release := p.holdFork(inFlight)
+	p.SweepForks(t.Context())
+	if st := innerStatus(t, srcInner, left); st != http.StatusNotFound {
+		t.Errorf("the source's server still holds the fork an interrupted fork left: GET = %d", st)
+	}
+	if st := innerStatus(t, srcInner, inFlight); st != http.StatusOK {
+		t.Errorf("the sweep removed a fork in flight: GET = %d", st)
+	}
+	if st := innerStatus(t, srcInner, src); st != http.StatusOK {
+		t.Errorf("the sweep removed the source's own conversation: GET = %d", st)
+	}
+	release()
+	p.SweepForks(t.Context())
+	if st := innerStatus(t, srcInner, inFlight); st != http.StatusNotFound {
+		t.Errorf("once no longer in flight, the fork stays: GET = %d", st)
+	}
+}

@@ -189,6 +189,8 @@ type Server struct {
 	imageCaps    map[string][]string // inner /server_info capabilities by image ID
 	bashMu       sync.Mutex
 	bashOwners   map[string]string // bash command id -> conversation, for calls without cid (pathroute.go)
+	forkMu       sync.Mutex
+	forking      map[string]int // fork ids a source's server holds for a fork in flight (fork.go)
 
 	// WebSocket bookkeeping: closing is closed when Serve shuts down, so
 	// every bridge closes with 1001; wsWG counts running WebSocket
