@@ -49,6 +49,17 @@ func (r apiResponse) json(t testing.TB, v any) {
 // (unless a header list overrides X-Session-API-Key).
 func (d *daemon) call(method, path string, body any, header ...string) apiResponse {
 	d.t.Helper()
+	r, err := d.callErr(method, path, body, header...)
+	if err != nil {
+		d.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// callErr is call for a request that may get no answer (ohd killed while
+// it runs): the transport's error is returned.
+func (d *daemon) callErr(method, path string, body any, header ...string) (apiResponse, error) {
+	d.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -85,11 +96,11 @@ func (d *daemon) call(method, path string, body any, header ...string) apiRespon
 	c := &http.Client{Timeout: 3 * time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	if err != nil {
-		d.t.Fatalf("%s %s: %v", method, path, err)
+		return apiResponse{}, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return apiResponse{Status: resp.StatusCode, Body: b, Header: resp.Header}
+	return apiResponse{Status: resp.StatusCode, Body: b, Header: resp.Header}, nil
 }
 
 // apiCreate creates a conversation through POST /api/conversations.

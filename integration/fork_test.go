@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -240,4 +241,53 @@ func eventIDs(t *testing.T, call caller, id string) []string {
 		out = append(out, e.ID)
 	}
 	return out
+}
+
+// TestForkInterruptedIsForgottenAtStart: ohd killed after the source's
+// server wrote a fork and before ohd moved it leaves that fork with the
+// source's server (on disk, and loaded by it); the next start has the
+// server forget it, and the source's own conversation stays.
+func TestForkInterruptedIsForgottenAtStart(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireDocker(t)
+	img := testimage.Ensure(t)
+	dirs := newDirs(t)
+	d := startDaemon(t, daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456", "--ready-timeout", "60s"}})
+	t.Cleanup(func() { removeServerContainers(t, d) })
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	srcID, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}, "worktree": true})
+	if r := d.call("POST", "/api/conversations/"+srcID+"/events", map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "hello"}}}); r.Status != 200 {
+		t.Fatalf("send = %d %s", r.Status, r.Body)
+	}
+	forkID := store.NewID()
+	left := filepath.Join(dirs.State, "inner", srcID, "conversations", strings.ReplaceAll(forkID, "-", ""))
+
+	d.stop()
+	d.opts.Env = []string{"OHD_FAILPOINTS=fork/after-inner"}
+	d.start()
+	if r, err := d.callErr("POST", "/api/conversations/"+srcID+"/fork", map[string]any{"id": forkID}); err == nil {
+		t.Errorf("the fork answered %d %s through the kill", r.Status, r.Body)
+	}
+	if !d.waitExit(120e9) {
+		t.Fatalf("ohd did not die at fork/after-inner: %v\n%s", d.err, tail(d.logs.String(), 20))
+	}
+	// The control: the kill left the fork with the source's server.
+	if _, err := os.Stat(left); err != nil {
+		t.Fatalf("the interrupted fork left nothing with the source's server (%v): the test shows nothing", err)
+	}
+	d.opts.Env = nil
+	d.start()
+	waitFor(t, 60*time.Second, "the source's server forgot the interrupted fork", func() bool {
+		_, err := os.Stat(left)
+		return os.IsNotExist(err)
+	})
+	if _, err := os.Stat(filepath.Join(dirs.State, "inner", srcID, "conversations", strings.ReplaceAll(srcID, "-", ""))); err != nil {
+		t.Errorf("the source's own conversation is gone: %v", err)
+	}
+	if r := d.call("GET", "/api/conversations/"+forkID, nil); r.Status != http.StatusNotFound {
+		t.Errorf("GET the interrupted fork = %d, want 404 (it was never made)", r.Status)
+	}
+	if r := d.call("GET", "/api/conversations/"+srcID+"/events/search", nil); r.Status != 200 || !strings.Contains(string(r.Body), "hello") {
+		t.Errorf("the source's events after the sweep = %d %s", r.Status, r.Body)
+	}
 }

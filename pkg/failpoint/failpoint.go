@@ -25,6 +25,7 @@ var Steps = []string{
 	"restore/after-journal",
 	"restore/mid-checkout",
 	"restore/mid-stash",
+	"fork/after-inner",
 	"exec/after-create",
 	"exec/after-start",
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/conversation"
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -208,6 +209,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, fp forwardPath) {
 		_, _ = w.Write([]byte(scrubLoopback(string(a.body))))
 		return
 	}
+	failpoint.Hit("fork/after-inner")
 	// The source's server holds the fork only until it is moved.
 	defer s.forgetFork(parent.ID, id)
 	req := conversation.CreateRequest{
