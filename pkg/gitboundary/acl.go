@@ -173,3 +173,62 @@ func (a acl) String() string {
 	}
 	return s
 }
+
+// defaultACL is the default ACL of a shared directory: what is made in it
+// gets the owner class from the directory's owner bits (rwx), the group
+// class from its group entry (old's, when it has one), the other class
+// without write, a named entry rwx for the owner, and none for the agent.
+// So what the agent makes there is the agent's (the owner entry) and the
+// user's (the named entry), and what the user makes there (a directory, or
+// a file an editor saves by rename) is not the agent's to write until ohd
+// shares it: a directory the user owns is never one the agent can fill.
+// Other named entries of old (the user's own) are kept.
+func defaultACL(mode uint32, old acl, owner, agent uint32) acl {
+	a := shared(mode|0o700, old, owner, owner, permR|permW|permX)
+	out := a[:0]
+	for _, e := range a {
+		switch {
+		case e.tag == tagUser && e.id == agent:
+			continue
+		case e.tag == tagOther:
+			e.perm &^= permW
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// agentFree reports whether the default ACL def lets the agent write
+// nothing the user makes under it: no named entry of the agent's, and no
+// write for others. A nil (absent) default ACL is not: new inodes then
+// get their mode from the creator's umask alone.
+func agentFree(def acl, agent uint32) bool {
+	if def == nil {
+		return false
+	}
+	if _, ok := def.get(tagUser, agent); ok {
+		return false
+	}
+	o, ok := def.get(tagOther, 0)
+	return ok && o.perm&permW == 0
+}
+
+// withoutAgent is the default ACL def with the agent's named entry removed
+// and write taken from the other class (see defaultACL); changed says
+// whether that changed anything.
+func withoutAgent(def acl, agent uint32) (acl, bool) {
+	if def == nil || agentFree(def, agent) {
+		return def, false
+	}
+	var out acl
+	for _, e := range def {
+		switch {
+		case e.tag == tagUser && e.id == agent:
+			continue
+		case e.tag == tagOther:
+			e.perm &^= permW
+		}
+		out = append(out, e)
+	}
+	return out, true
+}
