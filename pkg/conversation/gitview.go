@@ -168,6 +168,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		interval = DefaultPublishInterval
 	}
 	defer m.pub.wg.Wait()
+	defer m.unwatchAll()
 	for _, c := range m.st.Conversations() {
 		if c.Publishing != "" {
 			m.settlePublishing(ctx, c)
@@ -182,8 +183,12 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		for _, c := range m.st.Conversations() {
 			if refreshHost && c.State == store.StateRunning && c.ContainerID != "" && c.Removal == nil {
 				// Directories the user made since are lent to the agent
-				// too (livepins.go), in every mode.
+				// too (livepins.go), in every mode; as they come, by its
+				// watcher (watchtree.go).
+				m.watchTree(ctx, c)
 				m.relend(ctx, c)
+			} else if c.State != store.StateRunning || c.Removal != nil {
+				m.unwatch(c.ID, false)
 			}
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				if c.State == store.StateDeleted {

@@ -336,5 +336,15 @@ func (m *Manager) relend(ctx context.Context, c store.Conversation) {
 		case st.Changed > 0:
 			m.log.Info("lent the user's new directories to the agent", "id", c.ID, "dirs", st.Changed)
 		}
+		if err == nil && !m.watchingAll(c.ID) {
+			// No watcher sees every directory: the files the user made
+			// since are shared here (the default ACLs give the agent
+			// nothing of what the user makes).
+			if st, err := gitboundary.Apply(releasedTree(cur), boundaryIDs(cur)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				m.log.Warn("could not share the user's new files with the agent", "id", c.ID, "err", err)
+			} else if st.Changed > 0 {
+				m.log.Info("shared the user's new files with the agent", "id", c.ID, "inodes", st.Changed)
+			}
+		}
 	}()
 }

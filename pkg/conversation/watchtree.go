@@ -1,0 +1,152 @@
+package conversation
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
+	"github.com/ohd-dev/ohd/pkg/store"
+)
+
+// The tree watchers (gitboundary.Watch): what the user makes in a running
+// conversation's tree (a directory, a file an editor saves by rename) is
+// not its agent's to write until ohd shares it; a watcher per running
+// conversation shares it as it comes, so the agent waits milliseconds.
+// relend's periodic pass is the backstop (and shares files too when the
+// watcher is missing or degraded). The publisher starts a watcher for
+// every running conversation (so an ohd restart or reconcile gets them
+// back), stops it when the conversation stops, and the removal stops it
+// for good before it gives the tree back.
+
+// treeWatchers are the running watchers, by conversation id; ended are the
+// conversations whose removal stopped theirs for good.
+type treeWatchers struct {
+	mu       sync.Mutex
+	watching map[string]*gitboundary.Watcher
+	starting map[string]bool
+	ended    map[string]bool
+	wg       sync.WaitGroup
+}
+
+// watching reports whether c's watcher runs healthy (every directory
+// watched): the periodic pass then lends directories only.
+func (m *Manager) watchingAll(id string) bool {
+	m.tw.mu.Lock()
+	w := m.tw.watching[id]
+	m.tw.mu.Unlock()
+	return w != nil && !w.Degraded()
+}
+
+// watchTree starts c's watcher if it runs none, in a goroutine (its first
+// walk places a watch on every directory).
+func (m *Manager) watchTree(ctx context.Context, c store.Conversation) {
+	tree := releasedTree(c)
+	if !separated(c) || tree == "" || ctx.Err() != nil {
+		return
+	}
+	m.tw.mu.Lock()
+	defer m.tw.mu.Unlock()
+	if m.tw.watching == nil {
+		m.tw.watching, m.tw.starting, m.tw.ended = map[string]*gitboundary.Watcher{}, map[string]bool{}, map[string]bool{}
+	}
+	if m.tw.watching[c.ID] != nil || m.tw.starting[c.ID] || m.tw.ended[c.ID] {
+		return
+	}
+	m.tw.starting[c.ID] = true
+	m.tw.wg.Add(1)
+	go func() {
+		defer m.tw.wg.Done()
+		id := c.ID
+		live := func() bool {
+			cur, err := m.st.Conversation(id)
+			return err == nil && cur.State == store.StateRunning && cur.Removal == nil && ctx.Err() == nil
+		}
+		var w *gitboundary.Watcher
+		if live() {
+			var err error
+			w, err = gitboundary.Watch(tree, boundaryIDs(c), gitboundary.WatchOptions{
+				Allow:   live,
+				OnError: func(err error) { m.log.Warn("could not share what the user made with the agent", "id", id, "err", err) },
+			})
+			if err != nil {
+				m.log.Warn("could not watch the tree for what the user makes (the periodic pass shares it)", "id", id, "tree", tree, "err", err)
+			} else {
+				m.shareMadeMeanwhile(c, live)
+			}
+		}
+		m.tw.mu.Lock()
+		delete(m.tw.starting, id)
+		if w != nil && (m.tw.ended[id] || !live()) {
+			// Stopped (or removed) while it started.
+			m.tw.mu.Unlock()
+			w.Close()
+			return
+		}
+		if w != nil {
+			m.tw.watching[id] = w
+			m.log.Debug("watching the tree for what the user makes", "id", id, "tree", tree, "dirs", w.Watches(), "degraded", w.Degraded())
+		}
+		m.tw.mu.Unlock()
+	}()
+}
+
+// shareMadeMeanwhile shares what the user made in c's tree before its
+// watcher placed its watches (since the container started, or while ohd
+// was down): one Borrow and Apply, under the publish lock (which the
+// removal holds throughout) and only while the conversation runs.
+func (m *Manager) shareMadeMeanwhile(c store.Conversation, live func() bool) {
+	unlock := m.publishLock(c.ID)
+	defer unlock()
+	if !live() {
+		return
+	}
+	tree, ids := releasedTree(c), boundaryIDs(c)
+	lent, err := gitboundary.Borrow(tree, ids)
+	if err == nil {
+		var shared gitboundary.Stats
+		shared, err = gitboundary.Apply(tree, ids)
+		m.log.Debug("shared what the user made before the watcher started", "id", c.ID, "lent", lent.Changed, "shared", shared.Changed, "took", lent.Duration+shared.Duration)
+	}
+	if err != nil {
+		m.log.Warn("could not share what the user made with the agent", "id", c.ID, "err", err)
+	}
+}
+
+// unwatch stops id's watcher, if any, and waits for its pass in progress;
+// forGood (the removal) keeps one from starting again. A watcher still
+// starting is stopped where it ends (watchTree).
+func (m *Manager) unwatch(id string, forGood bool) {
+	m.tw.mu.Lock()
+	var w *gitboundary.Watcher
+	if m.tw.watching != nil {
+		w = m.tw.watching[id]
+		delete(m.tw.watching, id)
+		if forGood {
+			m.tw.ended[id] = true
+		}
+	}
+	m.tw.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+}
+
+// unwatchAll stops every watcher (the publisher's end) and waits for the
+// ones starting.
+func (m *Manager) unwatchAll() {
+	m.tw.mu.Lock()
+	ws := m.tw.watching
+	m.tw.watching = map[string]*gitboundary.Watcher{}
+	m.tw.mu.Unlock()
+	for _, w := range ws {
+		w.Close()
+	}
+	m.tw.wg.Wait()
+	m.tw.mu.Lock()
+	ws = m.tw.watching
+	m.tw.watching = map[string]*gitboundary.Watcher{}
+	m.tw.mu.Unlock()
+	for _, w := range ws {
+		w.Close()
+	}
+}
