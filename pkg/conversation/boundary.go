@@ -139,6 +139,10 @@ func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 			return err
 		}
 	}
+	// What the user makes in the tree from now on is not the agent's to
+	// write (the default ACLs carry no entry of its) until the watcher
+	// shares it, as it comes (watchtree.go).
+	m.watchNow(conv)
 	return nil
 }
 

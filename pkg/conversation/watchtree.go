@@ -37,12 +37,34 @@ func (m *Manager) watchingAll(id string) bool {
 	return w != nil && !w.Degraded()
 }
 
-// watchTree starts c's watcher if it runs none, in a goroutine (its first
-// walk places a watch on every directory).
+// watchTree starts c's watcher if it runs none, in a goroutine, with a
+// pass over what the user made before it watched (the publisher's: after
+// an ohd restart, or a start whose watcher the publisher stopped).
 func (m *Manager) watchTree(ctx context.Context, c store.Conversation) {
-	tree := releasedTree(c)
-	if !separated(c) || tree == "" || ctx.Err() != nil {
+	if !m.claimWatch(c) {
 		return
+	}
+	m.tw.wg.Add(1)
+	go func() {
+		defer m.tw.wg.Done()
+		m.startWatch(ctx, c, true)
+	}()
+}
+
+// watchNow starts c's watcher before its container starts (shareTrees):
+// everything the user makes from then on is evented, so no pass over the
+// tree is needed (a worktree's create walks no file).
+func (m *Manager) watchNow(c store.Conversation) {
+	if m.claimWatch(c) {
+		m.startWatch(context.Background(), c, false)
+	}
+}
+
+// claimWatch marks c's watcher as starting; false when it runs, starts,
+// or ended for good, or c's tree is not shared.
+func (m *Manager) claimWatch(c store.Conversation) bool {
+	if !separated(c) || releasedTree(c) == "" || m.rt.Kind() == "local" {
+		return false
 	}
 	m.tw.mu.Lock()
 	defer m.tw.mu.Unlock()
@@ -50,44 +72,48 @@ func (m *Manager) watchTree(ctx context.Context, c store.Conversation) {
 		m.tw.watching, m.tw.starting, m.tw.ended = map[string]*gitboundary.Watcher{}, map[string]bool{}, map[string]bool{}
 	}
 	if m.tw.watching[c.ID] != nil || m.tw.starting[c.ID] || m.tw.ended[c.ID] {
-		return
+		return false
 	}
 	m.tw.starting[c.ID] = true
-	m.tw.wg.Add(1)
-	go func() {
-		defer m.tw.wg.Done()
-		id := c.ID
-		live := func() bool {
-			cur, err := m.st.Conversation(id)
-			return err == nil && cur.State == store.StateRunning && cur.Removal == nil && ctx.Err() == nil
+	return true
+}
+
+// startWatch starts c's watcher (claimed) and registers it.
+func (m *Manager) startWatch(ctx context.Context, c store.Conversation, meanwhile bool) {
+	id, tree := c.ID, releasedTree(c)
+	// What may be lent: a conversation not removed (the removal stops
+	// the watcher for good before it gives the tree back).
+	live := func() bool {
+		cur, err := m.st.Conversation(id)
+		return err == nil && cur.Removal == nil && cur.State != store.StateDeleted && ctx.Err() == nil
+	}
+	var w *gitboundary.Watcher
+	if live() {
+		var err error
+		w, err = gitboundary.Watch(tree, boundaryIDs(c), gitboundary.WatchOptions{
+			Allow:   live,
+			OnError: func(err error) { m.log.Warn("could not share what the user made with the agent", "id", id, "err", err) },
+		})
+		switch {
+		case err != nil:
+			m.log.Warn("could not watch the tree for what the user makes (the periodic pass shares it)", "id", id, "tree", tree, "err", err)
+		case meanwhile:
+			m.shareMadeMeanwhile(c, live)
 		}
-		var w *gitboundary.Watcher
-		if live() {
-			var err error
-			w, err = gitboundary.Watch(tree, boundaryIDs(c), gitboundary.WatchOptions{
-				Allow:   live,
-				OnError: func(err error) { m.log.Warn("could not share what the user made with the agent", "id", id, "err", err) },
-			})
-			if err != nil {
-				m.log.Warn("could not watch the tree for what the user makes (the periodic pass shares it)", "id", id, "tree", tree, "err", err)
-			} else {
-				m.shareMadeMeanwhile(c, live)
-			}
-		}
-		m.tw.mu.Lock()
-		delete(m.tw.starting, id)
-		if w != nil && (m.tw.ended[id] || !live()) {
-			// Stopped (or removed) while it started.
-			m.tw.mu.Unlock()
-			w.Close()
-			return
-		}
-		if w != nil {
-			m.tw.watching[id] = w
-			m.log.Debug("watching the tree for what the user makes", "id", id, "tree", tree, "dirs", w.Watches(), "degraded", w.Degraded())
-		}
+	}
+	m.tw.mu.Lock()
+	delete(m.tw.starting, id)
+	if w != nil && (m.tw.ended[id] || !live()) {
+		// Removed while it started.
 		m.tw.mu.Unlock()
-	}()
+		w.Close()
+		return
+	}
+	if w != nil {
+		m.tw.watching[id] = w
+		m.log.Debug("watching the tree for what the user makes", "id", id, "tree", tree, "dirs", w.Watches(), "degraded", w.Degraded())
+	}
+	m.tw.mu.Unlock()
 }
 
 // shareMadeMeanwhile shares what the user made in c's tree before its
@@ -148,5 +174,21 @@ func (m *Manager) unwatchAll() {
 	m.tw.mu.Unlock()
 	for _, w := range ws {
 		w.Close()
+	}
+}
+
+// sweepWatchers stops the watchers of conversations that are no more
+// (a create undone before its record was kept).
+func (m *Manager) sweepWatchers(known map[string]bool) {
+	m.tw.mu.Lock()
+	var gone []string
+	for id := range m.tw.watching {
+		if !known[id] {
+			gone = append(gone, id)
+		}
+	}
+	m.tw.mu.Unlock()
+	for _, id := range gone {
+		m.unwatch(id, false)
 	}
 }
