@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/nsmount"
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -292,7 +293,7 @@ const relendEvery = 10 * time.Second
 // only while the record says it runs: a directory lent after the removal
 // gave the tree back would stay the agent's.
 func (m *Manager) relend(ctx context.Context, c store.Conversation) {
-	if !separated(c) || releasedTree(c) == "" {
+	if !separated(c) || releasedTree(c) == "" || failpoint.On("legacy/lend-late") {
 		return
 	}
 	now := time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -63,7 +64,7 @@ func (m *Manager) watchNow(c store.Conversation) {
 // claimWatch marks c's watcher as starting; false when it runs, starts,
 // or ended for good, or c's tree is not shared.
 func (m *Manager) claimWatch(c store.Conversation) bool {
-	if !separated(c) || releasedTree(c) == "" || m.rt.Kind() == "local" {
+	if !separated(c) || releasedTree(c) == "" || m.rt.Kind() == "local" || failpoint.On("legacy/lend-late") {
 		return false
 	}
 	m.tw.mu.Lock()
