@@ -226,12 +226,12 @@ func TestMidConversationUserFilesSharedWithAgent(t *testing.T) {
 			if out, err := asOwner(t, tree, "umask 022; mkdir -p docs/new/deep && echo u > docs/new/deep/f && echo saved > docs/.guide.swp && mv docs/.guide.swp docs/guide.md"); err != nil {
 				t.Fatalf("the user's edits: %v\n%s", err, out)
 			}
-			write := "cd " + tree + " && echo a >> docs/new/deep/f && echo a >> docs/guide.md && touch docs/new/deep/g && mkdir docs/new/mine"
+			write := "cd " + tree + " && echo a >> docs/new/deep/f && echo a >> docs/guide.md && echo a > docs/new/deep/g"
 			waitFor(t, 60*time.Second, "the agent may write what the user just made", func() bool {
 				code, _ := d.execIn(c.ID, "sh", "-c", write)
 				return code == 0
 			})
-			if out, err := asOwner(t, tree, "echo u >> docs/new/deep/g && rm -r docs/new/mine"); err != nil {
+			if out, err := asOwner(t, tree, "echo u >> docs/new/deep/g && rm docs/new/deep/g"); err != nil {
 				t.Errorf("the user cannot edit what the agent made: %v\n%s", err, out)
 			}
 			d.ohctl("rm", c.ID)
