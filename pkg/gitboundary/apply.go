@@ -132,8 +132,8 @@ func (a *applier) dir(e entry, fd int) (bool, error) {
 		// New inodes get the owner and other classes of the directory,
 		// the group class of its group entry, and both users.
 		def = shared(e.st.Mode|0o700, oldDef, uint32(a.ids.Owner), uint32(a.ids.Agent), permR|permW|permX)
-	case !a.agentDefault && !(agentFree(oldDef, uint32(a.ids.Agent)) && coversOwner(oldDef, a.ids)):
-		def = defaultACL(e.st.Mode, oldDef, uint32(a.ids.Owner), uint32(a.ids.Agent))
+	case !a.agentDefault && !(agentFree(oldDef, a.ids) && coversOwner(oldDef, a.ids)):
+		def = defaultACL(e.st.Mode, oldDef, a.ids)
 	}
 	if def != nil {
 		if err := unix.Fsetxattr(fd, xattrDefault, def.encode(), 0); err != nil {

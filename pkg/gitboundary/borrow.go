@@ -193,7 +193,7 @@ func dropAgentDefault(fd int, ids IDs) error {
 		}
 		return err
 	}
-	if def, changed := withoutAgent(def, uint32(ids.Agent)); changed {
+	if def, changed := withoutAgent(def, ids); changed {
 		return unix.Fsetxattr(fd, xattrDefault, def.encode(), 0)
 	}
 	return nil

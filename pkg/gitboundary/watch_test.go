@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,35 @@ func TestWatchStaysInTheTree(t *testing.T) {
 		if _, err := unix.Lgetxattr(p, xattrAccess, make([]byte, 256)); err != unix.ENODATA {
 			t.Errorf("%s got an ACL through a symlink (%v)", p, err)
 		}
+	}
+}
+
+// TestAgentsGroupGainsNothingOfTheUsers: the agent owns every directory it
+// writes in (lent or its own), so it can give one its own group and the
+// setgid bit; what the user then makes there (umask 002, group-writable
+// directories) gets the agent's group, but the default ACL's group class
+// has no write, so the agent still cannot fill it.
+func TestAgentsGroupGainsNothingOfTheUsers(t *testing.T) {
+	needRoot(t)
+	root := ownedTree(t, map[string]string{"docs/a.md": "a\n"})
+	for _, d := range []string{root, filepath.Join(root, "docs")} {
+		if err := os.Chmod(d, 0o775); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Borrow(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+	mustRunAs(t, testAgent, root, "sh", "-c", "chgrp "+strconv.Itoa(testAgent)+" docs && chmod g+s docs")
+	mustRunAs(t, testOwner, root, "sh", "-c", "umask 002; mkdir docs/fresh")
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(root, "docs", "fresh"), &st); err != nil || st.Gid != testAgent {
+		t.Fatalf("docs/fresh: gid %d, %v; want the agent's group (the setgid parent): the test cannot tell anything", st.Gid, err)
+	}
+	if out, err := runAs(t, testAgent, root, "sh", "-c", "echo ref: refs/heads/main > docs/fresh/HEAD"); err == nil {
+		t.Errorf("the agent wrote in the user's new directory through its group: %s", out)
 	}
 }
