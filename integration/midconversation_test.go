@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"encoding/binary"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/store"
+	"golang.org/x/sys/unix"
 )
 
 // The mid-conversation window (issue 26): a directory the user makes in
@@ -240,4 +244,71 @@ func TestMidConversationUserFilesSharedWithAgent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hasAgentDefault reports whether dir's default ACL has a named entry for
+// the agent's uid (the kernel's encoding: a version, then entries of tag
+// 2 = a named user, perm and id).
+func hasAgentDefault(t *testing.T, dir string) bool {
+	t.Helper()
+	b := make([]byte, 1024)
+	n, err := unix.Lgetxattr(dir, "system.posix_acl_default", b)
+	if err != nil {
+		return false
+	}
+	for p := b[4:n]; len(p) >= 8; p = p[8:] {
+		if binary.LittleEndian.Uint16(p) == 2 && binary.LittleEndian.Uint32(p[4:]) == agentUID {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAgentCannotGiveItselfADefaultACL: every directory the agent writes
+// in is its own (lent, or made by it), and an owner may set a directory's
+// default ACL: an agent that gave itself an entry there would get write
+// access to the next directory the user makes in it, which the user owns
+// (the control of TestMidConversationDirectoryCannotBeFilled is that
+// attack). ohd runs the agent server under a seccomp filter
+// (gitboundary.LimitAgent): the agent's own command, run by its server,
+// is refused, and docs keeps a default ACL with no entry of the agent's.
+// The control: the same command in the container outside the agent
+// server's processes (docker exec, which ohd does not start) succeeds.
+func TestAgentCannotGiveItselfADefaultACL(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := dockerDaemon(t)
+	repo := testenv.NewRepo(t, testenv.RepoOptions{})
+	testenv.WriteFile(t, filepath.Join(repo, "docs", "guide.md"), "guide\n")
+	testenv.Git(t, repo, "add", "docs")
+	testenv.Git(t, repo, "commit", "-q", "-m", "docs")
+	tools := filepath.Join(repo, ".agent", "tools")
+	installAttackTool(t, tools, attackOwner, attackOwner, "defacl")
+	testenv.ChownR(t, repo, attackOwner, attackOwner)
+	var c store.Conversation
+	d.ohctlJSON(&c, "create", "--repo", repo)
+	docs := filepath.Join(repo, "docs")
+	if hasAgentDefault(t, docs) {
+		t.Fatal("docs has the agent in its default ACL right after the create")
+	}
+	cmd := filepath.Join(tools, "defacl") + " " + strconv.Itoa(agentUID) + " " + docs + "; echo exit=$?"
+	r := d.call("POST", "/api/bash/execute_bash_command?cid="+c.ID, map[string]any{"command": cmd, "cwd": "/"})
+	var out struct {
+		Stdout string `json:"stdout"`
+		Stderr string `json:"stderr"`
+	}
+	r.json(t, &out)
+	if r.Status != http.StatusOK || !strings.Contains(out.Stdout, "exit=1") || !strings.Contains(out.Stdout+out.Stderr, "operation not supported") {
+		t.Errorf("the agent's defacl on docs through its server = %d %q %q; want it refused (operation not supported)", r.Status, out.Stdout, out.Stderr)
+	}
+	if hasAgentDefault(t, docs) {
+		t.Fatal("the agent gave itself an entry in docs' default ACL")
+	}
+	// The control: outside the agent server's processes the same call
+	// works (the directory is the agent's; only the filter holds it).
+	ctl, err := dockerCmd("exec", "-u", strconv.Itoa(agentUID), c.ContainerID, filepath.Join(tools, "defacl"), strconv.Itoa(agentUID), docs).CombinedOutput()
+	if err != nil || !hasAgentDefault(t, docs) {
+		t.Fatalf("control: docker exec defacl on docs = %v %s (agent in docs' default ACL: %v): the attack is not being made", err, ctl, hasAgentDefault(t, docs))
+	}
+	d.ohctl("rm", c.ID)
+	assertOwnedBy(t, repo, attackOwner)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/freeze"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
@@ -47,7 +48,9 @@ func (s *state) gitCredentialCmd() *cli.Command {
 // innerExecCmd is the entrypoint wrapper of conversation containers: it
 // reads each --env-file NAME=FILE (files in the read-only broker
 // directory, 0400: the inner session key, the inner server's cipher key)
-// and runs the image's own entrypoint with NAME set to the file's content.
+// and runs the image's own entrypoint with NAME set to the file's content,
+// limited first (gitboundary.LimitAgent: no attribute, so no ACL, is the
+// agent's to set).
 // The values thus never appear in the container's configuration (docker
 // inspect), only in the agent server's own process. It stays the inner
 // server's parent and serves the broker relay beside it (superviseInner).
@@ -73,6 +76,13 @@ func (s *state) innerExecCmd() *cli.Command {
 			}
 			path, err := exec.LookPath(argv[0])
 			if err != nil {
+				return fmt.Errorf("inner-exec: %w", err)
+			}
+			// Before anything of the agent's runs: it may not set
+			// attributes, so not give itself a default ACL entry on a
+			// directory it owns (gitboundary.LimitAgent). The relay in
+			// this process needs none either.
+			if err := gitboundary.LimitAgent(); err != nil {
 				return fmt.Errorf("inner-exec: %w", err)
 			}
 			env := []string{}
