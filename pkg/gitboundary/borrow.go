@@ -34,10 +34,12 @@ import (
 // borrowed directory as the user's, so its files are never moved out with
 // an agent's repository.
 //
-// What this does not cover: a directory the user makes in the tree while
-// the conversation runs is the user's (Linux has no way to make a new
-// directory's owner someone else) until Borrow runs again (ohd's publisher
-// runs it every ten seconds or so while the conversation runs).
+// A directory the user makes in the tree while the conversation runs is
+// the user's (Linux has no way to make a new directory's owner someone
+// else) until the watcher (Watch) or the next Borrow lends it; meanwhile
+// the agent cannot write in it, since the default ACLs give it nothing
+// (defaultACL; Borrow drops the agent's default entry wherever it finds
+// one, such as a worktree's checkout inherited from ShareDir).
 
 // xattrBorrowed holds a borrowed directory's original "uid:gid:mode"
 // (decimal uid and gid, octal mode with its special bits);
