@@ -286,9 +286,10 @@ const relendEvery = 10 * time.Second
 // relend lends to c's agent the directories of the user's made in its
 // tree since its container started (gitboundary.Borrow, a walk of
 // directories only), at most every relendEvery, in a goroutine of the
-// publisher's: a directory the user makes mid-conversation is the
-// user's, and an implicit bare repository the agent fills into it would
-// be read by the user's git log there, until it is lent. Under the
+// publisher's: the backstop of the tree's watcher (watchtree.go), and,
+// when no healthy watcher runs, shares the user's new files too
+// (gitboundary.Apply). Until then the agent cannot write what the user
+// made (the default ACLs give it nothing). Under the
 // conversation's publish lock, which its removal holds throughout, and
 // only while the record says it runs: a directory lent after the removal
 // gave the tree back would stay the agent's.
