@@ -272,8 +272,9 @@ func hasAgentDefault(t *testing.T, dir string) bool {
 // attack). ohd runs the agent server under a seccomp filter
 // (gitboundary.LimitAgent): the agent's own command, run by its server,
 // is refused, and docs keeps a default ACL with no entry of the agent's.
-// The control: the same command in the container outside the agent
-// server's processes (docker exec, which ohd does not start) succeeds.
+// ohctl exec's commands are limited the same. The control: the same
+// command in the container outside every process ohd starts (docker
+// exec) succeeds.
 func TestAgentCannotGiveItselfADefaultACL(t *testing.T) {
 	testenv.RequireRoot(t)
 	d := dockerDaemon(t)
@@ -303,8 +304,16 @@ func TestAgentCannotGiveItselfADefaultACL(t *testing.T) {
 	if hasAgentDefault(t, docs) {
 		t.Fatal("the agent gave itself an entry in docs' default ACL")
 	}
-	// The control: outside the agent server's processes the same call
-	// works (the directory is the agent's; only the filter holds it).
+	// ohctl exec (as the container's user, the agent) is limited too: an
+	// agent that attached to such a process could make it set one.
+	if code, out := d.execIn(c.ID, filepath.Join(tools, "defacl"), strconv.Itoa(agentUID), docs); code == 0 || !strings.Contains(out, "operation not supported") {
+		t.Errorf("defacl on docs through ohctl exec = exit %d %q; want it refused (operation not supported)", code, out)
+	}
+	if hasAgentDefault(t, docs) {
+		t.Fatal("ohctl exec gave the agent an entry in docs' default ACL")
+	}
+	// The control: outside every process ohd starts, the same call works
+	// (the directory is the agent's; only the filter holds it).
 	ctl, err := dockerCmd("exec", "-u", strconv.Itoa(agentUID), c.ContainerID, filepath.Join(tools, "defacl"), strconv.Itoa(agentUID), docs).CombinedOutput()
 	if err != nil || !hasAgentDefault(t, docs) {
 		t.Fatalf("control: docker exec defacl on docs = %v %s (agent in docs' default ACL: %v): the attack is not being made", err, ctl, hasAgentDefault(t, docs))

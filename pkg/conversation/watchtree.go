@@ -193,3 +193,35 @@ func (m *Manager) sweepWatchers(known map[string]bool) {
 		m.unwatch(id, false)
 	}
 }
+
+// LimitedCmd is cmd as ohd execs it in c's container (ohctl exec's
+// commands, its own git status): under the agent server's seccomp filter
+// (ohctl limit, gitboundary.LimitAgent) when it runs as the container's
+// own user (user "": the agent) and the container mounts today's helper,
+// which has it. Otherwise a process of the agent's uid that the agent did
+// not start would not be limited, and an agent that attached to it
+// (ptrace, same uid) could have it set an attribute. A container made
+// with an earlier helper runs cmd as before, until it is made anew.
+func (m *Manager) LimitedCmd(ctx context.Context, c store.Conversation, cmd []string, user string) []string {
+	if !separated(c) || user != "" || c.ContainerID == "" || len(cmd) == 0 {
+		return cmd
+	}
+	helper := m.cfg.Helper
+	if m.helpers != nil {
+		p, _, err := m.helpers.current()
+		if err != nil {
+			return cmd
+		}
+		helper = p
+	}
+	ins, err := m.rt.Inspect(ctx, c.ContainerID)
+	if err != nil {
+		return cmd
+	}
+	for _, mt := range ins.Mounts {
+		if mt.Target == ContainerHelper && mt.Source == helper && helper != "" {
+			return append([]string{ContainerHelper, "limit", "--"}, cmd...)
+		}
+	}
+	return cmd
+}

@@ -99,6 +99,39 @@ func (s *state) innerExecCmd() *cli.Command {
 	}
 }
 
+// limitCmd runs a command in a conversation's container under the same
+// seccomp filter as the agent server (gitboundary.LimitAgent): ohd wraps
+// every command it execs there with it (ohctl exec's, its own git
+// status), so no process of the agent's uid in the container can set an
+// attribute, nor be made to by an agent that attaches to it.
+func (s *state) limitCmd() *cli.Command {
+	return &cli.Command{
+		Name:            "limit",
+		Hidden:          true,
+		Usage:           "run a command under the agent's seccomp filter (inside a container)",
+		ArgsUsage:       "-- CMD...",
+		SkipFlagParsing: true,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			argv := cmd.Args().Slice()
+			if len(argv) > 0 && argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usagef("limit: usage: ohctl limit -- CMD...")
+			}
+			path, err := exec.LookPath(argv[0])
+			if err != nil {
+				fmt.Fprintf(s.env.Stderr, "%v\n", err)
+				return exitError{code: 127}
+			}
+			if err := gitboundary.LimitAgent(); err != nil {
+				return fmt.Errorf("limit: %w", err)
+			}
+			return fmt.Errorf("limit: %w", syscall.Exec(path, argv, os.Environ()))
+		},
+	}
+}
+
 // parseInnerExec splits inner-exec's arguments into the --env-file
 // variables (name to file) and the command after "--".
 func parseInnerExec(a []string) (map[string]string, []string, error) {
