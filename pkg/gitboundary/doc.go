@@ -70,8 +70,10 @@
 //     directory there, and the user's git log ran its program) is closed
 //     by LimitAgent, the seccomp filter ohd's in-container helper installs
 //     before it starts the agent server: no attribute write, no io_uring.
-//     A process the user starts in the container with `ohctl exec` is not
-//     limited (the user's own command).
+//     What ohd execs in the container as the agent (ohctl exec, doctor's
+//     git status) runs under the same filter (ohctl limit): an agent that
+//     attached to such a process (ptrace, same uid) could otherwise have
+//     it set an attribute.
 //
 // So safe.bareRepository=explicit is not needed for what ohd's agents
 // write; `ohctl doctor` still mentions it (bare repositories from
