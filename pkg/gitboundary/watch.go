@@ -58,6 +58,7 @@ type Watcher struct {
 	mu       sync.Mutex
 	watches  map[int32]string // wd -> directory relative to root
 	degraded bool
+	missed   bool // a watch could not be placed since the last full walk
 	passes   int
 
 	stop, loopDone, readerDone chan struct{}
@@ -163,7 +164,7 @@ func (w *Watcher) add(fd int, rel string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.watches) >= w.opts.MaxWatches {
-		w.degraded = true
+		w.degraded, w.missed = true, true
 		return false
 	}
 	// Through the descriptor (the directory the walk opened without
@@ -172,7 +173,7 @@ func (w *Watcher) add(fd int, rel string) bool {
 	wd, err := unix.InotifyAddWatch(w.inFd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
 	if err != nil {
 		// ENOSPC: the per-user limit (fs.inotify.max_user_watches).
-		w.degraded = true
+		w.degraded, w.missed = true, true
 		return false
 	}
 	w.watches[int32(wd)] = rel
@@ -295,7 +296,17 @@ func (w *Watcher) pass(pending map[string]bool, full bool) {
 	}
 	var errs []error
 	if full {
-		errs = append(errs, w.share(".", true))
+		w.mu.Lock()
+		w.missed = false
+		w.mu.Unlock()
+		err := w.share(".", true)
+		errs = append(errs, err)
+		w.mu.Lock()
+		if err == nil && !w.missed {
+			// Every directory is watched again (after an overflow).
+			w.degraded = false
+		}
+		w.mu.Unlock()
 	} else {
 		for rel := range pending {
 			errs = append(errs, w.share(rel, false))

@@ -295,3 +295,26 @@ func TestAgentsGroupGainsNothingOfTheUsers(t *testing.T) {
 		t.Errorf("the agent wrote in the user's new directory through its group: %s", out)
 	}
 }
+
+// TestWatchPastMaxPendingWalksAll: a burst of more names than MaxPending
+// is shared by one walk of the whole tree, nothing left out.
+func TestWatchPastMaxPendingWalksAll(t *testing.T) {
+	needRoot(t)
+	root := ownedTree(t, map[string]string{"README": "r\n"})
+	if _, err := Borrow(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Watch(root, testIDs, WatchOptions{MaxPending: 2, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	mustRunAs(t, testOwner, root, "sh", "-c", "umask 022; for i in 1 2 3 4 5 6; do echo $i > f$i; done; mkdir d && echo x > d/x")
+	eventually(t, "the agent may write every file the user made", func() bool {
+		_, err := runAs(t, testAgent, root, "sh", "-c", "for i in 1 2 3 4 5 6; do echo a >> f$i || exit 1; done; echo a >> d/x")
+		return err == nil
+	})
+}
