@@ -1,6 +1,6 @@
 // Command attacktool is the few file utilities an attacking agent needs
 // inside the minimal test image (which has only sh and git): rm, ln, mv,
-// mkdir, cp, cat, ls, chmod, trunc and findstr, chosen by the name it is
+// mkdir, cp, cat, ls, chmod, defacl, trunc and findstr, chosen by the name it is
 // run as.
 // The gitview attack tests (integration/gitview_attack_test.go) build it
 // statically and put it, with one link per name, into the attacker's git

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"io/fs"
@@ -8,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -90,6 +93,22 @@ func main() {
 				fmt.Println(filepath.Join(p, e.Name()), e.Type())
 			}
 		}
+	case "defacl":
+		// defacl UID DIR...: give UID rwx in each directory's default
+		// ACL (setfacl -d -m u:UID:rwx), so what anyone makes there
+		// later is UID's to write.
+		if len(args) < 2 {
+			fail(fmt.Errorf("want UID DIR..."))
+			break
+		}
+		uid, err := strconv.ParseUint(args[0], 10, 32)
+		if err != nil {
+			fail(err)
+			break
+		}
+		for _, p := range args[1:] {
+			fail(unix.Setxattr(p, "system.posix_acl_default", defaultACLFor(uint32(uid)), 0))
+		}
 	case "chmod":
 		if len(args) < 2 {
 			fail(fmt.Errorf("want MODE PATH..."))
@@ -161,4 +180,16 @@ func chmod(mode, p string) error {
 		return fmt.Errorf("mode %q: use octal, u+w or +x", mode)
 	}
 	return os.Chmod(p, m)
+}
+
+// defaultACLFor is the kernel's encoding (version 2, entries of tag, perm
+// and id, sorted) of u::rwx g::r-x o::r-x u:UID:rwx m::rwx.
+func defaultACLFor(uid uint32) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range [][3]uint32{{0x01, 7, 0xFFFFFFFF}, {0x02, 7, uid}, {0x04, 5, 0xFFFFFFFF}, {0x10, 7, 0xFFFFFFFF}, {0x20, 5, 0xFFFFFFFF}} {
+		b = binary.LittleEndian.AppendUint16(b, uint16(e[0]))
+		b = binary.LittleEndian.AppendUint16(b, uint16(e[1]))
+		b = binary.LittleEndian.AppendUint32(b, e[2])
+	}
+	return b
 }

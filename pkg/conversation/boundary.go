@@ -139,6 +139,10 @@ func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 			return err
 		}
 	}
+	// What the user makes in the tree from now on is not the agent's to
+	// write (the default ACLs carry no entry of its) until the watcher
+	// shares it, as it comes (watchtree.go).
+	m.watchNow(conv)
 	return nil
 }
 
@@ -217,7 +221,7 @@ func (m *Manager) checkGitDirs(conv store.Conversation) control.DoctorCheck {
 		return ck
 	}
 	ck.Status = "warn"
-	ck.Detail = fmt.Sprintf("the agent made git directories in %s: %s; your git refuses each (another user owns it: a directory of yours in the tree is lent to the agent's uid while the conversation lives, so an implicit bare repository filled into it is refused too, but in a directory you made after its container started, which `git log` there reads unless safe.bareRepository=explicit is in your global git config); `ohctl rm %s` moves every one out to %s",
+	ck.Detail = fmt.Sprintf("the agent made git directories in %s: %s; your git refuses each (another user owns it: a directory of yours in the tree is lent to the agent's uid while the conversation lives, so an implicit bare repository filled into it is refused too; one you make meanwhile the agent cannot write until it is lent); `ohctl rm %s` moves every one out to %s",
 		tree, strings.Join(agent, ", "), conv.ID, m.keptGitDirs(conv.ID))
 	return ck
 }

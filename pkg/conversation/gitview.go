@@ -168,6 +168,7 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		interval = DefaultPublishInterval
 	}
 	defer m.pub.wg.Wait()
+	defer m.unwatchAll()
 	for _, c := range m.st.Conversations() {
 		if c.Publishing != "" {
 			m.settlePublishing(ctx, c)
@@ -179,11 +180,23 @@ func (m *Manager) RunPublisher(ctx context.Context) {
 		// The host's branches, for each view's remote "host", about once
 		// a second (a git run per conversation).
 		refreshHost := tick%max(1, int(time.Second/interval)) == 0
-		for _, c := range m.st.Conversations() {
+		convs := m.st.Conversations()
+		if refreshHost {
+			known := make(map[string]bool, len(convs))
+			for _, c := range convs {
+				known[c.ID] = true
+			}
+			m.sweepWatchers(known)
+		}
+		for _, c := range convs {
 			if refreshHost && c.State == store.StateRunning && c.ContainerID != "" && c.Removal == nil {
 				// Directories the user made since are lent to the agent
-				// too (livepins.go), in every mode.
+				// too (livepins.go), in every mode; as they come, by its
+				// watcher (watchtree.go).
+				m.watchTree(ctx, c)
 				m.relend(ctx, c)
+			} else if c.State != store.StateRunning && c.State != store.StateProvisioning || c.Removal != nil {
+				m.unwatch(c.ID, false)
 			}
 			if c.State != store.StateRunning || c.GitLayout != store.GitLayoutView || c.ContainerID == "" || c.Removal != nil {
 				if c.State == store.StateDeleted {

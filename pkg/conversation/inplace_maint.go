@@ -76,7 +76,7 @@ func checkInPlaceHost(c store.Conversation) control.DoctorCheck {
 func (m *Manager) checkInPlaceContainer(ctx context.Context, c store.Conversation) control.DoctorCheck {
 	ck := control.DoctorCheck{Conversation: c.ID, Check: "inplace-container", Status: "fail"}
 	var stdout, stderr bytes.Buffer
-	code, err := m.rt.Exec(ctx, c.ContainerID, []string{"git", "-C", c.Workspace, "status", "--short", "--branch"},
+	code, err := m.rt.Exec(ctx, c.ContainerID, m.LimitedCmd(ctx, c, []string{"git", "-C", c.Workspace, "status", "--short", "--branch"}, ""),
 		runtime.ExecOptions{Stdout: &stdout, Stderr: &stderr})
 	branch := c.ViewBranch
 	if branch == "" {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/nsmount"
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -285,14 +286,15 @@ const relendEvery = 10 * time.Second
 // relend lends to c's agent the directories of the user's made in its
 // tree since its container started (gitboundary.Borrow, a walk of
 // directories only), at most every relendEvery, in a goroutine of the
-// publisher's: a directory the user makes mid-conversation is the
-// user's, and an implicit bare repository the agent fills into it would
-// be read by the user's git log there, until it is lent. Under the
+// publisher's: the backstop of the tree's watcher (watchtree.go), and,
+// when no healthy watcher runs, shares the user's new files too
+// (gitboundary.Apply). Until then the agent cannot write what the user
+// made (the default ACLs give it nothing). Under the
 // conversation's publish lock, which its removal holds throughout, and
 // only while the record says it runs: a directory lent after the removal
 // gave the tree back would stay the agent's.
 func (m *Manager) relend(ctx context.Context, c store.Conversation) {
-	if !separated(c) || releasedTree(c) == "" {
+	if !separated(c) || releasedTree(c) == "" || failpoint.On("legacy/lend-late") {
 		return
 	}
 	now := time.Now()
@@ -335,6 +337,16 @@ func (m *Manager) relend(ctx context.Context, c store.Conversation) {
 			m.log.Warn("could not lend the user's new directories to the agent", "id", c.ID, "err", err)
 		case st.Changed > 0:
 			m.log.Info("lent the user's new directories to the agent", "id", c.ID, "dirs", st.Changed)
+		}
+		if err == nil && !m.watchingAll(c.ID) {
+			// No watcher sees every directory: the files the user made
+			// since are shared here (the default ACLs give the agent
+			// nothing of what the user makes).
+			if st, err := gitboundary.Apply(releasedTree(cur), boundaryIDs(cur)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				m.log.Warn("could not share the user's new files with the agent", "id", c.ID, "err", err)
+			} else if st.Changed > 0 {
+				m.log.Info("shared the user's new files with the agent", "id", c.ID, "inodes", st.Changed)
+			}
 		}
 	}()
 }

@@ -459,7 +459,7 @@ func (m *Manager) checkConversation(ctx context.Context, c store.Conversation, r
 		}
 		if c.Worktree != "" {
 			var stdout, stderr bytes.Buffer
-			code, err := m.rt.Exec(ctx, c.ContainerID, []string{"git", "-C", c.Worktree, "status", "--short", "--branch"},
+			code, err := m.rt.Exec(ctx, c.ContainerID, m.LimitedCmd(ctx, c, []string{"git", "-C", c.Worktree, "status", "--short", "--branch"}, ""),
 				runtime.ExecOptions{Stdout: &stdout, Stderr: &stderr})
 			want := "## " + c.Branch
 			switch {

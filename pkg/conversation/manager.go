@@ -199,6 +199,8 @@ type Manager struct {
 	// conversation.
 	pub      publisher
 	pubLocks map[string]*sync.Mutex
+	// tw are the running conversations' tree watchers (watchtree.go).
+	tw treeWatchers
 
 	// inPlaceLocks serialize, per work tree, the check that it has no
 	// in-place conversation with the writing of a new one's record.

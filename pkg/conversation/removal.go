@@ -149,6 +149,9 @@ type removed struct {
 
 // release runs releaseTree for a teardown and adds what it moved to res.
 func (m *Manager) release(conv store.Conversation, moveOnly bool, res *removed) error {
+	// Its watcher first, for good: nothing is lent after the tree is
+	// given back.
+	m.unwatch(conv.ID, true)
 	r, err := m.releaseTree(conv, moveOnly)
 	if len(r.Moved) > 0 {
 		res.GitDirsMoved = append(res.GitDirsMoved, r.Moved...)

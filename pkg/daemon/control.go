@@ -485,7 +485,10 @@ func (d *Daemon) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if req.Size != nil {
 		opts.Size = runtime.TermSize{Rows: req.Size.Rows, Cols: req.Size.Cols}
 	}
-	code, err := d.rt.Exec(r.Context(), cid, req.Cmd, opts)
+	// As the agent (the container's user), under the agent server's
+	// seccomp filter: see Manager.LimitedCmd.
+	c.ContainerID = cid
+	code, err := d.rt.Exec(r.Context(), cid, d.mgr.LimitedCmd(r.Context(), c, req.Cmd, req.User), opts)
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil {

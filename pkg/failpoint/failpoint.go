@@ -36,6 +36,12 @@ var Steps = []string{
 //	legacy/shared-git-layout  new worktrees share the repository's git dir,
 //	                          as conversations made before git views did
 //	                          (the migration test makes them this way)
+//	legacy/lend-late          no tree watcher and no periodic lending: what
+//	                          the user makes mid-conversation stays theirs
+//	                          (the control of the mid-conversation attack
+//	                          test, with a default ACL that gives the agent
+//	                          rwx put back by the test)
 var Switches = []string{
 	"legacy/shared-git-layout",
+	"legacy/lend-late",
 }

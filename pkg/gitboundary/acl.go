@@ -173,3 +173,61 @@ func (a acl) String() string {
 	}
 	return s
 }
+
+// defaultACL is the default ACL of a shared directory: what is made in it
+// gets the owner class from the directory's owner bits (rwx), the group
+// and other classes without write (the group class from old's group entry,
+// when it has one), a named entry rwx for the owner, and none for the
+// agent (nor for its group). So what the agent makes there is the agent's
+// (the owner entry) and the user's (the named entry), and what the user
+// makes there (a directory, or a file an editor saves by rename) is not
+// the agent's to write by any entry until ohd shares it: a directory the
+// user owns is never one the agent can fill. Not by the group class
+// either: an agent that owns the parent can give it its own group and the
+// setgid bit, so that what the user makes there gets the agent's group.
+// Other named entries of old (the user's own) are kept.
+func defaultACL(mode uint32, old acl, ids IDs) acl {
+	a := shared(mode|0o700, old, uint32(ids.Owner), uint32(ids.Owner), permR|permW|permX)
+	a, _ = withoutAgent(a, ids)
+	return a
+}
+
+// agentFree reports whether the default ACL def lets the agent write
+// nothing the user makes under it: no named entry of the agent's or its
+// group's, and no write for the group and other classes. A nil (absent)
+// default ACL is not: new inodes then get their mode from the creator's
+// umask alone.
+func agentFree(def acl, ids IDs) bool {
+	if def == nil {
+		return false
+	}
+	for _, e := range def {
+		switch {
+		case e.tag == tagUser && e.id == uint32(ids.Agent), e.tag == tagGroup && e.id == uint32(ids.AgentGID):
+			return false
+		case (e.tag == tagOther || e.tag == tagGroupObj) && e.perm&permW != 0:
+			return false
+		}
+	}
+	return true
+}
+
+// withoutAgent is the default ACL def with the agent's (and its group's)
+// named entries removed and write taken from the group and other classes
+// (see defaultACL); changed says whether that changed anything.
+func withoutAgent(def acl, ids IDs) (acl, bool) {
+	if def == nil || agentFree(def, ids) {
+		return def, false
+	}
+	var out acl
+	for _, e := range def {
+		switch {
+		case e.tag == tagUser && e.id == uint32(ids.Agent), e.tag == tagGroup && e.id == uint32(ids.AgentGID):
+			continue
+		case e.tag == tagOther || e.tag == tagGroupObj:
+			e.perm &^= permW
+		}
+		out = append(out, e)
+	}
+	return out, true
+}

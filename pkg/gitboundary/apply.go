@@ -42,9 +42,13 @@ type Stats struct {
 }
 
 // ShareDir gives the directory dir itself (nothing below it) the shared
-// access and default ACLs: everything made in it from then on (by git's
-// checkout, by the agent, by the user) inherits both entries, so a tree
-// created under it needs no walk.
+// access ACL and a default ACL with both entries: everything made in it
+// from then on (by git's checkout of a new worktree) inherits both, so a
+// tree created under it needs no walk. The directories made under it keep
+// the agent's default entry only until Borrow's pass over them drops it
+// (see defaultACL): ShareDir is for a directory the user does not write
+// in, and Borrow must run over the tree made under it before the agent
+// starts.
 func ShareDir(dir string, ids IDs) error {
 	if err := ids.Check(); err != nil {
 		return err
@@ -58,7 +62,7 @@ func ShareDir(dir string, ids IDs) error {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("share %s: %w", dir, err)
 	}
-	a := &applier{ids: ids}
+	a := &applier{ids: ids, agentDefault: true}
 	if _, err := a.dir(entry{rel: ".", st: st}, fd); err != nil {
 		return fmt.Errorf("share %s: %w", dir, aclError(dir, err))
 	}
@@ -66,9 +70,11 @@ func ShareDir(dir string, ids IDs) error {
 }
 
 // Apply shares the tree at root between owner and agent: every directory
-// gets access and default ACL entries user:<owner>:rwx and
-// user:<agent>:rwx with mask rwx, every regular file access entries rw
-// (rwx when its owner may execute it) for both. Symlinks are never
+// gets access ACL entries user:<owner>:rwx and user:<agent>:rwx with mask
+// rwx and a default ACL with user:<owner>:rwx but no entry of the agent's
+// (defaultACL: what the user makes later is not the agent's to write
+// until ohd shares it), every regular file access entries rw (rwx when
+// its owner may execute it) for both. Symlinks are never
 // followed, other filesystems mounted below root are not entered, and no
 // directory named .git is touched or entered (a git directory of the
 // user's stays the user's alone). Applying twice changes nothing the
@@ -90,10 +96,13 @@ func Apply(root string, ids IDs) (Stats, error) {
 }
 
 type applier struct {
-	ids   IDs
-	root  string
-	stats Stats
-	buf   []byte
+	ids  IDs
+	root string
+	// agentDefault gives directories the agent's default entry too
+	// (ShareDir).
+	agentDefault bool
+	stats        Stats
+	buf          []byte
 }
 
 func (a *applier) dir(e entry, fd int) (bool, error) {
@@ -117,10 +126,16 @@ func (a *applier) dir(e entry, fd int) (bool, error) {
 	if err != nil {
 		return false, pathError("read the default ACL of", a.root, e, err)
 	}
-	if !covers(oldDef, a.ids, permR|permW|permX) {
+	var def acl
+	switch {
+	case a.agentDefault && !covers(oldDef, a.ids, permR|permW|permX):
 		// New inodes get the owner and other classes of the directory,
 		// the group class of its group entry, and both users.
-		def := shared(e.st.Mode|0o700, oldDef, uint32(a.ids.Owner), uint32(a.ids.Agent), permR|permW|permX)
+		def = shared(e.st.Mode|0o700, oldDef, uint32(a.ids.Owner), uint32(a.ids.Agent), permR|permW|permX)
+	case !a.agentDefault && !(agentFree(oldDef, a.ids) && coversOwner(oldDef, a.ids)):
+		def = defaultACL(e.st.Mode, oldDef, a.ids)
+	}
+	if def != nil {
 		if err := unix.Fsetxattr(fd, xattrDefault, def.encode(), 0); err != nil {
 			return false, pathError("set the default ACL of", a.root, e, err)
 		}
@@ -196,6 +211,14 @@ func covers(a acl, ids IDs, perm uint16) bool {
 		}
 	}
 	return true
+}
+
+// coversOwner reports whether a grants the owner rwx through a named entry
+// and its mask.
+func coversOwner(a acl, ids IDs) bool {
+	mask, ok := a.get(tagMask, 0)
+	e, ok2 := a.get(tagUser, uint32(ids.Owner))
+	return ok && ok2 && mask.perm&7 == 7 && e.perm&7 == 7
 }
 
 // aclError names the fix when the filesystem refuses ACLs.

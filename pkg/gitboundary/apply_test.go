@@ -30,6 +30,18 @@ func TestApplyLetsBothUsersWrite(t *testing.T) {
 	}
 	mustRunAs(t, testAgent, root, "sh", "-c", "umask 022; echo x >> README && echo new > docs/new.md && mkdir -p made/deep && echo n > made/deep/f")
 	mustRunAs(t, testOwner, root, "sh", "-c", "echo y >> docs/new.md && echo z >> made/deep/f && rm made/deep/f && touch made/deep/g")
+	// What the user makes after Apply is not the agent's to write (the
+	// default ACLs carry no entry of the agent's) until ohd shares it: a
+	// directory the user makes is never one the agent can fill.
+	mustRunAs(t, testOwner, root, "sh", "-c", "umask 022; mkdir fresh")
+	for _, cmd := range []string{"echo w >> made/deep/g", "touch fresh/HEAD"} {
+		if out, err := runAs(t, testAgent, root, "sh", "-c", cmd); err == nil {
+			t.Errorf("the agent could %q in what the user made after Apply: %s", cmd, out)
+		}
+	}
+	if _, err := Apply(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
 	mustRunAs(t, testAgent, root, "sh", "-c", "echo w >> made/deep/g && ./bin/run.sh")
 	if got := ownerOf(t, filepath.Join(root, "docs/new.md")); got != testAgent {
 		t.Errorf("owner of the agent's file = %d, want %d", got, testAgent)

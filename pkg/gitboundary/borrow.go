@@ -34,10 +34,12 @@ import (
 // borrowed directory as the user's, so its files are never moved out with
 // an agent's repository.
 //
-// What this does not cover: a directory the user makes in the tree while
-// the conversation runs is the user's (Linux has no way to make a new
-// directory's owner someone else) until Borrow runs again (ohd's publisher
-// runs it every ten seconds or so while the conversation runs).
+// A directory the user makes in the tree while the conversation runs is
+// the user's (Linux has no way to make a new directory's owner someone
+// else) until the watcher (Watch) or the next Borrow lends it; meanwhile
+// the agent cannot write in it, since the default ACLs give it nothing
+// (defaultACL; Borrow drops the agent's default entry wherever it finds
+// one, such as a worktree's checkout inherited from ShareDir).
 
 // xattrBorrowed holds a borrowed directory's original "uid:gid:mode"
 // (decimal uid and gid, octal mode with its special bits);
@@ -168,12 +170,46 @@ func (b *borrower) dir(e entry, fd int) (bool, error) {
 		return false, nil
 	}
 	b.stats.Dirs++
+	if err := b.lend(e, fd); err != nil {
+		return false, err
+	}
+	// Every directory of the tree (lent, the agent's, a work tree's
+	// root) loses the agent's default entry, if it has one (a worktree's
+	// checkout inherits it from ShareDir): what the user makes in it is
+	// not the agent's to write until ohd shares it (defaultACL). After
+	// the record of a lent directory, which keeps what the user had.
+	if err := dropAgentDefault(fd, b.ids); err != nil {
+		return false, pathError("set the default ACL of", b.root, e, err)
+	}
+	return true, nil
+}
+
+// dropAgentDefault takes the agent's entry out of the default ACL of the
+// directory open as fd, and write from its other class (withoutAgent).
+func dropAgentDefault(fd int, ids IDs) error {
+	var buf []byte
+	def, err := getACL(&buf, func(p []byte) (int, error) { return unix.Fgetxattr(fd, xattrDefault, p) })
+	if err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return nil
+		}
+		return err
+	}
+	if def, changed := withoutAgent(def, ids); changed {
+		return unix.Fsetxattr(fd, xattrDefault, def.encode(), 0)
+	}
+	return nil
+}
+
+// lend lends the directory e (open as fd) to the agent, when it is the
+// owner's and no work tree's root.
+func (b *borrower) lend(e entry, fd int) error {
 	if e.st.Uid != uint32(b.ids.Owner) {
-		return true, nil
+		return nil
 	}
 	var g unix.Stat_t
 	if err := unix.Fstatat(fd, ".git", &g, unix.AT_SYMLINK_NOFOLLOW); err == nil && g.Uid != uint32(b.ids.Agent) {
-		return true, nil // a work tree's root: the user's git checks its owner
+		return nil // a work tree's root: the user's git checks its owner
 	}
 	if _, ok := borrowedFd(fd); !ok {
 		// The ACLs first, the record that says the directory is borrowed
@@ -181,26 +217,26 @@ func (b *borrower) dir(e entry, fd int) (bool, error) {
 		for _, a := range [][2]string{{xattrAccess, xattrBorrowedACL}, {xattrDefault, xattrBorrowedDefault}} {
 			v, ok, err := rawXattr(fd, a[0])
 			if err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
-				return false, pathError("read the ACL of", b.root, e, err)
+				return pathError("read the ACL of", b.root, e, err)
 			}
 			if ok {
 				if err := unix.Fsetxattr(fd, a[1], v, 0); err != nil {
-					return false, pathError("record the ACL of", b.root, e, err)
+					return pathError("record the ACL of", b.root, e, err)
 				}
 			} else if err := unix.Fremovexattr(fd, a[1]); err != nil && !errors.Is(err, unix.ENODATA) {
-				return false, pathError("record the ACL of", b.root, e, err)
+				return pathError("record the ACL of", b.root, e, err)
 			}
 		}
 		orig := borrowing{uid: int(e.st.Uid), gid: int(e.st.Gid), mode: e.st.Mode & 0o7777}
 		if err := unix.Fsetxattr(fd, xattrBorrowed, orig.encode(), 0); err != nil {
-			return false, pathError("record the owner of", b.root, e, err)
+			return pathError("record the owner of", b.root, e, err)
 		}
 	}
 	if err := unix.Fchown(fd, b.ids.Agent, -1); err != nil {
-		return false, pathError("lend", b.root, e, err)
+		return pathError("lend", b.root, e, err)
 	}
 	b.stats.Changed++
-	return true, nil
+	return nil
 }
 
 // giveBack returns the borrowed directory open as fd to its owner, group,

@@ -15,14 +15,21 @@
 // its command scope (worktree.ContainerGitConfig).
 //
 // The trees stay writable by both through POSIX ACLs (Apply, ShareDir):
-// every directory gets access and default entries user:<owner>:rwx and
-// user:<agent>:rwx with mask rwx, every file access entries rw for both.
-// Under a default ACL the umask is not applied, so the 0666 files git,
-// editors and most programs create stay writable by both. No directory
-// named .git gets an entry (the user's git directories stay the user's
-// alone), no symlink is followed, no other filesystem entered. A worktree
-// needs no walk: its conversation directory gets the default ACL before
-// git checks anything out (ShareDir), and every file inherits it.
+// every directory gets access entries user:<owner>:rwx and
+// user:<agent>:rwx with mask rwx, every file access entries rw for both,
+// and every directory a default ACL that gives the owner rwx and the agent
+// nothing, nor its group, nor the group and other classes write
+// (defaultACL). So what the agent makes is its own (the owner entry) and
+// the user's to write (the named default entry), and what the user makes
+// is not the agent's to write until ohd shares it. Under a default ACL
+// the umask is not applied, so the 0666 files git, editors and most
+// programs create stay writable by both. No directory named .git gets an
+// entry (the user's git directories stay the user's alone), no symlink is
+// followed, no other filesystem entered. A worktree needs no walk of
+// files: its conversation directory gets a default ACL with both entries
+// before git checks anything out (ShareDir), every file inherits the
+// agent's entry, and Borrow's pass over the directories drops the agent's
+// default entry from each.
 //
 // At the end (Release, after the container is stopped and the work
 // saved), every git directory the agent made in the tree (a .git that is
@@ -45,13 +52,33 @@
 //     root, whose owner the user's git checks) to the agent's uid while
 //     the conversation lives, its owner, group, mode and ACLs kept in
 //     trusted.* attributes only root reads or writes, and Release gives
-//     each back exactly (borrow.go says what was measured). What remains:
-//     a directory the user makes in the tree mid-conversation is theirs
-//     until Borrow runs again (ohd runs it every ten seconds or so while
-//     the conversation runs); safe.bareRepository=explicit in the user's
-//     global config covers that window,
-//     and `ohctl doctor` recommends it (FindGitDirs reports such
-//     directories) and Release moves them out.
+//     each back exactly (borrow.go says what was measured).
+//   - A directory the user makes in the tree mid-conversation is the
+//     user's (Linux cannot make it someone else's), but the agent cannot
+//     write in it: it inherits the default ACL, which gives the agent
+//     nothing. The watcher (Watch: inotify on every directory, from
+//     before the container starts) lends and shares it as it comes, so
+//     the agent waits milliseconds; ohd's periodic pass (Borrow, and
+//     Apply when the watcher is missing or Degraded) is the backstop. The
+//     boundary does not depend on either: until a pass has run, the new
+//     inode is not the agent's to write at all.
+//   - The agent owns every directory it writes in (lent, or its own), and
+//     an owner may set a directory's default ACL and give it its group and
+//     the setgid bit. Its group gains nothing (the default ACL gives the
+//     group class no write); setting an ACL (measured: an entry of the
+//     agent's in a parent's default ACL let it fill the user's next
+//     directory there, and the user's git log ran its program) is closed
+//     by LimitAgent, the seccomp filter ohd's in-container helper installs
+//     before it starts the agent server: no attribute write, no io_uring.
+//     What ohd execs in the container as the agent (ohctl exec, doctor's
+//     git status) runs under the same filter (ohctl limit): an agent that
+//     attached to such a process (ptrace, same uid) could otherwise have
+//     it set an attribute.
+//
+// So safe.bareRepository=explicit is not needed for what ohd's agents
+// write; `ohctl doctor` still mentions it (bare repositories from
+// elsewhere, such as an earlier ohd's agent that ran as the user), and
+// FindGitDirs reports such directories and Release moves them out.
 //
 // Where the host cannot hold this (git older than 2.35.2, CheckGit; a
 // filesystem without ACLs, CheckFilesystem and ErrNoACL), ohd refuses the
@@ -61,7 +88,8 @@
 //
 // IDs names the two users. Borrow lends the user's directories to the
 // agent (OwnerOf sees through it), Apply shares a tree, ShareDir one
-// directory,
+// directory, Watch shares what the user makes as it comes, LimitAgent
+// limits the agent's processes,
 // ReadOnly keeps one pointer (a worktree's .git file) from the agent's
 // writes; Release ends the sharing; FindGitDirs lists the agent's git
 // directories (doctor); Archive writes the ones Release moved out to a
@@ -76,8 +104,11 @@
 // in 100 directories (ext4, two loaded cores, bench_test.go): Apply
 // ~350 ms, Release ~310 ms, the move-only walk of a worktree's removal
 // ~25 ms (it stats only directories and .git entries), Borrow ~20 ms (the
-// same walk, one chown and two attributes per directory). A worktree's
-// create walks only directories (Borrow).
+// same walk, one chown and three attributes per directory, the default
+// ACL read again). A worktree's create walks only directories (Borrow,
+// and Watch placing one inotify watch per directory, bounded at 16384).
+// The watcher's pass costs what the user made: one fstatat per name an
+// event gives, and for a new directory a walk of what is in it.
 //
 // # Caveats
 //
@@ -90,6 +121,7 @@
 // inode) to share and release. The files:
 // acl.go is the kernel's ACL attribute format, walk.go the one-pass walk
 // (getdents and fstatat, every call relative to an open directory),
-// apply.go the sharing, borrow.go the lending, release.go the end,
+// apply.go the sharing, borrow.go the lending, watch.go the watcher,
+// limit.go the agent's seccomp filter, release.go the end,
 // find.go the search, archive.go the restore's tar.
 package gitboundary

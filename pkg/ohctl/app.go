@@ -117,7 +117,7 @@ func newApp(env *Env) *cli.Command {
 			s.lsCmd(), s.showCmd(), s.createCmd(), s.rmCmd(), s.restoreCmd(), s.pruneCmd(), s.logsCmd(), s.execCmd(),
 			s.doctorCmd(), s.secretCmd(), s.grantCmd(), s.revokeCmd(), s.auditCmd(), s.tokenCmd(),
 			s.gitHostCmd(), s.llmCmd(), s.oauthCmd(),
-			s.gitCredentialCmd(), s.innerExecCmd(), s.viewCmd(), s.versionCmd(),
+			s.gitCredentialCmd(), s.innerExecCmd(), s.limitCmd(), s.viewCmd(), s.versionCmd(),
 		},
 	}
 }

@@ -13,11 +13,14 @@ import (
 // bareRepositoryCheck is the doctor check ohctl makes itself, as the user
 // who runs it: whether the user's global git config has
 // safe.bareRepository=explicit. git's ownership check refuses every
-// repository the agent makes (another uid owns it) but one: a directory
-// of the user's that the agent fills with HEAD, objects/ and refs/ is an
+// repository ohd's agent makes (another uid owns it), and the agent can
+// never write in a directory the user owns (package gitboundary), so
+// ohd's conversations do not need it; but a directory of the user's that
+// someone else filled with HEAD, objects/ and refs/ (an agent of an
+// earlier ohd, which ran as the user; an unpacked archive) is an
 // implicit bare repository the user owns, which `git log` there reads
-// (its config, its programs) during the conversation. With
-// safe.bareRepository=explicit git opens no implicit bare repository.
+// (its config, its programs). With safe.bareRepository=explicit git opens
+// no implicit bare repository.
 func bareRepositoryCheck(ctx context.Context, home, xdg string) control.DoctorCheck {
 	ck := control.DoctorCheck{Check: "safe-bare-repository"}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -32,14 +35,14 @@ func bareRepositoryCheck(ctx context.Context, home, xdg string) control.DoctorCh
 	var ee *exec.ExitError
 	switch {
 	case err == nil && strings.EqualFold(v, "explicit"):
-		ck.Status, ck.Detail = "ok", "safe.bareRepository=explicit in your global git config: your git opens no implicit bare repository an agent fills in a directory of yours"
+		ck.Status, ck.Detail = "ok", "safe.bareRepository=explicit in your global git config: your git opens no implicit bare repository, whoever filled it into a directory of yours"
 	case err == nil || errors.As(err, &ee) && ee.ExitCode() == 1:
 		now := "unset"
 		if v != "" {
 			now = v
 		}
 		ck.Status = "warn"
-		ck.Detail = "safe.bareRepository is " + now + " in your global git config: an agent can fill a directory of yours with HEAD, objects/ and refs/ during a conversation, and `git log` there reads that repository's config as you (ohctl rm moves it out at the end); run `git config --global safe.bareRepository explicit`"
+		ck.Detail = "safe.bareRepository is " + now + " in your global git config: ohd's agent cannot write in a directory of yours (it runs as its own uid and every directory it writes in is lent to it), but a directory of yours that something else filled with HEAD, objects/ and refs/ (an agent of an earlier ohd, which ran as you; an unpacked archive) is a repository `git log` there reads as you, config and programs; run `git config --global safe.bareRepository explicit` to have git open none"
 	default:
 		ck.Status, ck.Detail = "warn", "could not read your global git config: "+err.Error()+"; set `git config --global safe.bareRepository explicit`"
 	}

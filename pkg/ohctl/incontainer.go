@@ -16,6 +16,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/freeze"
+	"github.com/ohd-dev/ohd/pkg/gitboundary"
 	"github.com/ohd-dev/ohd/pkg/worktree"
 )
 
@@ -47,7 +48,9 @@ func (s *state) gitCredentialCmd() *cli.Command {
 // innerExecCmd is the entrypoint wrapper of conversation containers: it
 // reads each --env-file NAME=FILE (files in the read-only broker
 // directory, 0400: the inner session key, the inner server's cipher key)
-// and runs the image's own entrypoint with NAME set to the file's content.
+// and runs the image's own entrypoint with NAME set to the file's content,
+// limited first (gitboundary.LimitAgent: no attribute, so no ACL, is the
+// agent's to set).
 // The values thus never appear in the container's configuration (docker
 // inspect), only in the agent server's own process. It stays the inner
 // server's parent and serves the broker relay beside it (superviseInner).
@@ -75,6 +78,13 @@ func (s *state) innerExecCmd() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("inner-exec: %w", err)
 			}
+			// Before anything of the agent's runs: it may not set
+			// attributes, so not give itself a default ACL entry on a
+			// directory it owns (gitboundary.LimitAgent). The relay in
+			// this process needs none either.
+			if err := gitboundary.LimitAgent(); err != nil {
+				return fmt.Errorf("inner-exec: %w", err)
+			}
 			env := []string{}
 			for _, kv := range os.Environ() {
 				if name, _, _ := strings.Cut(kv, "="); !hasKey(set, name) {
@@ -85,6 +95,39 @@ func (s *state) innerExecCmd() *cli.Command {
 				env = append(env, name+"="+v)
 			}
 			return superviseInner(ctx, path, argv, env, s.env.Getenv, s.env.Stderr)
+		},
+	}
+}
+
+// limitCmd runs a command in a conversation's container under the same
+// seccomp filter as the agent server (gitboundary.LimitAgent): ohd wraps
+// every command it execs there with it (ohctl exec's, its own git
+// status), so no process of the agent's uid in the container can set an
+// attribute, nor be made to by an agent that attaches to it.
+func (s *state) limitCmd() *cli.Command {
+	return &cli.Command{
+		Name:            "limit",
+		Hidden:          true,
+		Usage:           "run a command under the agent's seccomp filter (inside a container)",
+		ArgsUsage:       "-- CMD...",
+		SkipFlagParsing: true,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			argv := cmd.Args().Slice()
+			if len(argv) > 0 && argv[0] == "--" {
+				argv = argv[1:]
+			}
+			if len(argv) == 0 {
+				return usagef("limit: usage: ohctl limit -- CMD...")
+			}
+			path, err := exec.LookPath(argv[0])
+			if err != nil {
+				fmt.Fprintf(s.env.Stderr, "%v\n", err)
+				return exitError{code: 127}
+			}
+			if err := gitboundary.LimitAgent(); err != nil {
+				return fmt.Errorf("limit: %w", err)
+			}
+			return fmt.Errorf("limit: %w", syscall.Exec(path, argv, os.Environ()))
 		},
 	}
 }
