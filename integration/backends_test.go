@@ -341,7 +341,8 @@ func kubeBackend() backend {
 		img := kubeTestImage(t)
 		opts.Runtime = "kubernetes"
 		opts.Args = append([]string{"--image", img, "--memory", "268435456", "--ready-timeout", "90s",
-			"--kubeconfig", os.Getenv("KUBECONFIG"), "--kube-node", os.Getenv("OHD_KUBE_NODE"), "--kube-namespace", ns()}, opts.Args...)
+			"--kubeconfig", os.Getenv("KUBECONFIG"), "--kube-node", os.Getenv("OHD_KUBE_NODE"), "--kube-namespace", ns(),
+			"--kube-cri-socket", os.Getenv("OHD_KUBE_CONTAINERD")}, opts.Args...)
 		d := startDaemon(t, opts)
 		d.serverID()
 		t.Cleanup(func() { removeAll(t, d) })
