@@ -49,6 +49,18 @@ type backend struct {
 	// container; Kubernetes has no stopped pod, so the pod is deleted
 	// (the kubelet stops it first, as a drain does).
 	stop func(t testing.TB, containerID string)
+	// crash kills it at once behind ohd's back, as a crash of the node's
+	// engine or an OOM kill of the whole container would: Docker keeps the
+	// dead container (docker kill); a pod is deleted without grace, the
+	// kubelet killing its processes (a pod killed from inside cannot be:
+	// the pause process and the agent's PID 1 ignore SIGKILL from their
+	// own namespace).
+	crash func(t testing.TB, containerID string)
+	// sandbox is the engine's record of the sandbox container a removal
+	// runs for conversationID (role sandbox), if one exists at this
+	// moment; it never fails the test (it is polled from a goroutine
+	// while the sandbox comes and goes).
+	sandbox func(t testing.TB, conversationID string) (workload, bool)
 	// gateway is the host's address on the containers' network: Docker's
 	// default bridge, where a container on a bridge network reaches the
 	// host; the test cluster's pod bridge (ohdkube0, scripts/kube/up).
@@ -139,6 +151,28 @@ func dockerBackend() backend {
 		exists: func(_ testing.TB, id string) bool { return containerExists(id) },
 		kill:   func(t testing.TB, id string) { _ = dockerCmd("rm", "-f", id).Run() },
 		stop:   func(t testing.TB, id string) { run(t, "docker", "stop", "-t", "1", id) },
+		crash:  func(t testing.TB, id string) { run(t, "docker", "kill", id) },
+		sandbox: func(_ testing.TB, conv string) (workload, bool) {
+			out, _ := dockerCmd("ps", "-q", "--filter", "label=dev.ohd.role=sandbox", "--filter", "label=dev.ohd.conversation="+conv).Output()
+			id := strings.TrimSpace(string(out))
+			if id == "" {
+				return workload{}, false
+			}
+			// One inspect for the mounts and the network mode: the sandbox
+			// may be gone by a second.
+			out, err := dockerCmd("inspect", "-f", `{{range .Mounts}}{{.Source}}|{{.Destination}}|{{.RW}}{{"\n"}}{{end}}{{.HostConfig.NetworkMode}}`, id).Output()
+			if err != nil {
+				return workload{}, false
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			w := workload{Mounts: map[string]workloadMount{}, NoNetwork: lines[len(lines)-1] == "none"}
+			for _, l := range lines[:len(lines)-1] {
+				if f := strings.Split(l, "|"); len(f) == 3 {
+					w.Mounts[f[1]] = workloadMount{Source: f[0], RW: f[2] == "true"}
+				}
+			}
+			return w, true
+		},
 		execCmd: func(_ *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return dockerCmd(append([]string{"exec", c.ContainerID}, cmd...)...)
 		},
@@ -307,7 +341,8 @@ func kubeBackend() backend {
 		img := kubeTestImage(t)
 		opts.Runtime = "kubernetes"
 		opts.Args = append([]string{"--image", img, "--memory", "268435456", "--ready-timeout", "90s",
-			"--kubeconfig", os.Getenv("KUBECONFIG"), "--kube-node", os.Getenv("OHD_KUBE_NODE"), "--kube-namespace", ns()}, opts.Args...)
+			"--kubeconfig", os.Getenv("KUBECONFIG"), "--kube-node", os.Getenv("OHD_KUBE_NODE"), "--kube-namespace", ns(),
+			"--kube-cri-socket", os.Getenv("OHD_KUBE_CONTAINERD")}, opts.Args...)
 		d := startDaemon(t, opts)
 		d.serverID()
 		t.Cleanup(func() { removeAll(t, d) })
@@ -329,6 +364,23 @@ func kubeBackend() backend {
 		exists:  func(t testing.TB, id string) bool { e, _ := pod(t, id); return e },
 		kill:    kill,
 		stop:    kill,
+		crash:   kill,
+		sandbox: func(t testing.TB, conv string) (workload, bool) {
+			cs := requireKube(t) // it passed when ohd started: no Skip or Fatal here
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sel := labels.SelectorFromSet(labels.Set{"dev.ohd.role": "sandbox", "dev.ohd.conversation": conv}).String()
+			l, err := cs.CoreV1().Pods(ns()).List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				return workload{}, false
+			}
+			for i := range l.Items {
+				if l.Items[i].DeletionTimestamp == nil {
+					return podWorkload(t, &l.Items[i]), true
+				}
+			}
+			return workload{}, false
+		},
 		execCmd: func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return exec.Command(built.ohctl, append([]string{"--socket", d.socket, "exec", c.ID, "--"}, cmd...)...)
 		},

@@ -11,7 +11,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
-// TestGitCredentialsNeverRestInTheContainer is the attack of an image or
+// TestBackendGitCredentialsNeverRestInTheContainer is the attack of an image or
 // an agent that configures git's own credential helpers (store, cache)
 // inside the container: git runs every configured helper, so with ohd's
 // helper merely appended a fill followed by the approve git does after a
@@ -19,8 +19,12 @@ import (
 // daemon), and after `ohctl revoke` that copy still answers. The
 // container's git environment resets the helper list first, so neither
 // helper sees the value and a revoke takes effect on the next request.
-func TestGitCredentialsNeverRestInTheContainer(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitCredentialsNeverRestInTheContainer(t *testing.T) {
+	eachBackend(t, gitCredentialsNeverRestInTheContainer)
+}
+
+func gitCredentialsNeverRestInTheContainer(t *testing.T, b backend) {
+	d := b.daemon(t)
 	const token = "ghp-must-not-rest-in-the-container"
 	if _, err := d.ohctlIn(token, "secret", "set", "gh"); err != nil {
 		t.Fatal(err)

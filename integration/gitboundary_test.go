@@ -40,15 +40,19 @@ func asOwner(t *testing.T, dir, script string) (string, error) {
 	return string(out), err
 }
 
-// TestAgentRunsAsItsOwnUIDInPlace: in place, in a repository of uid 1000,
+// TestBackendAgentRunsAsItsOwnUIDInPlace: in place, in a repository of uid 1000,
 // the container runs as the agent's uid; what the agent writes the user
 // edits; the .git the agent plants in the user's docs/ (with an fsmonitor
 // that would mark its run) is refused by the user's git there during the
 // conversation; `ohctl rm` moves it out into ohd's kept state and says so,
 // and every file in the folder is uid 1000's again.
-func TestAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
+func TestBackendAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
+	eachBackend(t, agentRunsAsItsOwnUIDInPlace)
+}
+
+func agentRunsAsItsOwnUIDInPlace(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.WriteFile(t, filepath.Join(repo, "docs", "guide.md"), "guide\n")
 	testenv.Git(t, repo, "add", "docs")
@@ -64,9 +68,8 @@ func TestAgentRunsAsItsOwnUIDInPlace(t *testing.T) {
 	if !c.InPlace || c.UID != attackOwner || c.AgentUID != agentUID {
 		t.Fatalf("create: want in place, owner %d, agent %d; got %+v", attackOwner, agentUID, c)
 	}
-	out, err := exec.Command("docker", "inspect", "-f", "{{.Config.User}}", c.ContainerID).CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "10001:10001" {
-		t.Fatalf("the container runs as %q (%v), want the agent's 10001:10001", out, err)
+	if user := b.workload(t, c.ContainerID).User; user != "10001:10001" {
+		t.Fatalf("the container runs as %q, want the agent's 10001:10001", user)
 	}
 
 	// The agent's everyday work: a new file, an edit of the user's, a
@@ -215,13 +218,17 @@ func assertNoMarker(t *testing.T, dir, stage string) {
 	}
 }
 
-// TestAgentRunsAsItsOwnUIDWorktreeAndPlain: the same boundary in a
+// TestBackendAgentRunsAsItsOwnUIDWorktreeAndPlain: the same boundary in a
 // worktree (shared by inheritance from its conversation directory, no
 // walk) and in a plain folder (the agent's .git at the folder's root and
 // in a subfolder), through the conversation's removal.
-func TestAgentRunsAsItsOwnUIDWorktreeAndPlain(t *testing.T) {
+func TestBackendAgentRunsAsItsOwnUIDWorktreeAndPlain(t *testing.T) {
+	eachBackend(t, agentRunsAsItsOwnUIDWorktreeAndPlain)
+}
+
+func agentRunsAsItsOwnUIDWorktreeAndPlain(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	for _, mode := range []string{"worktree", "plain"} {
 		t.Run(mode, func(t *testing.T) {
 			var tree string
@@ -299,13 +306,17 @@ func TestAgentRunsAsItsOwnUIDWorktreeAndPlain(t *testing.T) {
 	}
 }
 
-// TestCreateRefusedWhereTheBoundaryCannotHold: a folder on a filesystem
+// TestBackendCreateRefusedWhereTheBoundaryCannotHold: a folder on a filesystem
 // without ACLs (ramfs) cannot be shared with the agent's uid: the create
 // is refused with the fix named, and nothing is made (never silently
 // weaker: the container would otherwise have to run as the user).
-func TestCreateRefusedWhereTheBoundaryCannotHold(t *testing.T) {
+func TestBackendCreateRefusedWhereTheBoundaryCannotHold(t *testing.T) {
+	eachBackend(t, createRefusedWhereTheBoundaryCannotHold)
+}
+
+func createRefusedWhereTheBoundaryCannotHold(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	dir := filepath.Join(testenv.TempDir(t), "ramfs")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -336,11 +347,15 @@ func TestServeRefusesRootAgent(t *testing.T) {
 	}
 }
 
-// TestCreateRefusedForAgentUIDOfTheOwner: an agent uid equal to the
+// TestBackendCreateRefusedForAgentUIDOfTheOwner: an agent uid equal to the
 // repository's owner would make the agent's .git the user's to git.
-func TestCreateRefusedForAgentUIDOfTheOwner(t *testing.T) {
+func TestBackendCreateRefusedForAgentUIDOfTheOwner(t *testing.T) {
+	eachBackend(t, createRefusedForAgentUIDOfTheOwner)
+}
+
+func createRefusedForAgentUIDOfTheOwner(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t, "--agent-uid", "1000", "--agent-gid", "1000")
+	d := b.daemon(t, "--agent-uid", "1000", "--agent-gid", "1000")
 	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: attackOwner, GID: attackOwner}})
 	out, err := d.ohctlErr("create", "--repo", repo)
 	if err == nil || !strings.Contains(err.Error(), "repository owner's") || !strings.Contains(err.Error(), "--agent-uid") {
@@ -372,15 +387,19 @@ func TestDoctorRepoFindsGitDirsOfEarlierAgents(t *testing.T) {
 	}
 }
 
-// TestNewUserDirectoryIsLentMidConversation: a directory the user makes in
+// TestBackendNewUserDirectoryIsLentMidConversation: a directory the user makes in
 // the folder while an in-place conversation runs is lent to the agent's
 // uid within seconds (the publisher walks the tree again), so an implicit
 // bare repository the agent then fills into it is refused by the user's
 // git log there, with git's default config; after ohctl rm the directory
 // is the user's again and the agent's parts are out of it.
-func TestNewUserDirectoryIsLentMidConversation(t *testing.T) {
+func TestBackendNewUserDirectoryIsLentMidConversation(t *testing.T) {
+	eachBackend(t, newUserDirectoryIsLentMidConversation)
+}
+
+func newUserDirectoryIsLentMidConversation(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
 	markers := mustTempDir(t, "ohd-marker-")

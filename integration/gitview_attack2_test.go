@@ -41,8 +41,12 @@ func (a *attack) run(script string) string {
 	return out
 }
 
-func TestGitViewAttackObjectsTruncated(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackObjectsTruncated(t *testing.T) {
+	eachBackend(t, gitViewAttackObjectsTruncated)
+}
+
+func gitViewAttackObjectsTruncated(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait() // the view now holds objects of its own
 	a.run(`trunc $GITDIR/objects $ALT/; chmod 0777 $ALT $ALT/pack; git count-objects -v; git fsck; true`)
 	// It did truncate what it could: the view's own objects.
@@ -61,8 +65,12 @@ func TestGitViewAttackObjectsTruncated(t *testing.T) {
 	a.finish()
 }
 
-func TestGitViewAttackObjectsDeleted(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackObjectsDeleted(t *testing.T) {
+	eachBackend(t, gitViewAttackObjectsDeleted)
+}
+
+func gitViewAttackObjectsDeleted(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	// The agent's own object store goes too (with its alternates file);
 	// the real one is read-only.
@@ -71,24 +79,30 @@ func TestGitViewAttackObjectsDeleted(t *testing.T) {
 	a.finish()
 }
 
-func TestGitViewAttackRepackAll(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackRepackAll(t *testing.T) { eachBackend(t, gitViewAttackRepackAll) }
+
+func gitViewAttackRepackAll(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	a.run(`git repack -a -d -q && git prune --expire=now && git count-objects -v`)
 	a.commitAndWait()
 	a.finish()
 }
 
-func TestGitViewAttackGCPruneNow(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackGCPruneNow(t *testing.T) { eachBackend(t, gitViewAttackGCPruneNow) }
+
+func gitViewAttackGCPruneNow(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	a.run(`git gc --prune=now --quiet && git -c gc.worktreePruneExpire=now worktree prune && git reflog expire --expire=now --all && git gc --prune=now --aggressive --quiet`)
 	a.commitAndWait()
 	a.finish()
 }
 
-func TestGitViewAttackMainRewritten(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackMainRewritten(t *testing.T) { eachBackend(t, gitViewAttackMainRewritten) }
+
+func gitViewAttackMainRewritten(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.run(`evil=$EVIL; git update-ref refs/heads/main $evil; git update-ref refs/heads/feature $evil; git tag -f v1 $evil; git update-ref refs/heads/loose $evil;
 		echo $evil > $GITDIR/refs/heads/main; { echo '# pack-refs with: peeled fully-peeled sorted '; echo "$evil refs/heads/main"; } > $GITDIR/packed-refs;
 		git update-ref refs/remotes/origin/main $evil; git show -s --format=%s main`)
@@ -99,9 +113,13 @@ func TestGitViewAttackMainRewritten(t *testing.T) {
 	a.finish()
 }
 
-func TestGitViewAttackOtherConversationsRefsDeleted(t *testing.T) {
+func TestBackendGitViewAttackOtherConversationsRefsDeleted(t *testing.T) {
+	eachBackend(t, gitViewAttackOtherConversationsRefsDeleted)
+}
+
+func gitViewAttackOtherConversationsRefsDeleted(t *testing.T, b backend) {
 	var ended store.Conversation
-	a := newAttack(t, func(a *attack) {
+	a := newAttack(t, b, func(a *attack) {
 		// A conversation that ended with uncommitted work: its snapshot
 		// and branch are on the host.
 		a.d.ohctlJSON(&ended, "create", "--repo", a.repo, "--worktree")
@@ -139,8 +157,10 @@ func TestGitViewAttackOtherConversationsRefsDeleted(t *testing.T) {
 	a.checkHost("after removing both")
 }
 
-func TestGitViewAttackReplaceRefs(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackReplaceRefs(t *testing.T) { eachBackend(t, gitViewAttackReplaceRefs) }
+
+func gitViewAttackReplaceRefs(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.run(`evil=$EVIL; git replace -f $(git rev-parse main) $evil; git replace -f $(git rev-parse HEAD) $evil; git replace -f $(git rev-parse v1^{commit}) $evil; git show -s --format=%s main`)
 	if out := a.sh("git show -s --format=%s main"); !strings.Contains(out, "EVIL") {
 		t.Fatalf("the replace ref did not take inside: %q", out)
@@ -157,8 +177,10 @@ func TestGitViewAttackReplaceRefs(t *testing.T) {
 	}
 }
 
-func TestGitViewAttackOriginHEAD(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackOriginHEAD(t *testing.T) { eachBackend(t, gitViewAttackOriginHEAD) }
+
+func gitViewAttackOriginHEAD(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.run(`evil=$EVIL; git update-ref refs/remotes/origin/evil $evil; git symbolic-ref refs/remotes/origin/HEAD refs/remotes/origin/evil; git update-ref refs/remotes/origin/main $evil; git rev-parse origin/HEAD`)
 	a.commitAndWait()
 	a.checkHost("after the attack")
@@ -177,16 +199,24 @@ func TestGitViewAttackOriginHEAD(t *testing.T) {
 	a.finish()
 }
 
-func TestGitViewAttackReflogsDeleted(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackReflogsDeleted(t *testing.T) {
+	eachBackend(t, gitViewAttackReflogsDeleted)
+}
+
+func gitViewAttackReflogsDeleted(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	a.run(`git reflog expire --expire=now --all; rm -rf $GITDIR/logs $ADMIN/logs; ls $GITDIR`)
 	a.commitAndWait()
 	a.finish()
 }
 
-func TestGitViewAttackReflogSymlinks(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackReflogSymlinks(t *testing.T) {
+	eachBackend(t, gitViewAttackReflogSymlinks)
+}
+
+func gitViewAttackReflogSymlinks(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	bait := filepath.Join(a.markerDir, "bait-owner")
 	script := `for l in logs/HEAD logs/refs/heads/main logs/refs/heads/openhands/%[1]s logs/refs/ohd/snapshots/%[1]s worktrees/%[2]s/logs/HEAD; do
@@ -199,8 +229,12 @@ func TestGitViewAttackReflogSymlinks(t *testing.T) {
 	a.finish()
 }
 
-func TestGitViewAttackAdminGitdirToOtherWorktree(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackAdminGitdirToOtherWorktree(t *testing.T) {
+	eachBackend(t, gitViewAttackAdminGitdirToOtherWorktree)
+}
+
+func gitViewAttackAdminGitdirToOtherWorktree(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.run(`echo $VICTIM/.git > $ADMIN/gitdir; mkdir -p $GITDIR/worktrees/$VADMIN && echo $VICTIM/.git > $GITDIR/worktrees/$VADMIN/gitdir &&
 		echo ../.. > $GITDIR/worktrees/$VADMIN/commondir && cp $ADMIN/HEAD $GITDIR/worktrees/$VADMIN/HEAD; git worktree list`)
 	a.commitAndWait()
@@ -208,8 +242,12 @@ func TestGitViewAttackAdminGitdirToOtherWorktree(t *testing.T) {
 	a.finish()
 }
 
-func TestGitViewAttackDotGitRedirected(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackDotGitRedirected(t *testing.T) {
+	eachBackend(t, gitViewAttackDotGitRedirected)
+}
+
+func gitViewAttackDotGitRedirected(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	// The .git file is read-only inside (pointers.go): the write fails,
 	// and what follows must hold either way.
@@ -220,8 +258,10 @@ func TestGitViewAttackDotGitRedirected(t *testing.T) {
 	a.finish()
 }
 
-func TestGitViewAttackDotGitSymlink(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackDotGitSymlink(t *testing.T) { eachBackend(t, gitViewAttackDotGitSymlink) }
+
+func gitViewAttackDotGitSymlink(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	a.run(`rm .git && ln -s $VICTIM/.git .git; echo wip > wip.txt; ls -la .git`)
 	a.d.ohctlErr("doctor")
@@ -229,15 +269,19 @@ func TestGitViewAttackDotGitSymlink(t *testing.T) {
 	a.finish()
 }
 
-// TestGitViewAttackDotGitRedirectedStopped is the redirected .git file
+// TestBackendGitViewAttackDotGitRedirectedStopped is the redirected .git file
 // with the attacker's container gone (it crashed, or was stopped): its
 // removal then runs in a sandbox container, which must start whatever the
 // agent left in its worktree's .git.
-func TestGitViewAttackDotGitRedirectedStopped(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackDotGitRedirectedStopped(t *testing.T) {
+	eachBackend(t, gitViewAttackDotGitRedirectedStopped)
+}
+
+func gitViewAttackDotGitRedirectedStopped(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.commitAndWait()
 	a.run(`echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git; echo wip > wip.txt`)
-	run(t, "docker", "kill", a.attacker.ContainerID)
+	b.crash(t, a.attacker.ContainerID)
 	a.checkHost("after the attack")
 	a.checkVictim()
 	rm := a.removeAttacker()
@@ -249,12 +293,16 @@ func TestGitViewAttackDotGitRedirectedStopped(t *testing.T) {
 	a.checkHost("after removing both")
 }
 
-// TestGitViewAttackEmptyNestedRepo: a nested repository without a commit
+// TestBackendGitViewAttackEmptyNestedRepo: a nested repository without a commit
 // (`git init sub`, as project generators do) must not stop the removal
 // from saving the rest of the work, and its files are saved too (as files:
 // its .git, whose config the agent wrote, is never read as content).
-func TestGitViewAttackEmptyNestedRepo(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackEmptyNestedRepo(t *testing.T) {
+	eachBackend(t, gitViewAttackEmptyNestedRepo)
+}
+
+func gitViewAttackEmptyNestedRepo(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.must("git init -q sub && echo inner > sub/inner.txt && echo wip > wip.txt")
 	rm := a.removeAttacker()
 	if rm.Removal == nil || rm.Removal.SnapshotRef == "" {

@@ -84,19 +84,27 @@ func touchWorkTree(t *testing.T, dir string, at time.Time) {
 const nestedRepo = `git init -q sub && cd sub && %s && echo '* filter=x diff=x' > .gitattributes && echo data > f &&
 	git add . && git -c user.name=a -c user.email=a@x commit -q -m sub && echo more >> f && cd .. && git add sub && git status --short`
 
-func TestGitViewAttackNestedRepoFilter(t *testing.T) {
+func TestBackendGitViewAttackNestedRepoFilter(t *testing.T) {
+	eachBackend(t, gitViewAttackNestedRepoFilter)
+}
+
+func gitViewAttackNestedRepoFilter(t *testing.T, b backend) {
 	plant := strings.Replace(nestedRepo, "%s", "git config filter.x.clean $WT/.agent/evil && git config filter.x.smudge $WT/.agent/evil && git config filter.x.required true", 1)
 	plantFires(t, plant, "status", "--porcelain", "--ignore-submodules=none")
-	a := newAttack(t)
+	a := newAttack(t, b)
 	a.plantMarker()
 	a.run(plant)
 	a.finish()
 }
 
-func TestGitViewAttackNestedRepoFsmonitor(t *testing.T) {
+func TestBackendGitViewAttackNestedRepoFsmonitor(t *testing.T) {
+	eachBackend(t, gitViewAttackNestedRepoFsmonitor)
+}
+
+func gitViewAttackNestedRepoFsmonitor(t *testing.T, b backend) {
 	plant := strings.Replace(nestedRepo, "%s", "git config core.fsmonitor $WT/.agent/evil", 1)
 	plantFires(t, plant, "status", "--porcelain", "--ignore-submodules=none")
-	a := newAttack(t)
+	a := newAttack(t, b)
 	a.plantMarker()
 	a.run(plant + " ; git config core.fsmonitor $WT/.agent/evil")
 	a.finish()
@@ -110,8 +118,12 @@ func heldRef(id string) string { return "refs/ohd/held/" + id + "/heads/openhand
 var hookNames = []string{"pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout", "post-merge",
 	"pre-auto-gc", "post-rewrite", "reference-transaction", "post-index-change", "pre-push", "push-to-checkout", "fsmonitor-watchman"}
 
-func TestGitViewAttackNestedRepoHooks(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackNestedRepoHooks(t *testing.T) {
+	eachBackend(t, gitViewAttackNestedRepoHooks)
+}
+
+func gitViewAttackNestedRepoHooks(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.plantMarker()
 	hooks := "for h in " + strings.Join(hookNames, " ") + "; do cp $WT/.agent/evil sub/.git/hooks/$h; cp $WT/.agent/evil $WT/.agent/hooks/$h; done"
 	a.run("mkdir -p .agent/hooks && " + strings.Replace(nestedRepo, "%s", "true", 1) + " && " + hooks +
@@ -124,16 +136,22 @@ func TestGitViewAttackNestedRepoHooks(t *testing.T) {
 	a.restoreAfter()
 }
 
-func TestGitViewAttackNestedRepoDiffExternal(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackNestedRepoDiffExternal(t *testing.T) {
+	eachBackend(t, gitViewAttackNestedRepoDiffExternal)
+}
+
+func gitViewAttackNestedRepoDiffExternal(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.plantMarker()
 	a.run(strings.Replace(nestedRepo, "%s", "git config diff.external $WT/.agent/evil && git config diff.x.textconv $WT/.agent/evil && git config core.pager $WT/.agent/evil", 1) +
 		" && git config diff.external $WT/.agent/evil && git config diff.x.textconv $WT/.agent/evil && echo '* diff=x' > .gitattributes && echo changed >> README.md")
 	a.finish()
 }
 
-func TestGitViewAttackSubmoduleURL(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackSubmoduleURL(t *testing.T) { eachBackend(t, gitViewAttackSubmoduleURL) }
+
+func gitViewAttackSubmoduleURL(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.plantMarker()
 	a.run(strings.Replace(nestedRepo, "%s", "true", 1) + ` && printf '[submodule "sub"]\n\tpath = sub\n\turl = ext::sh -c $WT/.agent/evil\n[submodule "other"]\n\tpath = other\n\turl = file://$MARKERS\n' > .gitmodules &&
 		git add .gitmodules && git config submodule.sub.update '!$WT/.agent/evil' && git config submodule.sub.url 'ext::sh -c $WT/.agent/evil' && git config protocol.ext.allow always &&
@@ -142,8 +160,12 @@ func TestGitViewAttackSubmoduleURL(t *testing.T) {
 	a.restoreAfter()
 }
 
-func TestGitViewAttackWorktreeAttributesFilter(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackWorktreeAttributesFilter(t *testing.T) {
+	eachBackend(t, gitViewAttackWorktreeAttributesFilter)
+}
+
+func gitViewAttackWorktreeAttributesFilter(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.plantMarker()
 	a.must(a.expand(`for k in filter.x.clean filter.x.smudge diff.x.textconv diff.x.command merge.x.driver; do git config $k $WT/.agent/evil; done &&
 		git config filter.x.required true && echo '* filter=x diff=x merge=x' > .gitattributes && echo '* filter=x' > $GITDIR/info/attributes &&
@@ -192,8 +214,12 @@ func (a *attack) restoreAfter() string {
 	return saved
 }
 
-func TestGitViewAttackSymlinksOutOfWorktree(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackSymlinksOutOfWorktree(t *testing.T) {
+	eachBackend(t, gitViewAttackSymlinksOutOfWorktree)
+}
+
+func gitViewAttackSymlinksOutOfWorktree(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	// Committed links out of the worktree (a directory, the owner's and
 	// root's files, /), then in the working tree the directory link
 	// replaced by a directory with a file (the snapshot records it: a
@@ -228,8 +254,12 @@ func TestGitViewAttackSymlinksOutOfWorktree(t *testing.T) {
 // the view and the worktree lead nowhere, the sandbox mounts no runtime
 // path, and no byte of another conversation's token reaches the host's
 // objects.
-func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackBrokerDirUnreachable(t *testing.T) {
+	eachBackend(t, gitViewAttackBrokerDirUnreachable)
+}
+
+func gitViewAttackBrokerDirUnreachable(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	runDir := a.d.dirs.Run
 	vdir := filepath.Join(runDir, "conversations", a.victim.ID)
 	token, err := os.ReadFile(filepath.Join(vdir, "token"))
@@ -243,9 +273,9 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 		git for-each-ref; true`
 	a.run(strings.NewReplacer("$VDIR", vdir, "$RUN", runDir).Replace(script))
 	// The attacker's own container mounts its broker dir only.
-	for _, m := range mounts(t, a.attacker.ContainerID) {
-		if strings.HasPrefix(m, runDir) && !strings.HasPrefix(m, filepath.Join(runDir, "conversations", a.attacker.ID)) {
-			t.Errorf("the attacker's container mounts %s", m)
+	for dst, m := range b.workload(t, a.attacker.ContainerID).Mounts {
+		if strings.HasPrefix(m.Source, runDir) && !strings.HasPrefix(m.Source, filepath.Join(runDir, "conversations", a.attacker.ID)) {
+			t.Errorf("the attacker's container mounts %s at %s", m.Source, dst)
 		}
 	}
 	// The conversation's own branch ref becomes a link too (after a
@@ -262,8 +292,8 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 
 	// Its container dies behind ohd's back: the removal saves its work
 	// through a sandbox container, whose mounts are watched while it runs.
-	run(t, "docker", "kill", a.attacker.ContainerID)
-	seen := make(chan []string, 1)
+	b.crash(t, a.attacker.ContainerID)
+	seen := make(chan workload, 1)
 	stop := make(chan struct{})
 	go func() {
 		for {
@@ -273,34 +303,32 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 				return
 			default:
 			}
-			out, _ := dockerCmd("ps", "-q", "--filter", "label=dev.ohd.role=sandbox", "--filter", "label=dev.ohd.conversation="+a.attacker.ID).Output()
-			if id := strings.TrimSpace(string(out)); id != "" {
-				if ms, err := mountsErr(id); err == nil {
-					netMode, _ := dockerCmd("inspect", "-f", "{{.HostConfig.NetworkMode}}", id).Output()
-					seen <- append(ms, "network="+strings.TrimSpace(string(netMode)))
-					<-stop
-					close(seen)
-					return
-				}
+			if w, ok := b.sandbox(t, a.attacker.ID); ok {
+				seen <- w
+				<-stop
+				close(seen)
+				return
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
 	rm := a.removeAttacker()
 	close(stop)
-	ms, ok := <-seen
+	sb, ok := <-seen
 	if !ok {
 		t.Fatal("the removal ran no sandbox container (or it was gone before it could be inspected)")
 	}
-	for _, m := range ms {
-		if strings.HasPrefix(m, runDir) || strings.Contains(m, "/conversations/") {
-			t.Errorf("the sandbox mounts %s", m)
+	for dst, m := range sb.Mounts {
+		if strings.HasPrefix(m.Source, runDir) || strings.Contains(m.Source, "/conversations/") || strings.HasPrefix(dst, runDir) || strings.Contains(dst, "/conversations/") {
+			t.Errorf("the sandbox mounts %s at %s", m.Source, dst)
 		}
 	}
-	if ms[len(ms)-1] != "network=none" {
-		t.Errorf("the sandbox's %s", ms[len(ms)-1])
+	// Docker's network mode none; a pod with no DNS and a deny-all
+	// policy (whether the plugin enforces it: TestBackendEgressIsolationClaim).
+	if !sb.NoNetwork {
+		t.Error("the sandbox has a network")
 	}
-	t.Logf("sandbox mounts: %v; removal: %s", ms, rm.Removal.Message)
+	t.Logf("sandbox mounts: %v; removal: %s", sb.Mounts, rm.Removal.Message)
 	a.checkHost("after removing the attacker")
 	all := testenv.Git(t, a.repo, "-c", "safe.directory=*", "cat-file", "--batch-all-objects", "--batch")
 	if strings.Contains(all, strings.TrimSpace(string(token))) {
@@ -313,31 +341,17 @@ func TestGitViewAttackBrokerDirUnreachable(t *testing.T) {
 	a.checkHost("after removing both")
 }
 
-// mounts returns a container's mounts as "source -> destination (rw)".
-func mounts(t *testing.T, id string) []string {
-	t.Helper()
-	ms, err := mountsErr(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ms
-}
-
-func mountsErr(id string) ([]string, error) {
-	out, err := dockerCmd("inspect", "-f", `{{range .Mounts}}{{.Source}} -> {{.Destination}} {{.RW}}{{"\n"}}{{end}}`, id).Output()
-	if err != nil {
-		return nil, err
-	}
-	return strings.Split(strings.TrimSpace(string(out)), "\n"), nil
-}
-
-// TestGitViewAttackTreeWithDotGit: the agent's branch carries a tree with
+// TestBackendGitViewAttackTreeWithDotGit: the agent's branch carries a tree with
 // a .git directory (a post-checkout hook in it, for whoever checks the
 // branch out on the host, as restore does). Git's validation on import
 // refuses it: it never reaches the host's objects, the host branch stays
 // where it was, and the refusal is recorded.
-func TestGitViewAttackTreeWithDotGit(t *testing.T) {
-	a := newAttack(t)
+func TestBackendGitViewAttackTreeWithDotGit(t *testing.T) {
+	eachBackend(t, gitViewAttackTreeWithDotGit)
+}
+
+func gitViewAttackTreeWithDotGit(t *testing.T, b backend) {
+	a := newAttack(t, b)
 	a.plantMarker()
 	published := a.commitAndWait()
 	evil := lastLine(a.must(`blob=$(git hash-object -w .agent/evil) && hook=$(printf '100755 blob %s\tpost-checkout\n' $blob | git mktree) &&

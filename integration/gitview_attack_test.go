@@ -37,6 +37,7 @@ import (
 // not be touched).
 type attack struct {
 	t         *testing.T
+	b         backend
 	d         *daemon
 	repo      string
 	gitDir    string
@@ -58,12 +59,13 @@ type attack struct {
 
 const attackOwner = 1000
 
-// newAttack builds the world; before runs after the victim exists and
-// before the attacker is created (to add more the attacker may go after).
-func newAttack(t *testing.T, before ...func(*attack)) *attack {
+// newAttack builds the world on backend b; before runs after the victim
+// exists and before the attacker is created (to add more the attacker may
+// go after).
+func newAttack(t *testing.T, b backend, before ...func(*attack)) *attack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	a := &attack{t: t, d: dockerDaemon(t)}
+	a := &attack{t: t, b: b, d: b.daemon(t)}
 	a.repo = testenv.NewRepo(t, testenv.RepoOptions{})
 	a.gitDir = filepath.Join(a.repo, ".git")
 	g := func(args ...string) string { return testenv.Git(t, a.repo, args...) }

@@ -10,15 +10,19 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
-// TestGitViewLiveBothWays: the agent's side branch (on a host commit) and
+// TestBackendGitViewLiveBothWays: the agent's side branch (on a host commit) and
 // annotated tag are on the host under refs/ohd/live/<id>/ within a
 // second; the host deletes the branch the side branch came from, expires
 // its reflogs and prunes, and the view is intact; the host's new commit
 // on main reaches the agent with `git fetch host`; the view shows no
 // refs/ohd/; the removal keeps the side branch and the annotated tag,
 // lists them, and drops the mirror (issue 19, acceptance 7).
-func TestGitViewLiveBothWays(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitViewLiveBothWays(t *testing.T) {
+	eachBackend(t, gitViewLiveBothWays)
+}
+
+func gitViewLiveBothWays(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	git := func(args ...string) string {
 		return strings.TrimSpace(testenv.Git(t, repo, append([]string{"-c", "safe.directory=*"}, args...)...))
@@ -75,15 +79,19 @@ func TestGitViewLiveBothWays(t *testing.T) {
 	git("fsck", "--strict", "--no-dangling")
 }
 
-// TestGitViewRefusalsVisible: the agent in its container commits a
+// TestBackendGitViewRefusalsVisible: the agent in its container commits a
 // .gitmodules whose update runs a command, then a commit on top, then
 // points its branch at a blob: each is refused, none of their objects
 // reaches the host's store (its fsck stays clean), `ohctl show` and
 // `ohctl doctor` (FAIL) say why, the metric counts the refusal by reason,
 // and the refusal is logged once, not at every commit (issue 19,
 // acceptance 2 and 3).
-func TestGitViewRefusalsVisible(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitViewRefusalsVisible(t *testing.T) {
+	eachBackend(t, gitViewRefusalsVisible)
+}
+
+func gitViewRefusalsVisible(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
@@ -136,12 +144,16 @@ func TestGitViewRefusalsVisible(t *testing.T) {
 	testenv.Git(t, repo, "-c", "safe.directory=*", "fsck", "--strict", "--no-dangling")
 }
 
-// TestGitViewImportLimitFlag: `ohd serve --import-max-pack 4k` refuses a
+// TestBackendGitViewImportLimitFlag: `ohd serve --import-max-pack 4k` refuses a
 // commit whose pack is larger: the host branch stays, show and doctor
 // say pack_too_large, the metric counts it, nothing enters the host's
 // store.
-func TestGitViewImportLimitFlag(t *testing.T) {
-	d := dockerDaemon(t, "--import-max-pack", "4k")
+func TestBackendGitViewImportLimitFlag(t *testing.T) {
+	eachBackend(t, gitViewImportLimitFlag)
+}
+
+func gitViewImportLimitFlag(t *testing.T, b backend) {
+	d := b.daemon(t, "--import-max-pack", "4k")
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")

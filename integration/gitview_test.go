@@ -57,12 +57,16 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
 }
 
-// TestGitViewEverydayGit: everything an agent does with git works inside
+// TestBackendGitViewEverydayGit: everything an agent does with git works inside
 // the container (issue 11, acceptance 1), each checked by its outcome,
 // and none of it changes what the host sees but the published branch.
-func TestGitViewEverydayGit(t *testing.T) {
+func TestBackendGitViewEverydayGit(t *testing.T) {
+	eachBackend(t, gitViewEverydayGit)
+}
+
+func gitViewEverydayGit(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
 	testenv.Git(t, repo, "-c", "safe.directory=*", "config", "user.name", "The Owner")
 	testenv.Git(t, repo, "-c", "safe.directory=*", "config", "user.email", "owner@example.com")
@@ -174,11 +178,15 @@ func TestGitViewEverydayGit(t *testing.T) {
 	}
 }
 
-// TestGitViewPublishLatency: a commit made inside is on the host's branch
+// TestBackendGitViewPublishLatency: a commit made inside is on the host's branch
 // within a second (issue 11, acceptance 4): 50 commits, p99 of the time
 // from the commit's end to the host ref moving.
-func TestGitViewPublishLatency(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitViewPublishLatency(t *testing.T) {
+	eachBackend(t, gitViewPublishLatency)
+}
+
+func gitViewPublishLatency(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
@@ -230,11 +238,15 @@ func TestGitViewPublishSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestGitViewPublishConflictKept: a host branch moved by someone else is
+// TestBackendGitViewPublishConflictKept: a host branch moved by someone else is
 // never overwritten; the conversation's commit is kept under
 // refs/ohd/kept/<id>/ and show and doctor report the conflict.
-func TestGitViewPublishConflictKept(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitViewPublishConflictKept(t *testing.T) {
+	eachBackend(t, gitViewPublishConflictKept)
+}
+
+func gitViewPublishConflictKept(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
@@ -267,11 +279,15 @@ func TestGitViewPublishConflictKept(t *testing.T) {
 	}
 }
 
-// TestGitViewCorruptObjectRefused: an object the agent corrupted in its
+// TestBackendGitViewCorruptObjectRefused: an object the agent corrupted in its
 // view is refused by git's validation on import, never imported, and
 // reported.
-func TestGitViewCorruptObjectRefused(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitViewCorruptObjectRefused(t *testing.T) {
+	eachBackend(t, gitViewCorruptObjectRefused)
+}
+
+func gitViewCorruptObjectRefused(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
@@ -284,12 +300,12 @@ func TestGitViewCorruptObjectRefused(t *testing.T) {
 	}
 	blob, other := ids[0], ids[1]
 	loose := func(oid string) string { return filepath.Join(c.GitView, "objects", oid[:2], oid[2:]) }
-	b, err := os.ReadFile(loose(other))
+	content, err := os.ReadFile(loose(other))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(loose(blob), 0o644)
-	if err := os.WriteFile(loose(blob), b, 0o644); err != nil {
+	if err := os.WriteFile(loose(blob), content, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tip := d.inside(c, "git update-index --add --cacheinfo 100644,"+blob+",real.txt && git -c user.name=a -c user.email=a@x commit -q -m corrupt && git rev-parse HEAD")
@@ -389,13 +405,17 @@ func TestGitViewMigratesSharedLayout(t *testing.T) {
 	checkInvariants(t, d, repo)
 }
 
-// TestGitViewNothingLost: ending a conversation keeps its branch, its
+// TestBackendGitViewNothingLost: ending a conversation keeps its branch, its
 // uncommitted work, and the view's branches, tags and stash the host
 // lacked; says how many ignored files it left out; lists what it kept
 // after prune; and `ohctl restore` brings the work back in one command
 // (issue 11, acceptance 5).
-func TestGitViewNothingLost(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitViewNothingLost(t *testing.T) {
+	eachBackend(t, gitViewNothingLost)
+}
+
+func gitViewNothingLost(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.WriteFile(t, filepath.Join(repo, ".gitignore"), "*.log\n")
 	testenv.Git(t, repo, "add", ".gitignore")

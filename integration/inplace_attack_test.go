@@ -42,21 +42,21 @@ type inPlace struct {
 	packedBefore string
 }
 
-func newInPlace(t *testing.T) *inPlace { t.Helper(); return newInPlaceWith(t) }
+func newInPlace(t *testing.T, b backend) *inPlace { t.Helper(); return newInPlaceWith(t, b) }
 
 // newInPlaceWith is newInPlace; before runs on the repository before it
 // is given to uid 1000.
-func newInPlaceWith(t *testing.T, before ...func(repo string)) *inPlace {
+func newInPlaceWith(t *testing.T, b backend, before ...func(repo string)) *inPlace {
 	t.Helper()
-	return newInPlaceAt(t, "", before...)
+	return newInPlaceAt(t, b, "", before...)
 }
 
 // newInPlaceAt is newInPlaceWith for a conversation created for the
 // subdirectory sub of the repository ("" is the repository itself).
-func newInPlaceAt(t *testing.T, sub string, before ...func(repo string)) *inPlace {
+func newInPlaceAt(t *testing.T, b backend, sub string, before ...func(repo string)) *inPlace {
 	t.Helper()
 	testenv.RequireRoot(t)
-	a := &inPlace{t: t, d: dockerDaemon(t)}
+	a := &inPlace{t: t, d: b.daemon(t)}
 	a.repo = testenv.NewRepo(t, testenv.RepoOptions{})
 	a.gitDir = filepath.Join(a.repo, ".git")
 	a.work = filepath.Join(a.repo, sub)
@@ -289,12 +289,14 @@ func releasedOnly(was, now string) bool {
 	return ms[:len(ms)-6] == ns[:len(ns)-6] && ms[len(ms)-3:] == ns[len(ns)-3:]
 }
 
-// TestInPlaceAttackDiffExternal is the issue's reproduction: the agent
+// TestBackendInPlaceAttackDiffExternal is the issue's reproduction: the agent
 // writes `[diff] external = prog` into the .git/config it sees; the user's
 // next `git diff` on the host must not run prog.
-func TestInPlaceAttackDiffExternal(t *testing.T) {
+func TestBackendInPlaceAttackDiffExternal(t *testing.T) { eachBackend(t, inPlaceAttackDiffExternal) }
+
+func inPlaceAttackDiffExternal(t *testing.T, b backend) {
 	plantFires(t, "git config diff.external $WT/.agent/evil && echo changed >> README.md", "diff")
-	a := newInPlace(t)
+	a := newInPlace(t, b)
 	a.plantMarker()
 	a.run(`printf '[diff]\n\texternal = $WT/.agent/evil\n' >> .git/config && git config diff.external $WT/.agent/evil && echo changed >> README.md && git config --get diff.external`)
 	if !strings.Contains(a.must("cat .git/config"), "external") {
@@ -303,8 +305,12 @@ func TestInPlaceAttackDiffExternal(t *testing.T) {
 	a.finish()
 }
 
-func TestInPlaceAttackRefFileWritten(t *testing.T) {
-	a := newInPlace(t)
+func TestBackendInPlaceAttackRefFileWritten(t *testing.T) {
+	eachBackend(t, inPlaceAttackRefFileWritten)
+}
+
+func inPlaceAttackRefFileWritten(t *testing.T, b backend) {
+	a := newInPlace(t, b)
 	a.run(`evil=$EVIL; echo $evil > .git/refs/heads/planted; echo $evil > .git/refs/heads/main; mkdir -p .git/refs/replace && echo $evil > .git/refs/replace/$(git rev-parse v1);
 		echo $evil > .git/refs/tags/v2; { echo '# pack-refs with: peeled fully-peeled sorted '; echo "$evil refs/heads/feature"; } > .git/packed-refs; git for-each-ref`)
 	if !strings.Contains(a.must("git for-each-ref refs/heads/planted"), "planted") {
@@ -313,22 +319,30 @@ func TestInPlaceAttackRefFileWritten(t *testing.T) {
 	a.finish()
 }
 
-func TestInPlaceAttackObjectsDeleted(t *testing.T) {
-	a := newInPlace(t)
+func TestBackendInPlaceAttackObjectsDeleted(t *testing.T) {
+	eachBackend(t, inPlaceAttackObjectsDeleted)
+}
+
+func inPlaceAttackObjectsDeleted(t *testing.T, b backend) {
+	a := newInPlace(t, b)
 	a.run(`rm -r -f $ALT/pack $ALT/info .git/objects; for d in $ALT/*; do rm -r -f $d; done; trunc $ALT/; chmod 0777 $ALT; git gc --prune=now -q; ls $ALT; true`)
 	a.finish()
 }
 
-func TestInPlaceAttackHooks(t *testing.T) {
-	a := newInPlace(t)
+func TestBackendInPlaceAttackHooks(t *testing.T) { eachBackend(t, inPlaceAttackHooks) }
+
+func inPlaceAttackHooks(t *testing.T, b backend) {
+	a := newInPlace(t, b)
 	a.plantMarker()
 	hooks := "for h in " + strings.Join(hookNames, " ") + "; do cp .agent/evil .git/hooks/$h; cp .agent/evil .agent/hooks/$h; done"
 	a.run("mkdir -p .agent/hooks; " + hooks + "; git config core.hooksPath $WT/.agent/hooks; ls -l .git/hooks")
 	a.finish()
 }
 
-func TestInPlaceAttackConfig(t *testing.T) {
-	a := newInPlace(t)
+func TestBackendInPlaceAttackConfig(t *testing.T) { eachBackend(t, inPlaceAttackConfig) }
+
+func inPlaceAttackConfig(t *testing.T, b backend) {
+	a := newInPlace(t, b)
 	a.plantMarker()
 	a.run(`for k in core.pager core.sshCommand core.askPass credential.helper diff.x.textconv filter.x.clean filter.x.smudge core.editor gpg.program; do git config $k $WT/.agent/evil; done;
 		git config filter.x.required true; git config include.path $WT/.agent/inc; printf '[core]\n\tfsmonitor = $WT/.agent/evil\n' > .agent/inc;
@@ -336,22 +350,30 @@ func TestInPlaceAttackConfig(t *testing.T) {
 	a.finish()
 }
 
-func TestInPlaceAttackFsmonitor(t *testing.T) {
+func TestBackendInPlaceAttackFsmonitor(t *testing.T) { eachBackend(t, inPlaceAttackFsmonitor) }
+
+func inPlaceAttackFsmonitor(t *testing.T, b backend) {
 	plantFires(t, "git config core.fsmonitor $WT/.agent/evil", "status")
-	a := newInPlace(t)
+	a := newInPlace(t, b)
 	a.plantMarker()
 	a.run(`git config core.fsmonitor $WT/.agent/evil && git config core.untrackedCache true && echo x > new.txt`)
 	a.finish()
 }
 
-func TestInPlaceAttackHEADAndIndex(t *testing.T) {
-	a := newInPlace(t)
+func TestBackendInPlaceAttackHEADAndIndex(t *testing.T) { eachBackend(t, inPlaceAttackHEADAndIndex) }
+
+func inPlaceAttackHEADAndIndex(t *testing.T, b backend) {
+	a := newInPlace(t, b)
 	a.run(`evil=$EVIL; git reset -q --hard $evil; git checkout -q -b other; echo "ref: refs/heads/feature" > .git/HEAD; git rm -q --cached README.md; git add -A; git symbolic-ref HEAD; true`)
 	a.finish()
 }
 
-func TestInPlaceAttackDotGitReplaced(t *testing.T) {
-	a := newInPlace(t)
+func TestBackendInPlaceAttackDotGitReplaced(t *testing.T) {
+	eachBackend(t, inPlaceAttackDotGitReplaced)
+}
+
+func inPlaceAttackDotGitReplaced(t *testing.T, b backend) {
+	a := newInPlace(t, b)
 	a.plantMarker()
 	a.run(`mv .git .git-old; rm -r -f .git; ln -s /tmp .git-link; mv .git-link .git; echo 'gitdir: /tmp' > .git; ls -la; true`)
 	if code, out := a.d.execIn(a.conv.ID, "sh", "-c", "cd "+a.repo+" && [ -d .git ] && [ ! -L .git ]"); code != 0 {
@@ -374,29 +396,37 @@ func withSubmodule(t *testing.T, repo string) {
 const submodulePlant = `git init -q .agent/evilrepo && git -C .agent/evilrepo config core.fsmonitor $WT/.agent/evil && git -C .agent/evilrepo config core.worktree $WT/sub &&
 	echo "gitdir: $WT/.agent/evilrepo/.git" > sub/.git; echo changed >> sub/README.md`
 
-// TestInPlaceAttackSubmoduleGitFile: the user's next `git status` on the
+// TestBackendInPlaceAttackSubmoduleGitFile: the user's next `git status` on the
 // host recurses into the submodule through its .git file, which lies in
 // the agent's folder: the agent must not be able to redirect it.
-func TestInPlaceAttackSubmoduleGitFile(t *testing.T) {
+func TestBackendInPlaceAttackSubmoduleGitFile(t *testing.T) {
+	eachBackend(t, inPlaceAttackSubmoduleGitFile)
+}
+
+func inPlaceAttackSubmoduleGitFile(t *testing.T, b backend) {
 	submodulePlantControl(t, func(repo string) { withSubmodule(t, repo) })
-	a := newInPlaceWith(t, func(repo string) { withSubmodule(t, repo) })
+	a := newInPlaceWith(t, b, func(repo string) { withSubmodule(t, repo) })
 	a.plantMarker()
 	a.run(submodulePlant + "; cat sub/.git")
 	a.finish()
 }
 
-// TestInPlaceAttackUnpopulatedSubmodule: a submodule the user has not
+// TestBackendInPlaceAttackUnpopulatedSubmodule: a submodule the user has not
 // checked out is an empty directory in the agent's folder. A .git the
 // agent put there would make it populated, and the user's next `git
 // status` would enter it with the agent's git dir (whose fsmonitor runs):
 // the directory is read-only inside.
-func TestInPlaceAttackUnpopulatedSubmodule(t *testing.T) {
+func TestBackendInPlaceAttackUnpopulatedSubmodule(t *testing.T) {
+	eachBackend(t, inPlaceAttackUnpopulatedSubmodule)
+}
+
+func inPlaceAttackUnpopulatedSubmodule(t *testing.T, b backend) {
 	unpopulated := func(repo string) {
 		withSubmodule(t, repo)
 		testenv.Git(t, repo, "-c", "safe.directory=*", "submodule", "deinit", "-q", "-f", "sub")
 	}
 	submodulePlantControl(t, unpopulated)
-	a := newInPlaceWith(t, unpopulated)
+	a := newInPlaceWith(t, b, unpopulated)
 	a.plantMarker()
 	if out := a.run("{ " + submodulePlant + "; } 2>&1"); !strings.Contains(out, "Read-only file system") {
 		t.Errorf("the plant in the unpopulated submodule did not meet a read-only directory:\n%s", out)
@@ -420,13 +450,15 @@ func submodulePlantControl(t *testing.T, prepare func(repo string)) {
 	}
 }
 
-// TestInPlaceSubmoduleReadOnly: the user's checked-out submodule works
+// TestBackendInPlaceSubmoduleReadOnly: the user's checked-out submodule works
 // inside in place for reading (the repository's status sees its change,
 // log and diff run in it), and the agent changes nothing of its git dir,
 // mounted read-only: staging, a config (an fsmonitor for the user's next
 // status) and a hook all fail, and the host's git dir is unchanged.
-func TestInPlaceSubmoduleReadOnly(t *testing.T) {
-	a := newInPlaceWith(t, func(repo string) { withSubmodule(t, repo) })
+func TestBackendInPlaceSubmoduleReadOnly(t *testing.T) { eachBackend(t, inPlaceSubmoduleReadOnly) }
+
+func inPlaceSubmoduleReadOnly(t *testing.T, b backend) {
+	a := newInPlaceWith(t, b, func(repo string) { withSubmodule(t, repo) })
 	a.plantMarker()
 	if got := a.must("echo change >> sub/README.md && git status --porcelain"); !strings.Contains(got, "M sub") {
 		t.Errorf("status inside = %q, want the submodule modified", got)
@@ -446,13 +478,17 @@ func TestInPlaceSubmoduleReadOnly(t *testing.T) {
 	a.finish()
 }
 
-// TestInPlaceAttackFromSubdirectory: a conversation created for a
+// TestBackendInPlaceAttackFromSubdirectory: a conversation created for a
 // subdirectory of a repository gets the same git view over the
 // repository's git dir; the attacks on it from there (the diff.external
 // reproduction, fsmonitor, hooks, ref files, the shared objects) change
 // nothing the host sees.
-func TestInPlaceAttackFromSubdirectory(t *testing.T) {
-	a := newInPlaceAt(t, "sub", func(repo string) {
+func TestBackendInPlaceAttackFromSubdirectory(t *testing.T) {
+	eachBackend(t, inPlaceAttackFromSubdirectory)
+}
+
+func inPlaceAttackFromSubdirectory(t *testing.T, b backend) {
+	a := newInPlaceAt(t, b, "sub", func(repo string) {
 		testenv.WriteFile(t, filepath.Join(repo, "sub", "f.txt"), "f\n")
 		testenv.Git(t, repo, "add", "sub")
 		testenv.Git(t, repo, "commit", "-q", "-m", "sub")

@@ -31,8 +31,12 @@ func (d *daemon) doctorChecks(id string) []control.DoctorCheck {
 	return rep.Checks
 }
 
-func TestInPlaceDoctor(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceDoctor(t *testing.T) {
+	eachBackend(t, inPlaceDoctor)
+}
+
+func inPlaceDoctor(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := ownedRepo(t)
 	linked := filepath.Join(filepath.Dir(repo), "linked")
 	hostGit(t, repo, "worktree", "add", "-q", "-b", "topic", linked)
@@ -82,8 +86,12 @@ func TestInPlaceDoctor(t *testing.T) {
 	}
 }
 
-func TestInPlaceRestoreAndRecreate(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceRestoreAndRecreate(t *testing.T) {
+	eachBackend(t, inPlaceRestoreAndRecreate)
+}
+
+func inPlaceRestoreAndRecreate(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := ownedRepo(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo)

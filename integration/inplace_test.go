@@ -50,8 +50,12 @@ func hostGit(t *testing.T, repo string, args ...string) string {
 
 const gitID = "git -c user.name=a -c user.email=a@x "
 
-func TestInPlaceEverydayGitAndPublish(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceEverydayGitAndPublish(t *testing.T) {
+	eachBackend(t, inPlaceEverydayGitAndPublish)
+}
+
+func inPlaceEverydayGitAndPublish(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := ownedRepo(t)
 	main := hostGit(t, repo, "rev-parse", "main")
 	var c store.Conversation
@@ -88,8 +92,12 @@ func TestInPlaceEverydayGitAndPublish(t *testing.T) {
 	}
 }
 
-func TestInPlaceRemovalKeepsTheWork(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceRemovalKeepsTheWork(t *testing.T) {
+	eachBackend(t, inPlaceRemovalKeepsTheWork)
+}
+
+func inPlaceRemovalKeepsTheWork(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := ownedRepo(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", repo)
@@ -133,15 +141,19 @@ func TestInPlaceRemovalKeepsTheWork(t *testing.T) {
 	}
 }
 
-// TestInPlaceManyConversationsOneFolder: issue 28 acceptance 2. Any
+// TestBackendInPlaceManyConversationsOneFolder: issue 28 acceptance 2. Any
 // number of conversations work in one folder, as on the agent server:
 // Canvas's (worktree: false), the SDK's (no worktree field) and ohctl's,
 // in the folder and in a subdirectory of it. Two agents commit in the
 // folder at once, each in its own view, and each one's commits reach its
 // own openhands/<id>; ending one keeps its work and leaves the folder and
 // the other conversation as they were.
-func TestInPlaceManyConversationsOneFolder(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceManyConversationsOneFolder(t *testing.T) {
+	eachBackend(t, inPlaceManyConversationsOneFolder)
+}
+
+func inPlaceManyConversationsOneFolder(t *testing.T, be backend) {
+	d := be.daemon(t)
 	repo := ownedRepo(t)
 	testenv.WriteFile(t, filepath.Join(repo, "sub", "f.txt"), "f\n")
 	testenv.ChownR(t, repo, attackOwner, attackOwner)
@@ -227,8 +239,12 @@ func TestInPlaceManyConversationsOneFolder(t *testing.T) {
 	assertOwnedBy(t, repo, attackOwner)
 }
 
-func TestInPlaceSubdirectory(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceSubdirectory(t *testing.T) {
+	eachBackend(t, inPlaceSubdirectory)
+}
+
+func inPlaceSubdirectory(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	testenv.WriteFile(t, filepath.Join(repo, "sub", "f.txt"), "f\n")
 	testenv.Git(t, repo, "add", "sub")
@@ -264,11 +280,15 @@ func TestInPlaceSubdirectory(t *testing.T) {
 	}
 }
 
-// TestInPlaceSDKCreate: the SDK's create has no worktree field; Agent
+// TestBackendInPlaceSDKCreate: the SDK's create has no worktree field; Agent
 // Canvas's picked workspace sends worktree: false. Both work in the folder
 // with a view, through the conversation API.
-func TestInPlaceSDKCreate(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceSDKCreate(t *testing.T) {
+	eachBackend(t, inPlaceSDKCreate)
+}
+
+func inPlaceSDKCreate(t *testing.T, b backend) {
+	d := b.daemon(t)
 	for _, body := range []map[string]any{
 		{"workspace": map[string]any{"working_dir": ""}},
 		{"workspace": map[string]any{"working_dir": ""}, "worktree": false},
@@ -304,12 +324,16 @@ func TestInPlaceSDKCreate(t *testing.T) {
 	}
 }
 
-// TestInPlaceLinkedWorktreeFolder: a folder that is itself a linked
+// TestBackendInPlaceLinkedWorktreeFolder: a folder that is itself a linked
 // worktree gets the view at the common dir's path, its .git file mounted
 // read-only (the agent cannot point the user's git elsewhere), HEAD on
 // the worktree's branch.
-func TestInPlaceLinkedWorktreeFolder(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendInPlaceLinkedWorktreeFolder(t *testing.T) {
+	eachBackend(t, inPlaceLinkedWorktreeFolder)
+}
+
+func inPlaceLinkedWorktreeFolder(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := ownedRepo(t)
 	linked := filepath.Join(filepath.Dir(repo), "linked")
 	hostGit(t, repo, "worktree", "add", "-q", "-b", "topic", linked)

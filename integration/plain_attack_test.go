@@ -22,14 +22,18 @@ mv $WS/proj $WS/proj-old 2>&1; echo mv=$?;
 rm -r -f $WS/proj/.git 2>&1; echo rm=$?;
 mkdir -p $WS/proj; git init -q $WS/fake && git -C $WS/fake config core.fsmonitor $WS/.agent/evil && mv $WS/fake/.git $WS/proj/.git 2>&1; echo replace=$?`
 
-// TestPlainFolderAttackNestedRepo: a workspace that is not a git
+// TestBackendPlainFolderAttackNestedRepo: a workspace that is not a git
 // repository (a folder of projects, which Canvas lets a user pick) holds
 // the user's repositories. From inside, the agent writes a hook and an
 // fsmonitor into one's git dir, tries to move it away, to delete its git
 // dir and to put one of its own in its place: every step fails, and the
 // user's everyday git in it on the host afterwards runs nothing of the
 // agent's. Control: the same plant fires in an unprotected folder.
-func TestPlainFolderAttackNestedRepo(t *testing.T) {
+func TestBackendPlainFolderAttackNestedRepo(t *testing.T) {
+	eachBackend(t, plainFolderAttackNestedRepo)
+}
+
+func plainFolderAttackNestedRepo(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
 	setup := func() (ws, markers string) {
 		ws, markers = testenv.TempDir(t), mustTempDir(t, "ohd-marker-")
@@ -72,7 +76,7 @@ func TestPlainFolderAttackNestedRepo(t *testing.T) {
 		t.Fatalf("control: the plant does not fire under the user's git (%v):\n%s\n%s", err, out, userOut)
 	}
 
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	ws, markers = setup()
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", ws)
@@ -102,12 +106,16 @@ func TestPlainFolderAttackNestedRepo(t *testing.T) {
 	}
 }
 
-// TestPlainFolderRefusedWhenUnprotectable: a plain folder holding a
+// TestBackendPlainFolderRefusedWhenUnprotectable: a plain folder holding a
 // repository whose .git is a symlink (which the agent could point at a
 // git dir of its own) is refused before anything is made, saying what to
 // pick instead.
-func TestPlainFolderRefusedWhenUnprotectable(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendPlainFolderRefusedWhenUnprotectable(t *testing.T) {
+	eachBackend(t, plainFolderRefusedWhenUnprotectable)
+}
+
+func plainFolderRefusedWhenUnprotectable(t *testing.T, b backend) {
+	d := b.daemon(t)
 	ws := testenv.TempDir(t)
 	real := filepath.Join(testenv.TempDir(t), "real")
 	if err := os.Mkdir(real, 0o755); err != nil {

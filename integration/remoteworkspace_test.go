@@ -15,16 +15,20 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
-// TestRemoteWorkspaceWithoutUpstream: issue 18 point 10, the SDK's
+// TestBackendRemoteWorkspaceWithoutUpstream: issue 18 point 10, the SDK's
 // RemoteWorkspace against ohd with no upstream. /server_info answers
 // without a key from ohd itself and, once a conversation of the image
 // exists, names conversation_runtime_routes_v1; the scoped routes it then
 // steers the client to (terminal, git changes, file download) reach the
 // conversation's container. TestCanvasWholeSession covers the same with
 // an upstream.
-func TestRemoteWorkspaceWithoutUpstream(t *testing.T) {
+func TestBackendRemoteWorkspaceWithoutUpstream(t *testing.T) {
+	eachBackend(t, remoteWorkspaceWithoutUpstream)
+}
+
+func remoteWorkspaceWithoutUpstream(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	var info struct{ Capabilities []string }
 	if r := d.call("GET", "/server_info", nil, "X-Session-API-Key", ""); r.Status != http.StatusOK {
 		t.Fatalf("GET /server_info without a key = %d %s", r.Status, r.Body)

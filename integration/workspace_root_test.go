@@ -13,18 +13,22 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
-// TestWorkspaceRootFlag: issue 18 point 2, the flag end to end. Without
+// TestBackendWorkspaceRootFlag: issue 18 point 2, the flag end to end. Without
 // an upstream, `ohd serve --workspace-root DIR` is the only root: a
 // create through the conversation API whose working_dir is missing below
 // DIR gets the folder made (owned by DIR's owner) and starts without a
 // worktree; one outside is a 400 naming the flag and makes nothing.
-func TestWorkspaceRootFlag(t *testing.T) {
+func TestBackendWorkspaceRootFlag(t *testing.T) {
+	eachBackend(t, workspaceRootFlag)
+}
+
+func workspaceRootFlag(t *testing.T, b backend) {
 	testenv.RequireRoot(t)
 	root := testenv.TempDir(t)
 	if err := os.Chown(root, attackOwner, attackOwner); err != nil {
 		t.Fatal(err)
 	}
-	d := dockerDaemon(t, "--workspace-root", root)
+	d := b.daemon(t, "--workspace-root", root)
 	dir := filepath.Join(root, "workspace", "project", "f00d")
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": dir}, "worktree": true})
 	// ownedBy checks p is a directory of the root's owner (read through

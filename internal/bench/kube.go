@@ -32,7 +32,10 @@ type KubeOptions struct {
 	// KUBECONFIG, OHD_KUBE_NAMESPACE and OHD_KUBE_NODE (scripts/kube/up
 	// writes them to its env file).
 	Kubeconfig, Namespace, Node string
-	Logger                      *slog.Logger
+	// CRISocket is the node's CRI socket, where the image's entrypoint is
+	// read; "" reads OHD_KUBE_CONTAINERD, else containerd's default.
+	CRISocket string
+	Logger    *slog.Logger
 }
 
 // KubeConfigured says whether the environment names a cluster for Kube.
@@ -60,12 +63,11 @@ func Kube(ctx context.Context, opts KubeOptions) ([]CreateResult, error) {
 		Kubeconfig: env(opts.Kubeconfig, "KUBECONFIG"), Namespace: env(opts.Namespace, "OHD_KUBE_NAMESPACE"),
 		Node: env(opts.Node, "OHD_KUBE_NODE"), Logger: opts.Logger,
 	}
-	dk, err := runtime.NewDocker(ctx, runtime.DockerOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("kube: the image's entrypoint is read from Docker: %w", err)
+	sock := env(opts.CRISocket, "OHD_KUBE_CONTAINERD")
+	if sock == "" {
+		sock = kubernetes.DefaultCRISocket
 	}
-	defer dk.Close()
-	ko.ImageConfig = dk.ResolveImage
+	ko.ImageConfig = kubernetes.CRIImageConfig(sock)
 	k, err := kubernetes.New(ctx, ko)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/openhands"
 	"github.com/ohd-dev/ohd/pkg/packcheck"
 	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/runtime/kubernetes"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/version"
 	"github.com/ohd-dev/ohd/pkg/worktree"
@@ -92,6 +93,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			str("kube-namespace", "namespace of the kubernetes runtime's pods and network policies (default ohd)"),
 			str("kube-node", "this node's name, where the kubernetes runtime pins its pods (default $NODE_NAME, from the downward API)"),
 			&cli.BoolFlag{Name: "kube-pull-images", Usage: "let the kubelet pull an image the node lacks (default: only the node's images run)", Sources: env("kube-pull-images")},
+			str("kube-cri-socket", "the node's container runtime's CRI socket, where the kubernetes runtime reads an image's entrypoint (default "+kubernetes.DefaultCRISocket+", containerd's)"),
 			&cli.BoolFlag{Name: "kube-policy-enforced", Usage: "the cluster's network plugin enforces NetworkPolicy (ohd tells only for Calico and Cilium)", Sources: env("kube-policy-enforced")},
 			str("image", "conversation container image (default "+openhands.DefaultImage+"; pin a version)"),
 			str("worktree-root", "where worktrees are created (default <state-dir>/worktrees)"),
@@ -179,7 +181,8 @@ func serveCmd(stderr io.Writer) *cli.Command {
 				SessionAPIKeys: cmd.StringSlice("session-api-key"), SessionAPIKeyFile: cmd.String("session-api-key-file"),
 				Helper: cmd.String("ohctl-binary"), Network: cmd.String("network"),
 				Kube: KubeConfig{Kubeconfig: cmd.String("kubeconfig"), Namespace: cmd.String("kube-namespace"), Node: cmd.String("kube-node"),
-					PullImages: cmd.Bool("kube-pull-images"), PolicyEnforced: cmd.Bool("kube-policy-enforced")},
+					PullImages: cmd.Bool("kube-pull-images"), PolicyEnforced: cmd.Bool("kube-policy-enforced"),
+					CRISocket: cmd.String("kube-cri-socket")},
 				IdleTimeout: cmd.Duration("idle-timeout"), ForwardEnv: cmd.StringSlice("forward-env"),
 				InnerEnv:       cmd.StringSlice("inner-env"),
 				ReadOnlyRootfs: cmd.Bool("read-only-rootfs"), MemoryBytes: memory,

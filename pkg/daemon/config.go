@@ -17,6 +17,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/egress"
 	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/runtime"
+	"github.com/ohd-dev/ohd/pkg/runtime/kubernetes"
 )
 
 // Config is everything `ohd serve` can be told. Every field has a flag
@@ -190,6 +191,10 @@ type KubeConfig struct {
 	// PolicyEnforced: the operator says the cluster's network plugin
 	// enforces NetworkPolicy (ohd can tell only for Calico and Cilium).
 	PolicyEnforced bool
+	// CRISocket is the node's container runtime's CRI socket, where ohd
+	// reads an image's entrypoint. Default containerd's,
+	// /run/containerd/containerd.sock.
+	CRISocket string
 }
 
 // Defaults fills every zero field. It reads the environment (XDG dirs,
@@ -221,6 +226,9 @@ func (c *Config) Defaults() error {
 	}
 	if c.Runtime == "" {
 		c.Runtime = "auto"
+	}
+	if c.Kube.CRISocket == "" {
+		c.Kube.CRISocket = kubernetes.DefaultCRISocket
 	}
 	if c.Kube.Namespace == "" {
 		c.Kube.Namespace = "ohd"

@@ -38,18 +38,15 @@ import (
 // Daemon is a running ohd. Build it with Start; stop it by cancelling the
 // context given to Start and calling Wait.
 type Daemon struct {
-	cfg   Config
-	log   *slog.Logger
-	key   *masterkey.Key
-	store *store.Store
-	mgr   *conversation.Manager
-	br    *broker.Broker
-	rt    runtime.Runtime
-	// imageEngine is the node's Docker engine the kubernetes runtime reads
-	// image configuration from (nil otherwise).
-	imageEngine *runtime.Docker
-	egress      string // store.EgressBroker or store.EgressOpen for new containers; "" for the local runtime
-	lock        *os.File
+	cfg    Config
+	log    *slog.Logger
+	key    *masterkey.Key
+	store  *store.Store
+	mgr    *conversation.Manager
+	br     *broker.Broker
+	rt     runtime.Runtime
+	egress string // store.EgressBroker or store.EgressOpen for new containers; "" for the local runtime
+	lock   *os.File
 
 	metrics        *metrics.Metrics
 	keysConfigured bool // the API keys were given, not generated
@@ -293,7 +290,7 @@ func (d *Daemon) selectRuntime(ctx context.Context) (runtime.Runtime, error) {
 		}
 		return rt, nil
 	case "kubernetes":
-		return d.kubeRuntime(ctx, opts)
+		return d.kubeRuntime(ctx)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -668,9 +665,6 @@ func (d *Daemon) close() {
 	}
 	if d.rt != nil {
 		_ = d.rt.Close()
-	}
-	if d.imageEngine != nil {
-		_ = d.imageEngine.Close()
 	}
 	if d.store != nil {
 		_ = d.store.Close()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/runtime"
@@ -10,21 +11,17 @@ import (
 
 // kubeRuntime connects the kubernetes runtime (--runtime kubernetes). The
 // Kubernetes API does not expose an image's entrypoint, which ohd wraps:
-// it is read from the node's Docker engine when one answers (the images
-// of a node built and loaded there); without one, creates fail saying so.
-func (d *Daemon) kubeRuntime(ctx context.Context, opts runtime.DockerOptions) (runtime.Runtime, error) {
+// it is read from the node's container runtime over the CRI
+// (--kube-cri-socket), as the kubelet reads it; no Docker engine is needed
+// on the node.
+func (d *Daemon) kubeRuntime(ctx context.Context) (runtime.Runtime, error) {
 	ko := kubernetes.Options{
 		Kubeconfig: d.cfg.Kube.Kubeconfig, Namespace: d.cfg.Kube.Namespace, Node: d.cfg.Kube.Node,
 		PullImages: d.cfg.Kube.PullImages, PolicyEnforced: d.cfg.Kube.PolicyEnforced, Logger: d.log,
+		ImageConfig: kubernetes.CRIImageConfig(d.cfg.Kube.CRISocket),
 	}
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	docker, err := runtime.NewDocker(pctx, opts)
-	cancel()
-	if err == nil {
-		d.imageEngine = docker
-		ko.ImageConfig = docker.ResolveImage
-	} else {
-		d.log.Warn("no Docker engine on this node: the kubernetes runtime cannot read image entrypoints, so conversations cannot be created", "err", err)
+	if _, err := os.Stat(d.cfg.Kube.CRISocket); err != nil {
+		d.log.Warn("the node's container runtime has no CRI socket here: the kubernetes runtime cannot read image entrypoints, so conversations cannot be created until it answers (--kube-cri-socket)", "err", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -40,6 +40,11 @@
 //   - imagePullPolicy Never (the node's images only) unless
 //     Options.PullImages; a missing image fails at once with ErrNotFound
 //     saying how to import it.
+//   - The container's command is the image's entrypoint wrapped by ohd,
+//     so ohd reads the image's configuration, which the API server does
+//     not show: [CRIImageConfig] asks the node's container runtime over the
+//     CRI (ImageStatus, verbose), as the kubelet does; no Docker engine on
+//     the node.
 //   - Hostname [runtime.HostnameOf] the conversation, stable across pods.
 //
 // # Lifecycle

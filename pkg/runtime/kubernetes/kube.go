@@ -41,8 +41,7 @@ const CallTimeout = 30 * time.Second
 
 // ImageConfigFunc reads an image's configuration (entrypoint and command)
 // as the node has it. The Kubernetes API does not expose it; ohd serve
-// passes the Docker engine of the node when one answers (the images a
-// one-node cluster runs are built there and imported into containerd).
+// passes [CRIImageConfig], which asks the node's container runtime.
 type ImageConfigFunc func(ctx context.Context, ref string) (runtime.Image, error)
 
 // Options configure New.
@@ -367,7 +366,7 @@ func (k *Kube) List(ctx context.Context, serverID string) ([]runtime.Container, 
 // node, where it must be (imagePullPolicy Never) unless PullImages.
 func (k *Kube) ResolveImage(ctx context.Context, ref string) (runtime.Image, error) {
 	if k.imgConfig == nil {
-		return runtime.Image{}, fmt.Errorf("resolve image %s: the kubernetes runtime reads an image's entrypoint from a Docker engine on the node, and none answers", ref)
+		return runtime.Image{}, fmt.Errorf("resolve image %s: the kubernetes runtime was given no way to read an image's entrypoint (Options.ImageConfig)", ref)
 	}
 	img, err := k.imgConfig(ctx, ref)
 	if err != nil {

@@ -82,7 +82,19 @@ func newUUID(t testing.TB) string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
-// dockerImageConfig reads image configuration as ohd serve does.
+// criImageConfig reads image configuration as ohd serve does: from the
+// node's containerd over the CRI.
+func criImageConfig(t testing.TB) ImageConfigFunc {
+	t.Helper()
+	sock := os.Getenv("OHD_KUBE_CONTAINERD")
+	if sock == "" {
+		t.Fatal("OHD_KUBE=1 but OHD_KUBE_CONTAINERD is empty: source scripts/kube's env (make test-kube does)")
+	}
+	return CRIImageConfig(sock)
+}
+
+// dockerImageConfig reads image configuration from Docker, where the test
+// image is built (what the CRI's answer is checked against).
 func dockerImageConfig(t testing.TB) ImageConfigFunc {
 	d, err := runtime.NewDocker(context.Background(), runtime.DockerOptions{})
 	if err != nil {
@@ -101,7 +113,7 @@ func testKube(t testing.TB) (*Kube, string) {
 	defer cancel()
 	k, err := New(ctx, Options{
 		Kubeconfig: os.Getenv("KUBECONFIG"), Namespace: os.Getenv("OHD_KUBE_NAMESPACE"), Node: os.Getenv("OHD_KUBE_NODE"),
-		ImageConfig: dockerImageConfig(t),
+		ImageConfig: criImageConfig(t),
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
