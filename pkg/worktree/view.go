@@ -107,7 +107,12 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		head = []byte("ref: refs/heads/" + wt.viewBranch() + "\n")
 	}
 	w.write(filepath.Join(v, "HEAD"), head, 0o644)
-	m.seedHostView(ctx, wt, &w, head)
+	// The host's refs, listed once for the host remote and the view.
+	refs, rerr := m.git(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), runOpts{}, "for-each-ref", "--format=%(objectname) %(refname) %(symref)")
+	if rerr != nil {
+		return fmt.Errorf("seed view: list the repository's refs: %w", rerr)
+	}
+	m.seedHostView(wt, &w, head, refs)
 	if b, err := readHostFile(filepath.Join(wt.CommonDir, "shallow"), 64<<20); err == nil {
 		w.write(filepath.Join(v, "shallow"), b, 0o644)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -115,10 +120,7 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	}
 	copyInfo(&w, filepath.Join(wt.CommonDir, "info"), filepath.Join(v, "info"))
 
-	packed, loose, rerr := m.seedRefs(ctx, wt)
-	if rerr != nil {
-		return fmt.Errorf("seed view: %w", rerr)
-	}
+	packed, loose := seedRefs(wt, refs)
 	w.write(filepath.Join(v, "packed-refs"), packed, 0o644)
 	w.write(filepath.Join(parent, seedRefsFile), packed, 0o644) // host-only: what the agent did not make
 	for name, target := range loose {
@@ -232,16 +234,13 @@ func (m *Manager) SeedView(ctx context.Context, wt Worktree) (Worktree, error) {
 	return wt, nil
 }
 
-// seedRefs lists the host repository's refs for the view: packed-refs
-// content for plain refs, and symbolic refs (origin/HEAD) by target. ohd's
+// seedRefs is the view's refs of out, the host repository's refs as
+// `for-each-ref --format="%(objectname) %(refname) %(symref)"` lists
+// them: packed-refs content for plain refs, and symbolic refs
+// (origin/HEAD) by target. ohd's
 // own refs (refs/ohd/) and other conversations' branches are left out:
 // they are nobody's business inside this conversation.
-func (m *Manager) seedRefs(ctx context.Context, wt Worktree) (packed []byte, symbolic map[string]string, err error) {
-	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=%(objectname) %(refname) %(symref)")
-	if err != nil {
-		return nil, nil, fmt.Errorf("list the repository's refs: %w", err)
-	}
+func seedRefs(wt Worktree, out string) (packed []byte, symbolic map[string]string) {
 	own := "refs/heads/" + wt.Branch
 	type ref struct{ oid, name string }
 	var refs []ref
@@ -267,7 +266,7 @@ func (m *Manager) seedRefs(ctx context.Context, wt Worktree) (packed []byte, sym
 	for _, r := range refs {
 		b.WriteString(r.oid + " " + r.name + "\n")
 	}
-	return b.Bytes(), symbolic, nil
+	return b.Bytes(), symbolic
 }
 
 // upstreamConfig is the view's configuration of the branch's upstream: the
