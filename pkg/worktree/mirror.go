@@ -293,8 +293,17 @@ func (m *Manager) DropLive(ctx context.Context, wt Worktree) error {
 // dropLive is DropLive with the repository's lock held.
 func (m *Manager) dropLive(ctx context.Context, ct gitTarget, id string) error {
 	have, err := m.readRefsUnder(ctx, ct, LivePrefix(id))
-	if err != nil || len(have) == 0 {
+	if err != nil {
 		return err
+	}
+	return m.dropLiveRefs(ctx, ct, id, have)
+}
+
+// dropLiveRefs deletes have, the live mirror of id as just read (each
+// only at the value read).
+func (m *Manager) dropLiveRefs(ctx context.Context, ct gitTarget, id string, have map[string]string) error {
+	if len(have) == 0 {
+		return nil
 	}
 	var tx strings.Builder
 	for ref, oid := range have {

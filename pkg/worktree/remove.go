@@ -198,10 +198,20 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if admin := registeredAt(wt.CommonDir, wt.Path); admin != "" {
 		return fail(fmt.Errorf("%s is still registered after removal (%s): run `git worktree remove --force --force %s` in %s", wt.Path, admin, wt.Path, wt.Repo))
 	}
-	// The branch and the snapshot ref, read in one git run, under the lock.
-	refs, err := m.readRefs(ctx, ct, "refs/heads/"+wt.Branch, snapRef)
+	// The branch, the snapshot ref and the live mirror, read in one git
+	// run, under the lock (which publishes take too).
+	listed, err := m.readRefsUnder(ctx, ct, "refs/heads/"+wt.Branch, snapRef, LivePrefix(wt.ConversationID))
 	if err != nil {
 		return fail(err)
+	}
+	refs, live := map[string]string{}, map[string]string{}
+	for name, oid := range listed {
+		switch {
+		case name == "refs/heads/"+wt.Branch || name == snapRef:
+			refs[name] = oid
+		case strings.HasPrefix(name, LivePrefix(wt.ConversationID)):
+			live[name] = oid
+		}
 	}
 	if res.SnapshotRef == "" && !opts.Discard { // an earlier, interrupted Remove may have saved one
 		if oid, ok := refs[snapRef]; ok {
@@ -223,7 +233,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 		}
 	}
 	// The view's refs are saved (kept, published): its live mirror goes.
-	if err := m.dropLive(ctx, ct, wt.ConversationID); err != nil {
+	if err := m.dropLiveRefs(ctx, ct, wt.ConversationID, live); err != nil {
 		return fail(err)
 	}
 	// The view is the agent's: RemoveAll unlinks what it finds without
