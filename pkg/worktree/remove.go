@@ -371,14 +371,25 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if err != nil {
 		return err
 	}
+	m.onStep("snapshot")
+	unlock, err := m.lockRepo(ctx, wt.CommonDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// The host's branches and tags, read once under the lock: the
+	// branch's value the transaction below moves from, and what the
+	// agent's refs are compared with.
+	host, err := m.readRefsUnder(ctx, ct, "refs/heads/", "refs/tags/", "refs/stash")
+	if err != nil {
+		return err
+	}
+	cur := host[hostRef]
 	// A ref the agent made or moved (it differs from the view's seed) is
 	// kept also when its commit is on the host, unless the host has the
 	// same ref at the same value: its name (a tag, a side branch) is work
 	// too.
-	made, err := m.madeByAgent(ctx, ct, wt, candidates, col.Refs)
-	if err != nil {
-		return err
-	}
+	made := madeByAgent(wt, candidates, col.Refs, host)
 	var keep []string
 	for _, name := range candidates {
 		if lacks[name] || made[name] {
@@ -388,16 +399,6 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if len(keep) > maxKept {
 		res.KeptDropped = len(keep) - maxKept
 		keep = keep[:maxKept]
-	}
-	m.onStep("snapshot")
-	unlock, err := m.lockRepo(ctx, wt.CommonDir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	cur, _, err := m.revParse(ctx, ct, hostRef)
-	if err != nil {
-		return err
 	}
 	var tx strings.Builder
 	if tip != "" && tip == cur {
