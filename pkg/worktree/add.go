@@ -320,21 +320,32 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 	wt.AdminID = filepath.Base(wt.AdminDir)
 	unlock()
 
-	if _, err := m.git(ctx, worktreeTarget(wt), runOpts{}, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
+	// The view is seeded while git checks the files out (both read the
+	// host's repository; neither writes what the other reads), but for
+	// the index, which the checkout writes and the view copies after.
+	checkedOut := make(chan error, 1)
+	go func() {
+		_, err := m.git(ctx, worktreeTarget(wt), runOpts{}, "reset", "--hard", "--no-recurse-submodules", "--quiet")
+		checkedOut <- err
+	}()
+	var serr error
+	if wt.View != "" {
+		serr = m.seedViewWith(ctx, wt, false)
+	}
+	if err := <-checkedOut; err != nil {
+		serr = fmt.Errorf("check out %s: %w", wt.StartPoint, err)
+	}
+	if serr == nil && wt.View != "" {
+		serr = m.seedViewIndex(wt)
+	}
+	if serr != nil {
 		unlock, lerr := m.lockRepo(context.WithoutCancel(ctx), repo.CommonDir)
 		if lerr == nil {
 			defer unlock()
 		}
-		return undo(fmt.Errorf("check out %s: %w", wt.StartPoint, err))
+		return undo(serr)
 	}
 	if wt.View != "" {
-		if err := m.seedView(ctx, wt); err != nil {
-			unlock, lerr := m.lockRepo(context.WithoutCancel(ctx), repo.CommonDir)
-			if lerr == nil {
-				defer unlock()
-			}
-			return undo(err)
-		}
 		m.onStep("view")
 	}
 	m.log.Info("worktree added", "conversation", id, "path", wt.Path, "branch", wt.Branch,

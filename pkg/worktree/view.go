@@ -50,7 +50,14 @@ func viewPaths(path string) (view, alternate string) {
 // Everything read here is the host repository's (never the agent's): the
 // common dir's config, HEAD, info/ and shallow, and the host admin dir's
 // index, each opened without following a symlink.
-func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
+func (m *Manager) seedView(ctx context.Context, wt Worktree) error {
+	return m.seedViewWith(ctx, wt, true)
+}
+
+// seedViewWith is seedView, without the index unless index: Add seeds the
+// view while git checks the worktree out, which writes the host's index,
+// and copies it after (seedViewIndex).
+func (m *Manager) seedViewWith(ctx context.Context, wt Worktree, index bool) (err error) {
 	if wt.View == "" {
 		return fmt.Errorf("seed view: %w: no view path", ErrInvalidWorktree)
 	}
@@ -151,11 +158,26 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)
 	}
-	if err := copyIndexFiles(&w, filepath.Dir(hostIndex), admin); err != nil {
-		return fmt.Errorf("seed view: %w", err)
+	if index {
+		if err := copyIndexFiles(&w, filepath.Dir(hostIndex), admin); err != nil {
+			return fmt.Errorf("seed view: %w", err)
+		}
 	}
 	if w.err != nil {
 		return fmt.Errorf("seed view %s: %w", v, w.err)
+	}
+	return nil
+}
+
+// seedViewIndex copies the host's index of wt's worktree (a linked one,
+// not in place) into its view, which seedViewWith made without it.
+func (m *Manager) seedViewIndex(wt Worktree) error {
+	w := ownedWriter{m: m, uid: wt.UID, gid: wt.GID}
+	if err := copyIndexFiles(&w, wt.AdminDir, filepath.Join(wt.View, "worktrees", wt.AdminID)); err != nil {
+		return fmt.Errorf("seed view: %w", err)
+	}
+	if w.err != nil {
+		return fmt.Errorf("seed view %s: %w", wt.View, w.err)
 	}
 	return nil
 }
