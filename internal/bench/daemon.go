@@ -17,8 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/control"
+	"github.com/ohd-dev/ohd/pkg/runtime"
 )
 
 // ohdDaemon is `ohd serve` run as its own process, as deployed, with one
@@ -36,6 +39,8 @@ type ohdDaemon struct {
 
 	// The conversation's inner server: published port and key.
 	innerAddr, innerKey string
+	// containerID is the conversation's container.
+	containerID string
 	// via is how ohd reaches it, from ohd's log.
 	via string
 }
@@ -152,6 +157,7 @@ func startOHDWith(ctx context.Context, image string, create map[string]any) (_ *
 		return nil, fmt.Errorf("bench proxy: read the inner key: %w", err)
 	}
 	d.innerAddr, d.innerKey = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.HostPort)), strings.TrimSpace(string(ik))
+	d.containerID = c.ContainerID
 	return d, nil
 }
 
@@ -223,4 +229,36 @@ func processCPU(pid int) time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// innerInNetns returns the network namespace of container id's first
+// process (/proc/<pid>/ns/net) and the inner server's address inside it,
+// for a client run there (nsenter): the inner server with no hop at all.
+// Not root (nsenter cannot enter it), it returns "".
+func innerInNetns(ctx context.Context, id string) (netns, addr string, err error) {
+	if os.Geteuid() != 0 {
+		return "", "", nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, engineCallBudget)
+	defer cancel()
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		return "", "", fmt.Errorf("bench proxy: %w", err)
+	}
+	defer cli.Close()
+	res, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return "", "", fmt.Errorf("bench proxy: inspect the conversation's container: %w", err)
+	}
+	ci := res.Container
+	if ci.State == nil || ci.State.Pid <= 0 {
+		return "", "", errors.New("bench proxy: the conversation's container does not run")
+	}
+	port := runtime.DefaultInnerPort
+	if ci.Config != nil {
+		if p, err := strconv.Atoi(ci.Config.Labels[runtime.LabelInnerPort]); err == nil && p > 0 {
+			port = p
+		}
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", ci.State.Pid), net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }

@@ -48,10 +48,16 @@ type ProxyOptions struct {
 	// WSWindow is the number of messages a WebSocket connection keeps in
 	// flight; default 16.
 	WSWindow int
-	// Modes are the modes to run: "http" and "ws" (Go clients) and "wrk"
+	// Modes are the modes to run: "http" and "ws" (Go clients), "wrk"
 	// (the same GET as http, driven by wrk; installed from Debian's
-	// packages when missing); default all three.
+	// packages when missing) and, with Image, "limit" (wrk with
+	// LimitClients connections, its baseline the inner server reached
+	// from inside its container's network namespace: no hop at all);
+	// default all of them.
 	Modes []string
+	// LimitClients is the number of connections of the limit mode;
+	// default 16.
+	LimitClients int
 	// Image, when set, runs `ohd serve` as its own process, as deployed
 	// (docker runtime, this image: the test image), with one conversation
 	// created through its API: "proxy" is ohd's conversation API,
@@ -81,7 +87,8 @@ type ProxyResult struct {
 	OHDCPU time.Duration
 	// Via is how ohd reached the inner server: "container network
 	// namespace" or "published port" (the baseline always uses the
-	// published port).
+	// published port, but in the limit mode, where it is the inner
+	// server inside its network namespace).
 	Via string
 }
 
@@ -163,7 +170,13 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 		addr, key string
 		cpu       func() time.Duration
 	}
+	if opts.LimitClients <= 0 {
+		opts.LimitClients = 16
+	}
 	var via, direct target
+	// limitDirect is the inner server inside its container's network
+	// namespace, where wrk runs through nsenter ("" without a container).
+	var limitNetns, limitAddr string
 	// pathOf says how ohd reached the inner server.
 	pathOf := func() string { return "in-process proxy to a stand-in process" }
 	if opts.Image != "" {
@@ -175,6 +188,9 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 		via = target{d.listen, d.key, func() time.Duration { return processCPU(d.cmd.Process.Pid) }}
 		direct = target{d.innerAddr, d.innerKey, nil}
 		pathOf = d.path
+		if limitNetns, limitAddr, err = innerInNetns(ctx, d.containerID); err != nil {
+			return nil, err
+		}
 	} else {
 		innerKey := "ohd-bench-inner-session-key"
 		inner, err := proxyStartStandin(ctx, bin, innerKey)
@@ -206,19 +222,35 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 	var results []ProxyResult
 	if len(opts.Modes) == 0 {
 		opts.Modes = []string{"http", "ws", "wrk"}
+		if limitNetns != "" {
+			opts.Modes = append(opts.Modes, "limit")
+		}
 	}
 	for _, mode := range opts.Modes {
 		var wrk string
 		var wrkP99 time.Duration // the proxy's slowest p99 over the rounds
-		if mode == "wrk" {
+		clients := opts.Clients
+		direct := direct
+		var netns string // where wrk runs for the direct leg ("": here)
+		if mode == "limit" {
+			if limitNetns == "" {
+				return nil, errors.New("bench proxy: the limit mode needs a container (Image)")
+			}
+			clients, direct, netns = opts.LimitClients, target{limitAddr, direct.key, nil}, limitNetns
+		}
+		if mode == "wrk" || mode == "limit" {
 			var err error
 			if wrk, err = ensureWrk(ctx); err != nil {
 				return nil, fmt.Errorf("bench proxy: %w", err)
 			}
 		}
 		drive := func(t target, d time.Duration) (sample, error) {
-			if mode == "wrk" {
-				s, p99, err := proxyDriveWrk(ctx, wrk, t.addr, t.key, opts.Clients, d)
+			if mode == "wrk" || mode == "limit" {
+				ns := ""
+				if t.addr == direct.addr {
+					ns = netns
+				}
+				s, p99, err := proxyDriveWrk(ctx, wrk, ns, t.addr, t.key, clients, d)
 				if t.addr == via.addr {
 					wrkP99 = max(wrkP99, p99)
 				}
@@ -264,7 +296,7 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 			}
 		}
 		r := ProxyResult{
-			Mode: mode, Clients: opts.Clients,
+			Mode: mode, Clients: clients,
 			ProxyRate: ps.rate(), DirectRate: ds.rate(),
 			ProxyErrors: ps.errors, DirectErrs: ds.errors, Via: pathOf(),
 		}
@@ -273,7 +305,7 @@ func Proxy(ctx context.Context, opts ProxyOptions) ([]ProxyResult, error) {
 		}
 		r.ProxyP50, r.ProxyP99 = ps.percentile(0.50), ps.percentile(0.99)
 		r.DirectP50, r.DirectP99 = ds.percentile(0.50), ds.percentile(0.99)
-		if mode == "wrk" {
+		if mode == "wrk" || mode == "limit" {
 			r.ProxyP99 = wrkP99 // wrk reports percentiles, not latencies
 		}
 		if r.DirectRate > 0 {

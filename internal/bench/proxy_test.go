@@ -33,6 +33,14 @@ func TestProxyBenchContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if os.Geteuid() == 0 {
+		// The limit mode: wrk inside the container's network namespace.
+		if len(res) != 4 || res[3].Mode != "limit" {
+			t.Fatalf("Proxy() as root returned %+v, want the http, ws, wrk and limit modes", res)
+		}
+		checkProxyResult(t, res[3])
+		res = res[:3]
+	}
 	checkProxyResults(t, res)
 	want := "published port"
 	if os.Geteuid() == 0 {
@@ -53,14 +61,19 @@ func checkProxyResults(t *testing.T, res []ProxyResult) {
 	if len(res) != 3 || res[0].Mode != "http" || res[1].Mode != "ws" || res[2].Mode != "wrk" {
 		t.Fatalf("Proxy() returned %+v, want the http, ws and wrk modes", res)
 	}
-	line := regexp.MustCompile(`^bench: proxy-(http|ws|wrk) ratio=[0-9]+\.[0-9]{2} p99=[0-9.]+(µs|ms|s|ns)$`)
 	for _, r := range res {
-		t.Log(r.Detail())
-		if !line.MatchString(r.Line()) {
-			t.Errorf("Line() = %q, want the documented form", r.Line())
-		}
-		if r.ProxyErrors != 0 || r.DirectErrs != 0 || r.ProxyRate <= 0 || r.DirectRate <= 0 {
-			t.Errorf("%s: %+v", r.Mode, r)
-		}
+		checkProxyResult(t, r)
+	}
+}
+
+func checkProxyResult(t *testing.T, r ProxyResult) {
+	t.Helper()
+	line := regexp.MustCompile(`^bench: proxy-(http|ws|wrk|limit) ratio=[0-9]+\.[0-9]{2} p99=[0-9.]+(µs|ms|s|ns)$`)
+	t.Log(r.Detail())
+	if !line.MatchString(r.Line()) {
+		t.Errorf("Line() = %q, want the documented form", r.Line())
+	}
+	if r.ProxyErrors != 0 || r.DirectErrs != 0 || r.ProxyRate <= 0 || r.DirectRate <= 0 {
+		t.Errorf("%s: %+v", r.Mode, r)
 	}
 }

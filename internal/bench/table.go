@@ -110,6 +110,7 @@ var Targets = map[string]Target{
 	"proxy-http":                   {Value: 0.75},
 	"proxy-ws":                     {Value: 0.80},
 	"proxy-wrk":                    {Value: 0.80},
+	"proxy-limit":                  {Value: 0.65},
 	"llm-openai-ttfb":              {AtMost: true, Value: 10},
 	"llm-anthropic-ttfb":           {AtMost: true, Value: 10},
 	"llm-openai-container-ttfb":    {AtMost: true, Value: 10},

@@ -77,11 +77,17 @@ func wrkDur(v, unit string) time.Duration {
 }
 
 // proxyDriveWrk drives GET echo requests with wrk for d (whole seconds,
-// at least 1), with clients connections on 2 threads.
-func proxyDriveWrk(ctx context.Context, wrk, addr, key string, clients int, d time.Duration) (sample, time.Duration, error) {
+// at least 1), with clients connections on 2 threads; with netns (a
+// /proc/<pid>/ns/net path) wrk runs in that network namespace (nsenter).
+func proxyDriveWrk(ctx context.Context, wrk, netns, addr, key string, clients int, d time.Duration) (sample, time.Duration, error) {
 	secs := int(math.Max(1, math.Round(d.Seconds())))
-	cmd := exec.CommandContext(ctx, wrk, "-t2", "-c"+strconv.Itoa(clients), "-d"+strconv.Itoa(secs)+"s", "--timeout", "10s", "--latency",
-		"-H", "X-Session-API-Key: "+key, "http://"+addr+"/api/conversations/"+proxyBenchID+"/echo/bench")
+	args := []string{"-t2", "-c" + strconv.Itoa(clients), "-d" + strconv.Itoa(secs) + "s", "--timeout", "10s", "--latency",
+		"-H", "X-Session-API-Key: " + key, "http://" + addr + "/api/conversations/" + proxyBenchID + "/echo/bench"}
+	name := wrk
+	if netns != "" {
+		name, args = "nsenter", append([]string{"--net=" + netns, "--", wrk}, args...)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return sample{}, 0, fmt.Errorf("wrk: %v\n%s", err, out)

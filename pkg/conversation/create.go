@@ -281,10 +281,39 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		m.cfg.OnStep(id, name, time.Since(step))
 		step = time.Now()
 	}
+	// The broker (its socket, its directory, the inner server's keys and
+	// state) needs nothing of the worktree: it is made while git makes the
+	// worktree. Every return below waits for it first, so that a failed
+	// create's undo finds the broker opened or not, never half.
+	type opened struct {
+		key []byte
+		err error
+	}
+	bc := make(chan opened, 1)
+	bconv := conv // the worktree's fields are filled in below meanwhile
+	go func() {
+		defer func() {
+			if r := recover(); r != nil { // a bug: the create fails and is undone
+				bc <- opened{err: fmt.Errorf("ohd failed internally: %v", r)}
+			}
+		}()
+		key, err := m.openBroker(ctx, bconv)
+		bc <- opened{key, err}
+	}()
+	brokerWaited := false
+	var broker opened
+	waitBroker := func() opened {
+		if !brokerWaited {
+			broker, brokerWaited = <-bc, true
+		}
+		return broker
+	}
+	defer waitBroker()
 	if repo.IsGit && req.Worktree {
 		planned := worktreeOf(conv)
 		wt, werr := m.wt.Add(ctx, worktree.AddOptions{Repo: repo, ConversationID: id, StartPoint: req.StartPoint, Planned: &planned, View: m.views(), Share: m.shareConvDir(conv)})
 		if werr != nil {
+			waitBroker()
 			return conv, &StepError{ID: id, Step: "worktree", Err: werr}
 		}
 		// The steps' results are kept in memory and written once, with the
@@ -300,6 +329,7 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		failpoint.Hit("create/after-worktree")
 	} else if conv.InPlace {
 		if _, err := m.wt.AddInPlace(ctx, worktreeOf(conv)); err != nil {
+			waitBroker()
 			return conv, &StepError{ID: id, Step: "worktree", Err: err}
 		}
 		done("worktree")
@@ -307,11 +337,13 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	}
 	if separated(conv) {
 		if err := m.shareTrees(conv, false); err != nil {
+			waitBroker()
 			return conv, &StepError{ID: id, Step: "worktree", Err: err}
 		}
 		done("share")
 	}
-	innerKey, err := m.openBroker(ctx, conv)
+	b := waitBroker()
+	innerKey, err := b.key, b.err
 	if err != nil {
 		return conv, &StepError{ID: id, Step: "broker", Err: err}
 	}

@@ -286,21 +286,40 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 		}
 		failpoint.Hit("delete/after-save")
 	}
+	closeBroker := func() error {
+		if err := m.br.Close(conv.ID); err != nil {
+			return fmt.Errorf("close broker: %w", err)
+		}
+		if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
+			return fmt.Errorf("remove broker directory: %w", err)
+		}
+		// The credentials mediated from the conversation's create (its own
+		// LLM profiles and secrets, "<id>.<name>") end with it.
+		if _, err := m.st.DeleteScoped(conv.ID); err != nil {
+			return fmt.Errorf("remove the conversation's secrets: %w", err)
+		}
+		return nil
+	}
+	// A frozen agent (its work saved) needs its broker no more: the broker
+	// goes while the engine removes the container. A container stopped
+	// gracefully keeps it until it has ended.
+	bc := make(chan error, 1)
+	if frozen {
+		go func() { bc <- closeBroker() }()
+	}
 	if err := m.removeContainers(ctx, conv, !frozen); err != nil {
+		if frozen {
+			<-bc
+		}
 		return res, fmt.Errorf("remove container: %w", err)
 	}
 	done("remove_container")
 	failpoint.Hit("delete/after-container")
-	if err := m.br.Close(conv.ID); err != nil {
-		return res, fmt.Errorf("close broker: %w", err)
+	if !frozen {
+		bc <- closeBroker()
 	}
-	if err := os.RemoveAll(m.brokerDir(conv.ID)); err != nil {
-		return res, fmt.Errorf("remove broker directory: %w", err)
-	}
-	// The credentials mediated from the conversation's create (its own
-	// LLM profiles and secrets, "<id>.<name>") end with it.
-	if _, err := m.st.DeleteScoped(conv.ID); err != nil {
-		return res, fmt.Errorf("remove the conversation's secrets: %w", err)
+	if err := <-bc; err != nil {
+		return res, err
 	}
 	done("remove_broker")
 	failpoint.Hit("delete/after-broker")
@@ -501,20 +520,7 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation,
 	if m.rt.Kind() == "local" {
 		return nil
 	}
-	ids := map[string]bool{}
-	if conv.ContainerID != "" {
-		ids[conv.ContainerID] = true
-	}
-	list, err := m.rt.List(ctx, m.st.ServerID())
-	if err != nil {
-		return err
-	}
-	for _, c := range list {
-		if c.ConversationID == conv.ID {
-			ids[c.ID] = true
-		}
-	}
-	for id := range ids {
+	remove := func(id string) error {
 		m.retire(id)
 		if graceful {
 			err := m.rt.Stop(ctx, id, m.cfg.StopTimeout)
@@ -522,8 +528,36 @@ func (m *Manager) removeContainers(ctx context.Context, conv store.Conversation,
 				m.log.Warn("container stop failed; removing it by force", "id", conv.ID, "container", shortID(id), "err", err)
 			}
 		}
-		if err := m.rt.Remove(ctx, id); err != nil {
-			return err
+		return m.rt.Remove(ctx, id)
+	}
+	// The engine's list is asked while the recorded container goes: one
+	// round trip fewer on the way of every removal (the list only finds
+	// what a crash left unrecorded).
+	type listed struct {
+		list []runtime.Container
+		err  error
+	}
+	lc := make(chan listed, 1)
+	go func() {
+		l, err := m.rt.List(ctx, m.st.ServerID())
+		lc <- listed{l, err}
+	}()
+	var rerr error
+	if conv.ContainerID != "" {
+		rerr = remove(conv.ContainerID)
+	}
+	l := <-lc
+	if rerr != nil {
+		return rerr
+	}
+	if l.err != nil {
+		return l.err
+	}
+	for _, c := range l.list {
+		if c.ConversationID == conv.ID && c.ID != conv.ContainerID {
+			if err := remove(c.ID); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

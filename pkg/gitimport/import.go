@@ -220,6 +220,9 @@ func moveNoReplace(src, dst string) error {
 func (m *Importer) Import(ctx context.Context, wt Repo, sb Sandbox, tips, nots, commits []string) (func(), error) {
 	ct := wt.target()
 	noop := func() {}
+	if len(tips) == 0 {
+		return noop, nil // nothing to bring (the caller left out what the host has)
+	}
 	present, err := m.Present(ctx, ct, append(append([]string{}, tips...), nots...))
 	if err != nil {
 		return noop, err

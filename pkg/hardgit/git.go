@@ -200,6 +200,16 @@ func mayRunFilters(args []string) bool {
 		return false
 	// Not write-tree: writing the index re-checks racily clean entries by
 	// content, through the clean filter.
+	case "ls-files":
+		// Listing the index (its modes, ids and paths) reads no work tree
+		// file; any other option (--modified, --others, --deleted, ...)
+		// looks at the work tree and gets the enumeration.
+		for _, a := range args[1:] {
+			if a != "--stage" && a != "-s" && a != "-z" {
+				return true
+			}
+		}
+		return false
 	case "hash-object": // only from stdin, without --path
 		return slices.Contains(args, "--path") || !slices.Contains(args, "--stdin")
 	case "worktree":

@@ -44,6 +44,10 @@ func TestMayRunFilters(t *testing.T) {
 		{[]string{"worktree", "remove", "/p"}, true},
 		{[]string{"hash-object", "-t", "tree", "--stdin"}, false},
 		{[]string{"hash-object", "--stdin", "--path", "a.txt"}, true},
+		{[]string{"ls-files", "--stage", "-z"}, false}, // the index only
+		{[]string{"ls-files", "-z", "--others", "--exclude-standard"}, true},
+		{[]string{"ls-files", "--stage", "--modified"}, true},
+		{[]string{"ls-files"}, false},
 		{[]string{"write-tree"}, true},
 		{[]string{"add", "--all"}, true},
 		{[]string{"reset", "--hard"}, true},

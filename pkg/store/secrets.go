@@ -341,6 +341,19 @@ func (s *Store) DeleteScoped(id string) (int, error) {
 		return 0, fmt.Errorf("delete secrets of conversation %q: not a conversation id", id)
 	}
 	prefix := []byte(id + ".")
+	// Most conversations have none: a read finds that without the write
+	// transaction's sync (one on the way of every removal).
+	found := false
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketSecrets, bucketLLM, bucketMCP} {
+			if k, _ := tx.Bucket(name).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
+				found = true
+			}
+		}
+		return nil
+	}); err != nil || !found {
+		return 0, err
+	}
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketSecrets, bucketLLM, bucketMCP} {

@@ -167,14 +167,51 @@ func (m *Manager) plan(ctx context.Context, opts AddOptions) (Worktree, Repo, er
 		return fail(err)
 	}
 	rt := repoTarget(repo)
-	if err := m.checkFree(ctx, rt, wt); err != nil {
+	// Without an explicit start point, the branch and every candidate of
+	// the order are looked up in one git run.
+	var known map[string]string
+	if opts.StartPoint == "" {
+		names := []string{"refs/heads/" + wt.Branch}
+		for _, c := range startCandidates {
+			names = append(names, c[1]+"^{commit}")
+		}
+		if known, err = m.lookup(ctx, rt, names); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.checkFree(ctx, rt, wt, known); err != nil {
 		return fail(err)
 	}
-	wt.StartPoint, wt.StartCommit, err = m.resolveStartPoint(ctx, rt, repo, opts.StartPoint)
+	wt.StartPoint, wt.StartCommit, err = m.resolveStartPoint(ctx, rt, repo, opts.StartPoint, known)
 	if err != nil {
 		return fail(err)
 	}
 	return wt, repo, nil
+}
+
+// lookup resolves each of names (full ref names, each maybe with a peel
+// such as ^{commit}) in one git run, and returns the object ids of those
+// that exist: what rev-parse --verify --quiet says of each.
+func (m *Manager) lookup(ctx context.Context, t gitTarget, names []string) (map[string]string, error) {
+	var in strings.Builder
+	for _, n := range names {
+		in.WriteString(n + "\n")
+	}
+	out, err := m.git(ctx, t, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != len(names) {
+		return nil, fmt.Errorf("git cat-file --batch-check: %d answers to %d names", len(lines), len(names))
+	}
+	found := map[string]string{}
+	for i, n := range names {
+		if isHexID(lines[i]) {
+			found[n] = lines[i]
+		}
+	}
+	return found, nil
 }
 
 // Plan runs every check of Add without changing anything and returns the
@@ -283,21 +320,32 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 	wt.AdminID = filepath.Base(wt.AdminDir)
 	unlock()
 
-	if _, err := m.git(ctx, worktreeTarget(wt), runOpts{}, "reset", "--hard", "--no-recurse-submodules", "--quiet"); err != nil {
+	// The view is seeded while git checks the files out (both read the
+	// host's repository; neither writes what the other reads), but for
+	// the index, which the checkout writes and the view copies after.
+	checkedOut := make(chan error, 1)
+	go func() {
+		_, err := m.git(ctx, worktreeTarget(wt), runOpts{}, "reset", "--hard", "--no-recurse-submodules", "--quiet")
+		checkedOut <- err
+	}()
+	var serr error
+	if wt.View != "" {
+		serr = m.seedViewWith(ctx, wt, false)
+	}
+	if err := <-checkedOut; err != nil {
+		serr = fmt.Errorf("check out %s: %w", wt.StartPoint, err)
+	}
+	if serr == nil && wt.View != "" {
+		serr = m.seedViewIndex(wt)
+	}
+	if serr != nil {
 		unlock, lerr := m.lockRepo(context.WithoutCancel(ctx), repo.CommonDir)
 		if lerr == nil {
 			defer unlock()
 		}
-		return undo(fmt.Errorf("check out %s: %w", wt.StartPoint, err))
+		return undo(serr)
 	}
 	if wt.View != "" {
-		if err := m.seedView(ctx, wt); err != nil {
-			unlock, lerr := m.lockRepo(context.WithoutCancel(ctx), repo.CommonDir)
-			if lerr == nil {
-				defer unlock()
-			}
-			return undo(err)
-		}
 		m.onStep("view")
 	}
 	m.log.Info("worktree added", "conversation", id, "path", wt.Path, "branch", wt.Branch,
@@ -326,28 +374,31 @@ func (m *Manager) recheck(ctx context.Context, r Repo) (Repo, error) {
 
 // checkFree fails with ErrExists if the branch or a registration for the
 // worktree path already exists.
-func (m *Manager) checkFree(ctx context.Context, rt gitTarget, wt Worktree) error {
-	if _, ok, err := m.revParse(ctx, rt, "refs/heads/"+wt.Branch); err != nil {
+func (m *Manager) checkFree(ctx context.Context, rt gitTarget, wt Worktree, known map[string]string) error {
+	ref := "refs/heads/" + wt.Branch
+	ok := false
+	if known != nil {
+		_, ok = known[ref]
+	} else if _, found, err := m.revParse(ctx, rt, ref); err != nil {
 		return err
-	} else if ok {
+	} else {
+		ok = found
+	}
+	if ok {
 		return fmt.Errorf("%w: branch %s exists in %s: delete it or use another conversation id", ErrExists, wt.Branch, wt.Repo)
 	}
-	// Under the repository lock: while another create is inside git
-	// worktree add, its admin dir can be half written, and git worktree
-	// list fails on it.
+	// The registrations are read from the admin dirs, as git worktree
+	// list reads them (a git run fewer on the way of every create), under
+	// the repository lock: while another create is inside git worktree
+	// add, its admin dir can be half written.
 	unlock, err := m.lockRepo(ctx, wt.CommonDir)
 	if err != nil {
 		return err
 	}
-	regs, err := m.registrations(ctx, wt.CommonDir, wt.UID, wt.GID)
+	admin := registeredAt(wt.CommonDir, wt.Path)
 	unlock()
-	if err != nil {
-		return err
-	}
-	for _, r := range regs {
-		if filepath.Clean(r.Path) == wt.Path {
-			return fmt.Errorf("%w: %s is still registered as a worktree of %s: remove the conversation first", ErrExists, wt.Path, wt.Repo)
-		}
+	if admin != "" {
+		return fmt.Errorf("%w: %s is still registered as a worktree of %s: remove the conversation first", ErrExists, wt.Path, wt.Repo)
 	}
 	return nil
 }
@@ -373,7 +424,7 @@ func checkStartPoint(sp string) error {
 
 // resolveStartPoint applies the start point order and returns the name
 // used and its commit.
-func (m *Manager) resolveStartPoint(ctx context.Context, rt gitTarget, repo Repo, explicit string) (string, string, error) {
+func (m *Manager) resolveStartPoint(ctx context.Context, rt gitTarget, repo Repo, explicit string, known map[string]string) (string, string, error) {
 	if explicit != "" {
 		commit, ok, err := m.revParse(ctx, rt, explicit+"^{commit}")
 		var ge *GitError
@@ -389,9 +440,15 @@ func (m *Manager) resolveStartPoint(ctx context.Context, rt gitTarget, repo Repo
 		return explicit, commit, nil
 	}
 	for _, c := range startCandidates {
-		commit, ok, err := m.revParse(ctx, rt, c[1]+"^{commit}")
-		if err != nil {
-			return "", "", err
+		var commit string
+		ok := false
+		if known != nil {
+			commit, ok = known[c[1]+"^{commit}"]
+		} else {
+			var err error
+			if commit, ok, err = m.revParse(ctx, rt, c[1]+"^{commit}"); err != nil {
+				return "", "", err
+			}
 		}
 		if ok {
 			return c[0], commit, nil

@@ -1,6 +1,7 @@
 package worktree
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,5 +103,45 @@ func TestAddAdminIDNotAssumed(t *testing.T) {
 	}
 	if got := strings.TrimSpace(readFile(t, filepath.Join(b.Path, ".git"))); got != "gitdir: "+b.AdminDir {
 		t.Errorf("%s/.git = %q, want it to name %s", b.Path, got, b.AdminDir)
+	}
+}
+
+// TestPlanRefusesARegisteredPath: a registration left for the worktree's
+// path (an admin dir whose gitdir names it, its directory gone) makes Plan
+// refuse with ErrExists, and changes nothing; the control, the same
+// admin dir naming another path, is no obstacle. (checkFree reads the
+// admin dirs instead of running git worktree list.)
+func TestPlanRefusesARegisteredPath(t *testing.T) {
+	m := newManager(t)
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	id := newID(t)
+	path := filepath.Join(m.Root(), id, filepath.Base(repo.TopLevel))
+	admin := filepath.Join(repo.CommonDir, "worktrees", "left")
+	if err := os.MkdirAll(admin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{"HEAD": "ref: refs/heads/main\n", "commondir": "../..\n"} {
+		if err := os.WriteFile(filepath.Join(admin, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitdir := func(p string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(admin, "gitdir"), []byte(filepath.Join(p, ".git")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitdir(filepath.Join(t.TempDir(), "elsewhere"))
+	if _, err := m.Plan(testCtx(t), AddOptions{Repo: repo, Inspected: true, ConversationID: id}); err != nil {
+		t.Fatalf("control: Plan with a registration of another path = %v, want nil", err)
+	}
+	gitdir(path)
+	before := listing(t, m.Root(), repo.CommonDir)
+	_, err := m.Plan(testCtx(t), AddOptions{Repo: repo, Inspected: true, ConversationID: id})
+	if !errors.Is(err, ErrExists) || !strings.Contains(errText(err), "is still registered as a worktree") {
+		t.Errorf("Plan with %s registered = %v, want ErrExists saying it is still registered", path, err)
+	}
+	if after := listing(t, m.Root(), repo.CommonDir); !equalStrings(before, after) {
+		t.Errorf("the refused Plan changed the disk (-before +after):\n%s", cmp.Diff(before, after))
 	}
 }

@@ -41,7 +41,7 @@ func hostRemoteConfig(wt Worktree) []byte {
 }
 
 // seedHostView creates wt's host remote (see above) with w.
-func (m *Manager) seedHostView(ctx context.Context, wt Worktree, w *ownedWriter, head []byte) {
+func (m *Manager) seedHostView(wt Worktree, w *ownedWriter, head []byte, refs string) {
 	dir := hostViewPath(wt)
 	_, alt := viewPaths(wt.Path)
 	for _, d := range []string{"", "objects", "objects/info", "objects/pack", "refs", "refs/heads", "refs/tags"} {
@@ -53,12 +53,7 @@ func (m *Manager) seedHostView(ctx context.Context, wt Worktree, w *ownedWriter,
 	if w.err != nil {
 		return
 	}
-	packed, err := m.hostHeads(ctx, wt)
-	if err != nil {
-		w.err = err
-		return
-	}
-	w.write(filepath.Join(dir, "packed-refs"), packed, 0o644)
+	w.write(filepath.Join(dir, "packed-refs"), hostHeadsOf(refs), 0o644)
 }
 
 // hostHeads is the host remote's packed-refs: the host's branches (but
@@ -68,16 +63,28 @@ func (m *Manager) hostHeads(ctx context.Context, wt Worktree) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the host's branches: %w", err)
 	}
+	return hostHeadsOf(out), nil
+}
+
+// hostHeadsOf is hostHeads of the output of for-each-ref with the format
+// "%(objectname) %(refname)", optionally followed by " %(symref)" (and
+// any refs: those but branches and tags are left out).
+func hostHeadsOf(out string) []byte {
 	var lines []string
 	for _, line := range strings.Split(out, "\n") {
-		oid, name, ok := strings.Cut(line, " ")
-		if !ok || !isHexID(oid) || strings.HasPrefix(name, "refs/heads/openhands/") || !validRefName(name) {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		oid, name := f[0], f[1]
+		if !(strings.HasPrefix(name, "refs/heads/") || strings.HasPrefix(name, "refs/tags/")) ||
+			!isHexID(oid) || strings.HasPrefix(name, "refs/heads/openhands/") || !validRefName(name) {
 			continue
 		}
 		lines = append(lines, oid+" "+name+"\n")
 	}
 	sort.Slice(lines, func(i, j int) bool { return strings.Fields(lines[i])[1] < strings.Fields(lines[j])[1] })
-	return []byte("# pack-refs with: sorted \n" + strings.Join(lines, "")), nil
+	return []byte("# pack-refs with: sorted \n" + strings.Join(lines, ""))
 }
 
 // RefreshHostView brings wt's host remote up to date with the host's

@@ -62,7 +62,19 @@ func (m *Manager) Inspect(ctx context.Context, path string) (Repo, error) {
 		uid, gid = m.euid, os.Getegid()
 	}
 	t := gitTarget{Dir: ws, UID: uid, GID: gid, Discover: true}
-	out, err := m.git(ctx, t, runOpts{}, "rev-parse", "--is-inside-git-dir", "--is-inside-work-tree", "--is-bare-repository")
+	// A work tree, the usual case, is told and described in one git run;
+	// anything else (no repository, a git dir, a bare repository, an
+	// answer not understood) is looked at again step by step below, which
+	// says what it is.
+	out, err := m.git(ctx, t, runOpts{}, "rev-parse", "--is-inside-git-dir", "--is-inside-work-tree", "--is-bare-repository",
+		"--path-format=absolute", "--show-toplevel", "--absolute-git-dir", "--git-common-dir", "--show-prefix")
+	if f := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); err == nil && len(f) == 7 && f[0] == "false" && f[1] == "true" && f[2] == "false" {
+		return m.inspected(repo, ws, f[3:])
+	}
+	if ge := (*GitError)(nil); errors.As(err, &ge) && strings.Contains(ge.Stderr, "not a git repository") {
+		return repo, nil
+	}
+	out, err = m.git(ctx, t, runOpts{}, "rev-parse", "--is-inside-git-dir", "--is-inside-work-tree", "--is-bare-repository")
 	if err != nil {
 		var ge *GitError
 		if errors.As(err, &ge) && strings.Contains(ge.Stderr, "not a git repository") {
@@ -85,10 +97,17 @@ func (m *Manager) Inspect(ctx context.Context, path string) (Repo, error) {
 	if err != nil {
 		return Repo{}, fmt.Errorf("inspect %s: %w", ws, err)
 	}
-	f = strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	return m.inspected(repo, ws, strings.Split(strings.TrimSuffix(out, "\n"), "\n"))
+}
+
+// inspected fills repo, the work tree at ws, from f: what rev-parse
+// --path-format=absolute --show-toplevel --absolute-git-dir
+// --git-common-dir --show-prefix said there, a line each.
+func (m *Manager) inspected(repo Repo, ws string, f []string) (Repo, error) {
 	if len(f) != 4 {
-		return Repo{}, fmt.Errorf("inspect %s: unexpected git rev-parse output %q (a path with a newline?)", ws, truncate(out, 200))
+		return Repo{}, fmt.Errorf("inspect %s: unexpected git rev-parse output %q (a path with a newline?)", ws, truncate(strings.Join(f, "\n"), 200))
 	}
+	var err error
 	for i, p := range f[:3] {
 		if !filepath.IsAbs(p) {
 			return Repo{}, fmt.Errorf("inspect %s: git reported a relative path %q", ws, p)

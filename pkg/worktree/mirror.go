@@ -293,8 +293,17 @@ func (m *Manager) DropLive(ctx context.Context, wt Worktree) error {
 // dropLive is DropLive with the repository's lock held.
 func (m *Manager) dropLive(ctx context.Context, ct gitTarget, id string) error {
 	have, err := m.readRefsUnder(ctx, ct, LivePrefix(id))
-	if err != nil || len(have) == 0 {
+	if err != nil {
 		return err
+	}
+	return m.dropLiveRefs(ctx, ct, id, have)
+}
+
+// dropLiveRefs deletes have, the live mirror of id as just read (each
+// only at the value read).
+func (m *Manager) dropLiveRefs(ctx context.Context, ct gitTarget, id string, have map[string]string) error {
+	if len(have) == 0 {
+		return nil
 	}
 	var tx strings.Builder
 	for ref, oid := range have {
@@ -307,20 +316,16 @@ func (m *Manager) dropLive(ctx context.Context, ct gitTarget, id string) error {
 }
 
 // madeByAgent reports which of names (view refs, values in refs) the agent
-// made or moved: they differ from the view's seed and the host has no ref
-// of the same name and value.
-func (m *Manager) madeByAgent(ctx context.Context, ct gitTarget, wt Worktree, names []string, refs map[string]string) (map[string]bool, error) {
+// made or moved: they differ from the view's seed and host (the host's
+// branches, tags and stash) has no ref of the same name and value.
+func madeByAgent(wt Worktree, names []string, refs, host map[string]string) map[string]bool {
 	out := map[string]bool{}
 	if len(names) == 0 || wt.View == "" {
-		return out, nil
+		return out
 	}
 	seed := seedRefsOf(wt)
-	host, err := m.readRefsUnder(ctx, ct, "refs/heads/", "refs/tags/", "refs/stash")
-	if err != nil {
-		return nil, err
-	}
 	for _, n := range names {
 		out[n] = refs[n] != seed[n] && refs[n] != host[n]
 	}
-	return out, nil
+	return out
 }

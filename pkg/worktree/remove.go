@@ -207,10 +207,20 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if admin := registeredAt(wt.CommonDir, wt.Path); admin != "" {
 		return fail(fmt.Errorf("%s is still registered after removal (%s): run `git worktree remove --force --force %s` in %s", wt.Path, admin, wt.Path, wt.Repo))
 	}
-	// The branch and the snapshot ref, read in one git run, under the lock.
-	refs, err := m.readRefs(ctx, ct, "refs/heads/"+wt.Branch, snapRef)
+	// The branch, the snapshot ref and the live mirror, read in one git
+	// run, under the lock (which publishes take too).
+	listed, err := m.readRefsUnder(ctx, ct, "refs/heads/"+wt.Branch, snapRef, LivePrefix(wt.ConversationID))
 	if err != nil {
 		return fail(err)
+	}
+	refs, live := map[string]string{}, map[string]string{}
+	for name, oid := range listed {
+		switch {
+		case name == "refs/heads/"+wt.Branch || name == snapRef:
+			refs[name] = oid
+		case strings.HasPrefix(name, LivePrefix(wt.ConversationID)):
+			live[name] = oid
+		}
 	}
 	if res.SnapshotRef == "" && !opts.Discard { // an earlier, interrupted Remove may have saved one
 		if oid, ok := refs[snapRef]; ok {
@@ -232,7 +242,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 		}
 	}
 	// The view's refs are saved (kept, published): its live mirror goes.
-	if err := m.dropLive(ctx, ct, wt.ConversationID); err != nil {
+	if err := m.dropLiveRefs(ctx, ct, wt.ConversationID, live); err != nil {
 		return fail(err)
 	}
 	// The view is the agent's: RemoveAll unlinks what it finds without
@@ -370,14 +380,25 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if err != nil {
 		return err
 	}
+	m.onStep("snapshot")
+	unlock, err := m.lockRepo(ctx, wt.CommonDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// The host's branches and tags, read once under the lock: the
+	// branch's value the transaction below moves from, and what the
+	// agent's refs are compared with.
+	host, err := m.readRefsUnder(ctx, ct, "refs/heads/", "refs/tags/", "refs/stash")
+	if err != nil {
+		return err
+	}
+	cur := host[hostRef]
 	// A ref the agent made or moved (it differs from the view's seed) is
 	// kept also when its commit is on the host, unless the host has the
 	// same ref at the same value: its name (a tag, a side branch) is work
 	// too.
-	made, err := m.madeByAgent(ctx, ct, wt, candidates, col.Refs)
-	if err != nil {
-		return err
-	}
+	made := madeByAgent(wt, candidates, col.Refs, host)
 	var keep []string
 	for _, name := range candidates {
 		if lacks[name] || made[name] {
@@ -387,16 +408,6 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	if len(keep) > maxKept {
 		res.KeptDropped = len(keep) - maxKept
 		keep = keep[:maxKept]
-	}
-	m.onStep("snapshot")
-	unlock, err := m.lockRepo(ctx, wt.CommonDir)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	cur, _, err := m.revParse(ctx, ct, hostRef)
-	if err != nil {
-		return err
 	}
 	var tx strings.Builder
 	if tip != "" && tip == cur {

@@ -50,7 +50,14 @@ func viewPaths(path string) (view, alternate string) {
 // Everything read here is the host repository's (never the agent's): the
 // common dir's config, HEAD, info/ and shallow, and the host admin dir's
 // index, each opened without following a symlink.
-func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
+func (m *Manager) seedView(ctx context.Context, wt Worktree) error {
+	return m.seedViewWith(ctx, wt, true)
+}
+
+// seedViewWith is seedView, without the index unless index: Add seeds the
+// view while git checks the worktree out, which writes the host's index,
+// and copies it after (seedViewIndex).
+func (m *Manager) seedViewWith(ctx context.Context, wt Worktree, index bool) (err error) {
 	if wt.View == "" {
 		return fmt.Errorf("seed view: %w: no view path", ErrInvalidWorktree)
 	}
@@ -107,7 +114,12 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 		head = []byte("ref: refs/heads/" + wt.viewBranch() + "\n")
 	}
 	w.write(filepath.Join(v, "HEAD"), head, 0o644)
-	m.seedHostView(ctx, wt, &w, head)
+	// The host's refs, listed once for the host remote and the view.
+	refs, rerr := m.git(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), runOpts{}, "for-each-ref", "--format=%(objectname) %(refname) %(symref)")
+	if rerr != nil {
+		return fmt.Errorf("seed view: list the repository's refs: %w", rerr)
+	}
+	m.seedHostView(wt, &w, head, refs)
 	if b, err := readHostFile(filepath.Join(wt.CommonDir, "shallow"), 64<<20); err == nil {
 		w.write(filepath.Join(v, "shallow"), b, 0o644)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -115,10 +127,7 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	}
 	copyInfo(&w, filepath.Join(wt.CommonDir, "info"), filepath.Join(v, "info"))
 
-	packed, loose, rerr := m.seedRefs(ctx, wt)
-	if rerr != nil {
-		return fmt.Errorf("seed view: %w", rerr)
-	}
+	packed, loose := seedRefs(wt, refs)
 	w.write(filepath.Join(v, "packed-refs"), packed, 0o644)
 	w.write(filepath.Join(parent, seedRefsFile), packed, 0o644) // host-only: what the agent did not make
 	for name, target := range loose {
@@ -149,11 +158,26 @@ func (m *Manager) seedView(ctx context.Context, wt Worktree) (err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)
 	}
-	if err := copyIndexFiles(&w, filepath.Dir(hostIndex), admin); err != nil {
-		return fmt.Errorf("seed view: %w", err)
+	if index {
+		if err := copyIndexFiles(&w, filepath.Dir(hostIndex), admin); err != nil {
+			return fmt.Errorf("seed view: %w", err)
+		}
 	}
 	if w.err != nil {
 		return fmt.Errorf("seed view %s: %w", v, w.err)
+	}
+	return nil
+}
+
+// seedViewIndex copies the host's index of wt's worktree (a linked one,
+// not in place) into its view, which seedViewWith made without it.
+func (m *Manager) seedViewIndex(wt Worktree) error {
+	w := ownedWriter{m: m, uid: wt.UID, gid: wt.GID}
+	if err := copyIndexFiles(&w, wt.AdminDir, filepath.Join(wt.View, "worktrees", wt.AdminID)); err != nil {
+		return fmt.Errorf("seed view: %w", err)
+	}
+	if w.err != nil {
+		return fmt.Errorf("seed view %s: %w", wt.View, w.err)
 	}
 	return nil
 }
@@ -232,16 +256,13 @@ func (m *Manager) SeedView(ctx context.Context, wt Worktree) (Worktree, error) {
 	return wt, nil
 }
 
-// seedRefs lists the host repository's refs for the view: packed-refs
-// content for plain refs, and symbolic refs (origin/HEAD) by target. ohd's
+// seedRefs is the view's refs of out, the host repository's refs as
+// `for-each-ref --format="%(objectname) %(refname) %(symref)"` lists
+// them: packed-refs content for plain refs, and symbolic refs
+// (origin/HEAD) by target. ohd's
 // own refs (refs/ohd/) and other conversations' branches are left out:
 // they are nobody's business inside this conversation.
-func (m *Manager) seedRefs(ctx context.Context, wt Worktree) (packed []byte, symbolic map[string]string, err error) {
-	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
-	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref", "--format=%(objectname) %(refname) %(symref)")
-	if err != nil {
-		return nil, nil, fmt.Errorf("list the repository's refs: %w", err)
-	}
+func seedRefs(wt Worktree, out string) (packed []byte, symbolic map[string]string) {
 	own := "refs/heads/" + wt.Branch
 	type ref struct{ oid, name string }
 	var refs []ref
@@ -267,7 +288,7 @@ func (m *Manager) seedRefs(ctx context.Context, wt Worktree) (packed []byte, sym
 	for _, r := range refs {
 		b.WriteString(r.oid + " " + r.name + "\n")
 	}
-	return b.Bytes(), symbolic, nil
+	return b.Bytes(), symbolic
 }
 
 // upstreamConfig is the view's configuration of the branch's upstream: the

@@ -11,7 +11,9 @@
 // relay a container's inner server uses and the broker's key-injecting
 // proxy, against the provider directly: time to first byte with 1 MiB
 // prompts, a 60 s stream, git credential requests during it), proxy (the conversation API against the
-// inner server reached directly), create (a conversation's create and
+// inner server reached directly at its published port, and, as root,
+// proxy-limit: wrk with 16 connections against the inner server reached
+// from inside its container's network namespace, no hop at all), create (a conversation's create and
 // remove against git CLI and Docker Engine calls done directly; needs
 // Docker and builds the test image if it is missing), create-parallel (8
 // in-place creates of 8 folders at once against 8 worktree creates of the
