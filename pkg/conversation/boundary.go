@@ -124,15 +124,22 @@ func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 		}
 		m.log.Debug("lent the user's directories to the agent's uid", "id", conv.ID, "tree", lent, "dirs", st.Dirs, "changed", st.Changed, "took", st.Duration)
 	}
-	if conv.GitView != "" {
-		trees = append(trees, filepath.Dir(conv.GitView))
-	}
 	for _, t := range trees {
 		st, err := gitboundary.Apply(t, ids)
 		if err != nil {
 			return err
 		}
 		m.log.Debug("shared a tree with the agent's uid", "id", conv.ID, "tree", t, "dirs", st.Dirs, "files", st.Files, "changed", st.Changed, "took", st.Duration)
+	}
+	if conv.GitView != "" {
+		// The git view, which ohd's git writes in too and no git of the
+		// user's reads: what either makes stays the other's to write.
+		view := filepath.Dir(conv.GitView)
+		st, err := gitboundary.ApplyAll(view, ids)
+		if err != nil {
+			return err
+		}
+		m.log.Debug("shared the git view with the agent's uid", "id", conv.ID, "tree", view, "dirs", st.Dirs, "files", st.Files, "changed", st.Changed, "took", st.Duration)
 	}
 	if conv.Worktree != "" {
 		if err := gitboundary.ReadOnly(filepath.Join(conv.Worktree, ".git"), ids); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -95,6 +95,24 @@ func Apply(root string, ids IDs) (Stats, error) {
 	return a.stats, nil
 }
 
+// ApplyAll is Apply for a tree no git of the user's ever reads (the
+// conversation's git view, which ohd's own git also writes in): every
+// directory's default ACL gives the agent rwx too, so what any of them
+// makes there stays writable by the other.
+func ApplyAll(root string, ids IDs) (Stats, error) {
+	if err := ids.Check(); err != nil {
+		return Stats{}, err
+	}
+	t0 := time.Now()
+	a := &applier{ids: ids, root: root, agentDefault: true}
+	err := walk(root, a)
+	a.stats.Duration = time.Since(t0)
+	if err != nil {
+		return a.stats, fmt.Errorf("share %s with the agent: %w", root, aclError(root, err))
+	}
+	return a.stats, nil
+}
+
 type applier struct {
 	ids  IDs
 	root string

@@ -100,3 +100,21 @@ func BenchmarkBorrow10000Files(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWatch10000Files is what starting the watcher adds to a create:
+// a walk of directories only, one inotify watch each (its Close, at the
+// removal, is not counted).
+func BenchmarkWatch10000Files(b *testing.B) {
+	root := bigTree(b, 10000)
+	for b.Loop() {
+		w, err := Watch(root, testIDs, WatchOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
