@@ -66,6 +66,21 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 	if err := m.checkProtected(repo); err != nil {
 		return store.Conversation{}, err
 	}
+	// The image is looked up in the engine while the request is checked
+	// (an engine round trip off the way of every create); a pull, a side
+	// effect, waits until the request is known good (below).
+	type inspected struct {
+		img runtime.Image
+		err error
+	}
+	var early chan inspected
+	if ii, ok := m.rt.(runtime.ImageInspector); ok && m.rt.Kind() != "local" {
+		early = make(chan inspected, 1)
+		go func() {
+			img, err := ii.InspectImage(ctx, m.cfg.Image)
+			early <- inspected{img, err}
+		}()
+	}
 	id := req.ID
 	replaceFailed := false
 	if id == "" {
@@ -111,9 +126,17 @@ func (m *Manager) create(ctx context.Context, req CreateRequest) (store.Conversa
 	}
 	var img runtime.Image
 	if m.rt.Kind() != "local" {
-		if img, err = m.rt.ResolveImage(ctx, m.cfg.Image); err != nil {
-			return store.Conversation{}, &StepError{ID: id, Step: "image", Err: err}
+		var in inspected
+		if early != nil {
+			in = <-early
 		}
+		if early == nil || in.err != nil {
+			// Not there (or not asked): resolved as ever, pull included.
+			if in.img, in.err = m.rt.ResolveImage(ctx, m.cfg.Image); in.err != nil {
+				return store.Conversation{}, &StepError{ID: id, Step: "image", Err: in.err}
+			}
+		}
+		img = in.img
 		m.images.Store(img.ID, img)
 	}
 	uid, gid := repo.UID, repo.GID

@@ -682,6 +682,15 @@ func TestResolveImage(t *testing.T) {
 		!strings.Contains(err.Error(), `"ohd-test-no-such-image"`) || !strings.Contains(err.Error(), "--image") {
 		t.Errorf("ResolveImage(missing) = %v, want ErrNotFound after a failed pull, with a load hint", err)
 	}
+	// InspectImage answers the same for an image the engine has, and
+	// ErrNotFound without a pull for one it lacks (the control: the
+	// ResolveImage just above tried a pull of the same reference).
+	if in, err := d.InspectImage(ctx, ref); err != nil || in.ID != img.ID || in.Ref != ref || in.Floating {
+		t.Errorf("InspectImage(%q) = %+v, %v; want %+v", ref, in, err, img)
+	}
+	if _, err := d.InspectImage(ctx, "ohd-test-no-such-image"); !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), "pulling") {
+		t.Errorf("InspectImage(missing) = %v, want ErrNotFound with no pull", err)
+	}
 	if ok, err := d.HasImage(ctx, "ohd-test-no-such-image"); ok || err != nil {
 		t.Errorf("HasImage(missing) = %v, %v, want false", ok, err)
 	}

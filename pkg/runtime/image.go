@@ -20,11 +20,21 @@ import (
 // and no digest); pinning the ID at conversation creation keeps a later
 // re-tag from changing a running conversation's image.
 func (d *Docker) ResolveImage(ctx context.Context, ref string) (Image, error) {
+	return d.resolveImage(ctx, ref, true)
+}
+
+// InspectImage is ResolveImage without the pull: a missing image is
+// ErrNotFound (see ImageInspector).
+func (d *Docker) InspectImage(ctx context.Context, ref string) (Image, error) {
+	return d.resolveImage(ctx, ref, false)
+}
+
+func (d *Docker) resolveImage(ctx context.Context, ref string, pull bool) (Image, error) {
 	if ref == "" {
 		return Image{}, fmt.Errorf("resolve image: %w: empty reference", ErrInvalidSpec)
 	}
 	res, err := d.api.ImageInspect(ctx, ref)
-	if err != nil && cerrdefs.IsNotFound(err) && !strings.HasPrefix(ref, "sha256:") {
+	if pull && err != nil && cerrdefs.IsNotFound(err) && !strings.HasPrefix(ref, "sha256:") {
 		if perr := d.pull(ctx, ref); perr != nil {
 			return Image{}, fmt.Errorf("resolve image %s: %w: pulling it failed (%s); %s", ref, ErrNotFound, scrubCredentials(perr.Error()), imageHint(ref))
 		}

@@ -276,6 +276,16 @@ type TermSize struct {
 	Rows, Cols uint16
 }
 
+// ImageInspector is a Runtime that can resolve an image reference without
+// pulling it: InspectImage answers as ResolveImage does for an image the
+// engine has, and ErrNotFound for one it lacks (nothing is pulled). A
+// create asks it while it checks the request, and calls ResolveImage (which
+// may pull) only once the request is known good and the image was not
+// there. Docker implements it.
+type ImageInspector interface {
+	InspectImage(ctx context.Context, ref string) (Image, error)
+}
+
 // Runtime runs conversation containers. Implementations: Docker (the
 // Docker Engine API) and Local (no containers).
 type Runtime interface {

@@ -37,8 +37,3 @@ func (m *Manager) importer() *gitimport.Importer {
 func (m *Manager) importObjects(ctx context.Context, wt Worktree, sb Sandbox, tips, nots, commits []string) (func(), error) {
 	return m.importer().Import(ctx, gitimport.Repo{CommonDir: wt.CommonDir, UID: wt.UID, GID: wt.GID}, sb, tips, nots, commits)
 }
-
-// present reports which of oids exist in the host's store.
-func (m *Manager) present(ctx context.Context, ct gitTarget, oids []string) (map[string]bool, error) {
-	return m.importer().Present(ctx, ct, oids)
-}

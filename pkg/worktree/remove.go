@@ -355,11 +355,17 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	for _, name := range candidates {
 		add(col.Refs[name])
 	}
-	have, err := m.present(ctx, ct, tips)
+	// Which tips the host has, and what the candidates peel to, in one
+	// git run: the peeling holds when nothing is imported (the usual
+	// removal: the agent's commits were published already).
+	have, peeled, err := m.presentPeeled(ctx, ct, tips, candidates, col.Refs)
 	if err != nil {
 		return err
 	}
 	tips = slices.DeleteFunc(tips, func(o string) bool { return have[o] })
+	if len(tips) > 0 {
+		peeled = nil // objects come over: unreachable peels again
+	}
 	var commits []string
 	for _, c := range []string{tip, col.Snapshot} {
 		if c != "" && !have[c] {
@@ -376,7 +382,7 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 			return err
 		}
 	}
-	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs)
+	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs, peeled)
 	if err != nil {
 		return err
 	}
@@ -472,30 +478,81 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 // keeps (KeptRef turns it into refs/ohd/kept/<id>/stash-entries/<n>).
 func stashEntryRef(n int) string { return "refs/stash-entries/" + strconv.Itoa(n) }
 
+// presentPeeled reports which of oids (object ids) the host's store has,
+// and what each of names (view refs, values in refs) peels to as a commit
+// there (absent: not a commit there), in one git run.
+func (m *Manager) presentPeeled(ctx context.Context, ct gitTarget, oids, names []string, refs map[string]string) (map[string]bool, map[string]string, error) {
+	var in strings.Builder
+	var ask []string
+	for _, o := range oids {
+		if isHexID(o) {
+			in.WriteString(o + "\n")
+			ask = append(ask, o)
+		}
+	}
+	for _, n := range names {
+		in.WriteString(refs[n] + "^{commit}\n")
+	}
+	have, peeled := map[string]bool{}, map[string]string{}
+	if in.Len() == 0 {
+		return have, peeled, nil
+	}
+	out, err := m.git(ctx, ct, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	if err != nil {
+		return nil, nil, fmt.Errorf("look up objects: %w", err)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != len(ask)+len(names) {
+		return nil, nil, fmt.Errorf("look up objects: git cat-file --batch-check gave %d answers to %d questions", len(lines), len(ask)+len(names))
+	}
+	for i, o := range ask {
+		if oid, typ, ok := strings.Cut(lines[i], " "); ok && typ != "missing" && oid == o {
+			have[o] = true
+		}
+	}
+	for i, n := range names {
+		if oid, typ, ok := strings.Cut(lines[len(ask)+i], " "); ok && typ == "commit" && isHexID(oid) {
+			peeled[n] = oid
+		}
+	}
+	return have, peeled, nil
+}
+
 // unreachable reports which of the named view refs point (peeled to a
 // commit) at commits no host ref reaches, ignoring what ohd kept of this
 // conversation before (a retried removal). The objects are on the host
 // (imported) when it runs.
-func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, names []string, refs map[string]string) (map[string]bool, error) {
+//
+// peeled, when not nil, is each name's commit as presentPeeled found it
+// (absent: none); otherwise the refs are peeled here.
+func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, names []string, refs, peeled map[string]string) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(names) == 0 {
 		return out, nil
 	}
-	var in strings.Builder
-	for _, n := range names {
-		in.WriteString(refs[n] + "^{commit}\n")
+	if peeled == nil {
+		var in strings.Builder
+		for _, n := range names {
+			in.WriteString(refs[n] + "^{commit}\n")
+		}
+		answer, err := m.git(ctx, ct, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
+		if err != nil {
+			return nil, fmt.Errorf("peel the view's refs: %w", err)
+		}
+		lines := strings.Split(strings.TrimRight(answer, "\n"), "\n")
+		peeled = map[string]string{}
+		for i, n := range names {
+			if i < len(lines) && isHexID(lines[i]) {
+				peeled[n] = lines[i]
+			}
+		}
 	}
-	peeled, err := m.git(ctx, ct, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objectname)")
-	if err != nil {
-		return nil, fmt.Errorf("peel the view's refs: %w", err)
-	}
-	lines := strings.Split(strings.TrimRight(peeled, "\n"), "\n")
 	commitOf := map[string]string{}
 	var commits strings.Builder
-	for i, n := range names {
-		if i < len(lines) && isHexID(lines[i]) {
-			commitOf[n] = lines[i]
-			commits.WriteString(lines[i] + "\n")
+	for _, n := range names {
+		if c, ok := peeled[n]; ok && isHexID(c) {
+			commitOf[n] = c
+			commits.WriteString(c + "\n")
 		} else {
 			out[n] = true // not a commit-ish the host can place: keep it
 		}

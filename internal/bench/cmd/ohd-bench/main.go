@@ -13,7 +13,9 @@
 // prompts, a 60 s stream, git credential requests during it), proxy (the conversation API against the
 // inner server reached directly at its published port, and, as root,
 // proxy-limit: wrk with 16 connections against the inner server reached
-// from inside its container's network namespace, no hop at all), create (a conversation's create and
+// from inside its container's network namespace, no hop at all), memory
+// (ohd serve's resident memory per live conversation, 50 live; no
+// baseline), create (a conversation's create and
 // remove against git CLI and Docker Engine calls done directly; needs
 // Docker and builds the test image if it is missing), create-parallel (8
 // in-place creates of 8 folders at once against 8 worktree creates of the
@@ -61,7 +63,7 @@ func main() {
 }
 
 // all is every benchmark, in the order they run and are shown.
-var all = []string{"broker", "egress", "llm", "proxy", "create", "create-parallel", "kube", "publish", "publish-load", "gitrelay", "go"}
+var all = []string{"broker", "egress", "llm", "proxy", "memory", "create", "create-parallel", "kube", "publish", "publish-load", "gitrelay", "go"}
 
 // config is the command line.
 type config struct {
@@ -138,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// What the create benchmark needs is checked before anything runs, so
 	// a missing engine fails in seconds, not after the other benchmarks.
-	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "kube") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") ||
+	if slices.Contains(cfg.only, "create") || slices.Contains(cfg.only, "kube") || slices.Contains(cfg.only, "proxy") || slices.Contains(cfg.only, "memory") || slices.Contains(cfg.only, "publish") || slices.Contains(cfg.only, "llm") ||
 		slices.Contains(cfg.only, "create-parallel") || slices.Contains(cfg.only, "publish-load") {
 		if err := prepareDocker(ctx, cfg, progress); err != nil {
 			fmt.Fprintf(stderr, "ohd-bench: create: %v\n", err)
@@ -197,6 +199,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			rows = append(rows, bench.ProxyRows(res)...)
 			for _, r := range res {
 				lines, details = append(lines, r.Line()), append(details, r.Detail())
+			}
+		case "memory":
+			res, err := bench.Memory(ctx, bench.MemoryOptions{Image: cfg.image})
+			if err != nil {
+				fail("memory", err)
+			} else {
+				rows = append(rows, bench.MemoryRows(res)...)
+				lines, details = append(lines, res.Line()), append(details, res.Detail())
 			}
 		case "create":
 			res, err := bench.Create(ctx, bench.CreateOptions{Iterations: cfg.iterations, Image: cfg.image})
