@@ -94,6 +94,8 @@ func EgressRows(r EgressResult) []Row {
 		row("egress-download", fmtDur(r.DownloadProxy), fmtDur(r.DownloadDirect), r.DownloadRatio),
 		row("egress-small", fmtRate(r.SmallProxyRPS, "req/s"), fmtRate(r.SmallDirectRPS, "req/s"), r.SmallRatio),
 		row("egress-small-floor", fmtRate(r.SmallFloorRPS, "req/s"), fmtRate(r.SmallDirectRPS, "req/s"), r.SmallFloorRatio),
+		// The proxy against the floor of any proxy process (issue 30).
+		row("egress-small-vs-floor", fmtRate(r.SmallProxyRPS, "req/s"), fmtRate(r.SmallFloorRPS, "req/s"), r.SmallProxyRPS/r.SmallFloorRPS),
 		row("egress-setup", r.SetupProxy.Round(time.Microsecond).String(), r.SetupDirect.Round(time.Microsecond).String(), ms(r.SetupProxy-r.SetupDirect)),
 	}
 }

@@ -48,10 +48,11 @@ func (t Target) Meets(ratio float64) bool {
 // Targets are the issues' acceptance targets. Ratios are ohd against a
 // baseline measured in the same run:
 //
-//   - create: ohd's latency, git view included, at most 1.15x the same
+//   - create: ohd's latency, git view included, at most 1.08x the same
 //     steps done directly (git worktree add, the Engine API's container
-//     create and start); remove: at most 1.1x (git status in the
-//     container, a forced remove, git worktree remove and branch -D);
+//     create and start); remove: at most 1.08x (git status in the
+//     container, a forced remove, git worktree remove and branch -D)
+//     (issue 30; 1.15 and 1.1 before);
 //   - create-10000-files, remove-10000-files: the same in a repository of
 //     10,000 files, at most 1.1x: the agent's own uid and the sharing of
 //     its trees (ACLs inherited from the conversation directory, no walk
@@ -72,14 +73,18 @@ func (t Target) Meets(ratio float64) bool {
 //     server on a Unix socket; its p99 at most 1.5x the baseline's with 16
 //     clients (broker-*-p99), and at most 1 ms with one client
 //     (broker-*-1client-p99, a time in ms against the 1 ms bound);
-//   - proxy-http: at least 0.75x the inner server reached directly at its
-//     published port; proxy-ws: at least 0.8x; proxy-wrk (the same
-//     requests from wrk, a lean client): at least 0.8x;
+//   - proxy-http: at least 0.85x the inner server reached directly at its
+//     published port (issue 30; 0.75 before); proxy-ws: at least 0.8x;
+//     proxy-wrk (the same requests from wrk, a lean client): at least
+//     0.8x; proxy-limit (wrk against the inner server from inside its
+//     network namespace: no hop at all): at least 0.65x;
 //   - llm-*-ttfb: the time to first byte of an LLM stream through the
 //     broker relay and proxy at most 10 ms more than the provider's
-//     directly (the "ratio" is that difference, in ms);
+//     directly (the "ratio" is that difference, in ms); from inside a
+//     container (llm-*-container-ttfb) at most 2 ms more (issue 30);
 //   - gitrelay-clone, gitrelay-push: git through the broker's git relay
-//     at least 0.8x git directly against the same server (throughput).
+//     at least 0.9x and 0.85x git directly against the same server
+//     (throughput; issue 30, 0.8 before).
 //   - egress-download-net and egress-small-net: a 100 MiB download and 32
 //     clients of small requests through a container's egress proxy and
 //     the broker at least 0.8x the origin reached directly, the origin a
@@ -89,14 +94,15 @@ func (t Target) Meets(ratio float64) bool {
 //     on loopback (egress-download, egress-small: the proxy's ceiling,
 //     where only the two cores limit) and the small requests through a
 //     blind TCP forwarder (egress-small-floor: the ceiling of any proxy
-//     process on the machine).
+//     process on the machine); egress-small-vs-floor, the proxy's small
+//     requests on loopback against that floor, at least 0.95x (issue 30).
 var Targets = map[string]Target{
-	"create":                       {AtMost: true, Value: 1.15},
+	"create":                       {AtMost: true, Value: 1.08},
 	"kube-create-remove":           {AtMost: true, Value: 1.20},
 	"publish-p99":                  {AtMost: true, Value: 1.00},
 	"publish-2000-files-p99":       {AtMost: true, Value: 1.00},
 	"publish-load-p99-bound":       {AtMost: true, Value: 1.00},
-	"remove":                       {AtMost: true, Value: 1.10},
+	"remove":                       {AtMost: true, Value: 1.08},
 	"create-10000-files":           {AtMost: true, Value: 1.10},
 	"remove-10000-files":           {AtMost: true, Value: 1.10},
 	"broker-keepalive":             {Value: 0.80},
@@ -107,18 +113,19 @@ var Targets = map[string]Target{
 	"broker-newconn-p99":           {AtMost: true, Value: 1.50},
 	"broker-keepalive-1client-p99": {AtMost: true, Value: 1.00},
 	"broker-newconn-1client-p99":   {AtMost: true, Value: 1.00},
-	"proxy-http":                   {Value: 0.75},
+	"proxy-http":                   {Value: 0.85},
 	"proxy-ws":                     {Value: 0.80},
 	"proxy-wrk":                    {Value: 0.80},
 	"proxy-limit":                  {Value: 0.65},
 	"llm-openai-ttfb":              {AtMost: true, Value: 10},
 	"llm-anthropic-ttfb":           {AtMost: true, Value: 10},
-	"llm-openai-container-ttfb":    {AtMost: true, Value: 10},
-	"llm-anthropic-container-ttfb": {AtMost: true, Value: 10},
-	"gitrelay-clone":               {Value: 0.80},
-	"gitrelay-push":                {Value: 0.80},
+	"llm-openai-container-ttfb":    {AtMost: true, Value: 2},
+	"llm-anthropic-container-ttfb": {AtMost: true, Value: 2},
+	"gitrelay-clone":               {Value: 0.90},
+	"gitrelay-push":                {Value: 0.85},
 	"egress-download-net":          {Value: 0.80},
 	"egress-small-net":             {Value: 0.80},
+	"egress-small-vs-floor":        {Value: 0.95},
 	"egress-setup":                 {AtMost: true, Value: 2},
 }
 
