@@ -51,6 +51,12 @@ func inPlaceDoctor(t *testing.T, b backend) {
 			got := map[string]control.DoctorCheck{}
 			for _, ck := range d.doctorChecks(c.ID) {
 				got[ck.Check] = ck
+				// On Kubernetes doctor warns that the pod's deny-all policy
+				// may not be enforced: the test cluster's bridge plugin does
+				// not (by design; TestBackendEgressIsolationClaim).
+				if b.name == "kubernetes" && ck.Check == "egress-policy" && ck.Status == "warn" {
+					continue
+				}
 				if ck.Status != "ok" {
 					t.Errorf("doctor of a healthy in-place conversation: %s %s: %s", ck.Check, ck.Status, ck.Detail)
 				}
