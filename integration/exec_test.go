@@ -22,11 +22,15 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
-// TestExecForwardsStdinUserAndWorkdir: `ohctl exec` gives the command
+// TestBackendExecForwardsStdinUserAndWorkdir: `ohctl exec` gives the command
 // ohctl's standard input (to EOF), and --user and --workdir choose who
 // runs it and where.
-func TestExecForwardsStdinUserAndWorkdir(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendExecForwardsStdinUserAndWorkdir(t *testing.T) {
+	eachBackend(t, execForwardsStdinUserAndWorkdir)
+}
+
+func execForwardsStdinUserAndWorkdir(t *testing.T, b backend) {
+	d := b.daemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
@@ -200,10 +204,14 @@ exit 3`
 	}
 }
 
-// TestExecTTYRestoresTheTerminalOnASignal: a signal that ends ohctl exec
+// TestBackendExecTTYRestoresTheTerminalOnASignal: a signal that ends ohctl exec
 // -t (the window closed, a kill) leaves the terminal as it found it.
-func TestExecTTYRestoresTheTerminalOnASignal(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendExecTTYRestoresTheTerminalOnASignal(t *testing.T) {
+	eachBackend(t, execTTYRestoresTheTerminalOnASignal)
+}
+
+func execTTYRestoresTheTerminalOnASignal(t *testing.T, b backend) {
+	d := b.daemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
@@ -228,10 +236,14 @@ func TestExecTTYRestoresTheTerminalOnASignal(t *testing.T) {
 	}
 }
 
-// TestExecTTYRefusedWithoutATerminal: -t with standard input that is not
+// TestBackendExecTTYRefusedWithoutATerminal: -t with standard input that is not
 // a terminal is refused before anything runs, in docker's words.
-func TestExecTTYRefusedWithoutATerminal(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendExecTTYRefusedWithoutATerminal(t *testing.T) {
+	eachBackend(t, execTTYRefusedWithoutATerminal)
+}
+
+func execTTYRefusedWithoutATerminal(t *testing.T, b backend) {
+	d := b.daemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
