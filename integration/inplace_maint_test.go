@@ -51,10 +51,7 @@ func inPlaceDoctor(t *testing.T, b backend) {
 			got := map[string]control.DoctorCheck{}
 			for _, ck := range d.doctorChecks(c.ID) {
 				got[ck.Check] = ck
-				// On Kubernetes doctor warns that the pod's deny-all policy
-				// may not be enforced: the test cluster's bridge plugin does
-				// not (by design; TestBackendEgressIsolationClaim).
-				if b.name == "kubernetes" && ck.Check == "egress-policy" && ck.Status == "warn" {
+				if ck.Status == "warn" && b.expectedWarning(ck.Check) {
 					continue
 				}
 				if ck.Status != "ok" {
