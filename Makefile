@@ -36,7 +36,7 @@ test: fmt-check vet ## gofmt check, go vet, and every test with -race (Docker te
 KUBERUN ?= /var/lib/ohd-kube
 test-kube: ## bring up a one-node Kubernetes cluster, run the Kubernetes tests (both backends where they differ) against it, tear it down
 	./scripts/kube/up
-	. $(KUBERUN)/env && OHD_KUBE=1 $(GO) test -race -count=1 -timeout 30m -json -run 'Kube|Backend/kubernetes' ./pkg/runtime/kubernetes/ ./packaging/ ./integration/ | $(TESTSUMMARY); \
+	. $(KUBERUN)/env && OHD_KUBE=1 $(GO) test -race -count=1 -timeout 45m -json -run 'Kube|Backend/kubernetes' ./pkg/runtime/kubernetes/ ./packaging/ ./integration/ | $(TESTSUMMARY); \
 	rc=$$?; ./scripts/kube/down; exit $$rc
 
 test-unit: ## only the fast package tests (no integration/)

@@ -138,8 +138,12 @@ func (d *daemon) record(id string) store.Conversation {
 	return c
 }
 
-func TestAPIWorktreeRegression(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendAPIWorktreeRegression(t *testing.T) {
+	eachBackend(t, aPIWorktreeRegression)
+}
+
+func aPIWorktreeRegression(t *testing.T, b backend) {
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 
 	id, info := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true})
@@ -319,8 +323,12 @@ func TestAPIContracts(t *testing.T) {
 	}
 }
 
-func TestAPIAuth(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendAPIAuth(t *testing.T) {
+	eachBackend(t, aPIAuth)
+}
+
+func aPIAuth(t *testing.T, b backend) {
+	d := b.daemon(t)
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
 	routes := [][2]string{
 		{"POST", "/api/conversations"}, {"GET", "/api/conversations/" + id}, {"GET", "/api/conversations?ids=" + id},

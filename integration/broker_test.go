@@ -93,12 +93,16 @@ func TestBrokerThroughTheDaemon(t *testing.T) {
 	}
 }
 
-// TestGitCredentialsInsideAContainer: real git in a conversation's
+// TestBackendGitCredentialsInsideAContainer: real git in a conversation's
 // container, with ohd's credential helper (the static ohctl mounted at
 // /run/ohd/bin/ohctl), gets the password for a host granted with
 // --git-relay=false and nothing for another.
-func TestGitCredentialsInsideAContainer(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitCredentialsInsideAContainer(t *testing.T) {
+	eachBackend(t, gitCredentialsInsideAContainer)
+}
+
+func gitCredentialsInsideAContainer(t *testing.T, b backend) {
+	d := b.daemon(t)
 	if _, err := d.ohctlIn("ghp-very-secret-token", "secret", "set", "gh"); err != nil {
 		t.Fatal(err)
 	}

@@ -91,13 +91,17 @@ func TestDoctorFindsAndRepairsContainerMadeWorktrees(t *testing.T) {
 	d.ohctl("rm", c.ID)
 }
 
-// TestDoctorHintsWithAGitView: a containerized conversation has two admin
+// TestBackendDoctorHintsWithAGitView: a containerized conversation has two admin
 // dirs, the host's registration (<repo>/.git/worktrees/<admin>) and the
 // container's, in its git view (<root>/<id>/.ohd/git/worktrees/<admin>).
 // For each way one of its paths breaks, doctor names the right path and
 // offers only what --repair does, and the way out it names works.
-func TestDoctorHintsWithAGitView(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendDoctorHintsWithAGitView(t *testing.T) {
+	eachBackend(t, doctorHintsWithAGitView)
+}
+
+func doctorHintsWithAGitView(t *testing.T, b backend) {
+	d := b.daemon(t)
 	hostAdmin := func(c store.Conversation) string { return filepath.Join(c.CommonDir, "worktrees", c.AdminID) }
 	viewAdmin := func(c store.Conversation) string { return filepath.Join(c.GitView, "worktrees", c.AdminID) }
 	type state struct {
@@ -191,7 +195,7 @@ func TestDoctorHintsWithAGitView(t *testing.T) {
 					t.Errorf("repair offered %q, want %q...", ck.Repair, st.repair(c))
 				}
 				d.ohctl("doctor", "--repair", c.ID)
-				if out, err := d.ohctlErr("doctor", c.ID); err != nil || strings.Contains(out, "FAIL") || strings.Contains(out, "WARN") {
+				if out, err := d.ohctlErr("doctor", c.ID); err != nil || strings.Contains(out, "FAIL") || strings.Contains(b.doctorProblems(out), "WARN") {
 					t.Errorf("doctor after --repair: %v\n%s", err, out)
 				}
 				// The repair leaves the agent's .git read-only: the agent

@@ -22,11 +22,16 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
-// TestExecForwardsStdinUserAndWorkdir: `ohctl exec` gives the command
+// TestBackendExecForwardsStdinUserAndWorkdir: `ohctl exec` gives the command
 // ohctl's standard input (to EOF), and --user and --workdir choose who
-// runs it and where.
-func TestExecForwardsStdinUserAndWorkdir(t *testing.T) {
-	d := dockerDaemon(t)
+// runs it and where; on Kubernetes, whose exec has no user, --user is
+// refused saying so.
+func TestBackendExecForwardsStdinUserAndWorkdir(t *testing.T) {
+	eachBackend(t, execForwardsStdinUserAndWorkdir)
+}
+
+func execForwardsStdinUserAndWorkdir(t *testing.T, b backend) {
+	d := b.daemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
@@ -36,10 +41,25 @@ func TestExecForwardsStdinUserAndWorkdir(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "lines=3 last=200000" {
 		t.Errorf("exec with stdin = %q, %v; want the command to read all 3 lines", out, err)
 	}
-	out, err = d.ohctlIn("", "exec", "--workdir", "/tmp", "--user", "4242:4343", c.ID, "--", "sh", "-c",
-		`echo "pwd=$PWD"; while read k v rest; do case $k in Uid:|Gid:) echo "$k$v";; esac; done < /proc/self/status`)
-	if err != nil || !strings.Contains(out, "pwd=/tmp") || !strings.Contains(out, "Uid:4242") || !strings.Contains(out, "Gid:4343") {
-		t.Errorf("exec --workdir /tmp --user 4242:4343 = %q, %v", out, err)
+	ids := `echo "pwd=$PWD"; while read k v rest; do case $k in Uid:|Gid:) echo "$k$v";; esac; done < /proc/self/status`
+	if b.name == "kubernetes" {
+		// The API server's exec has no user: a command runs as the pod's
+		// own (by design), so --user is refused saying so, and --workdir
+		// alone is honoured.
+		out, err = d.ohctlIn("", "exec", "--user", "4242:4343", c.ID, "--", "true")
+		if err == nil || !strings.Contains(err.Error(), "Kubernetes runs commands only as the pod's user") {
+			t.Errorf("exec --user 4242:4343 on Kubernetes = %q, %v; want a refusal saying why", out, err)
+		}
+		out, err = d.ohctlIn("", "exec", "--workdir", "/tmp", c.ID, "--", "sh", "-c", ids)
+		want := fmt.Sprintf("Uid:%d", agentUID)
+		if err != nil || !strings.Contains(out, "pwd=/tmp") || !strings.Contains(out, want) {
+			t.Errorf("exec --workdir /tmp = %q, %v; want pwd=/tmp and %s", out, err, want)
+		}
+	} else {
+		out, err = d.ohctlIn("", "exec", "--workdir", "/tmp", "--user", "4242:4343", c.ID, "--", "sh", "-c", ids)
+		if err != nil || !strings.Contains(out, "pwd=/tmp") || !strings.Contains(out, "Uid:4242") || !strings.Contains(out, "Gid:4343") {
+			t.Errorf("exec --workdir /tmp --user 4242:4343 = %q, %v", out, err)
+		}
 	}
 	if out, err := d.ohctlErr("exec", "--workdir", "relative", c.ID, "--", "true"); err == nil || !strings.Contains(err.Error(), "absolute path") {
 		t.Errorf("exec --workdir relative = %q, %v; want a refusal", out, err)
@@ -200,10 +220,14 @@ exit 3`
 	}
 }
 
-// TestExecTTYRestoresTheTerminalOnASignal: a signal that ends ohctl exec
+// TestBackendExecTTYRestoresTheTerminalOnASignal: a signal that ends ohctl exec
 // -t (the window closed, a kill) leaves the terminal as it found it.
-func TestExecTTYRestoresTheTerminalOnASignal(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendExecTTYRestoresTheTerminalOnASignal(t *testing.T) {
+	eachBackend(t, execTTYRestoresTheTerminalOnASignal)
+}
+
+func execTTYRestoresTheTerminalOnASignal(t *testing.T, b backend) {
+	d := b.daemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
@@ -228,10 +252,14 @@ func TestExecTTYRestoresTheTerminalOnASignal(t *testing.T) {
 	}
 }
 
-// TestExecTTYRefusedWithoutATerminal: -t with standard input that is not
+// TestBackendExecTTYRefusedWithoutATerminal: -t with standard input that is not
 // a terminal is refused before anything runs, in docker's words.
-func TestExecTTYRefusedWithoutATerminal(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendExecTTYRefusedWithoutATerminal(t *testing.T) {
+	eachBackend(t, execTTYRefusedWithoutATerminal)
+}
+
+func execTTYRefusedWithoutATerminal(t *testing.T, b backend) {
+	d := b.daemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
 	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })

@@ -58,7 +58,7 @@ func reversedB64(s string) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// TestGitRelayInsideAContainer: real git in a conversation's container
+// TestBackendGitRelayInsideAContainer: real git in a conversation's container
 // clones (protocol v2 and v0, shallow, partial), fetches and pushes
 // through the relay to a git http-backend on the host that demands the
 // token; a push to main is refused with git's own line and audited; and
@@ -67,8 +67,12 @@ func reversedB64(s string) string {
 // /tmp, /run/ohd, the worktree or HOME, not in git's curl and packet
 // traces (which hold every answer of the relay), and git-credential get
 // hands out no password for the host.
-func TestGitRelayInsideAContainer(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitRelayInsideAContainer(t *testing.T) {
+	eachBackend(t, gitRelayInsideAContainer)
+}
+
+func gitRelayInsideAContainer(t *testing.T, b backend) {
+	d := b.daemon(t)
 	token := "ghs_relay_" + fmt.Sprint(os.Getpid()) + "_never_inside"
 	srv := relayedRepo(t, d, token, false)
 	var c store.Conversation
@@ -139,10 +143,14 @@ func TestGitRelayInsideAContainer(t *testing.T) {
 	}
 }
 
-// TestGitRelayBearerInsideAContainer: a host configured with --auth
+// TestBackendGitRelayBearerInsideAContainer: a host configured with --auth
 // bearer gets the token as a bearer token; git inside clones.
-func TestGitRelayBearerInsideAContainer(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitRelayBearerInsideAContainer(t *testing.T) {
+	eachBackend(t, gitRelayBearerInsideAContainer)
+}
+
+func gitRelayBearerInsideAContainer(t *testing.T, b backend) {
+	d := b.daemon(t)
 	srv := relayedRepo(t, d, "bearer-"+fmt.Sprint(os.Getpid()), true)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree", "--grant-git", srv.Host)
@@ -157,11 +165,15 @@ func TestGitRelayBearerInsideAContainer(t *testing.T) {
 	}
 }
 
-// TestGitRelayAttacksInsideAContainer: the agent, with git inside its
+// TestBackendGitRelayAttacksInsideAContainer: the agent, with git inside its
 // container, tries what the relay must refuse; each attempt fails, the
 // host's refs do not move, and the refusal is audited.
-func TestGitRelayAttacksInsideAContainer(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitRelayAttacksInsideAContainer(t *testing.T) {
+	eachBackend(t, gitRelayAttacksInsideAContainer)
+}
+
+func gitRelayAttacksInsideAContainer(t *testing.T, b backend) {
+	d := b.daemon(t)
 	srv := relayedRepo(t, d, "attack-"+fmt.Sprint(os.Getpid()), false)
 	bare := filepath.Join(srv.Root, "acme/widgets.git")
 	// other is a commit main does not contain: pushing main there is a
@@ -222,12 +234,16 @@ func TestGitRelayAttacksInsideAContainer(t *testing.T) {
 	}
 }
 
-// TestGitRelayGrantWhileRunning: a git grant given to a running
+// TestBackendGitRelayGrantWhileRunning: a git grant given to a running
 // conversation reaches git inside at its next command (the url rewrite
 // is a file ohd rewrites, included by the container's git
 // configuration), and a revoke takes it back, without a restart.
-func TestGitRelayGrantWhileRunning(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitRelayGrantWhileRunning(t *testing.T) {
+	eachBackend(t, gitRelayGrantWhileRunning)
+}
+
+func gitRelayGrantWhileRunning(t *testing.T, b backend) {
+	d := b.daemon(t)
 	token := "ghs_live_" + fmt.Sprint(os.Getpid())
 	srv := relayedRepo(t, d, token, false)
 	var c store.Conversation
@@ -258,7 +274,7 @@ func TestGitRelayGrantWhileRunning(t *testing.T) {
 	}
 }
 
-// TestGitRelayPushOwnBranchesOnly: two conversations push through their
+// TestBackendGitRelayPushOwnBranchesOnly: two conversations push through their
 // relays to one remote. Each may create and update its own
 // openhands/<id> branch and a new branch under openhands/ it creates
 // itself; B's creating A's branch before A does, B's force push over
@@ -266,8 +282,12 @@ func TestGitRelayGrantWhileRunning(t *testing.T) {
 // reason, the remote's refs do not move, and the refusals are in ohctl
 // audit. The control: the same force push of B's with a --push pattern
 // covering A's branch (what every conversation could do before) lands.
-func TestGitRelayPushOwnBranchesOnly(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendGitRelayPushOwnBranchesOnly(t *testing.T) {
+	eachBackend(t, gitRelayPushOwnBranchesOnly)
+}
+
+func gitRelayPushOwnBranchesOnly(t *testing.T, be backend) {
+	d := be.daemon(t)
 	srv := relayedRepo(t, d, "owner-"+fmt.Sprint(os.Getpid()), false)
 	bare := filepath.Join(srv.Root, "acme/widgets.git")
 	remote := "http://" + srv.Host + "/acme/widgets.git"

@@ -17,19 +17,23 @@ import (
 	"github.com/ohd-dev/ohd/pkg/openhands"
 )
 
-// TestInnerBashEvents: the terminal routes of a conversation work for the
+// TestBackendInnerBashEvents: the terminal routes of a conversation work for the
 // agent's own uid (agentUID, which the container runs as since issue 26). The agent server writes its bash events to the
 // relative workspace/bash_events, i.e. /workspace/bash_events in its
 // image, which belongs to uid 10001 (the test image has the same
 // layout); the stand-in fails there as the real server does (500), so
 // this test fails if ohd stops setting OH_BASH_EVENTS_DIR to the
 // conversation's host directory (openhands.Env, paths.go).
-func TestInnerBashEvents(t *testing.T) {
+func TestBackendInnerBashEvents(t *testing.T) {
+	eachBackend(t, innerBashEvents)
+}
+
+func innerBashEvents(t *testing.T, b backend) {
 	// The test image has a shell and no coreutils: the uid and hostname
 	// read with builtins.
 	const whoAndWhere = `while read k v rest; do [ "$k" = Uid: ] && echo $v; done < /proc/self/status; read h < /proc/sys/kernel/hostname; echo $h`
 	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
+	d := b.daemon(t)
 	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}})
 

@@ -51,6 +51,9 @@ func inPlaceDoctor(t *testing.T, b backend) {
 			got := map[string]control.DoctorCheck{}
 			for _, ck := range d.doctorChecks(c.ID) {
 				got[ck.Check] = ck
+				if ck.Status == "warn" && b.expectedWarning(ck.Check) {
+					continue
+				}
 				if ck.Status != "ok" {
 					t.Errorf("doctor of a healthy in-place conversation: %s %s: %s", ck.Check, ck.Status, ck.Detail)
 				}

@@ -85,10 +85,14 @@ func TestPruneNeverDeletesWork(t *testing.T) {
 	d.ohctl("rm", live.ID)
 }
 
-// TestLogsAndExec: ohctl logs shows the container's output and -f follows
+// TestBackendLogsAndExec: ohctl logs shows the container's output and -f follows
 // it; ohctl exec passes the command's exit code through.
-func TestLogsAndExec(t *testing.T) {
-	d := dockerDaemon(t)
+func TestBackendLogsAndExec(t *testing.T) {
+	eachBackend(t, logsAndExec)
+}
+
+func logsAndExec(t *testing.T, b backend) {
+	d := b.daemon(t)
 	var c store.Conversation
 	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
 	if out := d.ohctl("logs", c.ID); !strings.Contains(out, "standin") {
