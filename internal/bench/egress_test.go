@@ -26,8 +26,11 @@ func TestEgressBench(t *testing.T) {
 			t.Errorf("%s ratio = %v, want a measured one", name, v)
 		}
 	}
-	if rows := EgressRows(res); len(rows) != 6 || rows[0].Target.Value != 0.8 || rows[1].Target.Value != 0.8 || rows[3].Target.Value != 0 {
+	rows := EgressRows(res)
+	if len(rows) != 7 || rows[0].Target.Value != 0.8 || rows[1].Target.Value != 0.8 || rows[3].Target.Value != 0 {
 		t.Errorf("EgressRows = %+v, want the -net rows with targets first", rows)
+	} else if r := rows[5]; r.Name != "egress-small-vs-floor" || r.Target.Value != 0.95 || !(r.Ratio > 0) || math.Abs(r.Ratio-res.SmallProxyRPS/res.SmallFloorRPS) > 1e-9 {
+		t.Errorf("EgressRows[5] = %+v, want the small requests against the blind forwarder (%v / %v req/s), target 0.95", r, res.SmallProxyRPS, res.SmallFloorRPS)
 	}
 }
 
