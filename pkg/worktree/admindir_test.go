@@ -1,6 +1,7 @@
 package worktree
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,5 +79,62 @@ func TestRemoveKilledMidAdminLeavesNoHalfRegistration(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(repo.CommonDir, "worktrees")); len(ents) != 0 {
 		t.Errorf("worktrees/ still holds %d entries", len(ents))
+	}
+}
+
+// TestRestoreRetrySweepsTheAdminDirsAKilledAddLeft: a restore's git
+// worktree add (no --lock: git writes "initializing" into locked first)
+// killed before it wrote gitdir leaves an admin dir no git lists and
+// findAdminDir cannot find: empty, or holding only that lock. The retry
+// sweeps them (TestFaultInjection found an empty worktrees/restored3
+// left for good), and leaves an admin dir that is anything more.
+func TestRestoreRetrySweepsTheAdminDirsAKilledAddLeft(t *testing.T) {
+	m, _, repo, wt := newView(t)
+	inView(t, wt, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "agent commit")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "unsaved.txt"), "agent\n")
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Sandbox: &hostSandbox{wt: wt}, Published: wt.StartCommit}); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	into := filepath.Join(testenv.TempDir(t), "restored")
+	opts := RestoreOptions{CommonDir: repo.CommonDir, Repo: repo.TopLevel, ConversationID: wt.ConversationID, StartCommit: wt.StartCommit, Into: into}
+	ctx, kill := context.WithCancel(testCtx(t))
+	m.onStep = func(s string) {
+		if s == "restore" {
+			kill()
+		}
+	}
+	if _, err := m.Restore(ctx, opts); err == nil {
+		t.Fatal("the killed Restore succeeded")
+	}
+	m.onStep = func(string) {}
+	worktrees := filepath.Join(repo.CommonDir, "worktrees")
+	mk := func(name string, files map[string]string) string {
+		dir := filepath.Join(worktrees, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for f, content := range files {
+			testenv.WriteFile(t, filepath.Join(dir, f), content)
+		}
+		return dir
+	}
+	gone := []string{mk("restored7", nil), mk("restored8", map[string]string{"locked": "initializing\n"}), mk("restored9", map[string]string{"locked": ""})}
+	kept := []string{
+		mk("restored10", map[string]string{"locked": "someone's reason"}),
+		mk("restored11", map[string]string{"locked": "initializing", "gitdir": "/elsewhere/.git\n"}),
+		mk("restoredx", nil),
+	}
+	if _, err := m.Restore(testCtx(t), opts); err != nil {
+		t.Fatalf("retry after the killed restore: %v", err)
+	}
+	for _, d := range gone {
+		if ok, _ := lexists(d); ok {
+			t.Errorf("%s (what a killed add leaves) is still there", d)
+		}
+	}
+	for _, d := range kept {
+		if ok, _ := lexists(d); !ok {
+			t.Errorf("%s was removed: it is not what a killed add leaves", d)
+		}
 	}
 }

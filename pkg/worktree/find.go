@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -106,12 +107,21 @@ func findOwnAdminDir(wt Worktree) string {
 // looks like that: git writes the lock's content in the same call that
 // creates it, and gitdir right after.
 func abandonedAdminDirs(wt Worktree) []string {
-	worktrees := filepath.Join(wt.CommonDir, "worktrees")
+	return abandonedAdminDirsAt(wt.CommonDir, wt.Path)
+}
+
+// abandonedAdminDirsAt is abandonedAdminDirs for a `git worktree add` of
+// path in commonDir. With lockTexts it also takes a directory holding only
+// a "locked" with one of those texts: what an add without --lock (a
+// restore's, whose git writes "initializing" first, LC_ALL=C) killed
+// before gitdir leaves.
+func abandonedAdminDirsAt(commonDir, path string, lockTexts ...string) []string {
+	worktrees := filepath.Join(commonDir, "worktrees")
 	ents, err := os.ReadDir(worktrees)
 	if err != nil {
 		return nil
 	}
-	base := filepath.Base(wt.Path)
+	base := filepath.Base(path)
 	var out []string
 	for _, e := range ents {
 		name := e.Name()
@@ -126,8 +136,14 @@ func abandonedAdminDirs(wt Worktree) []string {
 		}
 		if len(inside) == 1 {
 			st, err := os.Lstat(filepath.Join(admin, "locked"))
-			if inside[0].Name() != "locked" || err != nil || !st.Mode().IsRegular() || st.Size() != 0 {
+			if inside[0].Name() != "locked" || err != nil || !st.Mode().IsRegular() {
 				continue
+			}
+			if st.Size() != 0 {
+				b, err := os.ReadFile(filepath.Join(admin, "locked"))
+				if err != nil || !slices.Contains(lockTexts, strings.TrimSpace(string(b))) {
+					continue
+				}
 			}
 		}
 		out = append(out, admin)
@@ -139,13 +155,19 @@ func abandonedAdminDirs(wt Worktree) []string {
 // removeAdmin runs left (sweepTrash). Call it under the repository lock,
 // so no add of ohd's own is half way.
 func (m *Manager) removeAbandonedAdmins(wt Worktree) {
-	m.sweepTrash(wt.CommonDir)
-	for _, admin := range abandonedAdminDirs(wt) {
+	m.removeAbandonedAdminsAt(wt.CommonDir, wt.Path, wt.ConversationID)
+}
+
+// removeAbandonedAdminsAt is removeAbandonedAdmins for an add of path in
+// commonDir by owner (lockTexts as abandonedAdminDirsAt's).
+func (m *Manager) removeAbandonedAdminsAt(commonDir, path, owner string, lockTexts ...string) {
+	m.sweepTrash(commonDir)
+	for _, admin := range abandonedAdminDirsAt(commonDir, path, lockTexts...) {
 		_ = os.Remove(filepath.Join(admin, "locked"))
 		if err := os.Remove(admin); err != nil {
 			m.log.Warn("remove an admin dir a killed git worktree add left", "path", admin, "err", err)
 			continue
 		}
-		m.log.Info("removed an admin dir a killed git worktree add left", "conversation", wt.ConversationID, "path", admin)
+		m.log.Info("removed an admin dir a killed git worktree add left", "owner", owner, "path", admin)
 	}
 }

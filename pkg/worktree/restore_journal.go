@@ -188,6 +188,10 @@ func (m *Manager) undoRestore(ctx context.Context, commonDir string, j *restoreJ
 	}
 	defer unlock()
 	m.clearStaleRefLocks(commonDir, j)
+	// A restore's git worktree add killed before it wrote gitdir leaves an
+	// admin dir findAdminDir cannot find (found by TestFaultInjection: an
+	// empty worktrees/restored3 that no git lists, for good).
+	defer m.removeAbandonedAdminsAt(commonDir, j.Into, "restore", "initializing")
 	if ok, _ := lexists(j.Into); ok {
 		admin, ferr := findAdminDir(commonDir, j.Into)
 		if ferr == nil {
