@@ -134,8 +134,11 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	// given; the broker drops them and injects the profile's key.
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
+	bulk := strings.HasPrefix(p, "/v1/git/")
 	if r.ContentLength == 0 {
 		out.Body = nil
+	} else if bulk {
+		out.Body = bulkBody{r.Body}
 	}
 	resp, err := rl.c.Do(out)
 	if err != nil {
@@ -153,7 +156,6 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	rc := http.NewResponseController(w)
 	// git's packs come in large reads, flushed when the stream pauses (a
 	// short read); anything else is flushed after every read.
-	bulk := strings.HasPrefix(p, "/v1/git/")
 	buf := make([]byte, 32<<10)
 	if bulk {
 		buf = make([]byte, GitStreamBuffer)
