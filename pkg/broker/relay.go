@@ -156,9 +156,14 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	rc := http.NewResponseController(w)
 	// git's packs come in large reads, flushed when the stream pauses (a
 	// short read); anything else is flushed after every read.
-	buf := make([]byte, 32<<10)
+	var buf []byte
 	if bulk {
-		buf = make([]byte, GitStreamBuffer)
+		// Pooled: 256 KiB for each of git's requests (a fetch makes several).
+		b := bulkBufs.Get().(*[GitStreamBuffer]byte)
+		defer bulkBufs.Put(b)
+		buf = b[:]
+	} else {
+		buf = make([]byte, 32<<10)
 	}
 	for {
 		n, rerr := resp.Body.Read(buf)
