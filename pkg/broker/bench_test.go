@@ -17,6 +17,15 @@ import (
 // of reach, and returns its endpoint and token.
 func newBenchBroker(b *testing.B) (broker.Endpoint, string) {
 	b.Helper()
+	return newBenchBrokerGit(b, "")
+}
+
+const benchConvID = "0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b"
+
+// newBenchBrokerGit is newBenchBroker with, if gitHost is not empty, a
+// grant of that git host reached over plain HTTP.
+func newBenchBrokerGit(b *testing.B, gitHost string) (broker.Endpoint, string) {
+	b.Helper()
 	be := brokertest.New()
 	be.DiscardAudit()
 	dir, err := os.MkdirTemp("", "ohdb")
@@ -30,11 +39,16 @@ func newBenchBroker(b *testing.B) (broker.Endpoint, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	conv := broker.Conversation{ID: "0b9f6a1e-3c2d-4e5f-8a7b-6c5d4e3f2a1b", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
+	conv := broker.Conversation{ID: benchConvID, UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1,
 		Grants: broker.Grants{Secrets: []string{"a", "s"}, Git: []string{"github.com/acme"}, LLM: []string{"default"}}}
 	be.SetConversation(conv)
 	be.SetSecret("s", []byte("value"))
 	be.SetGitCredential("github.com", broker.GitCredential{Username: "bot", Password: []byte("pw")})
+	if gitHost != "" {
+		conv.Grants.Git = append(conv.Grants.Git, gitHost)
+		be.SetConversation(conv)
+		be.SetGitCredential(gitHost, broker.GitCredential{Username: "bot", Password: []byte("pw"), Scheme: "http"})
+	}
 	ep, err := br.Open(context.Background(), conv)
 	if err != nil {
 		b.Fatal(err)

@@ -607,6 +607,7 @@ func noRedirects(hc *http.Client) *http.Client {
 			TLSHandshakeTimeout:   10 * time.Second,
 			ResponseHeaderTimeout: 5 * time.Minute, // non-streamed completions are slow
 			ExpectContinueTimeout: time.Second,
+			WriteBufferSize:       bodyWriteBuffer,
 		}
 	}
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

@@ -50,7 +50,10 @@ func NewClient(socket, tokenFile string) *Client {
 				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 					return d.DialContext(ctx, "unix", socket)
 				},
-				MaxIdleConnsPerHost:   8,
+				MaxIdleConnsPerHost: 8,
+				// A chunk of a streamed body (a push's pack) goes out in
+				// one write with its header and CRLF, not three.
+				WriteBufferSize:       bodyWriteBuffer,
 				IdleConnTimeout:       30 * time.Second,
 				ResponseHeaderTimeout: 5 * time.Minute,
 				DisableCompression:    true,

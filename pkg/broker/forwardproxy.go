@@ -87,39 +87,52 @@ func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
 		return proxyHead{}, errClosed
 	}
 	raw := b[:i+2]
-	if bytes.ContainsAny(bytes.ReplaceAll(raw, []byte("\r\n"), nil), "\r\n") {
-		return proxyHead{}, perr(http.StatusBadRequest, "a line of the request head does not end in CRLF")
+	// Every CR and LF is part of a CRLF.
+	for j := 0; j < len(raw); j++ {
+		switch raw[j] {
+		case '\r':
+			if j+1 == len(raw) || raw[j+1] != '\n' {
+				return proxyHead{}, perr(http.StatusBadRequest, "a line of the request head does not end in CRLF")
+			}
+			j++
+		case '\n':
+			return proxyHead{}, perr(http.StatusBadRequest, "a line of the request head does not end in CRLF")
+		}
 	}
-	lines := strings.Split(strings.TrimSuffix(string(raw), "\r\n"), "\r\n")
-	parts := strings.Split(lines[0], " ")
-	if len(parts) != 3 || (parts[2] != "HTTP/1.1" && parts[2] != "HTTP/1.0") {
+	// Parsed in place: a head is read per proxied request.
+	line, rest, more := bytes.Cut(raw[:i], crlf)
+	method, line, ok1 := bytes.Cut(line, sp)
+	target, proto, ok2 := bytes.Cut(line, sp)
+	if !ok1 || !ok2 || (string(proto) != "HTTP/1.1" && string(proto) != "HTTP/1.0") {
 		return proxyHead{}, perr(http.StatusBadRequest, "malformed request line")
 	}
-	h := proxyHead{method: parts[0], target: parts[1]}
-	var hosts, lengths, encodings []string
-	for _, l := range lines[1:] {
-		name, value, ok := strings.Cut(l, ":")
-		if !ok || name == "" || strings.TrimSpace(name) != name {
+	h := proxyHead{method: string(method), target: string(target)}
+	var host, length, encoding []byte
+	var hosts, lengths, encodings int
+	for more {
+		line, rest, more = bytes.Cut(rest, crlf)
+		name, value, ok := bytes.Cut(line, colon)
+		if !ok || len(name) == 0 || len(bytes.TrimSpace(name)) != len(name) {
 			return proxyHead{}, perr(http.StatusBadRequest, "malformed header line")
 		}
-		value = strings.TrimSpace(value)
-		switch strings.ToLower(name) {
-		case "host":
-			hosts = append(hosts, value)
-		case "content-length":
-			lengths = append(lengths, value)
-		case "transfer-encoding":
-			encodings = append(encodings, value)
+		value = bytes.TrimSpace(value)
+		switch {
+		case asciiFoldEq(name, "host"):
+			host, hosts = value, hosts+1
+		case asciiFoldEq(name, "content-length"):
+			length, lengths = value, lengths+1
+		case asciiFoldEq(name, "transfer-encoding"):
+			encoding, encodings = value, encodings+1
 		}
 	}
-	if len(hosts) > 1 || len(lengths) > 1 || len(encodings) > 1 {
+	if hosts > 1 || lengths > 1 || encodings > 1 {
 		return proxyHead{}, perr(http.StatusBadRequest, "more than one Host, Content-Length or Transfer-Encoding header")
 	}
-	if len(encodings) == 1 && (!strings.EqualFold(encodings[0], "chunked") || len(lengths) == 1) {
+	if encodings == 1 && (!bytes.EqualFold(encoding, []byte("chunked")) || lengths == 1) {
 		return proxyHead{}, perr(http.StatusBadRequest, "Transfer-Encoding must be exactly chunked, without a Content-Length")
 	}
 	if h.method == http.MethodConnect {
-		if len(encodings) == 1 || len(lengths) == 1 && lengths[0] != "0" {
+		if encodings == 1 || lengths == 1 && string(length) != "0" {
 			return proxyHead{}, perr(http.StatusBadRequest, "a CONNECT request has no body")
 		}
 		host, port, err := net.SplitHostPort(h.target)
@@ -137,10 +150,30 @@ func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
 		}
 		h.authority = withPort(u.Host, "80")
 	}
-	if len(hosts) == 1 && !strings.EqualFold(withPort(hosts[0], portOf(h.authority)), h.authority) {
-		return proxyHead{}, perr(http.StatusBadRequest, "the Host header "+strconv.Quote(hosts[0])+" differs from the request's target "+h.authority)
+	if hosts == 1 && !strings.EqualFold(withPort(string(host), portOf(h.authority)), h.authority) {
+		return proxyHead{}, perr(http.StatusBadRequest, "the Host header "+strconv.Quote(string(host))+" differs from the request's target "+h.authority)
 	}
 	return h, nil
+}
+
+var crlf, sp, colon = []byte("\r\n"), []byte(" "), []byte(":")
+
+// asciiFoldEq says whether name, lower-cased, is the lower-case ASCII
+// lower (what strings.ToLower(name) == lower said, without allocating).
+func asciiFoldEq(name []byte, lower string) bool {
+	if len(name) != len(lower) {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func withPort(hostport, def string) string {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/ohd-dev/ohd/pkg/gitproto"
 )
@@ -209,7 +210,12 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 			body = io.MultiReader(strings.NewReader(string(raw)), body)
 		}
 	}
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, target, body)
+	outBody := body
+	if _, small := body.(*strings.Reader); body != nil && !small {
+		// (A strings.Reader stays as it is: the transport may resend it.)
+		outBody = bulkBody{io.NopCloser(body)}
+	}
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, target, outBody)
 	if err != nil {
 		c.refuse(w, rec, refGitPath)
 		return
@@ -512,4 +518,42 @@ func GitRelayConfig(scheme, host string) [2]string {
 		scheme = "https"
 	}
 	return [2]string{"url.http://" + RelayAddr + "/git/" + url.PathEscape(host) + "/.insteadOf", scheme + "://" + host + "/"}
+}
+
+// bodyWriteBuffer is the write buffer of the broker's and the relay's
+// HTTP clients: a chunked request body is flushed after every chunk, and
+// a chunk (git's curl sends up to 64 KiB) that fits the buffer with its
+// header and CRLF takes one write to the socket instead of three.
+const bodyWriteBuffer = 64<<10 + 64
+
+// bulkBody is a request body forwarded in GitStreamBuffer pieces: the
+// transport copies a body through its WriteTo, so each read of a push's
+// pack becomes one chunk on the wire (a chunked request body is flushed
+// after every chunk) instead of one per 32 KiB, each of them three
+// writes to the socket.
+type bulkBody struct{ io.ReadCloser }
+
+var bulkBufs = sync.Pool{New: func() any { return new([GitStreamBuffer]byte) }}
+
+// WriteTo copies the body to w, one write per read.
+func (b bulkBody) WriteTo(w io.Writer) (int64, error) {
+	buf := bulkBufs.Get().(*[GitStreamBuffer]byte)
+	defer bulkBufs.Put(buf)
+	var total int64
+	for {
+		n, rerr := b.Read(buf[:])
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += int64(m)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
 }

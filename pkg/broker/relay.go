@@ -134,8 +134,11 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	// given; the broker drops them and injects the profile's key.
 	out.Header.Del("Authorization")
 	out.Header.Del("X-Api-Key")
+	bulk := strings.HasPrefix(p, "/v1/git/")
 	if r.ContentLength == 0 {
 		out.Body = nil
+	} else if bulk {
+		out.Body = bulkBody{r.Body}
 	}
 	resp, err := rl.c.Do(out)
 	if err != nil {
@@ -153,10 +156,14 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 	rc := http.NewResponseController(w)
 	// git's packs come in large reads, flushed when the stream pauses (a
 	// short read); anything else is flushed after every read.
-	bulk := strings.HasPrefix(p, "/v1/git/")
-	buf := make([]byte, 32<<10)
+	var buf []byte
 	if bulk {
-		buf = make([]byte, GitStreamBuffer)
+		// Pooled: 256 KiB for each of git's requests (a fetch makes several).
+		b := bulkBufs.Get().(*[GitStreamBuffer]byte)
+		defer bulkBufs.Put(b)
+		buf = b[:]
+	} else {
+		buf = make([]byte, 32<<10)
 	}
 	for {
 		n, rerr := resp.Body.Read(buf)
