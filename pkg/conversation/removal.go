@@ -229,6 +229,7 @@ func (m *Manager) removalFailed(conv store.Conversation, se *saveError) (store.C
 		return conv, err
 	}
 	m.log.Warn("removal failed; nothing was removed", "id", conv.ID, "err", se.err)
+	m.shareAfterCalledOff(c)
 	return c, fmt.Errorf("%w: conversation %s: %s", ErrConflict, conv.ID, why)
 }
 

@@ -225,3 +225,18 @@ func (m *Manager) LimitedCmd(ctx context.Context, c store.Conversation, cmd []st
 	}
 	return cmd
 }
+
+// shareAfterCalledOff shares what the user made in c's tree while a
+// removal that was then called off ran: the watcher passes nothing while
+// a removal is marked (the tree is about to be given back), so a file the
+// user made meanwhile would stay unreadable to the agent, and the next
+// removal's save, which reads the tree as the agent, would fail on it.
+func (m *Manager) shareAfterCalledOff(c store.Conversation) {
+	if !separated(c) || releasedTree(c) == "" || m.rt.Kind() == "local" || failpoint.On("legacy/lend-late") {
+		return
+	}
+	m.shareMadeMeanwhile(c, func() bool {
+		cur, err := m.st.Conversation(c.ID)
+		return err == nil && cur.Removal == nil && cur.State != store.StateDeleted
+	})
+}

@@ -47,6 +47,13 @@ func (d *Docker) waitReady(ctx context.Context, id, addr string, s Spec, inNetns
 	if inNetns {
 		nd, err := d.OpenNetns(readyCtx, id)
 		if err != nil {
+			// A container whose process exited at once (an image that
+			// refuses ohd's arguments) has no namespace left to enter:
+			// that is its exit, which the caller explains with its
+			// output, not a failure to reach it.
+			if ex := d.exitedSoon(readyCtx, id, exitSettle); ex != nil {
+				return ex
+			}
 			return fmt.Errorf("reach the inner server of a container without network: %w", err)
 		}
 		defer nd.Close()
@@ -152,6 +159,28 @@ func (d *Docker) healthy(ctx context.Context, hc *http.Client, url string) (bool
 
 // checkRunning returns an error wrapping ErrExited if the container no
 // longer runs.
+// exitSettle bounds how long exitedSoon waits for the engine to record
+// the exit of a container whose process is already gone.
+const exitSettle = 2 * time.Second
+
+// exitedSoon returns checkRunning's error once the engine says the
+// container no longer runs, polling for at most within; nil if it still
+// runs then.
+func (d *Docker) exitedSoon(ctx context.Context, id string, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		if err := d.checkRunning(ctx, id); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (d *Docker) checkRunning(ctx context.Context, id string) error {
 	res, err := d.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
