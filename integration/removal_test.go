@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"testing"
 	"time"
@@ -237,6 +238,22 @@ func TestRemovalThatCannotSaveChangesNothing(t *testing.T) {
 		random("big.bin")
 		d.inside(c, "git switch -q -c side && git add big.bin && git -c user.name=a -c user.email=a@x commit -q -m big")
 		random("more.bin")
+		// What the user makes is the agent's to read once ohd's watcher
+		// shared it, milliseconds later (the save reads as the agent); a
+		// removal in that window fails on it and changes nothing.
+		readable := func() bool {
+			code, _ := d.execIn(c.ID, "sh", "-c", "cd "+c.Worktree+" && : < more.bin")
+			return code == 0
+		}
+		for deadline := time.Now().Add(30 * time.Second); !readable(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				var st syscall.Stat_t
+				_ = syscall.Stat(filepath.Join(c.Worktree, "more.bin"), &st)
+				acl := make([]byte, 256)
+				n, err := syscall.Getxattr(filepath.Join(c.Worktree, "more.bin"), "system.posix_acl_access", acl)
+				t.Fatalf("the agent cannot read the user's new file after 30 s: uid %d mode %o acl %x (%v)\n%s", st.Uid, st.Mode, acl[:max(n, 0)], err, grepLines(d.logs.String(), "watch", "shar"))
+			}
+		}
 		fill, err := os.Create(filepath.Join(mnt, "fill"))
 		if err != nil {
 			t.Fatal(err)
@@ -319,4 +336,18 @@ func TestImageRefusingTheArgumentsNamesTheContract(t *testing.T) {
 			t.Errorf("the create's error lacks %q:\n%s", want, msg)
 		}
 	}
+}
+
+// grepLines returns the lines of s holding any of pats.
+func grepLines(s string, pats ...string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		for _, p := range pats {
+			if strings.Contains(l, p) {
+				keep = append(keep, l)
+				break
+			}
+		}
+	}
+	return strings.Join(keep, "\n")
 }
