@@ -108,16 +108,7 @@ func TestRestoreRetrySweepsTheAdminDirsAKilledAddLeft(t *testing.T) {
 	}
 	m.onStep = func(string) {}
 	worktrees := filepath.Join(repo.CommonDir, "worktrees")
-	mk := func(name string, files map[string]string) string {
-		dir := filepath.Join(worktrees, name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for f, content := range files {
-			testenv.WriteFile(t, filepath.Join(dir, f), content)
-		}
-		return dir
-	}
+	mk := func(name string, files map[string]string) string { return mkAdmin(t, worktrees, name, files) }
 	gone := []string{mk("restored7", nil), mk("restored8", map[string]string{"locked": "initializing\n"}), mk("restored9", map[string]string{"locked": ""})}
 	kept := []string{
 		mk("restored10", map[string]string{"locked": "someone's reason"}),

@@ -71,16 +71,7 @@ func TestRemoveSweepsAbandonedAdminDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	worktrees := filepath.Join(repo.CommonDir, "worktrees")
-	mk := func(name string, files map[string]string) string {
-		dir := filepath.Join(worktrees, name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for f, content := range files {
-			testenv.WriteFile(t, filepath.Join(dir, f), content)
-		}
-		return dir
-	}
+	mk := func(name string, files map[string]string) string { return mkAdmin(t, worktrees, name, files) }
 	gone := []string{mk("repo", nil), mk("repo1", map[string]string{"locked": ""})}
 	kept := []string{
 		mk("repo2", map[string]string{"locked": "someone's reason"}),

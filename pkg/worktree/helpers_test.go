@@ -157,3 +157,17 @@ func commitFile(t testing.TB, dir, file, content, msg string) string {
 	gitIn(t, dir, "commit", "-q", "-m", msg)
 	return gitIn(t, dir, "rev-parse", "HEAD")
 }
+
+// mkAdmin makes the directory <worktrees>/<name> with files (name to
+// content), as a killed git worktree add or a test's fixture leaves one.
+func mkAdmin(t testing.TB, worktrees, name string, files map[string]string) string {
+	t.Helper()
+	dir := filepath.Join(worktrees, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for f, content := range files {
+		testenv.WriteFile(t, filepath.Join(dir, f), content)
+	}
+	return dir
+}
