@@ -40,11 +40,7 @@ func bareAttack(t *testing.T, borrow bool) (root string, ran bool, out string) {
 	if _, err := Apply(root, testIDs); err != nil {
 		t.Fatal(err)
 	}
-	box := t.TempDir()
-	if err := os.Chmod(box, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	marker := filepath.Join(box, "ran")
+	_, marker := markerBox(t)
 	evil := filepath.Join(root, "evil.sh")
 	mustRunAs(t, testAgent, root, "sh", "-c", "printf '#!/bin/sh\\necho ran >> "+marker+"\\n' > evil.sh && chmod 755 evil.sh")
 	mustRunAs(t, testAgent, filepath.Join(root, "notes"), "sh", "-c", "export EVIL="+evil+" GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=safe.directory GIT_CONFIG_VALUE_0='*'; "+fillBare)

@@ -95,3 +95,14 @@ func ownerOf(t *testing.T, p string) int {
 	}
 	return int(st.Sys().(*syscall.Stat_t).Uid)
 }
+
+// markerBox returns a directory every user may write and the path of the
+// marker file an attack's program appends to when it runs there.
+func markerBox(t testing.TB) (box, marker string) {
+	t.Helper()
+	box = t.TempDir()
+	if err := os.Chmod(box, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return box, filepath.Join(box, "ran")
+}

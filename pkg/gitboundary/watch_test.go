@@ -37,11 +37,7 @@ func midConversationAttack(t *testing.T, old bool) (ran bool, plant, out string)
 			t.Fatal(err)
 		}
 	}
-	box := t.TempDir()
-	if err := os.Chmod(box, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	marker := filepath.Join(box, "ran")
+	box, marker := markerBox(t)
 	evil := filepath.Join(box, "evil.sh")
 	if err := os.WriteFile(evil, []byte("#!/bin/sh\necho ran >> "+marker+"\n"), 0o755); err != nil {
 		t.Fatal(err)
