@@ -380,6 +380,7 @@ func TestStartFailures(t *testing.T) {
 		wantStep string
 		wantLog  string // in StartError.LogTail
 		wantMsg  []string
+		notMsg   []string // must not be in the error
 	}{{
 		name: "exits before ready",
 		edit: func(s *Spec) {
@@ -395,6 +396,18 @@ func TestStartFailures(t *testing.T) {
 		},
 		wantErr: ErrNotReady, wantStep: StepReady, wantLog: "path=/health status=503",
 		wantMsg: []string{"ready", "/health did not answer 200 within 1.5s", "503"},
+	}, {
+		// Without network the polls enter the container's network
+		// namespace; a process that exits at once leaves none to enter,
+		// and that is reported as its exit, not as a failure to reach it.
+		name: "exits at once without network",
+		edit: func(s *Spec) {
+			s.NoNetwork = true
+			s.Env = append(s.Env, "STANDIN_HEALTH_DELAY=1h", "STANDIN_EXIT_AFTER=1ms")
+		},
+		wantErr: ErrExited, wantStep: StepReady, wantLog: "simulated crash",
+		wantMsg: []string{"ready", "code 3", "simulated crash"},
+		notMsg:  []string{"reach the inner server", "netns", "namespace"},
 	}, {
 		name:    "missing image",
 		edit:    func(s *Spec) { s.Image = "ohd-test-no-such-image:1" },
@@ -454,6 +467,11 @@ func TestStartFailures(t *testing.T) {
 			for _, m := range tt.wantMsg {
 				if !strings.Contains(err.Error(), m) {
 					t.Errorf("error message lacks %q", m)
+				}
+			}
+			for _, m := range tt.notMsg {
+				if strings.Contains(err.Error(), m) {
+					t.Errorf("error message has %q, want the exit reported instead", m)
 				}
 			}
 			if se.ContainerID != "" && !se.Removed {
@@ -870,5 +888,40 @@ func TestNetworks(t *testing.T) {
 	_, err = NewDocker(ctx, DockerOptions{Network: "ohd-test-no-such-network", Logger: testLogger(t)})
 	if err == nil || !strings.Contains(err.Error(), `network "ohd-test-no-such-network" does not exist`) || !strings.Contains(err.Error(), "docker network create") {
 		t.Errorf("NewDocker with a missing network = %v, want an error naming it and the fix", err)
+	}
+}
+
+// TestExitedSoon checks the wait for the engine to record an exit: a
+// running container is not reported as exited (after the whole wait), a
+// killed one is, and a removed one is too.
+func TestExitedSoon(t *testing.T) {
+	d, server := testDocker(t)
+	ctx := context.Background()
+	inst := mustStart(t, d, baseSpec(t, server))
+	t.Cleanup(func() { _ = d.Remove(context.Background(), inst.ContainerID) })
+
+	start := time.Now()
+	if err := d.exitedSoon(ctx, inst.ContainerID, 300*time.Millisecond); err != nil {
+		t.Fatalf("exitedSoon of a running container = %v, want nil", err)
+	}
+	if waited := time.Since(start); waited < 300*time.Millisecond {
+		t.Errorf("exitedSoon of a running container returned after %v, want the whole 300ms", waited)
+	}
+
+	raw := rawClient(t)
+	if _, err := raw.ContainerKill(ctx, inst.ContainerID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
+	err := d.exitedSoon(ctx, inst.ContainerID, exitSettle)
+	var ex *exitedError
+	if !errors.As(err, &ex) || ex.code != 137 {
+		t.Fatalf("exitedSoon of a killed container = %v, want an exit with code 137", err)
+	}
+
+	if _, err := raw.ContainerRemove(ctx, inst.ContainerID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.exitedSoon(ctx, inst.ContainerID, exitSettle); !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "removed") {
+		t.Fatalf("exitedSoon of a removed container = %v, want ErrExited saying it was removed", err)
 	}
 }

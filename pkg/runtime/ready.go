@@ -157,8 +157,6 @@ func (d *Docker) healthy(ctx context.Context, hc *http.Client, url string) (bool
 	return true, nil
 }
 
-// checkRunning returns an error wrapping ErrExited if the container no
-// longer runs.
 // exitSettle bounds how long exitedSoon waits for the engine to record
 // the exit of a container whose process is already gone.
 const exitSettle = 2 * time.Second
@@ -181,6 +179,8 @@ func (d *Docker) exitedSoon(ctx context.Context, id string, within time.Duration
 	}
 }
 
+// checkRunning returns an error wrapping ErrExited if the container no
+// longer runs.
 func (d *Docker) checkRunning(ctx context.Context, id string) error {
 	res, err := d.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
