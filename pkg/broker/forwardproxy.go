@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The forward proxy is the container's way out (DESIGN §5): the relay's
@@ -73,6 +75,16 @@ func peekUntil(br *bufio.Reader, sep []byte) ([]byte, error) {
 type proxyHead struct {
 	method, target string
 	authority      string // host:port to dial
+	// lean says the request can be forwarded as bytes (forwardLean): an
+	// HTTP/1.1 request without Transfer-Encoding, Expect or Upgrade,
+	// whose body is length bytes (0 without a Content-Length); uri is its
+	// origin form and hasHost says it has a Host header.
+	lean    bool
+	uri     string
+	length  int64
+	host    string // the URL's host, for a Host field when the request has none
+	hasHost bool
+	close   bool // Connection: close
 }
 
 // readHead peeks at the next request head in br and checks it; the head
@@ -109,6 +121,7 @@ func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
 	h := proxyHead{method: string(method), target: string(target)}
 	var host, length, encoding []byte
 	var hosts, lengths, encodings int
+	unusual := string(proto) != "HTTP/1.1" // read by net/http, not forwarded as bytes
 	for more {
 		line, rest, more = bytes.Cut(rest, crlf)
 		name, value, ok := bytes.Cut(line, colon)
@@ -116,6 +129,9 @@ func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
 			return proxyHead{}, perr(http.StatusBadRequest, "malformed header line")
 		}
 		value = bytes.TrimSpace(value)
+		if !validFieldName(name) || !validFieldValue(value) {
+			unusual = true
+		}
 		switch {
 		case asciiFoldEq(name, "host"):
 			host, hosts = value, hosts+1
@@ -123,6 +139,11 @@ func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
 			length, lengths = value, lengths+1
 		case asciiFoldEq(name, "transfer-encoding"):
 			encoding, encodings = value, encodings+1
+		case asciiFoldEq(name, "connection") && asciiFoldEq(value, "close"):
+			h.close = true
+		case asciiFoldEq(name, "connection") && asciiFoldEq(value, "keep-alive"):
+		case asciiFoldEq(name, "expect"), asciiFoldEq(name, "upgrade"), asciiFoldEq(name, "connection"):
+			unusual = true
 		}
 	}
 	if hosts > 1 || lengths > 1 || encodings > 1 {
@@ -149,6 +170,17 @@ func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
 			return proxyHead{}, perr(http.StatusBadRequest, "only http:// URLs are forwarded; for https, use CONNECT (HTTPS_PROXY)")
 		}
 		h.authority = withPort(u.Host, "80")
+		if !unusual && encodings == 0 && httpguts.ValidHostHeader(u.Host) {
+			h.length = 0
+			if lengths == 1 {
+				n, err := strconv.ParseUint(string(length), 10, 63)
+				if err != nil {
+					return proxyHead{}, perr(http.StatusBadRequest, "malformed Content-Length")
+				}
+				h.length = int64(n)
+			}
+			h.lean, h.uri, h.host, h.hasHost = true, u.RequestURI(), u.Host, hosts == 1
+		}
 	}
 	if hosts == 1 && !strings.EqualFold(withPort(string(host), portOf(h.authority)), h.authority) {
 		return proxyHead{}, perr(http.StatusBadRequest, "the Host header "+strconv.Quote(string(host))+" differs from the request's target "+h.authority)
@@ -157,6 +189,28 @@ func readHead(br *bufio.Reader) (proxyHead, *proxyError) {
 }
 
 var crlf, sp, colon = []byte("\r\n"), []byte(" "), []byte(":")
+
+// validFieldName says whether name is a token (RFC 9110 5.1), as net/http
+// requires of a field's name.
+func validFieldName(name []byte) bool {
+	for _, c := range name {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return false
+		}
+	}
+	return len(name) > 0
+}
+
+// validFieldValue says whether value holds no control character but tab,
+// as net/http requires of a field's value.
+func validFieldValue(value []byte) bool {
+	for _, c := range value {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
 
 // asciiFoldEq says whether name, lower-cased, is the lower-case ASCII
 // lower (what strings.ToLower(name) == lower said, without allocating).
@@ -259,10 +313,13 @@ func (s *proxySession) serve(conn net.Conn, held []byte) {
 			s.connect(conn, hc, br, h)
 			return
 		}
-		req, err := http.ReadRequest(br)
-		if err != nil {
-			s.refuseHead(conn, h.authority, perr(http.StatusBadRequest, "malformed request"))
-			return
+		var req *http.Request
+		if !h.lean {
+			var err error
+			if req, err = http.ReadRequest(br); err != nil {
+				s.refuseHead(conn, h.authority, perr(http.StatusBadRequest, "malformed request"))
+				return
+			}
 		}
 		_ = conn.SetReadDeadline(time.Time{})
 		if t == nil || t.rec.Name != h.authority {
@@ -280,24 +337,46 @@ func (s *proxySession) serve(conn net.Conn, held []byte) {
 				tbw.Reset(t)
 			}
 		}
-		for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
-			req.Header.Del(k)
+		if bw == nil {
+			bw = bufio.NewWriterSize(conn, 16<<10)
 		}
-		werr := req.Write(tbw)
-		if werr == nil {
-			werr = tbw.Flush()
-		}
-		if werr != nil {
-			writeProxyError(conn, http.StatusBadGateway, "sending the request to "+h.authority+" failed")
-			return
+		if h.lean {
+			// The common request is passed on as it came, and its answer
+			// too when its length is plain (forwardLean): no parse into
+			// net/http's maps and out again.
+			done, closeAfter, err := forwardLean(br, h, tbw, tbr, bw, conn, t)
+			if err != nil {
+				if !done {
+					writeProxyError(conn, http.StatusBadGateway, err.Error())
+				}
+				return
+			}
+			if done {
+				if closeAfter {
+					return
+				}
+				continue
+			}
+			// An answer forwardLean does not pass on as bytes (1xx,
+			// chunked, no length): net/http reads it below.
+			req = &http.Request{Method: h.method, Header: http.Header{}, Close: h.close}
+		} else {
+			for _, k := range []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate"} {
+				req.Header.Del(k)
+			}
+			werr := req.Write(tbw)
+			if werr == nil {
+				werr = tbw.Flush()
+			}
+			if werr != nil {
+				writeProxyError(conn, http.StatusBadGateway, "sending the request to "+h.authority+" failed")
+				return
+			}
 		}
 		resp, err := http.ReadResponse(tbr, req)
 		if err != nil {
 			writeProxyError(conn, http.StatusBadGateway, "no answer from "+h.authority)
 			return
-		}
-		if bw == nil {
-			bw = bufio.NewWriterSize(conn, 16<<10)
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			// A WebSocket or other upgrade: from now on a stream.
@@ -422,6 +501,159 @@ func (h *heldConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return h.Conn.Read(p)
+}
+
+// forwardLean passes the request whose head h is at the start of br to
+// the destination through tbw: as the client sent it, but in origin form
+// and without the Proxy-* fields, then its body. It then peeks at the
+// answer in tbr. One of plain length (HTTP/1.1, a final status but 101,
+// a Content-Length and no Transfer-Encoding, or no body: HEAD, 204, 304)
+// goes to the client through bw as it came, and done is true; any other
+// stays in tbr for net/http to read (done false, err nil). closeAfter
+// says the client or the destination asked to close. On an error, done
+// says whether the client already has part of an answer.
+//
+// The bytes of a request are never read as more than one: readHead
+// checked its framing (one Content-Length, no Transfer-Encoding here), so
+// what follows the body is the next request, checked in turn.
+func forwardLean(br *bufio.Reader, h proxyHead, tbw *bufio.Writer, tbr *bufio.Reader, bw *bufio.Writer, conn net.Conn, t *tunnel) (done, closeAfter bool, err error) {
+	sendErr := errors.New("sending the request to " + h.authority + " failed")
+	n := headLen(br)
+	head, _ := br.Peek(n)
+	_, _ = tbw.WriteString(h.method)
+	_ = tbw.WriteByte(' ')
+	_, _ = tbw.WriteString(h.uri)
+	_, _ = tbw.WriteString(" HTTP/1.1\r\n")
+	if !h.hasHost {
+		_, _ = tbw.WriteString("Host: " + h.host + "\r\n")
+	}
+	_, fields, _ := bytes.Cut(head[:n-2], crlf)
+	for len(fields) > 0 {
+		var line []byte
+		line, fields, _ = bytes.Cut(fields, crlf)
+		name, _, _ := bytes.Cut(line, colon)
+		if asciiFoldEq(name, "proxy-connection") || asciiFoldEq(name, "proxy-authorization") || asciiFoldEq(name, "proxy-authenticate") {
+			continue
+		}
+		_, _ = tbw.Write(line)
+		_, _ = tbw.Write(crlf)
+	}
+	_, _ = tbw.Write(crlf)
+	if _, err := br.Discard(n); err != nil {
+		return false, false, sendErr
+	}
+	if h.length > 0 {
+		if _, err := io.CopyN(tbw, br, h.length); err != nil {
+			return false, false, sendErr
+		}
+	}
+	if err := tbw.Flush(); err != nil {
+		return false, false, sendErr
+	}
+
+	b, perr := peekUntil(tbr, []byte("\r\n\r\n"))
+	i := bytes.Index(b, []byte("\r\n\r\n"))
+	switch {
+	case i < 0 && errors.Is(perr, bufio.ErrBufferFull):
+		return false, false, nil
+	case i < 0:
+		return false, false, errors.New("no answer from " + h.authority)
+	}
+	length, respClose, ok := plainLength(b[:i+2], h.method)
+	if !ok {
+		return false, false, nil
+	}
+	_, _ = bw.Write(b[:i+4])
+	if _, err := tbr.Discard(i + 4); err != nil {
+		return true, true, err
+	}
+	if length >= spliceBody {
+		// What tbr holds, then the rest from the connection, which the
+		// kernel splices.
+		held := min(int64(tbr.Buffered()), length)
+		if _, err := io.CopyN(bw, tbr, held); err != nil {
+			return true, true, err
+		}
+		if err := bw.Flush(); err != nil {
+			return true, true, err
+		}
+		rest := length - held
+		m, err := io.Copy(conn, io.LimitReader(t.Conn, rest))
+		t.in.Add(m)
+		if err == nil && m < rest {
+			err = io.ErrUnexpectedEOF
+		}
+		return true, h.close || respClose, err
+	}
+	if length > 0 {
+		if _, err := io.CopyN(bw, tbr, length); err != nil {
+			return true, true, err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return true, true, err
+	}
+	return true, h.close || respClose, nil
+}
+
+// plainLength reads an answer's head (its lines, each ending in CRLF):
+// whether its body's length is plain (ok; see forwardLean), that length,
+// and whether it asks to close the connection.
+func plainLength(head []byte, method string) (length int64, closeConn, ok bool) {
+	for j := 0; j < len(head); j++ {
+		switch head[j] {
+		case '\r':
+			if j+1 == len(head) || head[j+1] != '\n' {
+				return 0, false, false
+			}
+			j++
+		case '\n':
+			return 0, false, false
+		}
+	}
+	line, rest, _ := bytes.Cut(head, crlf)
+	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || (len(line) > 12 && line[12] != ' ') {
+		return 0, false, false
+	}
+	code, err := strconv.Atoi(string(line[9:12]))
+	if err != nil || code < 200 || code > 999 {
+		return 0, false, false
+	}
+	lengths := 0
+	for len(rest) > 0 {
+		var f []byte
+		f, rest, _ = bytes.Cut(rest, crlf)
+		name, value, found := bytes.Cut(f, colon)
+		value = bytes.TrimSpace(value)
+		if !found || !validFieldName(name) || !validFieldValue(value) {
+			return 0, false, false
+		}
+		switch {
+		case asciiFoldEq(name, "transfer-encoding"), asciiFoldEq(name, "trailer"):
+			return 0, false, false
+		case asciiFoldEq(name, "content-length"):
+			n, err := strconv.ParseUint(string(value), 10, 63)
+			if err != nil {
+				return 0, false, false
+			}
+			length, lengths = int64(n), lengths+1
+		case asciiFoldEq(name, "connection"):
+			switch {
+			case asciiFoldEq(value, "close"):
+				closeConn = true
+			case asciiFoldEq(value, "keep-alive"):
+			default:
+				return 0, false, false
+			}
+		}
+	}
+	switch {
+	case method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified:
+		return 0, closeConn, lengths <= 1
+	case lengths != 1:
+		return 0, false, false
+	}
+	return length, closeConn, true
 }
 
 // spliceBody is the body length from which writeResponse copies a body
