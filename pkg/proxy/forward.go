@@ -113,22 +113,24 @@ func (s *Server) forwardTo(w http.ResponseWriter, r *http.Request, id, innerPath
 	}
 	s.conv.Touch(id)
 
-	body := &limitedBody{r: r.Body, n: s.opts.MaxBody}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = body
-	}
 	stripHopByHop(r.Header)
+	// One allocation for the target and the writer (the hot path's
+	// allocations are counted by BenchmarkForwardHandler).
 	ft := &fwdTarget{
-		id: id, addr: t.Addr, dialAddr: t.DialAddr, key: string(t.InnerKey),
-		path: innerPath, query: query, body: body,
+		id: id, addr: t.Addr, dialAddr: t.DialAddr, key: t.InnerKey, dial: t.Dial,
+		path: innerPath, query: query,
 	}
-	ctx := context.WithValue(withTarget(r.Context(), t), fwdKey{}, ft)
-	tw := &touchWriter{ResponseWriter: w, touch: func() { s.conv.Touch(id) }}
+	ft.tw = touchWriter{ResponseWriter: w, conv: s.conv, id: id}
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.Body == http.NoBody {
-		s.forwardBodiless(tw, r.WithContext(ctx), ft)
+		s.forwardBodiless(&ft.tw, r, ft)
 		return
 	}
-	s.rp.ServeHTTP(tw, r.WithContext(ctx))
+	ft.body = &limitedBody{r: r.Body, n: s.opts.MaxBody}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = ft.body
+	}
+	ctx := context.WithValue(withTarget(r.Context(), t), fwdKey{}, ft)
+	s.rp.ServeHTTP(&ft.tw, r.WithContext(ctx))
 }
 
 // forwardBodiless forwards a GET or HEAD without a body (the hot path)
@@ -136,13 +138,14 @@ func (s *Server) forwardTo(w http.ResponseWriter, r *http.Request, id, innerPath
 // modifyResponse, proxyError) but without its per-request copies: the
 // request head is written straight from the client's request to a pooled
 // connection, and the answer streamed back.
+//
+// r keeps its own context: ft carries what the ReverseProxy path puts in
+// the context (the target, its dial function), so no context or request
+// is copied per request.
 func (s *Server) forwardBodiless(w http.ResponseWriter, r *http.Request, ft *fwdTarget) {
-	resp, err := s.inner.do(r, ft.addr, func(bw *bufio.Writer) error {
-		writeRequestHead(bw, r, ft)
-		return nil
-	})
+	resp, err := s.inner.do(r, ft, writeRequestHead)
 	if err != nil {
-		s.proxyError(w, r, err)
+		s.proxyErrorFor(w, r, ft, err)
 		return
 	}
 	defer resp.Body.Close()
@@ -177,7 +180,7 @@ func (s *Server) forwardBodiless(w http.ResponseWriter, r *http.Request, ft *fwd
 // path and query, the client's Host, its headers minus credentials,
 // hop-by-hop and X-Forwarded-* ones (already validated by the server's
 // parser), and the inner key. No User-Agent is added.
-func writeRequestHead(bw *bufio.Writer, r *http.Request, ft *fwdTarget) {
+func writeRequestHead(bw *bufio.Writer, r *http.Request, ft *fwdTarget) error {
 	bw.WriteString(r.Method)
 	bw.WriteByte(' ')
 	bw.WriteString(ft.path)
@@ -205,8 +208,9 @@ func writeRequestHead(bw *bufio.Writer, r *http.Request, ft *fwdTarget) {
 		}
 	}
 	bw.WriteString("X-Session-Api-Key: ")
-	bw.WriteString(ft.key)
+	bw.Write(ft.key)
 	bw.WriteString("\r\n\r\n")
+	return nil
 }
 
 // notForwarded are the request headers writeRequestHead leaves out
@@ -284,11 +288,14 @@ type fwdKey struct{}
 
 // fwdTarget is where one forwarded request goes.
 type fwdTarget struct {
-	id, addr, key string
-	dialAddr      string // where Dial reaches it inside its container, or ""
-	path          string // escaped
-	query         string // auth parameters stripped
-	body          *limitedBody
+	id, addr string
+	key      []byte                                      // the inner key
+	dial     func(ctx context.Context) (net.Conn, error) // the target's own dialer, or nil
+	dialAddr string                                      // where dial reaches it inside its container, or ""
+	path     string                                      // escaped
+	query    string                                      // auth parameters stripped
+	body     *limitedBody                                // nil for a bodiless GET or HEAD
+	tw       touchWriter                                 // the client's writer
 }
 
 func (s *Server) newReverseProxy() *httputil.ReverseProxy {
@@ -323,7 +330,7 @@ func rewriteRequest(pr *httputil.ProxyRequest) {
 	for _, name := range clientCredentialHeaders {
 		delete(h, name) // canonical already: no Del's canonicalization
 	}
-	h["X-Session-Api-Key"] = []string{ft.key}
+	h["X-Session-Api-Key"] = []string{string(ft.key)}
 }
 
 // clientCredentialHeaders never reach an inner server (canonical forms:
@@ -494,6 +501,11 @@ func scrubErrorBody(resp *http.Response, addrs ...string) {
 // proxyError answers a forwarding failure without the inner address.
 func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	ft, _ := r.Context().Value(fwdKey{}).(*fwdTarget)
+	s.proxyErrorFor(w, r, ft, err)
+}
+
+// proxyErrorFor is proxyError for target ft (nil: not known).
+func (s *Server) proxyErrorFor(w http.ResponseWriter, r *http.Request, ft *fwdTarget, err error) {
 	id := ""
 	var body *limitedBody
 	if ft != nil {
@@ -562,14 +574,15 @@ func (b *limitedBody) Close() error { return b.r.Close() }
 // being watched.
 type touchWriter struct {
 	http.ResponseWriter
-	touch func()
-	last  time.Time
+	conv Conversations
+	id   string
+	last time.Time
 }
 
 func (t *touchWriter) Write(p []byte) (int, error) {
 	if now := time.Now(); now.Sub(t.last) >= time.Second {
 		if !t.last.IsZero() {
-			t.touch()
+			t.conv.Touch(t.id)
 		}
 		t.last = now
 	}

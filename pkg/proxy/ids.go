@@ -11,6 +11,9 @@ import (
 // "urn:uuid:" prefix, any case) and returns the canonical lower-case
 // 8-4-4-4-12 form, which is the only form ohd uses internally.
 func parseID(s string) (string, bool) {
+	if isCanonicalID(s) {
+		return s, true // the form every client of ohd's sends: no copy
+	}
 	t := s
 	if len(t) > 45 {
 		return "", false
@@ -38,6 +41,28 @@ func parseID(s string) (string, bool) {
 	}
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], true
+}
+
+// isCanonicalID reports whether s is an id in parseID's canonical form
+// already: lower-case hex digits, 8-4-4-4-12.
+func isCanonicalID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // conversationsPrefix is the prefix of every conversation route.
@@ -81,11 +106,10 @@ func parseForwardPath(escaped string) (fp forwardPath, ok bool) {
 
 // innerPath returns the escaped path to request from the inner server.
 func (fp forwardPath) innerPath() string {
-	p := conversationsPrefix + fp.ID
 	if fp.HasTail {
-		p += "/" + fp.Tail
+		return conversationsPrefix + fp.ID + "/" + fp.Tail // one allocation
 	}
-	return p
+	return conversationsPrefix + fp.ID
 }
 
 // authQueryParams are query parameters that may carry a credential; they
@@ -109,6 +133,20 @@ func stripAuthQuery(raw string) string {
 func dropQuery(raw string, drop func(name string) bool) string {
 	if raw == "" {
 		return ""
+	}
+	// Most queries drop nothing: then raw is the answer, with no copy.
+	dropped := false
+	for rest := raw; rest != "" && !dropped; {
+		var p string
+		p, rest, _ = strings.Cut(rest, "&")
+		k, _, _ := strings.Cut(p, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		dropped = drop(k)
+	}
+	if !dropped {
+		return raw
 	}
 	parts := strings.Split(raw, "&")
 	keep := parts[:0]

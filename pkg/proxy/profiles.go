@@ -172,7 +172,7 @@ func (s *Server) saveInnerProfile(ctx context.Context, t conversation.Target, na
 // tail names one of those routes as the inner server routes it, else "".
 func switchTail(escaped string) string {
 	u, err := url.PathUnescape(escaped)
-	if err != nil {
+	if err != nil || !strings.Contains(u, "switch_") { // most tails: no copy
 		return ""
 	}
 	switch c := path.Clean("/" + u); c {

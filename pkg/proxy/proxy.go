@@ -246,7 +246,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.dialer = &net.Dialer{Timeout: s.t.Dial, KeepAlive: 30 * time.Second}
 	s.inner = &innerTransport{
-		fallback: s.transport, dial: s.dialInnerConn, responseHeader: s.t.ResponseHeader,
+		fallback: s.transport, dial: s.dialInnerConn, responseHeader: s.t.ResponseHeader, dialTimeout: s.t.Dial,
 		idleTimeout: 90 * time.Second, maxIdlePerHost: 64, maxIdle: 512,
 	}
 	s.client = &http.Client{
@@ -474,7 +474,8 @@ func (s *Server) route(label string, auth bool, h http.HandlerFunc) http.Handler
 // lets a browser reach by cookie (GET /api/conversations/{id}/workspace
 // [/{path}], ref §8), the cookie POST /api/auth/workspace-session set.
 func requestKey(r *http.Request) string {
-	if k := r.Header.Get("X-Session-API-Key"); k != "" || r.Method != http.MethodGet {
+	// The canonical spelling: Get then need not canonicalize (a copy).
+	if k := r.Header.Get("X-Session-Api-Key"); k != "" || r.Method != http.MethodGet {
 		return k
 	}
 	fp, ok := parseForwardPath(r.URL.EscapedPath())

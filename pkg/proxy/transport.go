@@ -27,6 +27,8 @@ type innerTransport struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// responseHeader bounds the wait for the status line and headers.
 	responseHeader time.Duration
+	// dialTimeout bounds a target's own dialer (fwdTarget.dial).
+	dialTimeout time.Duration
 	// idleTimeout closes connections idle longer; maxIdlePerHost and
 	// maxIdle bound the pool.
 	idleTimeout             time.Duration
@@ -50,6 +52,8 @@ type innerConn struct {
 	// a failure mid-answer.
 	read      int64
 	idleSince time.Time
+	// abort ends blocked I/O on c (the request's context ended).
+	abort func()
 }
 
 func (pc *innerConn) Read(p []byte) (int, error) {
@@ -70,23 +74,37 @@ func (t *innerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !syncable(req) {
 		return t.fallback.RoundTrip(req)
 	}
-	return t.do(req, req.URL.Host, func(bw *bufio.Writer) error { return req.Write(bw) })
+	return t.do(req, nil, writeWholeRequest)
 }
 
-// do sends a request without a body to addr: writeHead writes its head
-// (request line and headers); req gives the method (for ReadResponse) and
-// the context (the dial's values, the request's end).
-func (t *innerTransport) do(req *http.Request, addr string, writeHead func(*bufio.Writer) error) (*http.Response, error) {
+// headWriter writes the head of a request (request line and headers) to
+// an inner connection: writeWholeRequest, or writeRequestHead for a
+// forwarded request (ft).
+type headWriter func(bw *bufio.Writer, req *http.Request, ft *fwdTarget) error
+
+func writeWholeRequest(bw *bufio.Writer, req *http.Request, _ *fwdTarget) error {
+	return req.Write(bw)
+}
+
+// do sends a request without a body: to ft's inner server through ft's
+// dialer when ft is not nil, else to req's URL host through t.dial (with
+// the context's dialer). writeHead writes its head; req gives the method
+// (for ReadResponse) and the context (the request's end).
+func (t *innerTransport) do(req *http.Request, ft *fwdTarget, writeHead headWriter) (*http.Response, error) {
+	addr := req.URL.Host
+	if ft != nil {
+		addr = ft.addr
+	}
 	for attempt := 0; ; attempt++ {
 		pc, reused := t.get(addr)
 		if pc == nil {
-			c, err := t.dial(req.Context(), "tcp", addr)
+			c, err := t.dialFor(req.Context(), addr, ft)
 			if err != nil {
 				return nil, err
 			}
 			pc = t.newConn(addr, c)
 		}
-		resp, err := pc.roundTrip(req, writeHead)
+		resp, err := pc.roundTrip(req, ft, writeHead)
 		if err == nil {
 			return resp, nil
 		}
@@ -100,9 +118,21 @@ func (t *innerTransport) do(req *http.Request, addr string, writeHead func(*bufi
 	}
 }
 
+// dialFor opens a connection to addr: through ft's own dialer (bounded
+// by dialTimeout) when it has one, else through t.dial.
+func (t *innerTransport) dialFor(ctx context.Context, addr string, ft *fwdTarget) (net.Conn, error) {
+	if ft != nil && ft.dial != nil {
+		ctx, cancel := context.WithTimeout(ctx, t.dialTimeout)
+		defer cancel()
+		return ft.dial(ctx)
+	}
+	return t.dial(ctx, "tcp", addr)
+}
+
 func (t *innerTransport) newConn(addr string, c net.Conn) *innerConn {
 	pc := &innerConn{t: t, addr: addr, c: c, bw: bufio.NewWriterSize(c, 4<<10)}
 	pc.br = bufio.NewReaderSize(pc, 4<<10)
+	pc.abort = func() { _ = c.SetDeadline(aLongTimeAgo) }
 	return pc
 }
 
@@ -117,6 +147,7 @@ func (t *innerTransport) get(addr string) (*innerConn, bool) {
 	var pc *innerConn
 	for l := t.idle[addr]; len(l) > 0 && pc == nil; l = t.idle[addr] {
 		c := l[len(l)-1]
+		l[len(l)-1] = nil
 		t.idle[addr] = l[:len(l)-1]
 		t.nIdle--
 		if now.Sub(c.idleSince) > t.idleTimeout {
@@ -125,9 +156,8 @@ func (t *innerTransport) get(addr string) (*innerConn, bool) {
 		}
 		pc = c
 	}
-	if len(t.idle[addr]) == 0 {
-		delete(t.idle, addr)
-	}
+	// An address's list stays when it empties (the next put reuses its
+	// array); the sweep drops it once it has stayed empty.
 	t.mu.Unlock()
 	for _, c := range stale {
 		c.c.Close()
@@ -196,10 +226,10 @@ var aLongTimeAgo = time.Unix(1, 0)
 // roundTrip writes a request's head and reads the answer's; the body is read by
 // the caller through the returned response, after which the connection
 // goes back to the pool (or is closed).
-func (pc *innerConn) roundTrip(req *http.Request, writeHead func(*bufio.Writer) error) (*http.Response, error) {
+func (pc *innerConn) roundTrip(req *http.Request, ft *fwdTarget, writeHead headWriter) (*http.Response, error) {
 	pc.read = 0
 	// The request's end (the client went away) ends any I/O in progress.
-	stop := context.AfterFunc(req.Context(), func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(req.Context(), pc.abort)
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		pc.c.Close()
@@ -208,7 +238,7 @@ func (pc *innerConn) roundTrip(req *http.Request, writeHead func(*bufio.Writer) 
 		}
 		return nil, err
 	}
-	if err := writeHead(pc.bw); err != nil {
+	if err := writeHead(pc.bw, req, ft); err != nil {
 		return fail(err)
 	}
 	if err := pc.bw.Flush(); err != nil {
