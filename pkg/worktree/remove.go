@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -713,11 +714,63 @@ func (m *Manager) removeWorktree(wt Worktree, registered bool) error {
 		_ = os.Remove(filepath.Join(wt.CommonDir, "worktrees")) // git does this too; only if empty
 	}
 	// The snapshot (or Discard) has been taken care of by now.
-	if err := os.RemoveAll(wt.Path); err != nil {
+	if err := m.discardTree(wt.Path, wt.ConversationID); err != nil {
 		return fmt.Errorf("remove %s: %w", wt.Path, err)
 	}
 	return nil
 }
+
+// discardTree deletes the directory p, whose work is saved (or
+// discarded), for the removal of owner (a conversation id). With a trash
+// dir it is one rename there, and the unlinking of its files, which is
+// most of a large worktree's removal, runs in the background: from the
+// rename on, p is gone for every reader, and what is in the trash is
+// nobody's work (a killed ohd's leftovers are deleted by the next New).
+// A rename that fails (another filesystem, say) deletes p in place.
+// RemoveAll never follows a symlink the agent planted.
+func (m *Manager) discardTree(p, owner string) error {
+	if m.trash == "" {
+		return os.RemoveAll(p)
+	}
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	dst := filepath.Join(m.trash, owner+"."+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err := os.Rename(p, dst); err != nil {
+		m.log.Debug("worktree removal: the trash is not reachable by a rename; deleting in place", "path", p, "err", err)
+		return os.RemoveAll(p)
+	}
+	m.onStep("trashed")
+	m.emptying.Go(func() {
+		if err := os.RemoveAll(dst); err != nil {
+			m.log.Warn("delete a removed worktree's files (the next start tries again)", "path", dst, "err", err)
+		}
+	})
+	return nil
+}
+
+// emptyTrash deletes, in the background, what the trash holds when the
+// Manager starts: what discardTree runs of a killed ohd left.
+func (m *Manager) emptyTrash() {
+	ents, err := os.ReadDir(m.trash)
+	if err != nil || len(ents) == 0 {
+		return
+	}
+	m.emptying.Go(func() {
+		for _, e := range ents {
+			p := filepath.Join(m.trash, e.Name())
+			if err := os.RemoveAll(p); err != nil {
+				m.log.Warn("delete what an interrupted worktree removal left in the trash", "path", p, "err", err)
+				continue
+			}
+			m.log.Info("deleted what an interrupted worktree removal left in the trash", "path", p)
+		}
+	})
+}
+
+// Wait waits for the deletions running in the background (TrashDir) to
+// end.
+func (m *Manager) Wait() { m.emptying.Wait() }
 
 // ownsAdmin reports whether wt.AdminDir is this conversation's admin dir
 // and so may be used and deleted: its gitdir names wt.Path; or it names
