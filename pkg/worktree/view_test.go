@@ -986,8 +986,8 @@ type gitRunLog struct {
 }
 
 func (l *gitRunLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *gitRunLog) WithAttrs([]slog.Attr) slog.Handler        { return l }
-func (l *gitRunLog) WithGroup(string) slog.Handler             { return l }
+func (l *gitRunLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *gitRunLog) WithGroup(string) slog.Handler            { return l }
 func (l *gitRunLog) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != "git" {
 		return nil
