@@ -246,9 +246,10 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if err := m.dropLiveRefs(ctx, ct, wt.ConversationID, live); err != nil {
 		return fail(err)
 	}
-	// The view is the agent's: RemoveAll unlinks what it finds without
-	// following a symlink.
-	if err := os.RemoveAll(filepath.Join(convDir, viewParent)); err != nil {
+	// The view is the agent's, its refs saved: it goes as the worktree
+	// did (discardTree; RemoveAll unlinks what it finds without following
+	// a symlink).
+	if err := m.discardTree(filepath.Join(convDir, viewParent), wt.ConversationID); err != nil {
 		return fail(fmt.Errorf("remove the git view: %w", err))
 	}
 	if err := os.Remove(convDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
