@@ -220,7 +220,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 		"create/after-container-created", "create/after-container-started", "create/after-start",
 	}
 	deletePoints := []string{
-		"delete/after-mark", "delete/mid-snapshot", "delete/after-save", "delete/after-container", "delete/after-broker", "delete/mid-admin", "delete/after-worktree",
+		"delete/after-mark", "delete/mid-snapshot", "delete/after-save", "delete/after-container", "delete/after-broker", "delete/mid-admin", "delete/after-trash", "delete/after-worktree",
 	}
 	runs := crashRuns()
 	dirs := newDirs(t)

@@ -493,6 +493,7 @@ const benchAgentUID = 10001
 // ohdSide is ohd's components, assembled as pkg/daemon does.
 type ohdSide struct {
 	rec   *stepLog
+	wt    *worktree.Manager
 	st    *store.Store
 	br    *broker.Broker
 	rt    runtime.Runtime
@@ -521,15 +522,28 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 		return nil, err
 	}
 	quiet := slog.New(slog.DiscardHandler)
+	// OHD_BENCH_TRACE=1 prints a timeline to stderr: every hardened git
+	// run with its duration, the worktree manager's and the conversation
+	// manager's steps (where a create's or a removal's time goes).
+	dbg := quiet
+	if os.Getenv("OHD_BENCH_TRACE") != "" {
+		dbg = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if o.st, err = store.Open(filepath.Join(state, store.FileName), key, store.Options{Logger: quiet}); err != nil {
 		return nil, err
 	}
 	wt, err := worktree.New(worktree.Options{
-		Root: filepath.Join(state, "worktrees"), LockDir: filepath.Join(state, "locks"), Logger: quiet,
+		Root: filepath.Join(state, "worktrees"), LockDir: filepath.Join(state, "locks"), Logger: dbg,
+		OnStep: func(s string) { dbg.Debug("wtstep", "step", s) },
+		// As ohd serve: a removed worktree's files are deleted in the
+		// background (cycle waits for that, untimed, before the other
+		// side's turn).
+		TrashDir: filepath.Join(state, "trash"),
 	})
 	if err != nil {
 		return nil, err
 	}
+	o.wt = wt
 	if o.br, err = broker.New(broker.Options{
 		RuntimeDir: run, Key: key.Derive("ohd-broker-key-v1"),
 		Backend: conversation.Backend{Store: o.st}, Logger: quiet,
@@ -549,6 +563,7 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 		// shared with it (package gitboundary).
 		AgentUID: benchAgentUID, AgentGID: benchAgentUID, KeptRoot: filepath.Join(state, "kept"),
 		Helper: helper, OnStep: func(id, step string, d time.Duration) {
+			dbg.Debug("step", "step", step, "d", d)
 			rec.Step(id, step, d)
 			if opts.OnStep != nil {
 				opts.OnStep(id, step, d)
@@ -580,6 +595,10 @@ func (o *ohdSide) cycle(ctx context.Context, repo string) (stepSample, stepSampl
 	t1 := time.Now()
 	r, err := o.mgr.Remove(ctx, c.ID, conversation.RemoveOptions{})
 	remove := stepSample{total: time.Since(t1), steps: o.rec.end()}
+	// The files of the worktree, deleted in the background, are gone
+	// before anything else runs: the next cycle (the baseline's, or this
+	// side's) does not share the machine with that deletion.
+	o.wt.Wait()
 	if err != nil {
 		return stepSample{}, stepSample{}, err
 	}
@@ -632,6 +651,9 @@ func (o *ohdSide) cleanup(ctx context.Context) error {
 }
 
 func (o *ohdSide) close() {
+	if o.wt != nil {
+		o.wt.Wait()
+	}
 	if o.stop != nil {
 		o.stop()
 		o.watch.Wait()

@@ -96,11 +96,29 @@ func (m *Manager) shareConvDir(conv store.Conversation) func(string) error {
 // folder or worktree are lent to the agent's uid (a walk of directories
 // only) and given back at the removal (releaseTree). The worktree's own .git file the
 // agent only reads: a pointer the user's git follows.
-func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
+func (m *Manager) shareTrees(conv store.Conversation, start bool) (err error) {
 	if !separated(conv) {
 		return nil
 	}
 	ids := boundaryIDs(conv)
+	// What the user makes in the tree from now on is not the agent's to
+	// write (the default ACLs carry no entry of its) until the watcher
+	// shares it, as it comes (watchtree.go). Its walk, which places a
+	// watch on every directory, runs beside the lending and sharing walks
+	// below (none of them makes a name it would be told of), and ends
+	// before the container starts, as before. The boundary does not
+	// depend on it: what it has not shared, the agent cannot write.
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		m.watchNow(conv)
+	}()
+	defer func() {
+		<-watched
+		if err != nil {
+			m.unwatch(conv.ID, false) // as if never started: the tree was not shared
+		}
+	}()
 	var trees []string
 	switch {
 	case conv.InPlace:
@@ -146,10 +164,6 @@ func (m *Manager) shareTrees(conv store.Conversation, start bool) error {
 			return err
 		}
 	}
-	// What the user makes in the tree from now on is not the agent's to
-	// write (the default ACLs carry no entry of its) until the watcher
-	// shares it, as it comes (watchtree.go).
-	m.watchNow(conv)
 	return nil
 }
 

@@ -358,8 +358,48 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 		done("worktree")
 		failpoint.Hit("create/after-worktree")
 	}
+	// A worktree's container mounts are planned while its trees are
+	// shared: the plan reads the worktree's index and pointers (for a
+	// large repository, a git run that lists every file), which the
+	// sharing does not change. Every return below waits for it. (In place
+	// and a plain folder, the plan follows the sharing, as before.)
+	type planned struct {
+		mounts []runtime.Mount
+		err    error
+	}
+	var pc chan planned
+	if m.rt.Kind() != "local" && conv.Worktree != "" && !conv.InPlace {
+		pc = make(chan planned, 1)
+		pconv := conv
+		go func() {
+			defer func() {
+				if r := recover(); r != nil { // a bug: the create fails and is undone
+					pc <- planned{err: fmt.Errorf("ohd failed internally: %v", r)}
+				}
+			}()
+			ms, err := m.workspaceMounts(pconv)
+			pc <- planned{ms, err}
+		}()
+	}
+	planWaited := false
+	var plan planned
+	waitPlan := func() planned {
+		if pc != nil && !planWaited {
+			plan, planWaited = <-pc, true
+		}
+		return plan
+	}
+	planNow := func() planned {
+		if pc != nil {
+			return waitPlan()
+		}
+		ms, err := m.workspaceMounts(conv)
+		return planned{ms, err}
+	}
+	defer waitPlan()
 	if separated(conv) {
 		if err := m.shareTrees(conv, false); err != nil {
+			waitPlan()
 			waitBroker()
 			return conv, &StepError{ID: id, Step: "worktree", Err: err}
 		}
@@ -382,7 +422,11 @@ func (m *Manager) provision(ctx context.Context, conv store.Conversation, repo w
 	var target Target
 	keep := func() {} // keeps the create's namespace dialer once the create is recorded
 	if m.rt.Kind() != "local" {
-		spec, err := m.spec(ctx, conv)
+		p := planNow()
+		if p.err != nil {
+			return conv, &StepError{ID: id, Step: "container", Err: contractHint(p.err, conv.Image)}
+		}
+		spec, err := m.specWith(ctx, conv, p.mounts)
 		if err != nil {
 			return conv, &StepError{ID: id, Step: "container", Err: contractHint(err, conv.Image)}
 		}

@@ -480,6 +480,12 @@ func (m *Manager) spec(ctx context.Context, conv store.Conversation) (runtime.Sp
 	if err != nil {
 		return runtime.Spec{}, err
 	}
+	return m.specWith(ctx, conv, mounts)
+}
+
+// specWith is spec with conv's workspace mounts (workspaceMounts) made
+// already.
+func (m *Manager) specWith(ctx context.Context, conv store.Conversation, mounts []runtime.Mount) (runtime.Spec, error) {
 	helper := m.cfg.Helper
 	if m.helpers != nil {
 		p, warn, err := m.helpers.current()

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
@@ -267,6 +268,12 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 	}
 	var saved *worktree.RemoveResult
 	frozen := false
+	// recorded is the store's answer to the record of the save, written
+	// while the engine removes the container: only the worktree's removal
+	// (its registration deleted, after which the save cannot be made
+	// again) needs it, and waits for it. A removal killed before it is
+	// written saves again, through a sandbox once the container is gone.
+	var recorded chan error
 	if mode == keepWork {
 		if r, ok := savedEarlier(conv); ok {
 			// The container is gone by now; the save is what the
@@ -279,14 +286,22 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 			}
 			saved, frozen = r, f
 			if saved != nil {
-				if err := m.recordSaved(conv.ID, saved); err != nil {
-					return res, &saveError{err}
-				}
 				done("save_view")
+				recorded = make(chan error, 1)
+				go func() { recorded <- m.recordSaved(conv.ID, saved) }()
 			}
 		}
 		failpoint.Hit("delete/after-save")
 	}
+	// Every return below waits for the record first: no write of this
+	// removal's outlives it.
+	waitRecorded := sync.OnceValue(func() error {
+		if recorded == nil {
+			return nil
+		}
+		return <-recorded
+	})
+	defer waitRecorded()
 	closeBroker := func() error {
 		if err := m.br.Close(conv.ID); err != nil {
 			return fmt.Errorf("close broker: %w", err)
@@ -320,6 +335,10 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 		bc <- closeBroker()
 	}
 	if err := <-bc; err != nil {
+		return res, err
+	}
+	if err := waitRecorded(); err != nil {
+		// The container is gone: the next run saves through a sandbox.
 		return res, err
 	}
 	done("remove_broker")

@@ -43,6 +43,7 @@ type Daemon struct {
 	key    *masterkey.Key
 	store  *store.Store
 	mgr    *conversation.Manager
+	wt     *worktree.Manager
 	br     *broker.Broker
 	rt     runtime.Runtime
 	egress string // store.EgressBroker or store.EgressOpen for new containers; "" for the local runtime
@@ -153,12 +154,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Daemon, err er
 	}
 	wt, err := worktree.New(worktree.Options{
 		Root: cfg.WorktreeRoot, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: log,
-		Import: cfg.ImportLimits, MaxTreeDepth: cfg.MaxTreeDepth,
+		// A removed worktree's files are deleted in the background from
+		// here (on the worktree root's filesystem by default).
+		TrashDir: filepath.Join(cfg.StateDir, "trash"),
+		Import:   cfg.ImportLimits, MaxTreeDepth: cfg.MaxTreeDepth,
 		OnStep: func(step string) { failpoint.Hit(worktreeFailpoints[step]) },
 	})
 	if err != nil {
 		return nil, err
 	}
+	d.wt = wt
 	for _, a := range cfg.EgressAllow {
 		if dest, err := egress.ParseDest(a); err == nil {
 			if h := egress.LoopbackHint(dest); h != "" {
@@ -568,7 +573,10 @@ var worktreeFailpoints = map[string]string{
 	"snapshot": "delete/mid-snapshot",
 	// A registration moved out of worktrees/, not yet deleted.
 	"admin-moved": "delete/mid-admin",
-	"publish":     "publish/after-import",
+	// The worktree's directory moved to the trash, its files not yet
+	// deleted.
+	"trashed": "delete/after-trash",
+	"publish": "publish/after-import",
 	// A restore: its journal written, its worktree added (not yet
 	// checked out), the repository's stash cleared (not yet rebuilt).
 	"restore":               "restore/after-journal",
@@ -640,7 +648,13 @@ func (d *Daemon) close() {
 		d.api.Close() // Serve has closed it already, unless it never ran
 	}
 	done := make(chan struct{})
-	go func() { d.wg.Wait(); close(done) }()
+	go func() {
+		d.wg.Wait()
+		if d.wt != nil {
+			d.wt.Wait() // removed worktrees' files still being deleted
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(ShutdownBudget - 2*time.Second):

@@ -18,6 +18,7 @@ var Steps = []string{
 	"delete/after-container",
 	"delete/after-broker",
 	"delete/mid-admin",
+	"delete/after-trash",
 	"delete/after-worktree",
 	"release/mid-move",
 	"publish/after-import",

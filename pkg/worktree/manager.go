@@ -50,12 +50,22 @@ type Options struct {
 	// MaxTreeDepth bounds how deeply an imported commit's trees nest.
 	// Default: DefaultMaxTreeDepth.
 	MaxTreeDepth int
+	// TrashDir, if set, is where a removal moves a worktree's directory
+	// (one rename, once its work is saved and its registration gone) to
+	// delete it in the background: the removal does not wait for the
+	// unlinking of every file (most of a large worktree's removal). It
+	// must be on Root's filesystem (otherwise the directory is deleted in
+	// place, as without it) and is ohd's alone: made 0700, and whatever
+	// is in it when New runs (left by a killed ohd) is deleted then, in
+	// the background. "" deletes in place.
+	TrashDir string
 	// OnStep, if set, is called at named points inside an operation:
 	// "view" once Add has seeded the git view, "snapshot" once the
 	// snapshot commit exists (and, with a view, its objects are imported)
 	// and before its refs are written, "publish" once Publish imported the
-	// objects and before it moves the branch. Crash tests stop the daemon
-	// there.
+	// objects and before it moves the branch, "trashed" once a removal
+	// moved the worktree's directory to TrashDir. Crash tests stop the
+	// daemon there.
 	OnStep func(step string)
 }
 
@@ -82,6 +92,10 @@ type Manager struct {
 	packed sync.Map
 	// packedAll caches, per view, ViewRefs' read of its packed-refs.
 	packedAll sync.Map
+	// trash is Options.TrashDir ("" deletes in place); emptying counts
+	// the deletions running in the background (Wait).
+	trash    string
+	emptying sync.WaitGroup
 }
 
 // DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.
@@ -128,6 +142,15 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("worktree: create lock dir %s: %w", lockDir, err)
 	}
 	m.locks.Dir = m.lockDir
+	if opts.TrashDir != "" {
+		if !filepath.IsAbs(opts.TrashDir) {
+			return nil, fmt.Errorf("worktree: trash dir %q: %w: must be an absolute path", opts.TrashDir, ErrInvalidPath)
+		}
+		if m.trash, err = mkdirAllMode(filepath.Clean(opts.TrashDir), 0o700); err != nil {
+			return nil, fmt.Errorf("worktree: create trash dir %s: %w", opts.TrashDir, err)
+		}
+		m.emptyTrash()
+	}
 
 	m.gitPath = opts.Git
 	if m.gitPath == "" {

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -245,9 +246,10 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if err := m.dropLiveRefs(ctx, ct, wt.ConversationID, live); err != nil {
 		return fail(err)
 	}
-	// The view is the agent's: RemoveAll unlinks what it finds without
-	// following a symlink.
-	if err := os.RemoveAll(filepath.Join(convDir, viewParent)); err != nil {
+	// The view is the agent's, its refs saved: it goes as the worktree
+	// did (discardTree; RemoveAll unlinks what it finds without following
+	// a symlink).
+	if err := m.discardTree(filepath.Join(convDir, viewParent), wt.ConversationID); err != nil {
 		return fail(fmt.Errorf("remove the git view: %w", err))
 	}
 	if err := os.Remove(convDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -355,50 +357,77 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	for _, name := range candidates {
 		add(col.Refs[name])
 	}
-	// Which tips the host has, and what the candidates peel to, in one
-	// git run: the peeling holds when nothing is imported (the usual
-	// removal: the agent's commits were published already).
-	have, peeled, err := m.presentPeeled(ctx, ct, tips, candidates, col.Refs)
-	if err != nil {
-		return err
-	}
-	tips = slices.DeleteFunc(tips, func(o string) bool { return have[o] })
-	if len(tips) > 0 {
-		peeled = nil // objects come over: unreachable peels again
-	}
-	var commits []string
-	for _, c := range []string{tip, col.Snapshot} {
-		if c != "" && !have[c] {
-			commits = append(commits, c)
+	// The usual removal, nothing uncommitted and every commit of the
+	// agent's published already: the host's branches and tags, read once
+	// under the lock, hold every object and commit the view's refs name
+	// (hostHolds), and that read is all the git run the save needs before
+	// its transaction. Otherwise the lock is let go, and the objects are
+	// looked up, imported and judged first.
+	var (
+		unlock func()
+		host   map[string]string
+		lacks  = map[string]bool{}
+		err    error
+	)
+	if col.Snapshot == "" {
+		if unlock, err = m.lockRepo(ctx, wt.CommonDir); err != nil {
+			return err
 		}
-	}
-	dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit}, commits)
-	defer dropKeep()
-	if err != nil {
-		return err
-	}
-	if col.Snapshot != "" {
-		if res.NestedRepos, err = m.checkNested(ctx, ct, col.Snapshot, col.NestedRepos); err != nil {
+		held := false
+		if host, held, err = m.hostHolds(ctx, ct, tips, candidates, col.Refs); err != nil || !held {
+			unlock()
+			unlock, host = nil, nil
+		}
+		if err != nil {
 			return err
 		}
 	}
-	lacks, err := m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs, peeled)
-	if err != nil {
-		return err
-	}
-	m.onStep("snapshot")
-	unlock, err := m.lockRepo(ctx, wt.CommonDir)
-	if err != nil {
-		return err
+	if unlock == nil {
+		// Which tips the host has, and what the candidates peel to, in one
+		// git run: the peeling holds when nothing is imported (the agent's
+		// commits were published already).
+		have, peeled, err := m.presentPeeled(ctx, ct, tips, candidates, col.Refs)
+		if err != nil {
+			return err
+		}
+		tips = slices.DeleteFunc(tips, func(o string) bool { return have[o] })
+		if len(tips) > 0 {
+			peeled = nil // objects come over: unreachable peels again
+		}
+		var commits []string
+		for _, c := range []string{tip, col.Snapshot} {
+			if c != "" && !have[c] {
+				commits = append(commits, c)
+			}
+		}
+		dropKeep, err := m.importObjects(ctx, wt, opts.Sandbox, tips, []string{opts.Published, wt.StartCommit}, commits)
+		defer dropKeep()
+		if err != nil {
+			return err
+		}
+		if col.Snapshot != "" {
+			if res.NestedRepos, err = m.checkNested(ctx, ct, col.Snapshot, col.NestedRepos); err != nil {
+				return err
+			}
+		}
+		if lacks, err = m.unreachable(ctx, ct, wt.ConversationID, candidates, col.Refs, peeled); err != nil {
+			return err
+		}
+		m.onStep("snapshot")
+		if unlock, err = m.lockRepo(ctx, wt.CommonDir); err != nil {
+			return err
+		}
+		// The host's branches and tags, read once under the lock: the
+		// branch's value the transaction below moves from, and what the
+		// agent's refs are compared with.
+		if host, err = m.readRefsUnder(ctx, ct, "refs/heads/", "refs/tags/", "refs/stash"); err != nil {
+			unlock()
+			return err
+		}
+	} else {
+		m.onStep("snapshot")
 	}
 	defer unlock()
-	// The host's branches and tags, read once under the lock: the
-	// branch's value the transaction below moves from, and what the
-	// agent's refs are compared with.
-	host, err := m.readRefsUnder(ctx, ct, "refs/heads/", "refs/tags/", "refs/stash")
-	if err != nil {
-		return err
-	}
 	cur := host[hostRef]
 	// A ref the agent made or moved (it differs from the view's seed) is
 	// kept also when its commit is on the host, unless the host has the
@@ -472,6 +501,48 @@ func (m *Manager) saveView(ctx context.Context, wt Worktree, opts RemoveOptions,
 	m.log.Info("view saved", "conversation", wt.ConversationID, "branch", res.Published, "snapshot", res.SnapshotCommit,
 		"kept", len(res.Kept), "ignored_files", res.IgnoredFiles)
 	return nil
+}
+
+// hostHolds reads the host's branches, tags and stash (name -> object id,
+// as readRefsUnder's) and reports whether they alone hold what saveView
+// needs of the view's refs: each of tips is one of their objects, and each
+// of names (view refs, values in refs) is one of their objects that peels
+// to a commit, which that host ref reaches: nothing to import, nothing the
+// host lacks. Then the save runs no other git before its transaction.
+func (m *Manager) hostHolds(ctx context.Context, ct gitTarget, tips, names []string, refs map[string]string) (map[string]string, bool, error) {
+	out, err := m.git(ctx, ct, runOpts{}, "for-each-ref",
+		"--format=%(objectname)%09%(objecttype)%09%(*objectname)%09%(*objecttype)%09%(refname)", "--", "refs/heads/", "refs/tags/", "refs/stash")
+	if err != nil {
+		return nil, false, fmt.Errorf("read refs: %w", err)
+	}
+	host := map[string]string{}
+	commitOf := map[string]string{} // a host ref's object -> the commit it peels to
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 5 || !isHexID(f[0]) {
+			continue
+		}
+		host[f[4]] = f[0]
+		switch {
+		case f[1] == "commit":
+			commitOf[f[0]] = f[0]
+		case f[3] == "commit" && isHexID(f[2]):
+			commitOf[f[0]] = f[2]
+		default:
+			commitOf[f[0]] = commitOf[f[0]] // known to the host, peels to no commit here
+		}
+	}
+	for _, o := range tips {
+		if _, ok := commitOf[o]; !ok {
+			return host, false, nil
+		}
+	}
+	for _, n := range names {
+		if c := commitOf[refs[n]]; c == "" {
+			return host, false, nil
+		}
+	}
+	return host, true, nil
 }
 
 // stashEntryRef names stash@{n} of the view among the refs saveView
@@ -713,11 +784,63 @@ func (m *Manager) removeWorktree(wt Worktree, registered bool) error {
 		_ = os.Remove(filepath.Join(wt.CommonDir, "worktrees")) // git does this too; only if empty
 	}
 	// The snapshot (or Discard) has been taken care of by now.
-	if err := os.RemoveAll(wt.Path); err != nil {
+	if err := m.discardTree(wt.Path, wt.ConversationID); err != nil {
 		return fmt.Errorf("remove %s: %w", wt.Path, err)
 	}
 	return nil
 }
+
+// discardTree deletes the directory p, whose work is saved (or
+// discarded), for the removal of owner (a conversation id). With a trash
+// dir it is one rename there, and the unlinking of its files, which is
+// most of a large worktree's removal, runs in the background: from the
+// rename on, p is gone for every reader, and what is in the trash is
+// nobody's work (a killed ohd's leftovers are deleted by the next New).
+// A rename that fails (another filesystem, say) deletes p in place.
+// RemoveAll never follows a symlink the agent planted.
+func (m *Manager) discardTree(p, owner string) error {
+	if m.trash == "" {
+		return os.RemoveAll(p)
+	}
+	if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	dst := filepath.Join(m.trash, owner+"."+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err := os.Rename(p, dst); err != nil {
+		m.log.Debug("worktree removal: the trash is not reachable by a rename; deleting in place", "path", p, "err", err)
+		return os.RemoveAll(p)
+	}
+	m.onStep("trashed")
+	m.emptying.Go(func() {
+		if err := os.RemoveAll(dst); err != nil {
+			m.log.Warn("delete a removed worktree's files (the next start tries again)", "path", dst, "err", err)
+		}
+	})
+	return nil
+}
+
+// emptyTrash deletes, in the background, what the trash holds when the
+// Manager starts: what discardTree runs of a killed ohd left.
+func (m *Manager) emptyTrash() {
+	ents, err := os.ReadDir(m.trash)
+	if err != nil || len(ents) == 0 {
+		return
+	}
+	m.emptying.Go(func() {
+		for _, e := range ents {
+			p := filepath.Join(m.trash, e.Name())
+			if err := os.RemoveAll(p); err != nil {
+				m.log.Warn("delete what an interrupted worktree removal left in the trash", "path", p, "err", err)
+				continue
+			}
+			m.log.Info("deleted what an interrupted worktree removal left in the trash", "path", p)
+		}
+	})
+}
+
+// Wait waits for the deletions running in the background (TrashDir) to
+// end.
+func (m *Manager) Wait() { m.emptying.Wait() }
 
 // ownsAdmin reports whether wt.AdminDir is this conversation's admin dir
 // and so may be used and deleted: its gitdir names wt.Path; or it names

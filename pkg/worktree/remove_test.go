@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -473,4 +474,74 @@ func TestSnapshotEmptyNestedRepo(t *testing.T) {
 	if after := listing(t, wt.Path); strings.Join(after, "\n") != strings.Join(before, "\n") {
 		t.Errorf("a refused Remove changed the worktree:\nbefore %v\nafter  %v", before, after)
 	}
+}
+
+// TestRemoveThroughTrash: with a trash dir, the removal moves the
+// worktree's directory there in one rename (gone for every reader when
+// Remove returns, its work saved first) and deletes it in the background;
+// what a killed ohd left in the trash is deleted by the next New, and
+// nothing else of the trash's parent is touched.
+func TestRemoveThroughTrash(t *testing.T) {
+	dir := testenv.TempDir(t)
+	trash := filepath.Join(dir, "trash")
+	var steps []string
+	m, err := New(Options{Root: filepath.Join(dir, "worktrees"), LockDir: filepath.Join(dir, "locks"), TrashDir: trash,
+		OnStep: func(s string) { steps = append(steps, s) }})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	repo := mustInspect(t, m, testenv.NewRepo(t, testenv.RepoOptions{}))
+	wt := mustAdd(t, m, repo, newID(t), "")
+	testenv.WriteFile(t, filepath.Join(wt.Path, "deep", "er", "untracked.txt"), "work\n")
+	if err := os.Symlink(filepath.Join(dir, "keep.txt"), filepath.Join(wt.Path, "link")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WriteFile(t, filepath.Join(dir, "keep.txt"), "not the worktree's\n")
+
+	res, err := m.Remove(testCtx(t), wt, RemoveOptions{})
+	if err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	assertGone(t, m, wt)
+	if got := gitIn(t, repo.TopLevel, "show", res.SnapshotRef+":deep/er/untracked.txt"); got != "work" {
+		t.Errorf("snapshot holds %q, want the untracked file", got)
+	}
+	if !slices.Contains(steps, "trashed") {
+		t.Errorf("steps %v: no \"trashed\" (the failpoint of a removal killed with its files in the trash)", steps)
+	}
+	m.Wait()
+	if left, _ := os.ReadDir(trash); len(left) != 0 {
+		t.Errorf("trash holds %v after Wait, want nothing", left)
+	}
+	if got := readFile(t, filepath.Join(dir, "keep.txt")); got != "not the worktree's\n" {
+		t.Errorf("the symlink's target = %q: followed by the deletion", got)
+	}
+
+	// A removal killed after its rename: the next Manager deletes it.
+	left := filepath.Join(trash, wt.ConversationID+".killed")
+	testenv.WriteFile(t, filepath.Join(left, "a", "b.txt"), "garbage\n")
+	m2, err := New(Options{Root: filepath.Join(dir, "worktrees"), LockDir: filepath.Join(dir, "locks"), TrashDir: trash})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	m2.Wait()
+	if exists(t, left) {
+		t.Errorf("%s is left after New and Wait", left)
+	}
+	if !exists(t, trash) {
+		t.Errorf("the trash dir itself is gone")
+	}
+
+	// A trash on no filesystem of the worktree's is not reached by a
+	// rename: the worktree is deleted in place, as without one.
+	m3, err := New(Options{Root: filepath.Join(dir, "worktrees"), LockDir: filepath.Join(dir, "locks"), TrashDir: "/dev/shm/ohd-test-trash-" + newID(t)})
+	if err != nil {
+		t.Skipf("no second filesystem to try: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(m3.trash) })
+	wt3 := mustAdd(t, m3, repo, newID(t), "")
+	if _, err := m3.Remove(testCtx(t), wt3, RemoveOptions{}); err != nil {
+		t.Fatalf("Remove with the trash on another filesystem: %v", err)
+	}
+	assertGone(t, m3, wt3)
 }

@@ -205,14 +205,20 @@ func readRevs(r io.Reader) (string, error) {
 // files.
 func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 	var c Collected
+	// The view's refs are listed while the snapshot is made: the agent is
+	// stopped, and the snapshot writes objects only, no ref, so neither
+	// reads what the other writes (on the way of every removal: one git
+	// run fewer waited for).
+	refs := make(chan error, 1)
+	go func() { refs <- m.collectRefs(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), &c) }()
 	snap, nested, ignored, err := m.snapshotCommit(ctx, wt, true)
+	if rerr := <-refs; err == nil {
+		err = rerr
+	}
 	if err != nil {
 		return c, err
 	}
 	c.Snapshot, c.NestedRepos = snap, nested
-	if err := m.collectRefs(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), &c); err != nil {
-		return c, err
-	}
 	if c.IgnoredFiles, c.IgnoredBytes, err = sizeIgnored(wt, ignored); err != nil {
 		return c, err
 	}

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
@@ -974,5 +976,89 @@ func TestRestoreClearsTheRefLockOfAKilledGit(t *testing.T) {
 				t.Errorf("stash@{0}:stashed.txt = %q, want the agent's", got)
 			}
 		})
+	}
+}
+
+// gitRunLog records the git commands a Manager runs (its debug log).
+type gitRunLog struct {
+	mu   sync.Mutex
+	runs [][]string
+}
+
+func (l *gitRunLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *gitRunLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *gitRunLog) WithGroup(string) slog.Handler            { return l }
+func (l *gitRunLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "git" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if args, ok := a.Value.Any().([]string); ok && a.Key == "args" {
+			l.mu.Lock()
+			l.runs = append(l.runs, args)
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+func (l *gitRunLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.runs {
+		out = append(out, r[0])
+	}
+	l.runs = nil
+	return out
+}
+
+// TestSaveViewPublishedReadsTheHostOnce: the usual removal, nothing
+// uncommitted and every commit of the agent's on the host already, runs
+// one git on the host before its transaction (the read of the host's refs
+// under the lock, which also shows every object present and every ref
+// reached); a branch the agent made at a host commit is still kept, and an
+// annotated host tag in the view changes nothing. A commit the host lacks
+// takes the full way, and is published.
+func TestSaveViewPublishedReadsTheHostOnce(t *testing.T) {
+	dir := testenv.TempDir(t)
+	runs := &gitRunLog{}
+	m, err := New(Options{Root: filepath.Join(dir, "worktrees"), LockDir: filepath.Join(dir, "locks"), Logger: slog.New(runs)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	host := testenv.NewRepo(t, testenv.RepoOptions{})
+	hostGit(t, host, "-c", "user.name=u", "-c", "user.email=u@x", "tag", "-a", "-m", "release", "v1")
+	repo := mustInspect(t, m, host)
+	wt := addView(t, m, repo, newID(t), "")
+	inView(t, wt, "branch", "at-host-commit", wt.StartCommit)
+	runs.take()
+	saved, err := m.SaveView(testCtx(t), wt, &hostSandbox{wt: wt}, wt.StartCommit)
+	if err != nil {
+		t.Fatalf("SaveView: %v", err)
+	}
+	if got := runs.take(); !slices.Equal(got, []string{"for-each-ref", "update-ref"}) {
+		t.Errorf("SaveView of a clean, published view ran git %v on the host, want one for-each-ref, then the transaction (update-ref)", got)
+	}
+	if want := []string{KeptRef(wt.ConversationID, "refs/heads/at-host-commit")}; !slices.Equal(saved.Kept, want) || saved.SnapshotRef != "" {
+		t.Errorf("SaveView = %+v, want kept %v and no snapshot", saved, want)
+	}
+	if _, err := m.Remove(testCtx(t), wt, RemoveOptions{Saved: &saved, Published: wt.StartCommit}); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+
+	wt2 := addView(t, m, repo, newID(t), "")
+	inView(t, wt2, "-c", "user.name=agent", "-c", "user.email=a@x", "commit", "-q", "--allow-empty", "-m", "unpublished")
+	runs.take()
+	saved2, err := m.SaveView(testCtx(t), wt2, &hostSandbox{wt: wt2}, wt2.StartCommit)
+	if err != nil {
+		t.Fatalf("SaveView: %v", err)
+	}
+	if got := runs.take(); !slices.Contains(got, "cat-file") {
+		t.Errorf("SaveView of an unpublished commit ran git %v on the host, want the lookup (cat-file) and the import", got)
+	}
+	if got := hostGit(t, host, "log", "-1", "--format=%s", "refs/heads/"+wt2.Branch); got != "unpublished" || saved2.Published != inView(t, wt2, "rev-parse", "HEAD") {
+		t.Errorf("host branch tip = %q, SaveView = %+v: want the agent's commit published", got, saved2)
 	}
 }
