@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
@@ -76,11 +78,17 @@ type backend struct {
 	stranger func(t testing.TB, serverID string) string
 	// ofConversation lists the ids of the containers of a conversation.
 	ofConversation func(t testing.TB, conversationID string) []string
+	// ofServer lists the ids of the containers of an ohd (its server id).
+	ofServer func(t testing.TB, serverID string) []string
 	// execCmd is a command that runs cmd in conversation c's container,
 	// its output streamed as it comes: docker exec behind ohd's back; on
 	// Kubernetes ohctl exec (the API server's exec, through ohd: the
 	// test has no kubectl on its PATH).
 	execCmd func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd
+	// rawExec runs cmd in the container containerID behind ohd's back,
+	// ohd up or down, and returns its output (stdout and stderr): docker
+	// exec; on Kubernetes the API server's exec, through client-go.
+	rawExec func(t testing.TB, containerID string, cmd ...string) (string, error)
 	// stoppedKeepsContainer: Docker keeps a stopped conversation's
 	// container (ohd starts it again); Kubernetes has no stopped pod: ohd
 	// deletes it, and resume creates a new one (another container id),
@@ -197,6 +205,10 @@ func dockerBackend() backend {
 		execCmd: func(_ *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return dockerCmd(append([]string{"exec", c.ContainerID}, cmd...)...)
 		},
+		rawExec: func(_ testing.TB, id string, cmd ...string) (string, error) {
+			out, err := dockerCmd(append([]string{"exec", id}, cmd...)...).CombinedOutput()
+			return string(out), err
+		},
 		gateway:   bridgeGateway,
 		workload:  dockerWorkload,
 		removeAll: removeServerContainers,
@@ -208,6 +220,9 @@ func dockerBackend() backend {
 		},
 		ofConversation: func(t testing.TB, conv string) []string {
 			return strings.Fields(run(t, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=dev.ohd.conversation="+conv))
+		},
+		ofServer: func(t testing.TB, server string) []string {
+			return strings.Fields(run(t, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=dev.ohd.server="+server))
 		},
 		stoppedKeepsContainer: true,
 	}
@@ -405,6 +420,7 @@ func kubeBackend() backend {
 		execCmd: func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return exec.Command(built.ohctl, append([]string{"--socket", d.socket, "exec", c.ID, "--"}, cmd...)...)
 		},
+		rawExec: kubeExec,
 		gateway: func(t *testing.T) string { return interfaceAddr(t, "ohdkube0") },
 		workload: func(t testing.TB, id string) workload {
 			t.Helper()
@@ -451,7 +467,57 @@ func kubeBackend() backend {
 			}
 			return ids
 		},
+		ofServer: func(t testing.TB, server string) []string {
+			var ids []string
+			for _, p := range list(t, labels.Set{"dev.ohd.server": server}) {
+				if p.DeletionTimestamp == nil { // deleted: the kubelet finishes it
+					ids = append(ids, p.Name+"/"+string(p.UID))
+				}
+			}
+			return ids
+		},
 	}
+}
+
+// kubeExec runs cmd in the agent container of the pod id ("name/uid")
+// through the API server's exec, as kubectl exec would: ohd plays no part.
+func kubeExec(t testing.TB, id string, cmd ...string) (string, error) {
+	t.Helper()
+	cs := requireKube(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _, _ := strings.Cut(id, "/")
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(os.Getenv("OHD_KUBE_NAMESPACE")).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "agent", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", req.URL().String())
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out lockedBuffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	return out.String(), err
+}
+
+// lockedBuffer is a buffer two goroutines may write at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // podWorkload describes a pod as workload does. The kubelet adds mounts
