@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -365,10 +366,17 @@ func TestSDKPlaintextCreateThroughOhd(t *testing.T) {
 // container (its cgroup names it).
 func containerEnvirons(t *testing.T, containerID string) []sink {
 	t.Helper()
+	// A process's cgroup names Docker's container id; on Kubernetes
+	// (containerID "pod/uid") the pod's uid, with "_" for "-" under
+	// systemd's cgroup driver.
+	marks := [][]byte{[]byte(containerID)}
+	if _, uid, ok := strings.Cut(containerID, "/"); ok {
+		marks = [][]byte{[]byte(uid), []byte(strings.ReplaceAll(uid, "-", "_"))}
+	}
 	var out []sink
 	for pid, pe := range processEnvirons(t) {
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if bytes.Contains(cg, []byte(containerID)) {
+		if slices.ContainsFunc(marks, func(m []byte) bool { return bytes.Contains(cg, m) }) {
 			out = append(out, sink{fmt.Sprintf("the environment of pid %d (%q)", pid, bytes.ReplaceAll(pe[1], []byte{0}, []byte(" "))), pe[0]})
 		}
 	}
