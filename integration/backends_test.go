@@ -85,6 +85,10 @@ type backend struct {
 	// Kubernetes ohctl exec (the API server's exec, through ohd: the
 	// test has no kubectl on its PATH).
 	execCmd func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd
+	// pid is a process of the container on the host (one in its network
+	// namespace), to enter with nsenter: Docker's State.Pid; a process
+	// whose cgroup names the pod's uid.
+	pid func(t testing.TB, containerID string) string
 	// rawExec runs cmd in the container containerID behind ohd's back,
 	// ohd up or down, and returns its output (stdout and stderr): docker
 	// exec; on Kubernetes the API server's exec, through client-go.
@@ -157,6 +161,15 @@ func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	}
 }
 
+// backendOf is the backend d runs on: Kubernetes, or Docker (whose
+// listings find nothing of a local daemon).
+func backendOf(d *daemon) backend {
+	if d.opts.Runtime == "kubernetes" {
+		return kubeBackend()
+	}
+	return dockerBackend()
+}
+
 func dockerBackend() backend {
 	start := func(t testing.TB, opts daemonOptions) *daemon {
 		t.Helper()
@@ -204,6 +217,9 @@ func dockerBackend() backend {
 		},
 		execCmd: func(_ *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return dockerCmd(append([]string{"exec", c.ContainerID}, cmd...)...)
+		},
+		pid: func(t testing.TB, id string) string {
+			return strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", id))
 		},
 		rawExec: func(_ testing.TB, id string, cmd ...string) (string, error) {
 			out, err := dockerCmd(append([]string{"exec", id}, cmd...)...).CombinedOutput()
@@ -421,6 +437,19 @@ func kubeBackend() backend {
 			return exec.Command(built.ohctl, append([]string{"--socket", d.socket, "exec", c.ID, "--"}, cmd...)...)
 		},
 		rawExec: kubeExec,
+		pid: func(t testing.TB, id string) string {
+			_, uid, _ := strings.Cut(id, "/")
+			marks := []string{uid, strings.ReplaceAll(uid, "-", "_")}
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+				if err == nil && (strings.Contains(string(cg), marks[0]) || strings.Contains(string(cg), marks[1])) {
+					return e.Name()
+				}
+			}
+			t.Fatalf("no process of pod %s on the host", id)
+			return ""
+		},
 		gateway: func(t *testing.T) string { return interfaceAddr(t, "ohdkube0") },
 		workload: func(t testing.TB, id string) workload {
 			t.Helper()

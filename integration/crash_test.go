@@ -111,8 +111,8 @@ func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversat
 // registration, branch or folder in repo.
 func assertNothingLeft(t testing.TB, d *daemon, repo string) {
 	t.Helper()
-	if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()); strings.TrimSpace(out) != "" {
-		t.Errorf("containers left: %s", out)
+	if left := backendOf(d).ofServer(t, d.serverID()); len(left) != 0 {
+		t.Errorf("containers left: %s", left)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations")); len(entries) != 0 {
 		t.Errorf("socket dirs left: %v", entries)
