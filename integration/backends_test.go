@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -124,8 +125,12 @@ func (b backend) doctorProblems(out string) string {
 // workload is what the engine holds of a conversation's container, in
 // the terms both backends share.
 type workload struct {
-	Name string // the engine's name (Docker's without its "/")
-	User string // "uid:gid" it runs as
+	Name     string // the engine's name (Docker's without its "/")
+	Hostname string // what the container's processes see as theirs
+	// Command is what the container runs: the image's command and ohd's
+	// arguments (Docker's Cmd; the container's command and args).
+	Command []string
+	User    string // "uid:gid" it runs as
 	// CapDropAll, NoNewPrivs, Privileged, HostNamespaces: the hardening.
 	CapDropAll, NoNewPrivs, Privileged, HostNamespaces bool
 
@@ -252,6 +257,7 @@ func dockerWorkload(t testing.TB, id string) workload {
 	num := func(v any) int64 { f, _ := v.(float64); return int64(f) }
 	w := workload{
 		Name:           strings.TrimPrefix(fmt.Sprint(info["Name"]), "/"),
+		Hostname:       fmt.Sprint(cfg["Hostname"]),
 		User:           fmt.Sprint(cfg["User"]),
 		CapDropAll:     fmt.Sprint(hc["CapDrop"]) == "[ALL]",
 		NoNewPrivs:     strings.Contains(fmt.Sprint(hc["SecurityOpt"]), "no-new-privileges"),
@@ -266,6 +272,9 @@ func dockerWorkload(t testing.TB, id string) workload {
 		Labels:         map[string]string{},
 		Mounts:         map[string]workloadMount{},
 		Raw:            inspectRaw(t, id),
+	}
+	for _, a := range get(cfg, "Cmd").([]any) {
+		w.Command = append(w.Command, fmt.Sprint(a))
 	}
 	pb, _ := get(hc, "PortBindings").(map[string]any)
 	ports, _ := get(info, "NetworkSettings", "Ports").(map[string]any)
@@ -558,7 +567,7 @@ func podWorkload(t testing.TB, p *corev1.Pod) workload {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := workload{Name: p.Name, Labels: p.Labels, Mounts: map[string]workloadMount{}, Raw: string(raw),
+	w := workload{Name: p.Name, Hostname: cmp.Or(p.Spec.Hostname, p.Name), Labels: p.Labels, Mounts: map[string]workloadMount{}, Raw: string(raw),
 		HostNamespaces: p.Spec.HostNetwork || p.Spec.HostPID || p.Spec.HostIPC,
 		NoNetwork:      p.Labels["dev.ohd.network"] == "none" && p.Spec.DNSPolicy == corev1.DNSNone}
 	var c *corev1.Container
@@ -570,6 +579,7 @@ func podWorkload(t testing.TB, p *corev1.Pod) workload {
 	if c == nil {
 		t.Fatalf("pod %s has no agent container: %s", p.Name, raw)
 	}
+	w.Command = append(slices.Clone(c.Command), c.Args...)
 	if sc := c.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil && sc.RunAsGroup != nil {
 			w.User = fmt.Sprintf("%d:%d", *sc.RunAsUser, *sc.RunAsGroup)
