@@ -79,8 +79,9 @@ type backend struct {
 	stranger func(t testing.TB, serverID string) string
 	// ofConversation lists the ids of the containers of a conversation.
 	ofConversation func(t testing.TB, conversationID string) []string
-	// ofServer lists the ids of the containers of an ohd (its server id).
-	ofServer func(t testing.TB, serverID string) []string
+	// ofServer lists the containers of an ohd (its server id): their ids
+	// and the conversation each is labelled with.
+	ofServer func(t testing.TB, serverID string) map[string]string
 	// execCmd is a command that runs cmd in conversation c's container,
 	// its output streamed as it comes: docker exec behind ohd's back; on
 	// Kubernetes ohctl exec (the API server's exec, through ohd: the
@@ -242,8 +243,15 @@ func dockerBackend() backend {
 		ofConversation: func(t testing.TB, conv string) []string {
 			return strings.Fields(run(t, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=dev.ohd.conversation="+conv))
 		},
-		ofServer: func(t testing.TB, server string) []string {
-			return strings.Fields(run(t, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=dev.ohd.server="+server))
+		ofServer: func(t testing.TB, server string) map[string]string {
+			ids := map[string]string{}
+			out := run(t, "docker", "ps", "-a", "--no-trunc", "--filter", "label=dev.ohd.server="+server, "--format", `{{.ID}} {{.Label "dev.ohd.conversation"}}`)
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				if id, conv, _ := strings.Cut(l, " "); id != "" {
+					ids[id] = conv
+				}
+			}
+			return ids
 		},
 		stoppedKeepsContainer: true,
 	}
@@ -505,11 +513,11 @@ func kubeBackend() backend {
 			}
 			return ids
 		},
-		ofServer: func(t testing.TB, server string) []string {
-			var ids []string
+		ofServer: func(t testing.TB, server string) map[string]string {
+			ids := map[string]string{}
 			for _, p := range list(t, labels.Set{"dev.ohd.server": server}) {
 				if p.DeletionTimestamp == nil { // deleted: the kubelet finishes it
-					ids = append(ids, p.Name+"/"+string(p.UID))
+					ids[p.Name+"/"+string(p.UID)] = p.Labels["dev.ohd.conversation"]
 				}
 			}
 			return ids

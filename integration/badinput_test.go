@@ -123,7 +123,7 @@ func badInputState(t testing.TB, d *daemon, ctl *http.Client, repos ...string) s
 	}
 	be := backendOf(d)
 	var lines []string
-	for _, id := range be.ofServer(t, d.serverID()) {
+	for id := range be.ofServer(t, d.serverID()) {
 		lines = append(lines, fmt.Sprintf("%s running=%v", id, be.running(t, id)))
 	}
 	sort.Strings(lines)

@@ -36,18 +36,15 @@ func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversat
 			live[c.ID] = c
 		}
 	}
-	if d.opts.Runtime == "docker" {
-		// The Engine finishes a container create whose client (an ohd
+	if d.opts.Runtime != "local" {
+		// The engine finishes a container create whose client (an ohd
 		// killed mid-create) died, so such a container can appear after
 		// reconcile; ohd's periodic sweep (every 30 s) removes it.
 		orphans := func() []string {
 			var out []string
-			ps := run(t, "docker", "ps", "-a", "--filter", "label=dev.ohd.server="+d.serverID(), "--format", `{{.ID}} {{.Label "dev.ohd.conversation"}}`)
-			for _, line := range strings.Split(strings.TrimSpace(ps), "\n") {
-				if id, conv, _ := strings.Cut(line, " "); line != "" {
-					if _, ok := live[conv]; !ok {
-						out = append(out, "container "+id+" of conversation "+conv)
-					}
+			for id, conv := range backendOf(d).ofServer(t, d.serverID()) {
+				if _, ok := live[conv]; !ok {
+					out = append(out, "container "+id+" of conversation "+conv)
 				}
 			}
 			return out

@@ -340,6 +340,7 @@ func gitViewCorruptObjectRefused(t *testing.T, b backend) {
 // an upgrade, move to their own view when their container next starts,
 // and lose nothing when removed in either layout (issue 11, acceptance 7).
 func TestGitViewMigratesSharedLayout(t *testing.T) {
+	// Docker only by design: the shared layout is that of ohd before git views (issue 11), which ran only on Docker.
 	testenv.RequireDocker(t)
 	img := testimage.Ensure(t)
 	dirs := newDirs(t)
