@@ -91,6 +91,15 @@ type backend struct {
 	// namespace), to enter with nsenter: Docker's State.Pid; a process
 	// whose cgroup names the pod's uid.
 	pid func(t testing.TB, containerID string) string
+	// everything is the engine's record of every container it has, ohd's
+	// or not (docker inspect of all; every pod of the test namespace).
+	everything func(t testing.TB) string
+	// output is what the container printed, from the engine's own log.
+	output func(t testing.TB, containerID string) string
+	// loadImage makes the image ref, which Docker has (a test built it),
+	// the engine's to run: Docker has it; the node's containerd is given
+	// it (scripts/kube/load-image).
+	loadImage func(t testing.TB, ref string)
 	// rawExec runs cmd in the container containerID behind ohd's back,
 	// ohd up or down, and returns its output (stdout and stderr): docker
 	// exec; on Kubernetes the API server's exec, through client-go.
@@ -227,6 +236,19 @@ func dockerBackend() backend {
 		pid: func(t testing.TB, id string) string {
 			return strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", id))
 		},
+		loadImage: func(testing.TB, string) {},
+		everything: func(t testing.TB) string {
+			all := strings.Fields(run(t, "docker", "ps", "-aq"))
+			if len(all) == 0 {
+				return ""
+			}
+			out, _ := dockerCmd(append([]string{"inspect"}, all...)...).Output()
+			return string(out)
+		},
+		output: func(t testing.TB, id string) string {
+			out, _ := dockerCmd("logs", id).CombinedOutput()
+			return string(out)
+		},
 		rawExec: func(_ testing.TB, id string, cmd ...string) (string, error) {
 			out, err := dockerCmd(append([]string{"exec", id}, cmd...)...).CombinedOutput()
 			return string(out), err
@@ -331,7 +353,12 @@ func requireKube(t testing.TB) kubernetes.Interface {
 // kubeTestImage is the test image, loaded into the node's containerd as
 // Docker has it now.
 func kubeTestImage(t testing.TB) string {
-	ref := testimage.Ensure(t)
+	return kubeLoadImage(t, testimage.Ensure(t))
+}
+
+// kubeLoadImage loads the image ref Docker has into the node's
+// containerd, once per test binary, and returns ref.
+func kubeLoadImage(t testing.TB, ref string) string {
 	kubeImage.Lock()
 	defer kubeImage.Unlock()
 	if kubeImage.loaded == nil {
@@ -453,7 +480,26 @@ func kubeBackend() backend {
 		execCmd: func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return exec.Command(built.ohctl, append([]string{"--socket", d.socket, "exec", c.ID, "--"}, cmd...)...)
 		},
-		rawExec: kubeExec,
+		rawExec:   kubeExec,
+		everything: func(t testing.TB) string {
+			raw, err := json.Marshal(list(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(raw)
+		},
+		output: func(t testing.TB, id string) string {
+			cs := requireKube(t)
+			name, _, _ := strings.Cut(id, "/")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			out, err := cs.CoreV1().Pods(ns()).GetLogs(name, &corev1.PodLogOptions{Container: "agent"}).DoRaw(ctx)
+			if err != nil {
+				t.Fatalf("the log of pod %s: %v", name, err)
+			}
+			return string(out)
+		},
+		loadImage: func(t testing.TB, ref string) { requireKube(t); kubeLoadImage(t, ref) },
 		pid: func(t testing.TB, id string) string {
 			_, uid, _ := strings.Cut(id, "/")
 			marks := []string{uid, strings.ReplaceAll(uid, "-", "_")}

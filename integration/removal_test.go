@@ -310,34 +310,36 @@ func TestBackendRemovalThatCannotSaveChangesNothing(t *testing.T) {
 	})
 }
 
-// TestImageRefusingTheArgumentsNamesTheContract (issue 19, acceptance 9,
+// TestBackendImageRefusingTheArgumentsNamesTheContract (issue 19, acceptance 9,
 // its error half): an image made for an earlier ohd, whose inner server
 // takes no arguments (the stand-in up to 8b00fe3 exited 2 on any), fails
 // the create with a message naming what ohd asks of the image.
-func TestImageRefusingTheArgumentsNamesTheContract(t *testing.T) {
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	dir := testenv.TempDir(t)
-	testenv.WriteFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+img+"\n"+
-		`ENTRYPOINT ["/bin/sh", "-c", "if [ $# -gt 0 ]; then echo 'usage: standin (configured by environment)' >&2; exit 2; fi; exec /usr/local/bin/standin", "standin"]`+"\n")
-	tag := "ohd-test-old-args:" + strings.ToLower(store.NewID()[:8])
-	if out, err := dockerCmd("build", "-q", "-t", tag, dir).CombinedOutput(); err != nil {
-		t.Fatalf("docker build: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _ = dockerCmd("rmi", "-f", tag).Run() })
-	d := startDaemon(t, daemonOptions{Runtime: "docker", Args: []string{"--image", tag, "--memory", "268435456", "--ready-timeout", "30s"}})
-	t.Cleanup(func() { removeServerContainers(t, d) })
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	out, err := d.ohctlErr("create", "--repo", repo, "--worktree")
-	if err == nil {
-		t.Fatalf("create with an image that refuses the arguments succeeded: %s", out)
-	}
-	msg := out + err.Error()
-	for _, want := range []string{"--host 0.0.0.0 --port 8000", "must run the OpenHands agent server", tag, "usage: standin"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("the create's error lacks %q:\n%s", want, msg)
+func TestBackendImageRefusingTheArgumentsNamesTheContract(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		testenv.RequireDocker(t)
+		img := testimage.Ensure(t)
+		dir := testenv.TempDir(t)
+		testenv.WriteFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+img+"\n"+
+			`ENTRYPOINT ["/bin/sh", "-c", "if [ $# -gt 0 ]; then echo 'usage: standin (configured by environment)' >&2; exit 2; fi; exec /usr/local/bin/standin", "standin"]`+"\n")
+		tag := "ohd-test-old-args:" + strings.ToLower(store.NewID()[:8])
+		if out, err := dockerCmd("build", "-q", "-t", tag, dir).CombinedOutput(); err != nil {
+			t.Fatalf("docker build: %v\n%s", err, out)
 		}
-	}
+		t.Cleanup(func() { _ = dockerCmd("rmi", "-f", tag).Run() })
+		b.loadImage(t, tag)
+		d := b.daemon(t, "--image", tag, "--ready-timeout", "30s")
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		out, err := d.ohctlErr("create", "--repo", repo, "--worktree")
+		if err == nil {
+			t.Fatalf("create with an image that refuses the arguments succeeded: %s", out)
+		}
+		msg := out + err.Error()
+		for _, want := range []string{"--host 0.0.0.0 --port 8000", "must run the OpenHands agent server", tag, "usage: standin"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the create's error lacks %q:\n%s", want, msg)
+			}
+		}
+	})
 }
 
 // grepLines returns the lines of s holding any of pats.
