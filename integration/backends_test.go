@@ -480,7 +480,7 @@ func kubeBackend() backend {
 		execCmd: func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return exec.Command(built.ohctl, append([]string{"--socket", d.socket, "exec", c.ID, "--"}, cmd...)...)
 		},
-		rawExec:   kubeExec,
+		rawExec: kubeExec,
 		everything: func(t testing.TB) string {
 			raw, err := json.Marshal(list(t, nil))
 			if err != nil {
