@@ -91,6 +91,10 @@ type backend struct {
 	// namespace), to enter with nsenter: Docker's State.Pid; a process
 	// whose cgroup names the pod's uid.
 	pid func(t testing.TB, containerID string) string
+	// states is the engine's view of each container's run: whether it
+	// runs, since when, how often the engine restarted it (one docker
+	// inspect; the pods' container statuses).
+	states func(t testing.TB, containerIDs ...string) map[string]containerState
 	// everything is the engine's record of every container it has, ohd's
 	// or not (docker inspect of all; every pod of the test namespace).
 	everything func(t testing.TB) string
@@ -237,6 +241,7 @@ func dockerBackend() backend {
 			return strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", id))
 		},
 		loadImage: func(testing.TB, string) {},
+		states:    inspectAll,
 		everything: func(t testing.TB) string {
 			all := strings.Fields(run(t, "docker", "ps", "-aq"))
 			if len(all) == 0 {
@@ -481,6 +486,25 @@ func kubeBackend() backend {
 			return exec.Command(built.ohctl, append([]string{"--socket", d.socket, "exec", c.ID, "--"}, cmd...)...)
 		},
 		rawExec: kubeExec,
+		states: func(t testing.TB, ids ...string) map[string]containerState {
+			m := map[string]containerState{}
+			for _, id := range ids {
+				s := containerState{ID: id}
+				if p := getPod(t, id); p != nil && p.DeletionTimestamp == nil {
+					for _, c := range p.Status.ContainerStatuses {
+						if c.Name == "agent" {
+							s.Running = c.State.Running != nil
+							if s.Running {
+								s.StartedAt = c.State.Running.StartedAt.UTC().Format(time.RFC3339)
+							}
+							s.RestartCount = float64(c.RestartCount)
+						}
+					}
+				}
+				m[id] = s
+			}
+			return m
+		},
 		everything: func(t testing.TB) string {
 			raw, err := json.Marshal(list(t, nil))
 			if err != nil {
