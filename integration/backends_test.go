@@ -1146,6 +1146,7 @@ func TestBackendEgressIsolationClaim(t *testing.T) {
 // "exited behind ohd's back (exit code 137)", and the next request makes
 // a new pod with the conversation's state.
 func TestKubeEvictionIsReportedAsAKillForMemory(t *testing.T) {
+	// Kubernetes only by design: an eviction is the kubelet's; Docker has none (TestBackendOOMInsideIsNotADeath is the OOM on both).
 	cs := requireKube(t)
 	b := kubeBackend()
 	d := b.daemon(t)

@@ -332,6 +332,7 @@ func TestBackendIdleStopAndRestart(t *testing.T) {
 }
 
 func TestDockerEngineUnreachableError(t *testing.T) {
+	// Docker only by design: the message of an unreachable Docker engine.
 	binaries(t)
 	dirs := newDirs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -212,6 +212,7 @@ func TestDockerInnerEnvRefused(t *testing.T) {
 // registry answers): ohd warns at start-up, and a create fails naming the
 // image and how to load it, having created nothing.
 func TestDockerDefaultImageMissing(t *testing.T) {
+	// Docker only by design: it names Docker's pull and load; on Kubernetes a missing image fails the create at the image step (TestBackendAPICreateFailuresUndoEverything).
 	testenv.RequireDocker(t)
 	if out, err := dockerCmd("image", "inspect", openhands.DefaultImage).CombinedOutput(); err == nil {
 		testenv.Missing(t, "the engine has %s; this test needs it absent (%s)", openhands.DefaultImage, strings.TrimSpace(string(out)))
