@@ -179,8 +179,8 @@ func TestBackendExecTTY(t *testing.T) {
 		// sets the initial size just after the command started, before it
 		// gets any input (as docker exec -t does there).
 		script := `echo started; IFS= read -r line; echo "size=$(stty size)"; echo "tty=$(tty)"; echo ready
-	while IFS= read -r line; do s=$(stty size); echo "line=$line size=$s"; [ "$s" = "44 122" ] && break; done
-	exit 3`
+while IFS= read -r line; do s=$(stty size); echo "line=$line size=$s"; [ "$s" = "44 122" ] && break; done
+exit 3`
 		p := startPtyOhctl(t, d, 33, 111, "exec", "-t", c.ID, "--", "sh", "-c", script)
 		before := p.before
 		if isRaw(before) {
