@@ -17,7 +17,7 @@ import (
 // working with the inner key the server has (a stop-and-restart would
 // write a fresh key the running server never sees: every request 401).
 func TestOOMInsideIsNotADeath(t *testing.T) {
-	// Docker only: it waits for Docker's own "oom" event; TestBackendOOMInsideIsNotADeath is this test on both backends.
+	// Docker only by design: it waits for Docker's own "oom" event; TestBackendOOMInsideIsNotADeath is this test on both backends.
 	d := dockerDaemon(t) // containers get 256 MiB
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.NewRepo(t, testenv.RepoOptions{})}})
 	c := d.record(id)
