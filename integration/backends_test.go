@@ -198,6 +198,7 @@ func dockerBackend() backend {
 		opts.Runtime = "docker"
 		opts.Args = append([]string{"--image", img, "--memory", "268435456", "--ready-timeout", "60s"}, opts.Args...)
 		d := startDaemon(t, opts)
+		d.serverID() // cached for checks and the cleanup once ohd is gone
 		t.Cleanup(func() { removeServerContainers(t, d) })
 		return d
 	}
