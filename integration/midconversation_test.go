@@ -128,7 +128,7 @@ func midAttack(t *testing.T, b backend, d *daemon, c store.Conversation, tree st
 	// The agent's loop is running once its mark is in the container's
 	// /tmp (looked at behind ohd's back).
 	waitFor(t, 60*time.Second, "the agent's loop to run", func() bool {
-		_, err := b.rawExec(t, c.ContainerID, "test", "-e", looping)
+		_, err := b.rawExec(t, c.ContainerID, "sh", "-c", "test -e "+looping) // no test(1) in the image: sh's
 		return err == nil
 	})
 	if beforeMkdir != nil {
