@@ -176,7 +176,12 @@ type workloadMount struct {
 // skipped otherwise, with the reason).
 func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	for _, b := range []backend{dockerBackend(), kubeBackend()} {
-		t.Run(b.name, func(t *testing.T) { fn(t, b) })
+		t.Run(b.name, func(t *testing.T) {
+			if b.name == "kubernetes" {
+				requireKube(t) // before fn's set-up (a 3,000-file repository, an image build)
+			}
+			fn(t, b)
+		})
 	}
 }
 
