@@ -17,7 +17,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -218,109 +217,111 @@ func aPIWorktreeRegression(t *testing.T, b backend) {
 	}
 }
 
-func TestAPIContracts(t *testing.T) {
-	d := dockerDaemon(t)
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true})
-	c := d.record(id)
+func TestBackendAPIContracts(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true})
+		c := d.record(id)
 
-	if r := d.call("GET", "/api/conversations/"+id, nil); r.Status != 200 || !bytes.Contains(r.Body, []byte(id)) {
-		t.Errorf("GET = %d %s", r.Status, r.Body)
-	}
-	unknown := store.NewID()
-	r := d.call("GET", "/api/conversations?ids="+id+"&ids="+unknown, nil)
-	var batch []map[string]any
-	r.json(t, &batch)
-	if r.Status != 200 || len(batch) != 2 || batch[0]["id"] != id || batch[1] != nil {
-		t.Errorf("?ids= = %d %s, want [conversation, null]", r.Status, r.Body)
-	}
-	if r := d.call("GET", "/api/conversations", nil); r.Status != 422 {
-		t.Errorf("no ids = %d, want 422", r.Status)
-	}
-	r = d.call("GET", "/api/conversations/count", nil)
-	if strings.TrimSpace(string(r.Body)) != "1" {
-		t.Errorf("count = %d %q, want the bare integer 1", r.Status, r.Body)
-	}
-	r = d.call("GET", "/api/conversations/count?status=idle", nil)
-	if strings.TrimSpace(string(r.Body)) != "1" {
-		t.Errorf("count?status=idle = %q", r.Body)
-	}
-	r = d.call("GET", "/api/conversations/count?status=running", nil)
-	if strings.TrimSpace(string(r.Body)) != "0" {
-		t.Errorf("count?status=running = %q", r.Body)
-	}
-	var search map[string]any
-	d.call("GET", "/api/conversations/search", nil).json(t, &search)
-	if items, ok := search["items"].([]any); !ok || len(items) != 1 {
-		t.Errorf("search = %v", search)
-	}
-	if _, ok := search["next_page_id"]; !ok {
-		t.Errorf("search lacks next_page_id: %v", search)
-	}
-	for _, tail := range []string{"children", "credential-bindings"} {
-		if r := d.call("POST", "/api/conversations/"+id+"/"+tail, "{}"); r.Status != 501 {
-			t.Errorf("%s = %d, want 501", tail, r.Status)
+		if r := d.call("GET", "/api/conversations/"+id, nil); r.Status != 200 || !bytes.Contains(r.Body, []byte(id)) {
+			t.Errorf("GET = %d %s", r.Status, r.Body)
 		}
-	}
-	if r := d.call("GET", "/api/conversations/"+id+"/echo/x", nil, "X-Expose-Secrets", "true"); r.Status != 422 {
-		t.Errorf("X-Expose-Secrets = %d, want 422", r.Status)
-	}
-
-	// Header hygiene, seen by the inner server.
-	r = d.call("GET", "/api/conversations/"+id+"/echo/x?session_api_key=leak&keep=1", nil,
-		"Authorization", "Bearer outer-token", "Cookie", "session=outer")
-	var echo struct {
-		Headers  map[string][]string `json:"headers"`
-		RawQuery string              `json:"raw_query"`
-	}
-	r.json(t, &echo)
-	innerKey, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key"))
-	for _, h := range []string{"Authorization", "Cookie"} {
-		if v, ok := echo.Headers[h]; ok {
-			t.Errorf("inner server received %s: %v", h, v)
+		unknown := store.NewID()
+		r := d.call("GET", "/api/conversations?ids="+id+"&ids="+unknown, nil)
+		var batch []map[string]any
+		r.json(t, &batch)
+		if r.Status != 200 || len(batch) != 2 || batch[0]["id"] != id || batch[1] != nil {
+			t.Errorf("?ids= = %d %s, want [conversation, null]", r.Status, r.Body)
 		}
-	}
-	if got := echo.Headers["X-Session-Api-Key"]; len(got) != 1 || got[0] != strings.TrimSpace(string(innerKey)) || got[0] == d.apiKey() {
-		t.Errorf("inner server received X-Session-API-Key %v, want the inner key only", got)
-	}
-	if strings.Contains(echo.RawQuery, "session_api_key") || !strings.Contains(echo.RawQuery, "keep=1") {
-		t.Errorf("forwarded query = %q", echo.RawQuery)
-	}
-
-	// The inner address never shows.
-	inner := fmt.Sprintf("127.0.0.1:%d", c.HostPort)
-	for _, p := range []string{"/redirect", "/error"} {
-		r := d.call("GET", "/api/conversations/"+id+p, nil)
-		if bytes.Contains(r.Body, []byte(inner)) || strings.Contains(fmt.Sprint(r.Header), inner) {
-			t.Errorf("%s reveals %s: %d %v %s", p, inner, r.Status, r.Header, r.Body)
+		if r := d.call("GET", "/api/conversations", nil); r.Status != 422 {
+			t.Errorf("no ids = %d, want 422", r.Status)
 		}
-	}
-	// Oversize body.
-	if r := d.call("POST", "/api/conversations/"+id+"/big", bytes.Repeat([]byte("x"), 17<<20)); r.Status != 413 {
-		t.Errorf("oversize body = %d, want 413", r.Status)
-	}
-	// The inner server unreachable while its record still says running:
-	// its container refuses connections to the inner port (a firewall
-	// rule in its own network namespace, which ohd's connections and the
-	// engine's proxy's both cross), as if the server had crashed.
-	pid := strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", c.ContainerID))
-	reject := []string{"-t", pid, "-n", "iptables", "-I", "INPUT", "-p", "tcp", "--dport", "8000", "-j", "REJECT", "--reject-with", "tcp-reset"}
-	run(t, "nsenter", reject...)
-	if r := d.call("GET", "/api/conversations/"+id+"/alive", nil); r.Status != 502 || bytes.Contains(r.Body, []byte(inner)) {
-		t.Errorf("inner down = %d %s, want 502 without the address", r.Status, r.Body)
-	}
-	reject[4] = "-D"
-	run(t, "nsenter", reject...)
-	if r := d.call("GET", "/api/conversations/"+id+"/echo/up", nil); r.Status != 200 {
-		t.Errorf("inner up again = %d %s, want 200", r.Status, r.Body)
-	}
+		r = d.call("GET", "/api/conversations/count", nil)
+		if strings.TrimSpace(string(r.Body)) != "1" {
+			t.Errorf("count = %d %q, want the bare integer 1", r.Status, r.Body)
+		}
+		r = d.call("GET", "/api/conversations/count?status=idle", nil)
+		if strings.TrimSpace(string(r.Body)) != "1" {
+			t.Errorf("count?status=idle = %q", r.Body)
+		}
+		r = d.call("GET", "/api/conversations/count?status=running", nil)
+		if strings.TrimSpace(string(r.Body)) != "0" {
+			t.Errorf("count?status=running = %q", r.Body)
+		}
+		var search map[string]any
+		d.call("GET", "/api/conversations/search", nil).json(t, &search)
+		if items, ok := search["items"].([]any); !ok || len(items) != 1 {
+			t.Errorf("search = %v", search)
+		}
+		if _, ok := search["next_page_id"]; !ok {
+			t.Errorf("search lacks next_page_id: %v", search)
+		}
+		for _, tail := range []string{"children", "credential-bindings"} {
+			if r := d.call("POST", "/api/conversations/"+id+"/"+tail, "{}"); r.Status != 501 {
+				t.Errorf("%s = %d, want 501", tail, r.Status)
+			}
+		}
+		if r := d.call("GET", "/api/conversations/"+id+"/echo/x", nil, "X-Expose-Secrets", "true"); r.Status != 422 {
+			t.Errorf("X-Expose-Secrets = %d, want 422", r.Status)
+		}
 
-	if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 || !bytes.Contains(r.Body, []byte(`"success":true`)) {
-		t.Errorf("DELETE = %d %s", r.Status, r.Body)
-	}
-	if r := d.call("GET", "/api/conversations/"+id, nil); r.Status != 404 {
-		t.Errorf("GET after DELETE = %d", r.Status)
-	}
+		// Header hygiene, seen by the inner server.
+		r = d.call("GET", "/api/conversations/"+id+"/echo/x?session_api_key=leak&keep=1", nil,
+			"Authorization", "Bearer outer-token", "Cookie", "session=outer")
+		var echo struct {
+			Headers  map[string][]string `json:"headers"`
+			RawQuery string              `json:"raw_query"`
+		}
+		r.json(t, &echo)
+		innerKey, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key"))
+		for _, h := range []string{"Authorization", "Cookie"} {
+			if v, ok := echo.Headers[h]; ok {
+				t.Errorf("inner server received %s: %v", h, v)
+			}
+		}
+		if got := echo.Headers["X-Session-Api-Key"]; len(got) != 1 || got[0] != strings.TrimSpace(string(innerKey)) || got[0] == d.apiKey() {
+			t.Errorf("inner server received X-Session-API-Key %v, want the inner key only", got)
+		}
+		if strings.Contains(echo.RawQuery, "session_api_key") || !strings.Contains(echo.RawQuery, "keep=1") {
+			t.Errorf("forwarded query = %q", echo.RawQuery)
+		}
+
+		// The inner address never shows.
+		inner := fmt.Sprintf("127.0.0.1:%d", c.HostPort)
+		for _, p := range []string{"/redirect", "/error"} {
+			r := d.call("GET", "/api/conversations/"+id+p, nil)
+			if bytes.Contains(r.Body, []byte(inner)) || strings.Contains(fmt.Sprint(r.Header), inner) {
+				t.Errorf("%s reveals %s: %d %v %s", p, inner, r.Status, r.Header, r.Body)
+			}
+		}
+		// Oversize body.
+		if r := d.call("POST", "/api/conversations/"+id+"/big", bytes.Repeat([]byte("x"), 17<<20)); r.Status != 413 {
+			t.Errorf("oversize body = %d, want 413", r.Status)
+		}
+		// The inner server unreachable while its record still says running:
+		// its container refuses connections to the inner port (a firewall
+		// rule in its own network namespace, which ohd's connections and the
+		// engine's proxy's both cross), as if the server had crashed.
+		pid := b.pid(t, c.ContainerID)
+		reject := []string{"-t", pid, "-n", "iptables", "-I", "INPUT", "-p", "tcp", "--dport", "8000", "-j", "REJECT", "--reject-with", "tcp-reset"}
+		run(t, "nsenter", reject...)
+		if r := d.call("GET", "/api/conversations/"+id+"/alive", nil); r.Status != 502 || bytes.Contains(r.Body, []byte(inner)) {
+			t.Errorf("inner down = %d %s, want 502 without the address", r.Status, r.Body)
+		}
+		reject[4] = "-D"
+		run(t, "nsenter", reject...)
+		if r := d.call("GET", "/api/conversations/"+id+"/echo/up", nil); r.Status != 200 {
+			t.Errorf("inner up again = %d %s, want 200", r.Status, r.Body)
+		}
+
+		if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 || !bytes.Contains(r.Body, []byte(`"success":true`)) {
+			t.Errorf("DELETE = %d %s", r.Status, r.Body)
+		}
+		if r := d.call("GET", "/api/conversations/"+id, nil); r.Status != 404 {
+			t.Errorf("GET after DELETE = %d", r.Status)
+		}
+	})
 }
 
 func TestBackendAPIAuth(t *testing.T) {
@@ -404,65 +405,63 @@ func aPIAuth(t *testing.T, b backend) {
 	d.call("DELETE", "/api/conversations/"+id, nil)
 }
 
-// TestAPICreateFailuresUndoEverything makes each create step fail in turn.
-func TestAPICreateFailuresUndoEverything(t *testing.T) {
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	cases := []struct {
-		name, step string
-		args, env  []string
-		body       map[string]any
-		repo       func(t *testing.T) string
-	}{
-		{name: "worktree add", step: "worktree", repo: brokenRepo},
-		{name: "image missing", step: "image", args: []string{"--image", "ohd-no-such-image:1"}},
-		{name: "container exits", step: "container", env: []string{"STANDIN_EXIT_AFTER=1s", "STANDIN_HEALTH_DELAY=1h"},
-			args: []string{"--forward-env", "STANDIN_EXIT_AFTER", "--forward-env", "STANDIN_HEALTH_DELAY"}},
-		{name: "readiness timeout", step: "container", env: []string{"STANDIN_HEALTH_DELAY=1h"},
-			args: []string{"--forward-env", "STANDIN_HEALTH_DELAY", "--ready-timeout", "3s"}},
-		{name: "inner answers 4xx", step: "forward", body: map[string]any{"standin_reject": 409}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--image", img, "--memory", "268435456"}, tc.args...)
-			d := startDaemon(t, daemonOptions{Runtime: "docker", Args: args, Env: tc.env})
-			t.Cleanup(func() { removeServerContainers(t, d) })
-			repo := testenv.NewRepo(t, testenv.RepoOptions{})
-			if tc.repo != nil {
-				repo = tc.repo(t)
-			}
-			body := map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true}
-			for k, v := range tc.body {
-				body[k] = v
-			}
-			r := d.call("POST", "/api/conversations", body)
-			if r.Status < 400 {
-				t.Fatalf("create = %d %s, want a failure", r.Status, r.Body)
-			}
-			var e struct {
-				Detail string `json:"detail"`
-				Step   string `json:"step"`
-			}
-			r.json(t, &e)
-			// The step is named in the body (and a header); ohd's own
-			// errors say it in the detail too, an inner server's answer
-			// is passed through as it was.
-			if e.Step != tc.step || r.Header.Get("X-Ohd-Failed-Step") != tc.step || e.Detail == "" {
-				t.Errorf("error = %d %v %s, want it to name step %s", r.Status, r.Header, r.Body, tc.step)
-			}
-			if tc.step != "forward" && !strings.Contains(e.Detail, tc.step) {
-				t.Errorf("detail %q does not name step %s", e.Detail, tc.step)
-			}
-			var convs []store.Conversation
-			d.ohctlJSON(&convs, "ls", "--all")
-			for _, c := range convs {
-				if c.State.Live() {
-					t.Errorf("record %s left in live state %s", c.ID, c.State)
+// TestBackendAPICreateFailuresUndoEverything makes each create step fail in turn.
+func TestBackendAPICreateFailuresUndoEverything(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		cases := []struct {
+			name, step string
+			args, env  []string
+			body       map[string]any
+			repo       func(t *testing.T) string
+		}{
+			{name: "worktree add", step: "worktree", repo: brokenRepo},
+			{name: "image missing", step: "image", args: []string{"--image", "ohd-no-such-image:1"}},
+			{name: "container exits", step: "container", env: []string{"STANDIN_EXIT_AFTER=1s", "STANDIN_HEALTH_DELAY=1h"},
+				args: []string{"--forward-env", "STANDIN_EXIT_AFTER", "--forward-env", "STANDIN_HEALTH_DELAY"}},
+			{name: "readiness timeout", step: "container", env: []string{"STANDIN_HEALTH_DELAY=1h"},
+				args: []string{"--forward-env", "STANDIN_HEALTH_DELAY", "--ready-timeout", "3s"}},
+			{name: "inner answers 4xx", step: "forward", body: map[string]any{"standin_reject": 409}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				d := b.start(t, daemonOptions{Args: tc.args, Env: tc.env})
+				repo := testenv.NewRepo(t, testenv.RepoOptions{})
+				if tc.repo != nil {
+					repo = tc.repo(t)
 				}
-			}
-			assertNothingLeft(t, d, repo)
-		})
-	}
+				body := map[string]any{"workspace": map[string]any{"working_dir": repo}, "worktree": true}
+				for k, v := range tc.body {
+					body[k] = v
+				}
+				r := d.call("POST", "/api/conversations", body)
+				if r.Status < 400 {
+					t.Fatalf("create = %d %s, want a failure", r.Status, r.Body)
+				}
+				var e struct {
+					Detail string `json:"detail"`
+					Step   string `json:"step"`
+				}
+				r.json(t, &e)
+				// The step is named in the body (and a header); ohd's own
+				// errors say it in the detail too, an inner server's answer
+				// is passed through as it was.
+				if e.Step != tc.step || r.Header.Get("X-Ohd-Failed-Step") != tc.step || e.Detail == "" {
+					t.Errorf("error = %d %v %s, want it to name step %s", r.Status, r.Header, r.Body, tc.step)
+				}
+				if tc.step != "forward" && !strings.Contains(e.Detail, tc.step) {
+					t.Errorf("detail %q does not name step %s", e.Detail, tc.step)
+				}
+				var convs []store.Conversation
+				d.ohctlJSON(&convs, "ls", "--all")
+				for _, c := range convs {
+					if c.State.Live() {
+						t.Errorf("record %s left in live state %s", c.ID, c.State)
+					}
+				}
+				assertNothingLeft(t, d, repo)
+			})
+		}
+	})
 }
 
 // brokenRepo is a repository whose start commit exists but whose file

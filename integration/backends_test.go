@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -20,7 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
@@ -76,11 +79,35 @@ type backend struct {
 	stranger func(t testing.TB, serverID string) string
 	// ofConversation lists the ids of the containers of a conversation.
 	ofConversation func(t testing.TB, conversationID string) []string
+	// ofServer lists the containers of an ohd (its server id): their ids
+	// and the conversation each is labelled with.
+	ofServer func(t testing.TB, serverID string) map[string]string
 	// execCmd is a command that runs cmd in conversation c's container,
 	// its output streamed as it comes: docker exec behind ohd's back; on
 	// Kubernetes ohctl exec (the API server's exec, through ohd: the
 	// test has no kubectl on its PATH).
 	execCmd func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd
+	// pid is a process of the container on the host (one in its network
+	// namespace), to enter with nsenter: Docker's State.Pid; a process
+	// whose cgroup names the pod's uid.
+	pid func(t testing.TB, containerID string) string
+	// states is the engine's view of each container's run: whether it
+	// runs, since when, how often the engine restarted it (one docker
+	// inspect; the pods' container statuses).
+	states func(t testing.TB, containerIDs ...string) map[string]containerState
+	// everything is the engine's record of every container it has, ohd's
+	// or not (docker inspect of all; every pod of the test namespace).
+	everything func(t testing.TB) string
+	// output is what the container printed, from the engine's own log.
+	output func(t testing.TB, containerID string) string
+	// loadImage makes the image ref, which Docker has (a test built it),
+	// the engine's to run: Docker has it; the node's containerd is given
+	// it (scripts/kube/load-image).
+	loadImage func(t testing.TB, ref string)
+	// rawExec runs cmd in the container containerID behind ohd's back,
+	// ohd up or down, and returns its output (stdout and stderr): docker
+	// exec; on Kubernetes the API server's exec, through client-go.
+	rawExec func(t testing.TB, containerID string, cmd ...string) (string, error)
 	// stoppedKeepsContainer: Docker keeps a stopped conversation's
 	// container (ohd starts it again); Kubernetes has no stopped pod: ohd
 	// deletes it, and resume creates a new one (another container id),
@@ -112,8 +139,12 @@ func (b backend) doctorProblems(out string) string {
 // workload is what the engine holds of a conversation's container, in
 // the terms both backends share.
 type workload struct {
-	Name string // the engine's name (Docker's without its "/")
-	User string // "uid:gid" it runs as
+	Name     string // the engine's name (Docker's without its "/")
+	Hostname string // what the container's processes see as theirs
+	// Command is what the container runs: the image's command and ohd's
+	// arguments (Docker's Cmd; the container's command and args).
+	Command []string
+	User    string // "uid:gid" it runs as
 	// CapDropAll, NoNewPrivs, Privileged, HostNamespaces: the hardening.
 	CapDropAll, NoNewPrivs, Privileged, HostNamespaces bool
 
@@ -145,8 +176,22 @@ type workloadMount struct {
 // skipped otherwise, with the reason).
 func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	for _, b := range []backend{dockerBackend(), kubeBackend()} {
-		t.Run(b.name, func(t *testing.T) { fn(t, b) })
+		t.Run(b.name, func(t *testing.T) {
+			if b.name == "kubernetes" {
+				requireKube(t) // before fn's set-up (a 3,000-file repository, an image build)
+			}
+			fn(t, b)
+		})
 	}
+}
+
+// backendOf is the backend d runs on: Kubernetes, or Docker (whose
+// listings find nothing of a local daemon).
+func backendOf(d *daemon) backend {
+	if d.opts.Runtime == "kubernetes" {
+		return kubeBackend()
+	}
+	return dockerBackend()
 }
 
 func dockerBackend() backend {
@@ -158,6 +203,7 @@ func dockerBackend() backend {
 		opts.Runtime = "docker"
 		opts.Args = append([]string{"--image", img, "--memory", "268435456", "--ready-timeout", "60s"}, opts.Args...)
 		d := startDaemon(t, opts)
+		d.serverID() // cached for checks and the cleanup once ohd is gone
 		t.Cleanup(func() { removeServerContainers(t, d) })
 		return d
 	}
@@ -197,6 +243,27 @@ func dockerBackend() backend {
 		execCmd: func(_ *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return dockerCmd(append([]string{"exec", c.ContainerID}, cmd...)...)
 		},
+		pid: func(t testing.TB, id string) string {
+			return strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", id))
+		},
+		loadImage: func(testing.TB, string) {},
+		states:    inspectAll,
+		everything: func(t testing.TB) string {
+			all := strings.Fields(run(t, "docker", "ps", "-aq"))
+			if len(all) == 0 {
+				return ""
+			}
+			out, _ := dockerCmd(append([]string{"inspect"}, all...)...).Output()
+			return string(out)
+		},
+		output: func(t testing.TB, id string) string {
+			out, _ := dockerCmd("logs", id).CombinedOutput()
+			return string(out)
+		},
+		rawExec: func(_ testing.TB, id string, cmd ...string) (string, error) {
+			out, err := dockerCmd(append([]string{"exec", id}, cmd...)...).CombinedOutput()
+			return string(out), err
+		},
 		gateway:   bridgeGateway,
 		workload:  dockerWorkload,
 		removeAll: removeServerContainers,
@@ -208,6 +275,16 @@ func dockerBackend() backend {
 		},
 		ofConversation: func(t testing.TB, conv string) []string {
 			return strings.Fields(run(t, "docker", "ps", "-aq", "--no-trunc", "--filter", "label=dev.ohd.conversation="+conv))
+		},
+		ofServer: func(t testing.TB, server string) map[string]string {
+			ids := map[string]string{}
+			out := run(t, "docker", "ps", "-a", "--no-trunc", "--filter", "label=dev.ohd.server="+server, "--format", `{{.ID}} {{.Label "dev.ohd.conversation"}}`)
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				if id, conv, _ := strings.Cut(l, " "); id != "" {
+					ids[id] = conv
+				}
+			}
+			return ids
 		},
 		stoppedKeepsContainer: true,
 	}
@@ -221,6 +298,7 @@ func dockerWorkload(t testing.TB, id string) workload {
 	num := func(v any) int64 { f, _ := v.(float64); return int64(f) }
 	w := workload{
 		Name:           strings.TrimPrefix(fmt.Sprint(info["Name"]), "/"),
+		Hostname:       fmt.Sprint(cfg["Hostname"]),
 		User:           fmt.Sprint(cfg["User"]),
 		CapDropAll:     fmt.Sprint(hc["CapDrop"]) == "[ALL]",
 		NoNewPrivs:     strings.Contains(fmt.Sprint(hc["SecurityOpt"]), "no-new-privileges"),
@@ -235,6 +313,9 @@ func dockerWorkload(t testing.TB, id string) workload {
 		Labels:         map[string]string{},
 		Mounts:         map[string]workloadMount{},
 		Raw:            inspectRaw(t, id),
+	}
+	for _, a := range get(cfg, "Cmd").([]any) {
+		w.Command = append(w.Command, fmt.Sprint(a))
 	}
 	pb, _ := get(hc, "PortBindings").(map[string]any)
 	ports, _ := get(info, "NetworkSettings", "Ports").(map[string]any)
@@ -283,7 +364,12 @@ func requireKube(t testing.TB) kubernetes.Interface {
 // kubeTestImage is the test image, loaded into the node's containerd as
 // Docker has it now.
 func kubeTestImage(t testing.TB) string {
-	ref := testimage.Ensure(t)
+	return kubeLoadImage(t, testimage.Ensure(t))
+}
+
+// kubeLoadImage loads the image ref Docker has into the node's
+// containerd, once per test binary, and returns ref.
+func kubeLoadImage(t testing.TB, ref string) string {
 	kubeImage.Lock()
 	defer kubeImage.Unlock()
 	if kubeImage.loaded == nil {
@@ -405,6 +491,58 @@ func kubeBackend() backend {
 		execCmd: func(d *daemon, c store.Conversation, cmd ...string) *exec.Cmd {
 			return exec.Command(built.ohctl, append([]string{"--socket", d.socket, "exec", c.ID, "--"}, cmd...)...)
 		},
+		rawExec: kubeExec,
+		states: func(t testing.TB, ids ...string) map[string]containerState {
+			m := map[string]containerState{}
+			for _, id := range ids {
+				s := containerState{ID: id}
+				if p := getPod(t, id); p != nil && p.DeletionTimestamp == nil {
+					for _, c := range p.Status.ContainerStatuses {
+						if c.Name == "agent" {
+							s.Running = c.State.Running != nil
+							if s.Running {
+								s.StartedAt = c.State.Running.StartedAt.UTC().Format(time.RFC3339)
+							}
+							s.RestartCount = float64(c.RestartCount)
+						}
+					}
+				}
+				m[id] = s
+			}
+			return m
+		},
+		everything: func(t testing.TB) string {
+			raw, err := json.Marshal(list(t, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(raw)
+		},
+		output: func(t testing.TB, id string) string {
+			cs := requireKube(t)
+			name, _, _ := strings.Cut(id, "/")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			out, err := cs.CoreV1().Pods(ns()).GetLogs(name, &corev1.PodLogOptions{Container: "agent"}).DoRaw(ctx)
+			if err != nil {
+				t.Fatalf("the log of pod %s: %v", name, err)
+			}
+			return string(out)
+		},
+		loadImage: func(t testing.TB, ref string) { requireKube(t); kubeLoadImage(t, ref) },
+		pid: func(t testing.TB, id string) string {
+			_, uid, _ := strings.Cut(id, "/")
+			marks := []string{uid, strings.ReplaceAll(uid, "-", "_")}
+			ents, _ := os.ReadDir("/proc")
+			for _, e := range ents {
+				cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+				if err == nil && (strings.Contains(string(cg), marks[0]) || strings.Contains(string(cg), marks[1])) {
+					return e.Name()
+				}
+			}
+			t.Fatalf("no process of pod %s on the host", id)
+			return ""
+		},
 		gateway: func(t *testing.T) string { return interfaceAddr(t, "ohdkube0") },
 		workload: func(t testing.TB, id string) workload {
 			t.Helper()
@@ -451,7 +589,57 @@ func kubeBackend() backend {
 			}
 			return ids
 		},
+		ofServer: func(t testing.TB, server string) map[string]string {
+			ids := map[string]string{}
+			for _, p := range list(t, labels.Set{"dev.ohd.server": server}) {
+				if p.DeletionTimestamp == nil { // deleted: the kubelet finishes it
+					ids[p.Name+"/"+string(p.UID)] = p.Labels["dev.ohd.conversation"]
+				}
+			}
+			return ids
+		},
 	}
+}
+
+// kubeExec runs cmd in the agent container of the pod id ("name/uid")
+// through the API server's exec, as kubectl exec would: ohd plays no part.
+func kubeExec(t testing.TB, id string, cmd ...string) (string, error) {
+	t.Helper()
+	cs := requireKube(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _, _ := strings.Cut(id, "/")
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(os.Getenv("OHD_KUBE_NAMESPACE")).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "agent", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(rc, "GET", req.URL().String())
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out lockedBuffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
+	return out.String(), err
+}
+
+// lockedBuffer is a buffer two goroutines may write at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // podWorkload describes a pod as workload does. The kubelet adds mounts
@@ -463,7 +651,7 @@ func podWorkload(t testing.TB, p *corev1.Pod) workload {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := workload{Name: p.Name, Labels: p.Labels, Mounts: map[string]workloadMount{}, Raw: string(raw),
+	w := workload{Name: p.Name, Hostname: cmp.Or(p.Spec.Hostname, p.Name), Labels: p.Labels, Mounts: map[string]workloadMount{}, Raw: string(raw),
 		HostNamespaces: p.Spec.HostNetwork || p.Spec.HostPID || p.Spec.HostIPC,
 		NoNetwork:      p.Labels["dev.ohd.network"] == "none" && p.Spec.DNSPolicy == corev1.DNSNone}
 	var c *corev1.Container
@@ -475,6 +663,7 @@ func podWorkload(t testing.TB, p *corev1.Pod) workload {
 	if c == nil {
 		t.Fatalf("pod %s has no agent container: %s", p.Name, raw)
 	}
+	w.Command = append(slices.Clone(c.Command), c.Args...)
 	if sc := c.SecurityContext; sc != nil {
 		if sc.RunAsUser != nil && sc.RunAsGroup != nil {
 			w.User = fmt.Sprintf("%d:%d", *sc.RunAsUser, *sc.RunAsGroup)
@@ -963,6 +1152,7 @@ func TestBackendEgressIsolationClaim(t *testing.T) {
 // "exited behind ohd's back (exit code 137)", and the next request makes
 // a new pod with the conversation's state.
 func TestKubeEvictionIsReportedAsAKillForMemory(t *testing.T) {
+	// Kubernetes only by design: an eviction is the kubelet's; Docker has none (TestBackendOOMInsideIsNotADeath is the OOM on both).
 	cs := requireKube(t)
 	b := kubeBackend()
 	d := b.daemon(t)

@@ -153,56 +153,58 @@ func loadInChromium(t *testing.T, bin, url string, resolve []string, reports cha
 	return nil
 }
 
-// TestBrowserCORS: a page in a real browser (Debian's headless Chromium)
+// TestBackendBrowserCORS: a page in a real browser (Debian's headless Chromium)
 // on one loopback port creates a conversation through ohd on another
 // (a cross-origin call with X-Session-API-Key, so preflighted), reads it
 // and opens its events socket; a page of an origin --cors-origin names
 // does the same; the same page from an origin not allowed gets nothing
 // (its preflight is refused, its socket too) and creates nothing.
-func TestBrowserCORS(t *testing.T) {
-	bin := chromium(t)
-	ps := startPageServer(t)
-	_, port, _ := net.SplitHostPort(ps.addr)
-	// allowed.test and evil.test are the page server too (Chromium maps
-	// them to 127.0.0.1): two origins that are not loopback by name.
-	d := dockerDaemon(t, "--cors-origin", "http://allowed.test:"+port)
-	key := d.apiKey()
-	ohd := "http://" + d.listen
+func TestBackendBrowserCORS(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		bin := chromium(t)
+		ps := startPageServer(t)
+		_, port, _ := net.SplitHostPort(ps.addr)
+		// allowed.test and evil.test are the page server too (Chromium maps
+		// them to 127.0.0.1): two origins that are not loopback by name.
+		d := b.daemon(t, "--cors-origin", "http://allowed.test:"+port)
+		key := d.apiKey()
+		ohd := "http://" + d.listen
 
-	for _, tc := range []struct {
-		name, origin string
-		allowed      bool
-	}{
-		{"loopback origin, another port", "http://127.0.0.1:" + port, true},
-		{"origin named by --cors-origin", "http://allowed.test:" + port, true},
-		{"origin not allowed", "http://evil.test:" + port, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			repo := testenv.NewRepo(t, testenv.RepoOptions{})
-			ps.set(ohd, key, repo)
-			before := d.call("GET", "/api/conversations/count", nil)
-			got := loadInChromium(t, bin, tc.origin+"/page.html", []string{"allowed.test", "evil.test"}, ps.reports)
-			after := d.call("GET", "/api/conversations/count", nil)
-			if !tc.allowed {
-				want := map[string]string{"create": "error TypeError", "socket": "error"}
-				if fmt.Sprint(got) != fmt.Sprint(want) {
-					t.Errorf("page from %s got %v, want %v (every call refused by the browser)", tc.origin, got, want)
+		for _, tc := range []struct {
+			name, origin string
+			allowed      bool
+		}{
+			{"loopback origin, another port", "http://127.0.0.1:" + port, true},
+			{"origin named by --cors-origin", "http://allowed.test:" + port, true},
+			{"origin not allowed", "http://evil.test:" + port, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				repo := testenv.NewRepo(t, testenv.RepoOptions{})
+				ps.set(ohd, key, repo)
+				before := d.call("GET", "/api/conversations/count", nil)
+				got := loadInChromium(t, bin, tc.origin+"/page.html", []string{"allowed.test", "evil.test"}, ps.reports)
+				after := d.call("GET", "/api/conversations/count", nil)
+				if !tc.allowed {
+					want := map[string]string{"create": "error TypeError", "socket": "error"}
+					if fmt.Sprint(got) != fmt.Sprint(want) {
+						t.Errorf("page from %s got %v, want %v (every call refused by the browser)", tc.origin, got, want)
+					}
+					if string(before.Body) != string(after.Body) {
+						t.Errorf("a refused page changed the conversation count: %s → %s", before.Body, after.Body)
+					}
+					return
 				}
-				if string(before.Body) != string(after.Body) {
-					t.Errorf("a refused page changed the conversation count: %s → %s", before.Body, after.Body)
+				id, _ := strings.CutPrefix(got["create"], "201 ")
+				if len(id) != 36 || got["get"] != "200 "+id || got["socket"] != "open" {
+					t.Fatalf("page from %s got %v, want create 201, get 200 of that id, socket open\n%s", tc.origin, got, tail(d.logs.String(), 20))
 				}
-				return
-			}
-			id, _ := strings.CutPrefix(got["create"], "201 ")
-			if len(id) != 36 || got["get"] != "200 "+id || got["socket"] != "open" {
-				t.Fatalf("page from %s got %v, want create 201, get 200 of that id, socket open\n%s", tc.origin, got, tail(d.logs.String(), 20))
-			}
-			if r := d.call("GET", "/api/conversations/"+id, nil); r.Status != 200 {
-				t.Errorf("the browser's conversation %s is not there: %d %s", id, r.Status, r.Body)
-			}
-			if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 {
-				t.Errorf("delete %s = %d %s", id, r.Status, r.Body)
-			}
-		})
-	}
+				if r := d.call("GET", "/api/conversations/"+id, nil); r.Status != 200 {
+					t.Errorf("the browser's conversation %s is not there: %d %s", id, r.Status, r.Body)
+				}
+				if r := d.call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 {
+					t.Errorf("delete %s = %d %s", id, r.Status, r.Body)
+				}
+			})
+		}
+	})
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/control"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
@@ -36,18 +35,15 @@ func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversat
 			live[c.ID] = c
 		}
 	}
-	if d.opts.Runtime == "docker" {
-		// The Engine finishes a container create whose client (an ohd
+	if d.opts.Runtime != "local" {
+		// The engine finishes a container create whose client (an ohd
 		// killed mid-create) died, so such a container can appear after
 		// reconcile; ohd's periodic sweep (every 30 s) removes it.
 		orphans := func() []string {
 			var out []string
-			ps := run(t, "docker", "ps", "-a", "--filter", "label=dev.ohd.server="+d.serverID(), "--format", `{{.ID}} {{.Label "dev.ohd.conversation"}}`)
-			for _, line := range strings.Split(strings.TrimSpace(ps), "\n") {
-				if id, conv, _ := strings.Cut(line, " "); line != "" {
-					if _, ok := live[conv]; !ok {
-						out = append(out, "container "+id+" of conversation "+conv)
-					}
+			for id, conv := range backendOf(d).ofServer(t, d.serverID()) {
+				if _, ok := live[conv]; !ok {
+					out = append(out, "container "+id+" of conversation "+conv)
 				}
 			}
 			return out
@@ -111,8 +107,8 @@ func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversat
 // registration, branch or folder in repo.
 func assertNothingLeft(t testing.TB, d *daemon, repo string) {
 	t.Helper()
-	if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()); strings.TrimSpace(out) != "" {
-		t.Errorf("containers left: %s", out)
+	if left := backendOf(d).ofServer(t, d.serverID()); len(left) != 0 {
+		t.Errorf("containers left: %s", left)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations")); len(entries) != 0 {
 		t.Errorf("socket dirs left: %v", entries)
@@ -212,181 +208,178 @@ func snapshotRefs(t testing.TB, repo string) []string {
 	return strings.Split(out, "\n")
 }
 
-func TestCrashAtEveryStep(t *testing.T) {
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	createPoints := []string{
-		"create/after-record", "create/mid-view", "create/after-worktree", "create/after-broker",
-		"create/after-container-created", "create/after-container-started", "create/after-start",
-	}
-	deletePoints := []string{
-		"delete/after-mark", "delete/mid-snapshot", "delete/after-save", "delete/after-container", "delete/after-broker", "delete/mid-admin", "delete/after-trash", "delete/after-worktree",
-	}
-	runs := crashRuns()
-	dirs := newDirs(t)
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	opts := daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456"}}
-	d := startDaemon(t, opts)
-	t.Cleanup(func() { removeServerContainers(t, d) })
-	count := 0
-	crashWith := func(point string, action func()) {
-		t.Helper()
-		d.stop()
-		d.opts.Env = []string{"OHD_FAILPOINTS=" + point}
-		d.start()
-		action()
-		if !d.waitExit(120e9) {
-			t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
+func TestBackendCrashAtEveryStep(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		createPoints := []string{
+			"create/after-record", "create/mid-view", "create/after-worktree", "create/after-broker",
+			"create/after-container-created", "create/after-container-started", "create/after-start",
 		}
-		if procs := gitProcessesUnder(repo, dirs.Worktrees); len(procs) > 0 {
-			t.Errorf("%s: git children of the killed ohd are still running: %v", point, procs)
+		deletePoints := []string{
+			"delete/after-mark", "delete/mid-snapshot", "delete/after-save", "delete/after-container", "delete/after-broker", "delete/mid-admin", "delete/after-trash", "delete/after-worktree",
 		}
-		d.opts.Env = nil
-		d.start() // reconcile
-		count++
-	}
-	for run := 0; run < runs; run++ {
-		var removed []store.Conversation
-		for _, point := range createPoints {
-			snapsBefore := snapshotRefs(t, repo)
-			crashWith(point, func() {
-				if _, err := d.ohctlErr("create", "--repo", repo, "--worktree"); err == nil {
-					t.Errorf("%s: create succeeded through a crash", point)
+		runs := crashRuns()
+		dirs := newDirs(t)
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		d := b.start(t, daemonOptions{Failpoints: true, Dirs: &dirs})
+		count := 0
+		crashWith := func(point string, action func()) {
+			t.Helper()
+			d.stop()
+			d.opts.Env = []string{"OHD_FAILPOINTS=" + point}
+			d.start()
+			action()
+			if !d.waitExit(120e9) {
+				t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
+			}
+			if procs := gitProcessesUnder(repo, dirs.Worktrees); len(procs) > 0 {
+				t.Errorf("%s: git children of the killed ohd are still running: %v", point, procs)
+			}
+			d.opts.Env = nil
+			d.start() // reconcile
+			count++
+		}
+		for run := 0; run < runs; run++ {
+			var removed []store.Conversation
+			for _, point := range createPoints {
+				snapsBefore := snapshotRefs(t, repo)
+				crashWith(point, func() {
+					if _, err := d.ohctlErr("create", "--repo", repo, "--worktree"); err == nil {
+						t.Errorf("%s: create succeeded through a crash", point)
+					}
+				})
+				convs := checkInvariants(t, d, repo)
+				for _, c := range convs {
+					if c.State == store.StateRunning {
+						t.Errorf("%s: a conversation survived the crashed create as running: %s", point, c.ID)
+					}
 				}
-			})
-			convs := checkInvariants(t, d, repo)
-			for _, c := range convs {
-				if c.State == store.StateRunning {
-					t.Errorf("%s: a conversation survived the crashed create as running: %s", point, c.ID)
+				// Never running: undone without a snapshot of a half checkout.
+				if snaps := snapshotRefs(t, repo); len(snaps) != len(snapsBefore) {
+					t.Errorf("%s: the undone create left snapshots: %v, before %v", point, snaps, snapsBefore)
 				}
 			}
-			// Never running: undone without a snapshot of a half checkout.
-			if snaps := snapshotRefs(t, repo); len(snaps) != len(snapsBefore) {
-				t.Errorf("%s: the undone create left snapshots: %v, before %v", point, snaps, snapsBefore)
+			for _, point := range deletePoints {
+				var c store.Conversation
+				d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+				testenv.WriteFile(t, filepath.Join(c.Worktree, "unsaved.txt"), point+"\n")
+				testenv.WriteFile(t, filepath.Join(c.Worktree, "README.md"), "changed by "+point+"\n")
+				// A tag made in the view: kept by the removal however it was
+				// interrupted.
+				d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m 'tagged "+point+"' && git -c user.name=a -c user.email=a@x tag -a -m t crash-tag HEAD && git reset -q --soft HEAD~1")
+				crashWith(point, func() {
+					if _, err := d.ohctlErr("rm", c.ID); err == nil {
+						t.Errorf("%s: rm succeeded through a crash", point)
+					}
+				})
+				// ohd answers at once (the removal finishes in the
+				// background, not before ohd listens), and finishes it.
+				if _, err := d.ohctlErr("ls"); err != nil {
+					t.Errorf("%s: ohd does not answer right after its restart: %v", point, err)
+				}
+				waitForState(t, d, c.ID, store.StateDeleted, 2*time.Minute)
+				checkInvariants(t, d, repo)
+				var after store.Conversation
+				d.ohctlJSON(&after, "show", c.ID)
+				if after.State != store.StateDeleted || after.Removal == nil || !after.Removal.Done {
+					t.Errorf("%s: removal not finished after restart: %s %+v", point, after.State, after.Removal)
+					continue
+				}
+				ref := "refs/ohd/snapshots/" + c.ID
+				if got, err := testenv.GitOutput(repo, "show", ref+":unsaved.txt"); err != nil || got != point {
+					t.Errorf("%s: snapshot lacks the untracked file: %q %v", point, got, err)
+				}
+				if got, err := testenv.GitOutput(repo, "show", ref+":README.md"); err != nil || got != "changed by "+point {
+					t.Errorf("%s: snapshot lacks the modified file: %q %v", point, got, err)
+				}
+				if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/ohd/kept/"+c.ID+"/tags/crash-tag"); err != nil || got != "tagged "+point {
+					t.Errorf("%s: the view's tag was not kept: %q %v", point, got, err)
+				}
+				removed = append(removed, c)
 			}
-		}
-		for _, point := range deletePoints {
+			// A restore killed at each of its steps is completed by running
+			// it again (issue 27: a kill left a half-made worktree, with an
+			// index.lock and every file a staged deletion, and the retry was
+			// refused as "already restored").
+			for i, point := range []string{"restore/after-journal", "restore/mid-checkout"} {
+				c := removed[i]
+				into := filepath.Join(testenv.TempDir(t), "restored")
+				crashWith(point, func() {
+					if _, err := d.ohctlErr("restore", c.ID, "--into", into); err == nil {
+						t.Errorf("%s: restore succeeded through a crash", point)
+					}
+				})
+				if out, err := d.ohctlErr("restore", c.ID, "--into", into); err != nil {
+					t.Errorf("%s: the restore after the crash: %v\n%s", point, err, out)
+					continue
+				}
+				status, err := testenv.GitOutput(into, "status", "--porcelain")
+				if err != nil || !strings.Contains(status, "M README.md") || !strings.Contains(status, "?? unsaved.txt") || strings.Contains(status, "D ") {
+					t.Errorf("%s: restored status = %q, %v; want the work as uncommitted changes, nothing deleted", point, status, err)
+				}
+				if _, err := os.Stat(filepath.Join(repo, ".git", "worktrees")); err == nil {
+					if locks, _ := filepath.Glob(filepath.Join(repo, ".git", "worktrees", "*", "index.lock")); len(locks) > 0 {
+						t.Errorf("%s: index.lock left: %v", point, locks)
+					}
+				}
+				if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/tags/crash-tag"); err != nil || !strings.HasPrefix(got, "tagged ") {
+					if got2, err2 := testenv.GitOutput(repo, "tag", "--list", "*crash-tag"); err2 != nil || got2 == "" {
+						t.Errorf("%s: the agent's tag did not come back: %q %v", point, got2, err)
+					}
+				}
+				testenv.Git(t, repo, "worktree", "remove", "--force", into)
+				// The next run's conversations start from the host's refs:
+				// the restored tags would be theirs.
+				for _, tag := range strings.Fields(testenv.Git(t, repo, "tag", "--list", "*crash-tag")) {
+					testenv.Git(t, repo, "tag", "-d", tag)
+				}
+			}
+			// A publish interrupted after its import finishes after the restart.
 			var c store.Conversation
 			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
-			testenv.WriteFile(t, filepath.Join(c.Worktree, "unsaved.txt"), point+"\n")
-			testenv.WriteFile(t, filepath.Join(c.Worktree, "README.md"), "changed by "+point+"\n")
-			// A tag made in the view: kept by the removal however it was
-			// interrupted.
-			d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m 'tagged "+point+"' && git -c user.name=a -c user.email=a@x tag -a -m t crash-tag HEAD && git reset -q --soft HEAD~1")
-			crashWith(point, func() {
-				if _, err := d.ohctlErr("rm", c.ID); err == nil {
-					t.Errorf("%s: rm succeeded through a crash", point)
-				}
+			crashWith("publish/after-import", func() {
+				d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m published")
 			})
-			// ohd answers at once (the removal finishes in the
-			// background, not before ohd listens), and finishes it.
-			if _, err := d.ohctlErr("ls"); err != nil {
-				t.Errorf("%s: ohd does not answer right after its restart: %v", point, err)
-			}
-			waitForState(t, d, c.ID, store.StateDeleted, 2*time.Minute)
+			tip := d.inside(c, "git rev-parse HEAD")
+			waitHostRef(t, repo, "refs/heads/"+c.Branch, tip, 10*time.Second)
 			checkInvariants(t, d, repo)
-			var after store.Conversation
-			d.ohctlJSON(&after, "show", c.ID)
-			if after.State != store.StateDeleted || after.Removal == nil || !after.Removal.Done {
-				t.Errorf("%s: removal not finished after restart: %s %+v", point, after.State, after.Removal)
-				continue
-			}
-			ref := "refs/ohd/snapshots/" + c.ID
-			if got, err := testenv.GitOutput(repo, "show", ref+":unsaved.txt"); err != nil || got != point {
-				t.Errorf("%s: snapshot lacks the untracked file: %q %v", point, got, err)
-			}
-			if got, err := testenv.GitOutput(repo, "show", ref+":README.md"); err != nil || got != "changed by "+point {
-				t.Errorf("%s: snapshot lacks the modified file: %q %v", point, got, err)
-			}
-			if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/ohd/kept/"+c.ID+"/tags/crash-tag"); err != nil || got != "tagged "+point {
-				t.Errorf("%s: the view's tag was not kept: %q %v", point, got, err)
-			}
-			removed = append(removed, c)
+			d.ohctl("rm", c.ID)
 		}
-		// A restore killed at each of its steps is completed by running
-		// it again (issue 27: a kill left a half-made worktree, with an
-		// index.lock and every file a staged deletion, and the retry was
-		// refused as "already restored").
-		for i, point := range []string{"restore/after-journal", "restore/mid-checkout"} {
-			c := removed[i]
-			into := filepath.Join(testenv.TempDir(t), "restored")
-			crashWith(point, func() {
-				if _, err := d.ohctlErr("restore", c.ID, "--into", into); err == nil {
-					t.Errorf("%s: restore succeeded through a crash", point)
-				}
-			})
-			if out, err := d.ohctlErr("restore", c.ID, "--into", into); err != nil {
-				t.Errorf("%s: the restore after the crash: %v\n%s", point, err, out)
-				continue
+		// git worktree add killed right after it opened commondir leaves it
+		// empty, which breaks `git worktree list`, gc and branch deletion in
+		// the whole repository: reconcile's undo must remove that admin dir.
+		id := store.NewID()
+		crashWith("create/after-record", func() {
+			_, err := control.NewClient(d.socket).Create(context.Background(), control.CreateRequest{ID: id, Repo: repo, Worktree: true})
+			if err == nil {
+				t.Error("create succeeded through a crash")
 			}
-			status, err := testenv.GitOutput(into, "status", "--porcelain")
-			if err != nil || !strings.Contains(status, "M README.md") || !strings.Contains(status, "?? unsaved.txt") || strings.Contains(status, "D ") {
-				t.Errorf("%s: restored status = %q, %v; want the work as uncommitted changes, nothing deleted", point, status, err)
+			d.waitExit(60e9)
+			admin := filepath.Join(repo, ".git", "worktrees", "repo")
+			wt := filepath.Join(dirs.Worktrees, id, "repo")
+			for p, content := range map[string]string{
+				filepath.Join(admin, "locked"):    "ohd conversation " + id,
+				filepath.Join(admin, "gitdir"):    wt + "/.git\n",
+				filepath.Join(admin, "commondir"): "",
+				filepath.Join(wt, ".git"):         "gitdir: " + admin + "\n",
+			} {
+				testenv.WriteFile(t, p, content)
 			}
-			if _, err := os.Stat(filepath.Join(repo, ".git", "worktrees")); err == nil {
-				if locks, _ := filepath.Glob(filepath.Join(repo, ".git", "worktrees", "*", "index.lock")); len(locks) > 0 {
-					t.Errorf("%s: index.lock left: %v", point, locks)
-				}
+			if _, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "gc", "-q"); err == nil {
+				t.Error("the planted half registration does not break git gc: the test plants the wrong thing")
 			}
-			if got, err := testenv.GitOutput(repo, "log", "-1", "--format=%s", "refs/tags/crash-tag"); err != nil || !strings.HasPrefix(got, "tagged ") {
-				if got2, err2 := testenv.GitOutput(repo, "tag", "--list", "*crash-tag"); err2 != nil || got2 == "" {
-					t.Errorf("%s: the agent's tag did not come back: %q %v", point, got2, err)
-				}
-			}
-			testenv.Git(t, repo, "worktree", "remove", "--force", into)
-			// The next run's conversations start from the host's refs:
-			// the restored tags would be theirs.
-			for _, tag := range strings.Fields(testenv.Git(t, repo, "tag", "--list", "*crash-tag")) {
-				testenv.Git(t, repo, "tag", "-d", tag)
-			}
-		}
-		// A publish interrupted after its import finishes after the restart.
-		var c store.Conversation
-		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
-		crashWith("publish/after-import", func() {
-			d.inside(c, "git -c user.name=a -c user.email=a@x commit -q --allow-empty -m published")
 		})
-		tip := d.inside(c, "git rev-parse HEAD")
-		waitHostRef(t, repo, "refs/heads/"+c.Branch, tip, 10*time.Second)
-		checkInvariants(t, d, repo)
-		d.ohctl("rm", c.ID)
-	}
-	// git worktree add killed right after it opened commondir leaves it
-	// empty, which breaks `git worktree list`, gc and branch deletion in
-	// the whole repository: reconcile's undo must remove that admin dir.
-	id := store.NewID()
-	crashWith("create/after-record", func() {
-		_, err := control.NewClient(d.socket).Create(context.Background(), control.CreateRequest{ID: id, Repo: repo, Worktree: true})
-		if err == nil {
-			t.Error("create succeeded through a crash")
+		if out, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain"); err != nil || strings.Contains(out, id) {
+			t.Errorf("after reconcile: git worktree list = %v\n%s", err, out)
 		}
-		d.waitExit(60e9)
-		admin := filepath.Join(repo, ".git", "worktrees", "repo")
-		wt := filepath.Join(dirs.Worktrees, id, "repo")
-		for p, content := range map[string]string{
-			filepath.Join(admin, "locked"):    "ohd conversation " + id,
-			filepath.Join(admin, "gitdir"):    wt + "/.git\n",
-			filepath.Join(admin, "commondir"): "",
-			filepath.Join(wt, ".git"):         "gitdir: " + admin + "\n",
-		} {
-			testenv.WriteFile(t, p, content)
+		if _, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "gc", "-q"); err != nil {
+			t.Errorf("after reconcile git gc still fails: %v", err)
 		}
-		if _, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "gc", "-q"); err == nil {
-			t.Error("the planted half registration does not break git gc: the test plants the wrong thing")
+		t.Logf("crash points × runs: %d × %d + 1 = %d crashes, every one recovered", len(createPoints)+len(deletePoints)+1, runs, count)
+		// Everything left can be cleaned.
+		if left := b.ofServer(t, d.serverID()); len(left) != 0 {
+			t.Errorf("containers left at the end: %v", left)
 		}
 	})
-	if out, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain"); err != nil || strings.Contains(out, id) {
-		t.Errorf("after reconcile: git worktree list = %v\n%s", err, out)
-	}
-	if _, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "gc", "-q"); err != nil {
-		t.Errorf("after reconcile git gc still fails: %v", err)
-	}
-	t.Logf("crash points × runs: %d × %d + 1 = %d crashes, every one recovered", len(createPoints)+len(deletePoints)+1, runs, count)
-	// Everything left can be cleaned.
-	out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID())
-	if strings.TrimSpace(out) != "" {
-		t.Errorf("containers left at the end: %s", out)
-	}
 }
 
 // bigRepo makes a repository of n files in a few directories, owned by
@@ -411,119 +404,119 @@ func bigRepo(t testing.TB, n int, owner *testenv.Owner) string {
 	return repo
 }
 
-// TestCrashRandomKills SIGKILLs ohd at random moments while creates and
+// TestBackendCrashRandomKills SIGKILLs ohd at random moments while creates and
 // removals run concurrently in two repositories (one of 3,000 files, one
 // owned by uid 1000), and checks after every restart that reconcile left
 // the repositories usable and every record finished (issue 11, acceptance
 // 6).
-func TestCrashRandomKills(t *testing.T) {
+func TestBackendCrashRandomKills(t *testing.T) {
 	testenv.RequireRoot(t)
-	img := testimage.Ensure(t)
-	kills := 40
-	if n, err := strconv.Atoi(os.Getenv("OHD_CRASH_KILLS")); err == nil && n > 0 {
-		kills = n
-	}
-	repos := []string{bigRepo(t, 3000, nil), bigRepo(t, 50, &testenv.Owner{UID: 1000, GID: 1000})}
-	dirs := newDirs(t)
-	d := startDaemon(t, daemonOptions{Runtime: "docker", Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456"}})
-	t.Cleanup(func() { removeServerContainers(t, d) })
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	seed := rng.Uint64()
-	rng = rand.New(rand.NewPCG(seed, 7))
-	t.Logf("seed %d", seed)
-	checked, violations := 0, 0
-	check := func(what string, ok bool, format string, args ...any) {
-		checked++
-		if !ok {
-			violations++
-			t.Errorf(what+": "+format, args...)
+	eachBackend(t, func(t *testing.T, b backend) {
+		kills := 40
+		if n, err := strconv.Atoi(os.Getenv("OHD_CRASH_KILLS")); err == nil && n > 0 {
+			kills = n
 		}
-	}
-	everRunning := map[string]bool{}
-	for k := range kills {
-		// Work in flight: creates in both repositories, removals of what runs.
-		var live []store.Conversation
-		d.ohctlJSON(&live, "ls")
-		var wg sync.WaitGroup
-		for i := range 2 + rng.IntN(2) {
-			repo := repos[(k+i)%2]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out, err := d.ohctlErr("--json", "create", "--repo", repo, "--worktree")
-				var c store.Conversation
-				if err == nil && json.Unmarshal([]byte(out), &c) == nil && c.ID != "" {
-					// Not testenv.WriteFile: t.Fatal must not run off the test's goroutine.
-					if err := os.WriteFile(filepath.Join(c.Worktree, "wip.txt"), []byte("work of "+c.ID+"\n"), 0o644); err != nil {
-						t.Errorf("write into the new worktree %s: %v", c.Worktree, err)
-					}
-				}
-			}()
+		repos := []string{bigRepo(t, 3000, nil), bigRepo(t, 50, &testenv.Owner{UID: 1000, GID: 1000})}
+		dirs := newDirs(t)
+		d := b.start(t, daemonOptions{Dirs: &dirs})
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+		seed := rng.Uint64()
+		rng = rand.New(rand.NewPCG(seed, 7))
+		t.Logf("seed %d", seed)
+		checked, violations := 0, 0
+		check := func(what string, ok bool, format string, args ...any) {
+			checked++
+			if !ok {
+				violations++
+				t.Errorf(what+": "+format, args...)
+			}
 		}
-		for _, c := range live {
-			everRunning[c.ID] = true
-			if rng.IntN(2) == 0 {
+		everRunning := map[string]bool{}
+		for k := range kills {
+			// Work in flight: creates in both repositories, removals of what runs.
+			var live []store.Conversation
+			d.ohctlJSON(&live, "ls")
+			var wg sync.WaitGroup
+			for i := range 2 + rng.IntN(2) {
+				repo := repos[(k+i)%2]
 				wg.Add(1)
-				go func(id string) {
+				go func() {
 					defer wg.Done()
-					_, _ = d.ohctlErr("rm", id)
-				}(c.ID)
+					out, err := d.ohctlErr("--json", "create", "--repo", repo, "--worktree")
+					var c store.Conversation
+					if err == nil && json.Unmarshal([]byte(out), &c) == nil && c.ID != "" {
+						// Not testenv.WriteFile: t.Fatal must not run off the test's goroutine.
+						if err := os.WriteFile(filepath.Join(c.Worktree, "wip.txt"), []byte("work of "+c.ID+"\n"), 0o644); err != nil {
+							t.Errorf("write into the new worktree %s: %v", c.Worktree, err)
+						}
+					}
+				}()
 			}
-		}
-		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
-		d.kill()
-		wg.Wait()
-		procs := gitProcessesUnder(append(append([]string{}, repos...), dirs.Worktrees)...)
-		check("kill "+strconv.Itoa(k), len(procs) == 0, "git children outlived ohd: %v", procs)
-		d.start() // reconcile
-		// Interrupted removals are finished in the background once ohd
-		// listens (never before it): wait for them, then check.
-		var all []store.Conversation
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
-			all = nil
-			d.ohctlJSON(&all, "ls", "--all")
-			pending := false
+			for _, c := range live {
+				everRunning[c.ID] = true
+				if rng.IntN(2) == 0 {
+					wg.Add(1)
+					go func(id string) {
+						defer wg.Done()
+						_, _ = d.ohctlErr("rm", id)
+					}(c.ID)
+				}
+			}
+			time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			d.kill()
+			wg.Wait()
+			procs := gitProcessesUnder(append(append([]string{}, repos...), dirs.Worktrees)...)
+			check("kill "+strconv.Itoa(k), len(procs) == 0, "git children outlived ohd: %v", procs)
+			d.start() // reconcile
+			// Interrupted removals are finished in the background once ohd
+			// listens (never before it): wait for them, then check.
+			var all []store.Conversation
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(300 * time.Millisecond) {
+				all = nil
+				d.ohctlJSON(&all, "ls", "--all")
+				pending := false
+				for _, c := range all {
+					pending = pending || (c.Removal != nil && !c.Removal.Done)
+				}
+				if !pending || time.Now().After(deadline) {
+					break
+				}
+			}
 			for _, c := range all {
-				pending = pending || (c.Removal != nil && !c.Removal.Done)
+				check("kill "+strconv.Itoa(k), c.State != store.StateProvisioning, "record %s stuck in provisioning", c.ID)
+				check("kill "+strconv.Itoa(k), c.Removal == nil || c.Removal.Done, "removal of %s not finished; ohd said:\n%s", c.ID, linesAbout(d.logs.String(), c.ID, 12))
+				if c.State == store.StateFailed && !everRunning[c.ID] {
+					_, err := testenv.GitOutput(c.Repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", "refs/ohd/snapshots/"+c.ID)
+					check("kill "+strconv.Itoa(k), err != nil, "undone create %s has a snapshot", c.ID)
+				}
+				if c.State == store.StateDeleted && c.Removal != nil && c.Removal.SnapshotRef != "" {
+					_, err := testenv.GitOutput(c.Repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", c.Removal.SnapshotRef)
+					check("kill "+strconv.Itoa(k), err == nil, "snapshot %s of %s is gone", c.Removal.SnapshotRef, c.ID)
+				}
+				if c.State.Live() && c.Worktree != "" {
+					_, err := os.Stat(filepath.Join(c.Worktree, ".git"))
+					check("kill "+strconv.Itoa(k), err == nil, "live %s has no worktree: %v", c.ID, err)
+				}
 			}
-			if !pending || time.Now().After(deadline) {
-				break
+			for _, repo := range repos {
+				out, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain")
+				check("kill "+strconv.Itoa(k), err == nil, "git worktree list in %s: %v", repo, err)
+				check("kill "+strconv.Itoa(k), !strings.Contains(out, "prunable"), "prunable registration in %s:\n%s", repo, out)
+				_, err = testenv.GitOutput(repo, "-c", "safe.directory=*", "fsck", "--connectivity-only", "--no-dangling")
+				check("kill "+strconv.Itoa(k), err == nil, "git fsck in %s: %v", repo, err)
 			}
+			checkInvariants(t, d, repos...)
+			checked += 3
 		}
+		// Everything still there can be removed, and nothing is left behind.
+		var all []store.Conversation
+		d.ohctlJSON(&all, "ls")
 		for _, c := range all {
-			check("kill "+strconv.Itoa(k), c.State != store.StateProvisioning, "record %s stuck in provisioning", c.ID)
-			check("kill "+strconv.Itoa(k), c.Removal == nil || c.Removal.Done, "removal of %s not finished; ohd said:\n%s", c.ID, linesAbout(d.logs.String(), c.ID, 12))
-			if c.State == store.StateFailed && !everRunning[c.ID] {
-				_, err := testenv.GitOutput(c.Repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", "refs/ohd/snapshots/"+c.ID)
-				check("kill "+strconv.Itoa(k), err != nil, "undone create %s has a snapshot", c.ID)
-			}
-			if c.State == store.StateDeleted && c.Removal != nil && c.Removal.SnapshotRef != "" {
-				_, err := testenv.GitOutput(c.Repo, "-c", "safe.directory=*", "rev-parse", "--verify", "--quiet", c.Removal.SnapshotRef)
-				check("kill "+strconv.Itoa(k), err == nil, "snapshot %s of %s is gone", c.Removal.SnapshotRef, c.ID)
-			}
-			if c.State.Live() && c.Worktree != "" {
-				_, err := os.Stat(filepath.Join(c.Worktree, ".git"))
-				check("kill "+strconv.Itoa(k), err == nil, "live %s has no worktree: %v", c.ID, err)
-			}
-		}
-		for _, repo := range repos {
-			out, err := testenv.GitOutput(repo, "-c", "safe.directory=*", "worktree", "list", "--porcelain")
-			check("kill "+strconv.Itoa(k), err == nil, "git worktree list in %s: %v", repo, err)
-			check("kill "+strconv.Itoa(k), !strings.Contains(out, "prunable"), "prunable registration in %s:\n%s", repo, out)
-			_, err = testenv.GitOutput(repo, "-c", "safe.directory=*", "fsck", "--connectivity-only", "--no-dangling")
-			check("kill "+strconv.Itoa(k), err == nil, "git fsck in %s: %v", repo, err)
+			d.ohctl("rm", c.ID)
 		}
 		checkInvariants(t, d, repos...)
-		checked += 3
-	}
-	// Everything still there can be removed, and nothing is left behind.
-	var all []store.Conversation
-	d.ohctlJSON(&all, "ls")
-	for _, c := range all {
-		d.ohctl("rm", c.ID)
-	}
-	checkInvariants(t, d, repos...)
-	t.Logf("%d kills × invariants: %d checks, %d violations", kills, checked, violations)
+		t.Logf("%d kills × invariants: %d checks, %d violations", kills, checked, violations)
+	})
 }
 
 // linesAbout returns the last n warning or error lines of a daemon's log

@@ -65,34 +65,37 @@ func gitCredentialsNeverRestInTheContainer(t *testing.T, b backend) {
 	}
 }
 
-// TestRefusedCredentialUnderATerminal: git in a container, with a
-// terminal (docker exec -t under script(1)'s pty), asks for an ungranted
+// TestBackendRefusedCredentialUnderATerminal: git in a container, with a
+// terminal (ohctl exec -t under script(1)'s pty: the container's own
+// environment, nothing of ohctl's), asks for an ungranted
 // host: it must not wait at a "Username for" prompt (GIT_TERMINAL_PROMPT=0
 // in the container), and ohd's helper says which host and how to grant it.
-func TestRefusedCredentialUnderATerminal(t *testing.T) {
-	if _, err := exec.LookPath("script"); err != nil {
-		testenv.Missing(t, "script(1) not found (install util-linux or bsdutils)")
-	}
-	d := dockerDaemon(t)
-	var c store.Conversation
-	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
-	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
-	inner := "cd " + c.Worktree + " && printf 'url=https://ungranted.example/x.git\\n\\n' | git credential fill; echo exit=\\$?"
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "script", "-qec", "docker exec -t "+c.ContainerID+" sh -c \""+inner+"\"", "/dev/null")
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("git waited at a terminal prompt for 30 s (no GIT_TERMINAL_PROMPT=0?): %q", out)
-	}
-	if err != nil {
-		t.Fatalf("script: %v: %q", err, out)
-	}
-	s := string(out)
-	if strings.Contains(s, "\nUsername for") || strings.HasPrefix(s, "Username for") || !strings.Contains(s, "terminal prompts disabled") || !strings.Contains(s, "exit=128") {
-		t.Errorf("git under a terminal = %q, want a failure without a prompt", s)
-	}
-	if want := "ohd: ungranted.example/x.git is not granted to this conversation; on the host run: ohctl grant " + c.ID + " git ungranted.example"; !strings.Contains(s, want) {
-		t.Errorf("git's output %q lacks %q", s, want)
-	}
+func TestBackendRefusedCredentialUnderATerminal(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		if _, err := exec.LookPath("script"); err != nil {
+			testenv.Missing(t, "script(1) not found (install util-linux or bsdutils)")
+		}
+		d := b.daemon(t)
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
+		t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+		inner := "cd " + c.Worktree + " && printf 'url=https://ungranted.example/x.git\\n\\n' | git credential fill; echo exit=\\$?"
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "script", "-qec", built.ohctl+" --socket "+d.socket+" exec -t "+c.ID+" -- sh -c \""+inner+"\"", "/dev/null")
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("git waited at a terminal prompt for 30 s (no GIT_TERMINAL_PROMPT=0?): %q", out)
+		}
+		if err != nil {
+			t.Fatalf("script: %v: %q", err, out)
+		}
+		s := string(out)
+		if strings.Contains(s, "\nUsername for") || strings.HasPrefix(s, "Username for") || !strings.Contains(s, "terminal prompts disabled") || !strings.Contains(s, "exit=128") {
+			t.Errorf("git under a terminal = %q, want a failure without a prompt", s)
+		}
+		if want := "ohd: ungranted.example/x.git is not granted to this conversation; on the host run: ohctl grant " + c.ID + " git ungranted.example"; !strings.Contains(s, want) {
+			t.Errorf("git's output %q lacks %q", s, want)
+		}
+	})
 }

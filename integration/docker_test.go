@@ -161,161 +161,178 @@ func nonRootRepository(t *testing.T, b backend) {
 	d.ohctl("rm", "--discard", c.ID)
 }
 
-func TestDockerNonGitWorkspace(t *testing.T) {
-	d := dockerDaemon(t)
-	dir := testenv.TempDir(t)
-	testenv.WriteFile(t, filepath.Join(dir, "hello.txt"), "hi\n")
-	var c store.Conversation
-	d.ohctlJSON(&c, "create", "--repo", dir, "--worktree")
-	if c.Worktree != "" || c.State != store.StateRunning || len(c.Notes) == 0 {
-		t.Fatalf("create = %+v, want running without a worktree and a note", c)
-	}
-	code, out := d.execIn(c.ID, "sh", "-c", "read l < "+filepath.Join(dir, "hello.txt")+" && echo $l")
-	if code != 0 || strings.TrimSpace(out) != "hi" {
-		t.Errorf("workspace not mounted at its own path: %d %q", code, out)
-	}
-	d.ohctl("rm", c.ID)
+// TestBackendNonGitWorkspace: a folder that is no repository is mounted
+// at its own path, without a worktree, and create says so in a note.
+func TestBackendNonGitWorkspace(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
+		dir := testenv.TempDir(t)
+		testenv.WriteFile(t, filepath.Join(dir, "hello.txt"), "hi\n")
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", dir, "--worktree")
+		if c.Worktree != "" || c.State != store.StateRunning || len(c.Notes) == 0 {
+			t.Fatalf("create = %+v, want running without a worktree and a note", c)
+		}
+		code, out := d.execIn(c.ID, "sh", "-c", "read l < "+filepath.Join(dir, "hello.txt")+" && echo $l")
+		if code != 0 || strings.TrimSpace(out) != "hi" {
+			t.Errorf("workspace not mounted at its own path: %d %q", code, out)
+		}
+		d.ohctl("rm", c.ID)
+	})
 }
 
-func TestDockerParallelCreates(t *testing.T) {
-	d := dockerDaemon(t)
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	const n = 8
-	ids := make([]string, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := d.ohctlErr("--json", "create", "--repo", repo, "--worktree")
-			if err != nil {
-				t.Errorf("create %d: %v", i, err)
-				return
+// TestBackendParallelCreates: eight creates at once on one repository
+// each get a running conversation in a container of its own.
+func TestBackendParallelCreates(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		const n = 8
+		ids := make([]string, n)
+		var wg sync.WaitGroup
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := d.ohctlErr("--json", "create", "--repo", repo, "--worktree")
+				if err != nil {
+					t.Errorf("create %d: %v", i, err)
+					return
+				}
+				var c store.Conversation
+				if err := jsonUnmarshal(out, &c); err != nil {
+					t.Error(err)
+					return
+				}
+				ids[i] = c.ID
+			}()
+		}
+		wg.Wait()
+		containers := map[string]bool{}
+		for _, id := range ids {
+			if id == "" {
+				continue
 			}
 			var c store.Conversation
-			if err := jsonUnmarshal(out, &c); err != nil {
-				t.Error(err)
-				return
+			d.ohctlJSON(&c, "show", id)
+			if c.State != store.StateRunning || containers[c.ContainerID] {
+				t.Errorf("conversation %s: state %s container %s (duplicate %v)", id, c.State, c.ContainerID, containers[c.ContainerID])
 			}
-			ids[i] = c.ID
-		}()
-	}
-	wg.Wait()
-	containers := map[string]bool{}
-	for _, id := range ids {
-		if id == "" {
-			continue
+			containers[c.ContainerID] = true
 		}
+		for _, id := range ids {
+			if id != "" {
+				wg.Add(1)
+				go func() { defer wg.Done(); d.ohctl("rm", "--discard", id) }()
+			}
+		}
+		wg.Wait()
+	})
+}
+
+// TestBackendContainerExitsDuringStart: a container that never gets
+// healthy and exits fails the create with the exit and its log's tail,
+// and leaves no container, worktree or socket directory.
+func TestBackendContainerExitsDuringStart(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		// Never healthy, and gone after a second.
+		d := b.start(t, daemonOptions{Env: []string{"STANDIN_EXIT_AFTER=1s", "STANDIN_HEALTH_DELAY=1h"},
+			Args: []string{"--forward-env", "STANDIN_EXIT_AFTER", "--forward-env", "STANDIN_HEALTH_DELAY"}})
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		_, err := d.ohctlErr("create", "--repo", repo, "--worktree")
+		var oe *ohctlError
+		if !errors.As(err, &oe) {
+			t.Fatal("create succeeded although the container exits")
+		}
+		for _, want := range []string{"step container failed", "exit"} {
+			if !strings.Contains(oe.stderr, want) {
+				t.Errorf("error %q lacks %q", oe.stderr, want)
+			}
+		}
+		if !strings.Contains(oe.stderr, "exiting") && !strings.Contains(oe.stderr, "STANDIN_EXIT_AFTER") {
+			t.Errorf("error carries no log tail: %q", oe.stderr)
+		}
+		if left := b.ofServer(t, d.serverID()); len(left) != 0 {
+			t.Errorf("containers left: %s", left)
+		}
+		if got := porcelain(t, repo); len(got) != 1 {
+			t.Errorf("worktrees left: %v", got)
+		}
+		entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations"))
+		if len(entries) != 0 {
+			t.Errorf("socket dirs left: %v", entries)
+		}
+	})
+}
+
+// TestBackendContainerRemovedBehindOurBack: the engine's removal of a
+// conversation's container (docker rm -f; a pod deleted) is noticed at
+// once from the engine's events, and the next request starts it again on
+// the same worktree.
+func TestBackendContainerRemovedBehindOurBack(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
 		var c store.Conversation
-		d.ohctlJSON(&c, "show", id)
-		if c.State != store.StateRunning || containers[c.ContainerID] {
-			t.Errorf("conversation %s: state %s container %s (duplicate %v)", id, c.State, c.ContainerID, containers[c.ContainerID])
+		d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
+		b.kill(t, c.ContainerID)
+		start := time.Now()
+		waitFor(t, 2*time.Second, "the record to become stopped", func() bool {
+			return d.show(c.ID).State == store.StateStopped
+		})
+		t.Logf("noticed in %v", time.Since(start))
+		// The next request starts it again, same worktree.
+		code, out := d.execIn(c.ID, "git", "-C", c.Worktree, "status", "--short", "--branch")
+		if code != 0 || !strings.HasPrefix(out, "## openhands/"+c.ID) {
+			t.Errorf("after restart: %d %q", code, out)
 		}
-		containers[c.ContainerID] = true
-	}
-	for _, id := range ids {
-		if id != "" {
+		d.ohctl("rm", c.ID)
+	})
+}
+
+// TestBackendIdleStopAndRestart: an idle conversation stops; two requests
+// at once then share one start (one container, both answered), and the
+// started container gets a fresh inner key.
+func TestBackendIdleStopAndRestart(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t, "--idle-timeout", "2s")
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
+		waitFor(t, 60*time.Second, "the idle conversation to stop", func() bool {
+			return d.show(c.ID).State == store.StateStopped
+		})
+		if b.running(t, c.ContainerID) {
+			t.Error("the container of a stopped conversation still runs")
+		}
+		keyBefore, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key"))
+		var wg sync.WaitGroup
+		for i := 0; i < 2; i++ {
 			wg.Add(1)
-			go func() { defer wg.Done(); d.ohctl("rm", "--discard", id) }()
+			go func() {
+				defer wg.Done()
+				out, err := d.ohctlErr("exec", c.ID, "--", "git", "-C", c.Worktree, "status", "--short", "--branch")
+				if err != nil || !strings.HasPrefix(out, "## openhands/"+c.ID) {
+					t.Errorf("request %d after idle stop: %v %q", i, err, out)
+				}
+			}()
 		}
-	}
-	wg.Wait()
-}
-
-func TestDockerContainerExitsDuringStart(t *testing.T) {
-	// Never healthy, and gone after a second.
-	d := dockerDaemonEnv(t, []string{"STANDIN_EXIT_AFTER=1s", "STANDIN_HEALTH_DELAY=1h"},
-		"--forward-env", "STANDIN_EXIT_AFTER", "--forward-env", "STANDIN_HEALTH_DELAY")
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	_, err := d.ohctlErr("create", "--repo", repo, "--worktree")
-	var oe *ohctlError
-	if !errors.As(err, &oe) {
-		t.Fatal("create succeeded although the container exits")
-	}
-	for _, want := range []string{"step container failed", "exit"} {
-		if !strings.Contains(oe.stderr, want) {
-			t.Errorf("error %q lacks %q", oe.stderr, want)
+		wg.Wait()
+		if ids := b.ofConversation(t, c.ID); len(ids) != 1 {
+			t.Errorf("containers of the conversation after concurrent starts: %q, want exactly one", ids)
 		}
-	}
-	if !strings.Contains(oe.stderr, "exiting") && !strings.Contains(oe.stderr, "STANDIN_EXIT_AFTER") {
-		t.Errorf("error carries no log tail: %q", oe.stderr)
-	}
-	out, _ := dockerCmd("ps", "-aq", "--filter", "label=dev.ohd.server="+d.serverID()).Output()
-	if strings.TrimSpace(string(out)) != "" {
-		t.Errorf("containers left: %s", out)
-	}
-	if got := porcelain(t, repo); len(got) != 1 {
-		t.Errorf("worktrees left: %v", got)
-	}
-	entries, _ := os.ReadDir(filepath.Join(d.dirs.Run, "conversations"))
-	if len(entries) != 0 {
-		t.Errorf("socket dirs left: %v", entries)
-	}
-}
-
-func TestDockerContainerRemovedBehindOurBack(t *testing.T) {
-	d := dockerDaemon(t)
-	var c store.Conversation
-	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
-	if err := dockerCmd("rm", "-f", c.ContainerID).Run(); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	waitFor(t, 2*time.Second, "the record to become stopped", func() bool {
-		var now store.Conversation
-		d.ohctlJSON(&now, "show", c.ID)
-		return now.State == store.StateStopped
+		now := d.show(c.ID)
+		if now.State != store.StateRunning || now.Worktree != c.Worktree || (now.ContainerID == c.ContainerID) != b.stoppedKeepsContainer {
+			t.Errorf("after restart: state %s, container %s (was %s; the same one wanted: %v), worktree %s",
+				now.State, now.ContainerID, c.ContainerID, b.stoppedKeepsContainer, now.Worktree)
+		}
+		if keyAfter, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key")); len(keyAfter) == 0 || string(keyAfter) == string(keyBefore) {
+			t.Error("the restarted container kept its old inner key")
+		}
+		d.ohctl("rm", c.ID)
 	})
-	t.Logf("noticed in %v", time.Since(start))
-	// The next request starts it again, same worktree.
-	code, out := d.execIn(c.ID, "git", "-C", c.Worktree, "status", "--short", "--branch")
-	if code != 0 || !strings.HasPrefix(out, "## openhands/"+c.ID) {
-		t.Errorf("after restart: %d %q", code, out)
-	}
-	d.ohctl("rm", c.ID)
-}
-
-func TestDockerIdleStopAndRestart(t *testing.T) {
-	d := dockerDaemon(t, "--idle-timeout", "2s")
-	var c store.Conversation
-	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
-	waitFor(t, 30*time.Second, "the idle conversation to stop", func() bool {
-		var now store.Conversation
-		d.ohctlJSON(&now, "show", c.ID)
-		return now.State == store.StateStopped
-	})
-	if get(inspect(t, c.ContainerID), "State", "Running") != false {
-		t.Error("the container of a stopped conversation still runs")
-	}
-	keyBefore, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key"))
-	// Two requests at once share one start: one container, both answered.
-	var wg sync.WaitGroup
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out, err := d.ohctlErr("exec", c.ID, "--", "git", "-C", c.Worktree, "status", "--short", "--branch")
-			if err != nil || !strings.HasPrefix(out, "## openhands/"+c.ID) {
-				t.Errorf("request %d after idle stop: %v %q", i, err, out)
-			}
-		}()
-	}
-	wg.Wait()
-	if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.conversation="+c.ID); len(strings.Fields(out)) != 1 {
-		t.Errorf("containers of the conversation after concurrent starts: %q, want exactly one", out)
-	}
-	var now store.Conversation
-	d.ohctlJSON(&now, "show", c.ID)
-	if now.State != store.StateRunning || now.ContainerID != c.ContainerID || now.Worktree != c.Worktree {
-		t.Errorf("after restart: state %s, container %s (was %s), worktree %s", now.State, now.ContainerID, c.ContainerID, now.Worktree)
-	}
-	if keyAfter, _ := os.ReadFile(filepath.Join(c.BrokerDir, "session-api-key")); len(keyAfter) == 0 || string(keyAfter) == string(keyBefore) {
-		t.Error("the restarted container kept its old inner key")
-	}
-	d.ohctl("rm", c.ID)
 }
 
 func TestDockerEngineUnreachableError(t *testing.T) {
+	// Docker only by design: the message of an unreachable Docker engine.
 	binaries(t)
 	dirs := newDirs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

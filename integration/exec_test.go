@@ -164,60 +164,62 @@ func (p *ptyOhctl) wait() int {
 
 func isRaw(m unix.Termios) bool { return m.Lflag&(unix.ECHO|unix.ICANON|unix.ISIG) == 0 }
 
-// TestExecTTY: `ohctl exec -t` under a real terminal gives the command a
+// TestBackendExecTTY: `ohctl exec -t` under a real terminal gives the command a
 // terminal of the same size, follows a resize of the local window, passes
 // keystrokes, keeps the local terminal raw while the command runs, returns
 // the command's exit status, and puts the terminal's mode back after.
-func TestExecTTY(t *testing.T) {
-	d := dockerDaemon(t)
-	var c store.Conversation
-	d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
-	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+func TestBackendExecTTY(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", testenv.NewRepo(t, testenv.RepoOptions{}), "--worktree")
+		t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
 
-	// The first line read waits for the start: an engine before API 1.42
-	// sets the initial size just after the command started, before it
-	// gets any input (as docker exec -t does there).
-	script := `echo started; IFS= read -r line; echo "size=$(stty size)"; echo "tty=$(tty)"; echo ready
+		// The first line read waits for the start: an engine before API 1.42
+		// sets the initial size just after the command started, before it
+		// gets any input (as docker exec -t does there).
+		script := `echo started; IFS= read -r line; echo "size=$(stty size)"; echo "tty=$(tty)"; echo ready
 while IFS= read -r line; do s=$(stty size); echo "line=$line size=$s"; [ "$s" = "44 122" ] && break; done
 exit 3`
-	p := startPtyOhctl(t, d, 33, 111, "exec", "-t", c.ID, "--", "sh", "-c", script)
-	before := p.before
-	if isRaw(before) {
-		t.Fatalf("the test's terminal starts raw (lflag %#o); the check below could not fail", before.Lflag)
-	}
-	p.waitOutput("started", 1)
-	if _, err := fmt.Fprintf(p.ptmx, "go\r"); err != nil {
-		t.Fatal(err)
-	}
-	p.waitOutput("ready", 1)
-	out := p.output()
-	if !strings.Contains(out, "size=33 111") || !strings.Contains(out, "tty=/dev/pts/") {
-		t.Errorf("the command saw %q; want a terminal (tty=/dev/pts/N) of 33 rows and 111 columns", out)
-	}
-	if m := p.mode(); !isRaw(m) {
-		t.Errorf("while the command runs the local terminal has lflag %#o, want raw (no ECHO, ICANON, ISIG)", m.Lflag)
-	}
-
-	if err := pty.Setsize(p.ptmx, &pty.Winsize{Rows: 44, Cols: 122}); err != nil {
-		t.Fatal(err)
-	}
-	// The resize reaches the command asynchronously: type lines until it
-	// reports the new size, each answered before the next is typed.
-	for i := 1; !strings.Contains(p.output(), "size=44 122"); i++ {
-		if i > 200 {
-			t.Fatalf("the command never saw the window resized to 44x122: %q", p.output())
+		p := startPtyOhctl(t, d, 33, 111, "exec", "-t", c.ID, "--", "sh", "-c", script)
+		before := p.before
+		if isRaw(before) {
+			t.Fatalf("the test's terminal starts raw (lflag %#o); the check below could not fail", before.Lflag)
 		}
-		if _, err := fmt.Fprintf(p.ptmx, "typed%d\r", i); err != nil {
+		p.waitOutput("started", 1)
+		if _, err := fmt.Fprintf(p.ptmx, "go\r"); err != nil {
 			t.Fatal(err)
 		}
-		p.waitOutput("line=typed"+strconv.Itoa(i)+" size=", 1)
-	}
-	if code := p.wait(); code != 3 {
-		t.Errorf("ohctl exec -t exit status = %d, want the command's 3; terminal: %q", code, p.output())
-	}
-	if after := p.mode(); !cmp.Equal(before, after) {
-		t.Errorf("the local terminal's mode after exec -t:\n%s", cmp.Diff(before, after))
-	}
+		p.waitOutput("ready", 1)
+		out := p.output()
+		if !strings.Contains(out, "size=33 111") || !strings.Contains(out, "tty=/dev/pts/") {
+			t.Errorf("the command saw %q; want a terminal (tty=/dev/pts/N) of 33 rows and 111 columns", out)
+		}
+		if m := p.mode(); !isRaw(m) {
+			t.Errorf("while the command runs the local terminal has lflag %#o, want raw (no ECHO, ICANON, ISIG)", m.Lflag)
+		}
+
+		if err := pty.Setsize(p.ptmx, &pty.Winsize{Rows: 44, Cols: 122}); err != nil {
+			t.Fatal(err)
+		}
+		// The resize reaches the command asynchronously: type lines until it
+		// reports the new size, each answered before the next is typed.
+		for i := 1; !strings.Contains(p.output(), "size=44 122"); i++ {
+			if i > 200 {
+				t.Fatalf("the command never saw the window resized to 44x122: %q", p.output())
+			}
+			if _, err := fmt.Fprintf(p.ptmx, "typed%d\r", i); err != nil {
+				t.Fatal(err)
+			}
+			p.waitOutput("line=typed"+strconv.Itoa(i)+" size=", 1)
+		}
+		if code := p.wait(); code != 3 {
+			t.Errorf("ohctl exec -t exit status = %d, want the command's 3; terminal: %q", code, p.output())
+		}
+		if after := p.mode(); !cmp.Equal(before, after) {
+			t.Errorf("the local terminal's mode after exec -t:\n%s", cmp.Diff(before, after))
+		}
+	})
 }
 
 // TestBackendExecTTYRestoresTheTerminalOnASignal: a signal that ends ohctl exec

@@ -121,116 +121,118 @@ func copyPreservingLink(t *testing.T, src, dst string) {
 	}
 }
 
-// TestGitRelayGit247InsideAContainer: Debian trixie's git 2.47 (the
+// TestBackendGitRelayGit247InsideAContainer: Debian trixie's git 2.47 (the
 // container's own git is the host's, 2.39, which
 // TestGitRelayInsideAContainer uses) runs in a conversation's container
 // and clones (protocol v2 and v0, shallow, partial, and from a host that
 // asks a bearer token), fetches and pushes through the relay; a push to main gets git's own rejection line. Every
 // request the relay got came from git 2.47: the curl trace of the run
 // names its User-Agent and never another.
-func TestGitRelayGit247InsideAContainer(t *testing.T) {
-	debs := git247Debs(t)
-	d := dockerDaemon(t)
-	token := "git247-" + store.NewID()
-	srv := relayedRepo(t, d, token, false)
-	// A second host asks the same token (secret gh) as a bearer token.
-	bearer := relayedRepo(t, d, token, true)
-	var c store.Conversation
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-git", srv.Host+"/acme", "--grant-git", bearer.Host)
-	t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
-	execPath := installGit247(t, debs, c, repo)
-	// The trace goes to the git view, where the host reads it (the image
-	// has no grep).
-	work := filepath.Join(repo, ".git", "git247")
-	hostWork := filepath.Join(filepath.Dir(c.Worktree), ".ohd", "git", "git247")
-	env := "export GIT_EXEC_PATH=" + execPath + " PATH=" + execPath + ":$PATH GIT_TRACE_CURL=" + work + "/trace GIT_TRACE_PACKET=" + work + "/trace GIT_TRACE_CURL_NO_DATA=1"
-	remote := "http://" + srv.Host + "/acme/widgets.git"
+func TestBackendGitRelayGit247InsideAContainer(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		debs := git247Debs(t)
+		d := b.daemon(t)
+		token := "git247-" + store.NewID()
+		srv := relayedRepo(t, d, token, false)
+		// A second host asks the same token (secret gh) as a bearer token.
+		bearer := relayedRepo(t, d, token, true)
+		var c store.Conversation
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree", "--grant-git", srv.Host+"/acme", "--grant-git", bearer.Host)
+		t.Cleanup(func() { _, _ = d.ohctlErr("rm", "--discard", c.ID) })
+		execPath := installGit247(t, debs, c, repo)
+		// The trace goes to the git view, where the host reads it (the image
+		// has no grep).
+		work := filepath.Join(repo, ".git", "git247")
+		hostWork := filepath.Join(filepath.Dir(c.Worktree), ".ohd", "git", "git247")
+		env := "export GIT_EXEC_PATH=" + execPath + " PATH=" + execPath + ":$PATH GIT_TRACE_CURL=" + work + "/trace GIT_TRACE_PACKET=" + work + "/trace GIT_TRACE_CURL_NO_DATA=1"
+		remote := "http://" + srv.Host + "/acme/widgets.git"
 
-	script := strings.Join([]string{
-		"set -e",
-		env,
-		"git version",
-		// One command a line: set -e stops at any that fails (the image
-		// has no mkdir; git init makes the directory).
-		"cd /tmp",
-		"git init -q g247",
-		"cd g247",
-		"git clone -q " + remote + " v2",
-		"git -c protocol.version=0 clone -q " + remote + " v0",
-		"git clone -q --filter=blob:none " + remote + " partial",
-		"git -C partial config remote.origin.promisor",
-		"git clone -q http://" + bearer.Host + "/acme/widgets.git bearer",
-		"cd v2",
-		"git fetch -q origin",
-		"echo work > agent.txt",
-		"git add agent.txt",
-		"git -c user.name=a -c user.email=a@example.com commit -qm 'agent work 2.47'",
-		"git push -q origin HEAD:refs/heads/openhands/git247",
-		"cd ..",
-		// The pushed branch has two commits: a shallow clone gets one,
-		// --deepen 1 the other.
-		"git clone -q --depth 1 -b openhands/git247 " + remote + " shallow",
-		"cd shallow",
-		"test \"$(git rev-parse --is-shallow-repository)\" = true",
-		"test \"$(git rev-list --count HEAD)\" = 1",
-		"git fetch -q --deepen 1 origin",
-		"test \"$(git rev-list --count HEAD)\" = 2",
-		"echo everyday-ok",
-		"cd ../v2",
-		"git push origin HEAD:main 2>&1 || echo main-refused=$?",
-	}, "\n")
-	code, out := d.execIn(c.ID, "sh", "-c", script)
-	if code != 0 || !strings.Contains(out, "everyday-ok") {
-		t.Fatalf("git 2.47 through the relay: %d\n%s\n--- ohd log ---\n%s", code, out, tail(d.logs.String(), 30))
-	}
-	t.Logf("git 2.47 run:\n%s", out)
-	if !strings.Contains(out, "git version 2.47.") {
-		t.Fatalf("the git that ran is not 2.47:\n%s", out)
-	}
-	if got := strings.TrimSpace(gitserver.Git(t, filepath.Join(srv.Root, "acme/widgets.git"), "log", "-1", "--format=%s", "refs/heads/openhands/git247")); got != "agent work 2.47" {
-		t.Errorf("the push did not land: %q", got)
-	}
-
-	// The push to main: git 2.47 printed the relay's rejection.
-	want := "! [remote rejected] HEAD -> main (ohd: pushing refs/heads/main is not granted; ohctl grant " + c.ID + " git " + srv.Host + "/acme --push 'refs/heads/main')"
-	if !strings.Contains(out, "main-refused=") || !strings.Contains(out, want) {
-		t.Errorf("push to main with git 2.47:\n%s\nwant %q", out, want)
-	}
-
-	// Which git spoke to the relay, and in which protocol: the trace says.
-	trace, err := os.ReadFile(filepath.Join(hostWork, "trace"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	agents := map[string]int{}
-	for _, m := range regexp.MustCompile(`User-Agent: (\S+)`).FindAllSubmatch(trace, -1) {
-		agents[string(m[1])]++
-	}
-	t.Logf("requests by User-Agent in the trace: %v", agents)
-	if len(agents) == 0 {
-		t.Error("the trace holds no request")
-	}
-	for agent := range agents {
-		if !strings.HasPrefix(agent, "git/2.47.") {
-			t.Errorf("a request in the trace came from another git than 2.47: %s", agent)
+		script := strings.Join([]string{
+			"set -e",
+			env,
+			"git version",
+			// One command a line: set -e stops at any that fails (the image
+			// has no mkdir; git init makes the directory).
+			"cd /tmp",
+			"git init -q g247",
+			"cd g247",
+			"git clone -q " + remote + " v2",
+			"git -c protocol.version=0 clone -q " + remote + " v0",
+			"git clone -q --filter=blob:none " + remote + " partial",
+			"git -C partial config remote.origin.promisor",
+			"git clone -q http://" + bearer.Host + "/acme/widgets.git bearer",
+			"cd v2",
+			"git fetch -q origin",
+			"echo work > agent.txt",
+			"git add agent.txt",
+			"git -c user.name=a -c user.email=a@example.com commit -qm 'agent work 2.47'",
+			"git push -q origin HEAD:refs/heads/openhands/git247",
+			"cd ..",
+			// The pushed branch has two commits: a shallow clone gets one,
+			// --deepen 1 the other.
+			"git clone -q --depth 1 -b openhands/git247 " + remote + " shallow",
+			"cd shallow",
+			"test \"$(git rev-parse --is-shallow-repository)\" = true",
+			"test \"$(git rev-list --count HEAD)\" = 1",
+			"git fetch -q --deepen 1 origin",
+			"test \"$(git rev-list --count HEAD)\" = 2",
+			"echo everyday-ok",
+			"cd ../v2",
+			"git push origin HEAD:main 2>&1 || echo main-refused=$?",
+		}, "\n")
+		code, out := d.execIn(c.ID, "sh", "-c", script)
+		if code != 0 || !strings.Contains(out, "everyday-ok") {
+			t.Fatalf("git 2.47 through the relay: %d\n%s\n--- ohd log ---\n%s", code, out, tail(d.logs.String(), 30))
 		}
-	}
-	if !bytes.Contains(trace, []byte("git< version 2")) {
-		t.Error("the trace shows no protocol v2 exchange")
-	}
-	auths := bearer.Authorizations()
-	if len(auths) == 0 {
-		t.Error("the bearer host got no request")
-	}
-	for _, a := range auths {
-		if a != "Bearer "+token {
-			t.Error("the bearer host got a request without the bearer token")
+		t.Logf("git 2.47 run:\n%s", out)
+		if !strings.Contains(out, "git version 2.47.") {
+			t.Fatalf("the git that ran is not 2.47:\n%s", out)
 		}
-	}
-	audit := d.ohctl("--json", "audit", c.ID, "--limit", "0")
-	if !strings.Contains(audit, "push asked=refs/heads/main allowed= refused=refs/heads/main") ||
-		!strings.Contains(audit, "push asked=refs/heads/openhands/git247 allowed=refs/heads/openhands/git247 refused=") {
-		t.Errorf("the pushes of git 2.47 are not audited with their refs:\n%s", tail(audit, 20))
-	}
+		if got := strings.TrimSpace(gitserver.Git(t, filepath.Join(srv.Root, "acme/widgets.git"), "log", "-1", "--format=%s", "refs/heads/openhands/git247")); got != "agent work 2.47" {
+			t.Errorf("the push did not land: %q", got)
+		}
+
+		// The push to main: git 2.47 printed the relay's rejection.
+		want := "! [remote rejected] HEAD -> main (ohd: pushing refs/heads/main is not granted; ohctl grant " + c.ID + " git " + srv.Host + "/acme --push 'refs/heads/main')"
+		if !strings.Contains(out, "main-refused=") || !strings.Contains(out, want) {
+			t.Errorf("push to main with git 2.47:\n%s\nwant %q", out, want)
+		}
+
+		// Which git spoke to the relay, and in which protocol: the trace says.
+		trace, err := os.ReadFile(filepath.Join(hostWork, "trace"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents := map[string]int{}
+		for _, m := range regexp.MustCompile(`User-Agent: (\S+)`).FindAllSubmatch(trace, -1) {
+			agents[string(m[1])]++
+		}
+		t.Logf("requests by User-Agent in the trace: %v", agents)
+		if len(agents) == 0 {
+			t.Error("the trace holds no request")
+		}
+		for agent := range agents {
+			if !strings.HasPrefix(agent, "git/2.47.") {
+				t.Errorf("a request in the trace came from another git than 2.47: %s", agent)
+			}
+		}
+		if !bytes.Contains(trace, []byte("git< version 2")) {
+			t.Error("the trace shows no protocol v2 exchange")
+		}
+		auths := bearer.Authorizations()
+		if len(auths) == 0 {
+			t.Error("the bearer host got no request")
+		}
+		for _, a := range auths {
+			if a != "Bearer "+token {
+				t.Error("the bearer host got a request without the bearer token")
+			}
+		}
+		audit := d.ohctl("--json", "audit", c.ID, "--limit", "0")
+		if !strings.Contains(audit, "push asked=refs/heads/main allowed= refused=refs/heads/main") ||
+			!strings.Contains(audit, "push asked=refs/heads/openhands/git247 allowed=refs/heads/openhands/git247 refused=") {
+			t.Errorf("the pushes of git 2.47 are not audited with their refs:\n%s", tail(audit, 20))
+		}
+	})
 }

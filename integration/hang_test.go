@@ -19,6 +19,7 @@ import (
 // the next start finishes A's removal in the background, its API
 // answering at once, and A's commit is not lost.
 func TestWedgedContainerHangsNothing(t *testing.T) {
+	// Docker only for now: the wedge stops the container's shim under Docker's engine, so that Docker's API hangs on it; a Kubernetes API server or kubelet that hangs is another fault, not written yet.
 	t0 := time.Now()
 	phase := func(what string) { t.Logf("%6.1fs %s", time.Since(t0).Seconds(), what) }
 	d := dockerDaemon(t, "--engine-timeout", "30s")

@@ -22,6 +22,7 @@ var upgradeReleases = []string{"716a702", "3a21a0b"}
 // whole attack table (hostgit_test.go) is run against those
 // conversations: nothing the agent plants runs under the user's git.
 func TestHostGitUpgrade(t *testing.T) {
+	// Docker only by design: it starts from releases before issue 26, which had only the Docker runtime.
 	testenv.RequireRoot(t)
 	testenv.RequireDocker(t)
 	newImage := testimage.Ensure(t)

@@ -87,52 +87,55 @@ func innerBashEvents(t *testing.T, b backend) {
 	}
 }
 
-// TestInnerLeaseAcrossContainerLoss: after the inner server is killed
-// (its container started again) and after docker rm -f (a new container),
+// TestBackendInnerLeaseAcrossContainerLoss: after the inner server is killed
+// (its container started again) and after a removal behind ohd's back
+// (docker rm -f; a pod deleted: a new container),
 // the next request is served at once, events and socket included, on the
 // same hostname. The stand-in holds the agent server's conversation lease
 // (owner_lease.json: hostname, pid, 45 s): a new hostname, or the same pid
 // on the same hostname, would keep the conversation 404 and its socket
 // 4004 for 45 s unless ohd turns the lease off (openhands.LeaseTTLEnv).
-func TestInnerLeaseAcrossContainerLoss(t *testing.T) {
-	testenv.RequireRoot(t)
-	d := dockerDaemon(t)
-	repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
-	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}})
-	if r := d.call("POST", "/api/conversations/"+id+"/events", map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "still here"}}}); r.Status != 200 {
-		t.Fatalf("POST events = %d %s", r.Status, r.Body)
-	}
-	hostname := get(inspect(t, d.record(id).ContainerID), "Config").(map[string]any)["Hostname"]
-	for _, loss := range []struct {
-		name string
-		args []string
-	}{
-		{"a crash of the inner server", []string{"kill", "-s", "KILL"}},
-		{"docker rm -f", []string{"rm", "-f"}},
-	} {
-		run(t, "docker", append(loss.args, d.record(id).ContainerID)...)
-		start := time.Now()
-		r := d.call("GET", "/api/conversations/"+id+"/events/search", nil)
-		if r.Status != http.StatusOK || !strings.Contains(string(r.Body), "still here") {
-			t.Fatalf("after %s: events = %d %s, want the message at once", loss.name, r.Status, r.Body)
+func TestBackendInnerLeaseAcrossContainerLoss(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		testenv.RequireRoot(t)
+		d := b.daemon(t)
+		repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
+		id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}})
+		if r := d.call("POST", "/api/conversations/"+id+"/events", map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "still here"}}}); r.Status != 200 {
+			t.Fatalf("POST events = %d %s", r.Status, r.Body)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		c, _, err := websocket.Dial(ctx, "ws://"+d.listen+"/sockets/events/"+id+"",
-			&websocket.DialOptions{HTTPHeader: http.Header{"X-Session-Api-Key": {d.apiKey()}}})
-		if err != nil {
+		hostname := b.workload(t, d.record(id).ContainerID).Hostname
+		for _, loss := range []struct {
+			name string
+			do   func(testing.TB, string)
+		}{
+			{"a crash of the inner server", b.crash},
+			{"a removal behind ohd's back", b.kill},
+		} {
+			loss.do(t, d.record(id).ContainerID)
+			start := time.Now()
+			r := d.call("GET", "/api/conversations/"+id+"/events/search", nil)
+			if r.Status != http.StatusOK || !strings.Contains(string(r.Body), "still here") {
+				t.Fatalf("after %s: events = %d %s, want the message at once", loss.name, r.Status, r.Body)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			c, _, err := websocket.Dial(ctx, "ws://"+d.listen+"/sockets/events/"+id+"",
+				&websocket.DialOptions{HTTPHeader: http.Header{"X-Session-Api-Key": {d.apiKey()}}})
+			if err != nil {
+				cancel()
+				t.Fatalf("after %s: dial the events socket: %v", loss.name, err)
+			}
+			// The conversation's state first (a held lease closes 4004).
+			_, msg, err := c.Read(ctx)
+			c.CloseNow()
 			cancel()
-			t.Fatalf("after %s: dial the events socket: %v", loss.name, err)
+			if err != nil || !strings.Contains(string(msg), `"ConversationStateUpdateEvent"`) || !strings.Contains(string(msg), id) {
+				t.Errorf("after %s: the events socket gave %s (%v), want the conversation's state", loss.name, msg, err)
+			}
+			if h := b.workload(t, d.record(id).ContainerID).Hostname; h != hostname {
+				t.Errorf("after %s: hostname %v, want %v", loss.name, h, hostname)
+			}
+			t.Logf("after %s: served again in %s", loss.name, time.Since(start).Round(time.Millisecond))
 		}
-		// The conversation's state first (a held lease closes 4004).
-		_, msg, err := c.Read(ctx)
-		c.CloseNow()
-		cancel()
-		if err != nil || !strings.Contains(string(msg), `"ConversationStateUpdateEvent"`) || !strings.Contains(string(msg), id) {
-			t.Errorf("after %s: the events socket gave %s (%v), want the conversation's state", loss.name, msg, err)
-		}
-		if h := get(inspect(t, d.record(id).ContainerID), "Config").(map[string]any)["Hostname"]; h != hostname {
-			t.Errorf("after %s: hostname %v, want %v", loss.name, h, hostname)
-		}
-		t.Logf("after %s: served again in %s", loss.name, time.Since(start).Round(time.Millisecond))
-	}
+	})
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -372,91 +371,90 @@ func inPlaceLinkedWorktreeFolder(t *testing.T, b backend) {
 	}
 }
 
-// TestInPlaceCrash: an ohd killed at each step of an in-place create or
+// TestBackendInPlaceCrash: an ohd killed at each step of an in-place create or
 // removal is finished by reconcile: a crashed create leaves neither a view
 // nor a branch nor a record that would refuse the next create (409); a
 // crashed removal still keeps the agent's commit and the folder's files.
-func TestInPlaceCrash(t *testing.T) {
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	dirs := newDirs(t)
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	d := startDaemon(t, daemonOptions{Runtime: "docker", Failpoints: true, Dirs: &dirs, Args: []string{"--image", img, "--memory", "268435456"}})
-	t.Cleanup(func() { removeServerContainers(t, d) })
-	crashWith := func(point string, action func()) {
-		t.Helper()
-		d.stop()
-		d.opts.Env = []string{"OHD_FAILPOINTS=" + point}
-		d.start()
-		action()
-		if !d.waitExit(120e9) {
-			t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
-		}
-		d.opts.Env = nil
-		d.start() // reconcile
-	}
-	for _, point := range []string{"create/after-record", "create/after-worktree", "create/after-broker", "create/after-start"} {
-		crashWith(point, func() {
-			if _, err := d.ohctlErr("create", "--repo", repo); err == nil {
-				t.Errorf("%s: create succeeded through a crash", point)
+func TestBackendInPlaceCrash(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		dirs := newDirs(t)
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		d := b.start(t, daemonOptions{Failpoints: true, Dirs: &dirs})
+		crashWith := func(point string, action func()) {
+			t.Helper()
+			d.stop()
+			d.opts.Env = []string{"OHD_FAILPOINTS=" + point}
+			d.start()
+			action()
+			if !d.waitExit(120e9) {
+				t.Fatalf("%s: ohd did not die of SIGKILL: %v\n%s", point, d.err, tail(d.logs.String(), 20))
 			}
-		})
-		checkInvariants(t, d, repo)
-		if refs := hostGit(t, repo, "for-each-ref", "--format=%(refname)", "refs/heads/openhands/"); refs != "" {
-			t.Errorf("%s: branches left: %s", point, refs)
+			d.opts.Env = nil
+			d.start() // reconcile
 		}
-		if entries, _ := os.ReadDir(dirs.Worktrees); len(entries) != 0 {
-			t.Errorf("%s: views left: %v", point, entries)
-		}
-	}
-	for _, point := range []string{"delete/after-mark", "delete/after-container", "delete/after-broker", "delete/after-worktree", "release/mid-move"} {
-		var c store.Conversation
-		d.ohctlJSON(&c, "create", "--repo", repo)
-		tip := d.insideAt(c, repo, "echo "+strings.ReplaceAll(point, "/", "-")+" > crash.txt && git add crash.txt && "+gitID+"commit -q -m crash && git rev-parse HEAD")
-		waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, tip, 5*time.Second)
-		d.insideAt(c, repo, "echo unsaved > unsaved.txt")
-		planted := []string{"planted-a/.git", "planted-b/.git"}
-		if point == "release/mid-move" {
-			// Two git directories of the agent's: the removal is killed
-			// after moving the first out (issue 26).
-			d.insideAt(c, repo, "git init -q planted-a && git init -q planted-b")
-		}
-		crashWith(point, func() {
-			if _, err := d.ohctlErr("rm", c.ID); err == nil {
-				t.Errorf("%s: rm succeeded through a crash", point)
-			}
-		})
-		// ohd finishes an interrupted removal in the background once it
-		// listens.
-		waitForState(t, d, c.ID, store.StateDeleted, 2*time.Minute)
-		checkInvariants(t, d, repo)
-		after := d.record(c.ID)
-		if after.State != store.StateDeleted || after.Removal == nil || !after.Removal.Done {
-			t.Errorf("%s: removal not finished after restart: %s %+v", point, after.State, after.Removal)
-		}
-		if got := hostGit(t, repo, "rev-parse", "refs/heads/openhands/"+c.ID); got != tip {
-			t.Errorf("%s: openhands/<id> = %s, want %s", point, got, tip)
-		}
-		if b, err := os.ReadFile(filepath.Join(repo, "unsaved.txt")); err != nil || string(b) != "unsaved\n" {
-			t.Errorf("%s: the folder lost unsaved.txt: %q %v", point, b, err)
-		}
-		if point == "release/mid-move" {
-			kept := filepath.Join(dirs.State, "kept", c.ID, "git-dirs")
-			for _, p := range planted {
-				if _, err := os.Lstat(filepath.Join(repo, p)); err == nil {
-					t.Errorf("%s: the agent's %s is still in the folder after the finished removal", point, p)
+		for _, point := range []string{"create/after-record", "create/after-worktree", "create/after-broker", "create/after-start"} {
+			crashWith(point, func() {
+				if _, err := d.ohctlErr("create", "--repo", repo); err == nil {
+					t.Errorf("%s: create succeeded through a crash", point)
 				}
-				if _, err := os.Stat(filepath.Join(kept, p, "HEAD")); err != nil {
-					t.Errorf("%s: the agent's %s is not kept: %v", point, p, err)
-				}
+			})
+			checkInvariants(t, d, repo)
+			if refs := hostGit(t, repo, "for-each-ref", "--format=%(refname)", "refs/heads/openhands/"); refs != "" {
+				t.Errorf("%s: branches left: %s", point, refs)
 			}
-			moved := slices.Sorted(slices.Values(after.Removal.GitDirsMoved))
-			if got := strings.Join(moved, ","); got != strings.Join(planted, ",") {
-				t.Errorf("%s: the removal reports %q moved, want both of %v (the journal keeps what the killed run moved)", point, got, planted)
-			}
-			for _, p := range []string{"planted-a", "planted-b"} {
-				_ = os.RemoveAll(filepath.Join(repo, p))
+			if entries, _ := os.ReadDir(dirs.Worktrees); len(entries) != 0 {
+				t.Errorf("%s: views left: %v", point, entries)
 			}
 		}
-	}
+		for _, point := range []string{"delete/after-mark", "delete/after-container", "delete/after-broker", "delete/after-worktree", "release/mid-move"} {
+			var c store.Conversation
+			d.ohctlJSON(&c, "create", "--repo", repo)
+			tip := d.insideAt(c, repo, "echo "+strings.ReplaceAll(point, "/", "-")+" > crash.txt && git add crash.txt && "+gitID+"commit -q -m crash && git rev-parse HEAD")
+			waitHostRef(t, repo, "refs/heads/openhands/"+c.ID, tip, 5*time.Second)
+			d.insideAt(c, repo, "echo unsaved > unsaved.txt")
+			planted := []string{"planted-a/.git", "planted-b/.git"}
+			if point == "release/mid-move" {
+				// Two git directories of the agent's: the removal is killed
+				// after moving the first out (issue 26).
+				d.insideAt(c, repo, "git init -q planted-a && git init -q planted-b")
+			}
+			crashWith(point, func() {
+				if _, err := d.ohctlErr("rm", c.ID); err == nil {
+					t.Errorf("%s: rm succeeded through a crash", point)
+				}
+			})
+			// ohd finishes an interrupted removal in the background once it
+			// listens.
+			waitForState(t, d, c.ID, store.StateDeleted, 2*time.Minute)
+			checkInvariants(t, d, repo)
+			after := d.record(c.ID)
+			if after.State != store.StateDeleted || after.Removal == nil || !after.Removal.Done {
+				t.Errorf("%s: removal not finished after restart: %s %+v", point, after.State, after.Removal)
+			}
+			if got := hostGit(t, repo, "rev-parse", "refs/heads/openhands/"+c.ID); got != tip {
+				t.Errorf("%s: openhands/<id> = %s, want %s", point, got, tip)
+			}
+			if b, err := os.ReadFile(filepath.Join(repo, "unsaved.txt")); err != nil || string(b) != "unsaved\n" {
+				t.Errorf("%s: the folder lost unsaved.txt: %q %v", point, b, err)
+			}
+			if point == "release/mid-move" {
+				kept := filepath.Join(dirs.State, "kept", c.ID, "git-dirs")
+				for _, p := range planted {
+					if _, err := os.Lstat(filepath.Join(repo, p)); err == nil {
+						t.Errorf("%s: the agent's %s is still in the folder after the finished removal", point, p)
+					}
+					if _, err := os.Stat(filepath.Join(kept, p, "HEAD")); err != nil {
+						t.Errorf("%s: the agent's %s is not kept: %v", point, p, err)
+					}
+				}
+				moved := slices.Sorted(slices.Values(after.Removal.GitDirsMoved))
+				if got := strings.Join(moved, ","); got != strings.Join(planted, ",") {
+					t.Errorf("%s: the removal reports %q moved, want both of %v (the journal keeps what the killed run moved)", point, got, planted)
+				}
+				for _, p := range []string{"planted-a", "planted-b"} {
+					_ = os.RemoveAll(filepath.Join(repo, p))
+				}
+			}
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,228 +148,239 @@ func newCanvasSecrets() canvasSecrets {
 	return canvasSecrets{outerKey: v("outerkey"), upstreamKey: v("upstreamkey"), llmKey: v("sk-llmkey"), saved: v("ghp-saved")}
 }
 
-// TestCanvasThroughOhdWithUpstream replays Agent Canvas's local create
+// TestBackendCanvasThroughOhdWithUpstream replays Agent Canvas's local create
 // (ref §2a) through ohd with an upstream, then has the inner server call
 // the LLM and resolve the saved secret, and looks for every credential in
 // everything the container can see (acceptance 1 and 2).
-func TestCanvasThroughOhdWithUpstream(t *testing.T) {
-	testenv.RequireRoot(t) // reading every process's environment
-	sec := newCanvasSecrets()
-	prov := newFakeLLM(t)
-	bin := buildStandin(t)
-	up := upstreamServer(t, bin, sec.outerKey, sec.upstreamKey, map[string]any{
-		"llm":     map[string]any{"model": "openai/gpt-fake", "api_key": sec.llmKey, "base_url": prov.srv.URL + "/v1"},
-		"secrets": map[string]any{"GITHUB_TOKEN": map[string]any{"value": sec.saved, "description": "GitHub"}},
-	})
-	keys := filepath.Join(testenv.TempDir(t), "keys")
-	upKeyFile := filepath.Join(filepath.Dir(keys), "upstream-secret-key")
-	if err := os.WriteFile(keys, []byte(sec.outerKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(upKeyFile, []byte(sec.upstreamKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d := dockerDaemon(t, "--session-api-key-file", keys, "--upstream", up, "--upstream-secret-key-file", upKeyFile)
-	call := func(method, path string, body any, hdr ...string) apiResponse {
-		t.Helper()
-		return d.call(method, path, body, append([]string{"X-Session-API-Key", sec.outerKey}, hdr...)...)
-	}
-
-	// 1. GET /api/settings (redacted) and /api/profiles; 2. /api/file/home;
-	// 3. the encrypted settings and the saved secrets' names: each as the
-	// upstream answers it.
-	same := func(path string, hdr ...string) apiResponse {
-		t.Helper()
-		got, want := call("GET", path, nil, hdr...), direct(t, up, "GET", path, sec.outerKey, hdr...)
-		if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || got.Header.Get("Content-Type") != want.Header.Get("Content-Type") {
-			t.Errorf("GET %s through ohd = %d %s, upstream = %d %s", path, got.Status, got.Body, want.Status, want.Body)
+func TestBackendCanvasThroughOhdWithUpstream(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		testenv.RequireRoot(t) // reading every process's environment
+		sec := newCanvasSecrets()
+		prov := newFakeLLM(t)
+		bin := buildStandin(t)
+		up := upstreamServer(t, bin, sec.outerKey, sec.upstreamKey, map[string]any{
+			"llm":     map[string]any{"model": "openai/gpt-fake", "api_key": sec.llmKey, "base_url": prov.srv.URL + "/v1"},
+			"secrets": map[string]any{"GITHUB_TOKEN": map[string]any{"value": sec.saved, "description": "GitHub"}},
+		})
+		keys := filepath.Join(testenv.TempDir(t), "keys")
+		upKeyFile := filepath.Join(filepath.Dir(keys), "upstream-secret-key")
+		if err := os.WriteFile(keys, []byte(sec.outerKey+"\n"), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		return got
-	}
-	same("/api/settings")
-	same("/api/profiles")
-	same("/api/file/home")
-	same("/api/settings/secrets")
-	// server_info and the encrypted settings change between two calls
-	// (uptime; a fresh IV per token): the same but for those.
-	var info, infoUp map[string]any
-	call("GET", "/server_info", nil).json(t, &info)
-	direct(t, up, "GET", "/server_info", sec.outerKey).json(t, &infoUp)
-	// ... and the capabilities, which ohd sets to what it serves.
-	if c, ok := info["capabilities"].([]any); !ok || len(c) != 0 {
-		t.Errorf("server_info capabilities through ohd = %v, want [] (no conversation yet: ohd knows no image's)", info["capabilities"])
-	}
-	// ... the version, which Canvas checks (x.y.z >= 1.28.0: the
-	// stand-in's is not, so ohd's contract version), and ohd's own beside
-	// it (issue 28).
-	if info["version"] != openhands.ContractVersion || info["ohd_version"] == nil {
-		t.Errorf("server_info through ohd: version %v ohd_version %v, want %s and ohd's", info["version"], info["ohd_version"], openhands.ContractVersion)
-	}
-	for _, m := range []map[string]any{info, infoUp} {
-		delete(m, "uptime")
-		delete(m, "idle_time")
-		delete(m, "capabilities")
-		delete(m, "version")
-		delete(m, "ohd_version")
-	}
-	if fmt.Sprint(info) != fmt.Sprint(infoUp) {
-		t.Errorf("server_info through ohd = %v, upstream = %v", info, infoUp)
-	}
-	enc := call("GET", "/api/settings", nil, "X-Expose-Secrets", "encrypted")
-	var settings struct {
-		AgentSettings map[string]any `json:"agent_settings"`
-	}
-	enc.json(t, &settings)
-	token, _ := settings.AgentSettings["llm"].(map[string]any)["api_key"].(string)
-	if pt, err := openhands.NewFernet(sec.upstreamKey).Decrypt(token); err != nil || string(pt) != sec.llmKey {
-		t.Fatalf("X-Expose-Secrets: encrypted through ohd gave api_key %q, want the upstream's token of the key (%v)", token, err)
-	}
-
-	// 4-5. The create, as Canvas builds it.
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	id := store.NewID()
-	create := call("POST", "/api/conversations", map[string]any{
-		"agent_settings":      settings.AgentSettings,
-		"workspace":           map[string]any{"kind": "LocalWorkspace", "working_dir": repo},
-		"client_tools":        []any{},
-		"confirmation_policy": map[string]any{"kind": "NeverConfirm"},
-		"max_iterations":      500, "stuck_detection": true, "autotitle": true,
-		"worktree": true, "secrets_encrypted": true, "conversation_id": id,
-		"secrets": map[string]any{"GITHUB_TOKEN": map[string]any{
-			"kind": "LookupSecret", "url": "/api/settings/secrets/GITHUB_TOKEN", "description": "GitHub",
-			"headers": map[string]any{"X-Session-API-Key": sec.outerKey},
-		}},
-	})
-	if create.Status != http.StatusCreated {
-		t.Fatalf("create = %d %s\n%s", create.Status, create.Body, tail(d.logs.String(), 30))
-	}
-
-	// The inner server calls the LLM: the provider gets the real key.
-	llm := call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi"})
-	if llm.Status != 200 || !strings.Contains(string(llm.Body), "hello from the provider") {
-		t.Fatalf("LLM call from the inner server = %d %s", llm.Status, llm.Body)
-	}
-	stream := call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi", "stream": true})
-	if stream.Status != 200 || !strings.Contains(string(stream.Body), "data: [DONE]") {
-		// Seen once under a loaded CI-like run (the stream ended after
-		// its first chunk): ohd's log says which hop ended it.
-		t.Errorf("streamed LLM call = %d %s\n%s", stream.Status, stream.Body, tail(grepOut(d.logs.String(), `"level":"DEBUG"`), 40))
-	}
-	want := "/v1/chat/completions authorization=Bearer " + sec.llmKey + " x-api-key="
-	if calls := prov.calls(); len(calls) != 2 || calls[0] != want || calls[1] != want {
-		t.Errorf("provider calls = %q, want 2 × %q", calls, want)
-	}
-	// ... and resolves the saved secret on use.
-	name := id + ".GITHUB_TOKEN"
-	if r := call("GET", "/api/conversations/"+id+"/standin/secret/GITHUB_TOKEN", nil); r.Status != 200 || string(r.Body) != sec.saved {
-		t.Errorf("the inner server's lookup of GITHUB_TOKEN = %d %q, want the saved value", r.Status, r.Body)
-	}
-
-	// Acceptance 2: none of the credentials is anywhere the container or
-	// its state holds them.
-	values := []secretValue{
-		{"LLM key", []byte(sec.llmKey)}, {"saved secret", []byte(sec.saved)}, {"outer session key", []byte(sec.outerKey)},
-		{"upstream's secret key", []byte(sec.upstreamKey)}, {"upstream's Fernet token", []byte(token)},
-		{"Fernet token prefix", []byte(openhands.TokenPrefix)},
-	}
-	body := call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
-	c := d.record(id)
-	sinks := []sink{{"the create body the inner server received", body.Body}}
-	inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
-	sinks = append(sinks, sink{"docker inspect", inspected})
-	sinks = append(sinks, containerEnvirons(t, c.ContainerID)...)
-	sinks = append(sinks, filesUnder(t, d.dirs.State)...)
-	sinks = append(sinks, filesUnder(t, c.BrokerDir)...)
-	sinks = append(sinks, sink{"ohd's log", []byte(d.logs.String())})
-	if len(body.Body) == 0 || !strings.Contains(string(body.Body), "/secrets/"+name) {
-		t.Fatalf("the inner create body %s has no LookupSecret on the relay: the scan would prove nothing", body.Body)
-	}
-	if got := leaks(values, sinks); len(got) > 0 {
-		t.Errorf("leaks:\n  %s", strings.Join(got, "\n  "))
-	}
-
-	// The audit names the uses, never the values.
-	audit := d.ohctl("audit", id)
-	for _, w := range []string{name, id + ".llm"} {
-		if !strings.Contains(audit, w) {
-			t.Errorf("ohctl audit %s does not show %s:\n%s", id, w, audit)
+		if err := os.WriteFile(upKeyFile, []byte(sec.upstreamKey+"\n"), 0o600); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if got := leaks(values[:4], []sink{{"ohctl audit", []byte(audit)}}); len(got) > 0 {
-		t.Errorf("%v", got)
-	}
-	// Revoked: the next lookup fails.
-	d.ohctl("revoke", id, "secret", name)
-	if r := call("GET", "/api/conversations/"+id+"/standin/secret/GITHUB_TOKEN", nil); r.Status == 200 || strings.Contains(string(r.Body), sec.saved) {
-		t.Errorf("lookup after ohctl revoke = %d %q, want a failure", r.Status, r.Body)
-	}
-	// Removal removes the conversation's own credentials from the store.
-	if r := call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 {
-		t.Fatalf("delete = %d %s", r.Status, r.Body)
-	}
-	if out := d.ohctl("secret", "ls"); strings.Contains(out, id) {
-		t.Errorf("ohctl secret ls after the conversation ended still lists its secrets:\n%s", out)
-	}
+		d := b.daemon(t, "--session-api-key-file", keys, "--upstream", up, "--upstream-secret-key-file", upKeyFile)
+		call := func(method, path string, body any, hdr ...string) apiResponse {
+			t.Helper()
+			return d.call(method, path, body, append([]string{"X-Session-API-Key", sec.outerKey}, hdr...)...)
+		}
+
+		// 1. GET /api/settings (redacted) and /api/profiles; 2. /api/file/home;
+		// 3. the encrypted settings and the saved secrets' names: each as the
+		// upstream answers it.
+		same := func(path string, hdr ...string) apiResponse {
+			t.Helper()
+			got, want := call("GET", path, nil, hdr...), direct(t, up, "GET", path, sec.outerKey, hdr...)
+			if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || got.Header.Get("Content-Type") != want.Header.Get("Content-Type") {
+				t.Errorf("GET %s through ohd = %d %s, upstream = %d %s", path, got.Status, got.Body, want.Status, want.Body)
+			}
+			return got
+		}
+		same("/api/settings")
+		same("/api/profiles")
+		same("/api/file/home")
+		same("/api/settings/secrets")
+		// server_info and the encrypted settings change between two calls
+		// (uptime; a fresh IV per token): the same but for those.
+		var info, infoUp map[string]any
+		call("GET", "/server_info", nil).json(t, &info)
+		direct(t, up, "GET", "/server_info", sec.outerKey).json(t, &infoUp)
+		// ... and the capabilities, which ohd sets to what it serves.
+		if c, ok := info["capabilities"].([]any); !ok || len(c) != 0 {
+			t.Errorf("server_info capabilities through ohd = %v, want [] (no conversation yet: ohd knows no image's)", info["capabilities"])
+		}
+		// ... the version, which Canvas checks (x.y.z >= 1.28.0: the
+		// stand-in's is not, so ohd's contract version), and ohd's own beside
+		// it (issue 28).
+		if info["version"] != openhands.ContractVersion || info["ohd_version"] == nil {
+			t.Errorf("server_info through ohd: version %v ohd_version %v, want %s and ohd's", info["version"], info["ohd_version"], openhands.ContractVersion)
+		}
+		for _, m := range []map[string]any{info, infoUp} {
+			delete(m, "uptime")
+			delete(m, "idle_time")
+			delete(m, "capabilities")
+			delete(m, "version")
+			delete(m, "ohd_version")
+		}
+		if fmt.Sprint(info) != fmt.Sprint(infoUp) {
+			t.Errorf("server_info through ohd = %v, upstream = %v", info, infoUp)
+		}
+		enc := call("GET", "/api/settings", nil, "X-Expose-Secrets", "encrypted")
+		var settings struct {
+			AgentSettings map[string]any `json:"agent_settings"`
+		}
+		enc.json(t, &settings)
+		token, _ := settings.AgentSettings["llm"].(map[string]any)["api_key"].(string)
+		if pt, err := openhands.NewFernet(sec.upstreamKey).Decrypt(token); err != nil || string(pt) != sec.llmKey {
+			t.Fatalf("X-Expose-Secrets: encrypted through ohd gave api_key %q, want the upstream's token of the key (%v)", token, err)
+		}
+
+		// 4-5. The create, as Canvas builds it.
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		id := store.NewID()
+		create := call("POST", "/api/conversations", map[string]any{
+			"agent_settings":      settings.AgentSettings,
+			"workspace":           map[string]any{"kind": "LocalWorkspace", "working_dir": repo},
+			"client_tools":        []any{},
+			"confirmation_policy": map[string]any{"kind": "NeverConfirm"},
+			"max_iterations":      500, "stuck_detection": true, "autotitle": true,
+			"worktree": true, "secrets_encrypted": true, "conversation_id": id,
+			"secrets": map[string]any{"GITHUB_TOKEN": map[string]any{
+				"kind": "LookupSecret", "url": "/api/settings/secrets/GITHUB_TOKEN", "description": "GitHub",
+				"headers": map[string]any{"X-Session-API-Key": sec.outerKey},
+			}},
+		})
+		if create.Status != http.StatusCreated {
+			t.Fatalf("create = %d %s\n%s", create.Status, create.Body, tail(d.logs.String(), 30))
+		}
+
+		// The inner server calls the LLM: the provider gets the real key.
+		llm := call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi"})
+		if llm.Status != 200 || !strings.Contains(string(llm.Body), "hello from the provider") {
+			t.Fatalf("LLM call from the inner server = %d %s", llm.Status, llm.Body)
+		}
+		stream := call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi", "stream": true})
+		if stream.Status != 200 || !strings.Contains(string(stream.Body), "data: [DONE]") {
+			// Seen once under a loaded CI-like run (the stream ended after
+			// its first chunk): ohd's log says which hop ended it.
+			t.Errorf("streamed LLM call = %d %s\n%s", stream.Status, stream.Body, tail(grepOut(d.logs.String(), `"level":"DEBUG"`), 40))
+		}
+		want := "/v1/chat/completions authorization=Bearer " + sec.llmKey + " x-api-key="
+		if calls := prov.calls(); len(calls) != 2 || calls[0] != want || calls[1] != want {
+			t.Errorf("provider calls = %q, want 2 × %q", calls, want)
+		}
+		// ... and resolves the saved secret on use.
+		name := id + ".GITHUB_TOKEN"
+		if r := call("GET", "/api/conversations/"+id+"/standin/secret/GITHUB_TOKEN", nil); r.Status != 200 || string(r.Body) != sec.saved {
+			t.Errorf("the inner server's lookup of GITHUB_TOKEN = %d %q, want the saved value", r.Status, r.Body)
+		}
+
+		// Acceptance 2: none of the credentials is anywhere the container or
+		// its state holds them.
+		values := []secretValue{
+			{"LLM key", []byte(sec.llmKey)}, {"saved secret", []byte(sec.saved)}, {"outer session key", []byte(sec.outerKey)},
+			{"upstream's secret key", []byte(sec.upstreamKey)}, {"upstream's Fernet token", []byte(token)},
+			{"Fernet token prefix", []byte(openhands.TokenPrefix)},
+		}
+		body := call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
+		c := d.record(id)
+		sinks := []sink{{"the create body the inner server received", body.Body}}
+		inspected := []byte(b.workload(t, c.ContainerID).Raw)
+		sinks = append(sinks, sink{"the engine's record of the container", inspected})
+		sinks = append(sinks, containerEnvirons(t, c.ContainerID)...)
+		sinks = append(sinks, filesUnder(t, d.dirs.State)...)
+		sinks = append(sinks, filesUnder(t, c.BrokerDir)...)
+		sinks = append(sinks, sink{"ohd's log", []byte(d.logs.String())})
+		if len(body.Body) == 0 || !strings.Contains(string(body.Body), "/secrets/"+name) {
+			t.Fatalf("the inner create body %s has no LookupSecret on the relay: the scan would prove nothing", body.Body)
+		}
+		if got := leaks(values, sinks); len(got) > 0 {
+			t.Errorf("leaks:\n  %s", strings.Join(got, "\n  "))
+		}
+
+		// The audit names the uses, never the values.
+		audit := d.ohctl("audit", id)
+		for _, w := range []string{name, id + ".llm"} {
+			if !strings.Contains(audit, w) {
+				t.Errorf("ohctl audit %s does not show %s:\n%s", id, w, audit)
+			}
+		}
+		if got := leaks(values[:4], []sink{{"ohctl audit", []byte(audit)}}); len(got) > 0 {
+			t.Errorf("%v", got)
+		}
+		// Revoked: the next lookup fails.
+		d.ohctl("revoke", id, "secret", name)
+		if r := call("GET", "/api/conversations/"+id+"/standin/secret/GITHUB_TOKEN", nil); r.Status == 200 || strings.Contains(string(r.Body), sec.saved) {
+			t.Errorf("lookup after ohctl revoke = %d %q, want a failure", r.Status, r.Body)
+		}
+		// Removal removes the conversation's own credentials from the store.
+		if r := call("DELETE", "/api/conversations/"+id, nil); r.Status != 200 {
+			t.Fatalf("delete = %d %s", r.Status, r.Body)
+		}
+		if out := d.ohctl("secret", "ls"); strings.Contains(out, id) {
+			t.Errorf("ohctl secret ls after the conversation ended still lists its secrets:\n%s", out)
+		}
+	})
 }
 
-// TestSDKPlaintextCreateThroughOhd: the SDK's RemoteConversation create
+// TestBackendSDKPlaintextCreateThroughOhd: the SDK's RemoteConversation create
 // (ref §2b: the agent with plaintext secrets, an Anthropic LLM) and POST
 // /api/conversations/{id}/secrets (plaintext and {value}) send values
 // to the broker; the inner server gets lookups (acceptance 3).
-func TestSDKPlaintextCreateThroughOhd(t *testing.T) {
-	testenv.RequireRoot(t)
-	sec := newCanvasSecrets()
-	prov := newFakeLLM(t)
-	d := dockerDaemon(t)
-	static, plain, valued := "static-VALUE-"+store.NewID(), "plain-VALUE-"+store.NewID(), "valued-VALUE-"+store.NewID()
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	id, _ := d.apiCreate(map[string]any{
-		"agent": map[string]any{"kind": "Agent", "llm": map[string]any{
-			"model": "anthropic/claude-fake", "api_key": sec.llmKey, "base_url": prov.srv.URL, "usage_id": "agent",
-		}},
-		"workspace":       map[string]any{"kind": "LocalWorkspace", "working_dir": repo},
-		"initial_message": nil, "max_iterations": 50, "stuck_detection": true, "client_tools": []any{}, "tags": map[string]any{},
-		"secrets": map[string]any{"DB_PASSWORD": map[string]any{"kind": "StaticSecret", "value": static}},
+func TestBackendSDKPlaintextCreateThroughOhd(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		testenv.RequireRoot(t)
+		sec := newCanvasSecrets()
+		prov := newFakeLLM(t)
+		d := b.daemon(t)
+		static, plain, valued := "static-VALUE-"+store.NewID(), "plain-VALUE-"+store.NewID(), "valued-VALUE-"+store.NewID()
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		id, _ := d.apiCreate(map[string]any{
+			"agent": map[string]any{"kind": "Agent", "llm": map[string]any{
+				"model": "anthropic/claude-fake", "api_key": sec.llmKey, "base_url": prov.srv.URL, "usage_id": "agent",
+			}},
+			"workspace":       map[string]any{"kind": "LocalWorkspace", "working_dir": repo},
+			"initial_message": nil, "max_iterations": 50, "stuck_detection": true, "client_tools": []any{}, "tags": map[string]any{},
+			"secrets": map[string]any{"DB_PASSWORD": map[string]any{"kind": "StaticSecret", "value": static}},
+		})
+		if r := d.call("POST", "/api/conversations/"+id+"/secrets", map[string]any{"secrets": map[string]any{"A": plain, "B": map[string]any{"value": valued}}}); r.Status != 200 {
+			t.Fatalf("POST secrets = %d %s", r.Status, r.Body)
+		}
+		if r := d.call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi", "stream": true}); r.Status != 200 || !strings.Contains(string(r.Body), "[DONE]") {
+			t.Fatalf("LLM call = %d %s", r.Status, r.Body)
+		}
+		if calls := prov.calls(); len(calls) != 1 || calls[0] != "/v1/messages authorization= x-api-key="+sec.llmKey {
+			t.Errorf("provider calls = %q, want the Anthropic style with the real key", calls)
+		}
+		for n, v := range map[string]string{"DB_PASSWORD": static, "A": plain, "B": valued} {
+			if r := d.call("GET", "/api/conversations/"+id+"/standin/secret/"+n, nil); r.Status != 200 || string(r.Body) != v {
+				t.Errorf("lookup of %s = %d %q, want its value", n, r.Status, r.Body)
+			}
+		}
+		c := d.record(id)
+		body := d.call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
+		inspected := []byte(b.workload(t, c.ContainerID).Raw)
+		sinks := append([]sink{{"the inner create body", body.Body}, {"the engine's record of the container", inspected}}, containerEnvirons(t, c.ContainerID)...)
+		// The state directory but the generated key file (the outer key's
+		// home on the host).
+		for _, s := range filesUnder(t, d.dirs.State) {
+			if filepath.Base(s.name) != "session-api-key" {
+				sinks = append(sinks, s)
+			}
+		}
+		values := []secretValue{{"LLM key", []byte(sec.llmKey)}, {"static secret", []byte(static)}, {"plain secret", []byte(plain)}, {"{value} secret", []byte(valued)}, {"outer key", []byte(d.apiKey())}}
+		if got := leaks(values, sinks); len(got) > 0 {
+			t.Errorf("leaks:\n  %s", strings.Join(got, "\n  "))
+		}
 	})
-	if r := d.call("POST", "/api/conversations/"+id+"/secrets", map[string]any{"secrets": map[string]any{"A": plain, "B": map[string]any{"value": valued}}}); r.Status != 200 {
-		t.Fatalf("POST secrets = %d %s", r.Status, r.Body)
-	}
-	if r := d.call("POST", "/api/conversations/"+id+"/standin/llm", map[string]any{"prompt": "hi", "stream": true}); r.Status != 200 || !strings.Contains(string(r.Body), "[DONE]") {
-		t.Fatalf("LLM call = %d %s", r.Status, r.Body)
-	}
-	if calls := prov.calls(); len(calls) != 1 || calls[0] != "/v1/messages authorization= x-api-key="+sec.llmKey {
-		t.Errorf("provider calls = %q, want the Anthropic style with the real key", calls)
-	}
-	for n, v := range map[string]string{"DB_PASSWORD": static, "A": plain, "B": valued} {
-		if r := d.call("GET", "/api/conversations/"+id+"/standin/secret/"+n, nil); r.Status != 200 || string(r.Body) != v {
-			t.Errorf("lookup of %s = %d %q, want its value", n, r.Status, r.Body)
-		}
-	}
-	c := d.record(id)
-	body := d.call("GET", "/api/conversations/"+id+"/standin/create_body", nil)
-	inspected, _ := dockerCmd("inspect", c.ContainerID).Output()
-	sinks := append([]sink{{"the inner create body", body.Body}, {"docker inspect", inspected}}, containerEnvirons(t, c.ContainerID)...)
-	// The state directory but the generated key file (the outer key's
-	// home on the host).
-	for _, s := range filesUnder(t, d.dirs.State) {
-		if filepath.Base(s.name) != "session-api-key" {
-			sinks = append(sinks, s)
-		}
-	}
-	values := []secretValue{{"LLM key", []byte(sec.llmKey)}, {"static secret", []byte(static)}, {"plain secret", []byte(plain)}, {"{value} secret", []byte(valued)}, {"outer key", []byte(d.apiKey())}}
-	if got := leaks(values, sinks); len(got) > 0 {
-		t.Errorf("leaks:\n  %s", strings.Join(got, "\n  "))
-	}
 }
 
 // containerEnvirons returns the environment of every process of the
 // container (its cgroup names it).
 func containerEnvirons(t *testing.T, containerID string) []sink {
 	t.Helper()
+	// A process's cgroup names Docker's container id; on Kubernetes
+	// (containerID "pod/uid") the pod's uid, with "_" for "-" under
+	// systemd's cgroup driver.
+	marks := [][]byte{[]byte(containerID)}
+	if _, uid, ok := strings.Cut(containerID, "/"); ok {
+		marks = [][]byte{[]byte(uid), []byte(strings.ReplaceAll(uid, "-", "_"))}
+	}
 	var out []sink
 	for pid, pe := range processEnvirons(t) {
 		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if bytes.Contains(cg, []byte(containerID)) {
+		if slices.ContainsFunc(marks, func(m []byte) bool { return bytes.Contains(cg, m) }) {
 			out = append(out, sink{fmt.Sprintf("the environment of pid %d (%q)", pid, bytes.ReplaceAll(pe[1], []byte{0}, []byte(" "))), pe[0]})
 		}
 	}

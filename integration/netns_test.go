@@ -27,6 +27,7 @@ import (
 // It runs with --egress open: a container on the engine's network, which
 // ohd still reaches inside its namespace.
 func TestAPIForwardsInsideTheContainer(t *testing.T) {
+	// Docker only by design: it cuts the container off Docker's network ohd and reads its address there (--egress open's network); forwarding in a pod's namespace is TestBackendAPIReleasesNamespaces's on both.
 	testenv.RequireRoot(t)
 	d := dockerDaemon(t, "--egress", "open")
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
@@ -89,6 +90,7 @@ func TestAPIForwardsInsideTheContainer(t *testing.T) {
 // That is --egress open's network; with --egress broker (the default
 // here) a container has no network at all (TestBackendEgressAttackRawTCPToHostLoopback).
 func TestConversationsCannotReachEachOther(t *testing.T) {
+	// Docker only by design: inter-container communication off is a setting of Docker's network ohd; between pods only a NetworkPolicy isolates (TestBackendEgressIsolationClaim).
 	testenv.RequireRoot(t)
 	d := dockerDaemon(t, "--egress", "open")
 	if icc := strings.TrimSpace(run(t, "docker", "network", "inspect", "-f", `{{index .Options "com.docker.network.bridge.enable_icc"}}`, "ohd")); icc != "false" {
@@ -122,56 +124,58 @@ func TestConversationsCannotReachEachOther(t *testing.T) {
 	}
 }
 
-// TestAPIReleasesNamespaces checks that ohd lets go of a container's
+// TestBackendAPIReleasesNamespaces checks that ohd lets go of a container's
 // network namespace when it stops the container itself — on the idle
 // timeout and on DELETE — not only when the engine reports a stop: a held
 // namespace keeps the kernel's copy of a dead container's network alive
 // for as long as ohd runs.
-func TestAPIReleasesNamespaces(t *testing.T) {
-	testenv.RequireRoot(t)
-	d := dockerDaemon(t, "--idle-timeout", "3s")
-	ohdPid := d.cmd.Process.Pid
+func TestBackendAPIReleasesNamespaces(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		testenv.RequireRoot(t)
+		d := b.daemon(t, "--idle-timeout", "3s")
+		ohdPid := d.cmd.Process.Pid
 
-	// use forwards one request and returns the container's namespace,
-	// which ohd must then hold.
-	use := func(id string) string {
-		t.Helper()
-		if r := d.call("GET", "/api/conversations/"+id+"/echo/use", nil); r.Status != 200 {
-			t.Fatalf("echo = %d %s", r.Status, r.Body)
+		// use forwards one request and returns the container's namespace,
+		// which ohd must then hold.
+		use := func(id string) string {
+			t.Helper()
+			if r := d.call("GET", "/api/conversations/"+id+"/echo/use", nil); r.Status != 200 {
+				t.Fatalf("echo = %d %s", r.Status, r.Body)
+			}
+			pid := b.pid(t, d.record(id).ContainerID)
+			ns, err := os.Readlink("/proc/" + pid + "/ns/net")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !holdsNamespace(t, ohdPid, ns) {
+				t.Fatalf("ohd (pid %d) holds no descriptor of %s after forwarding a request in it", ohdPid, ns)
+			}
+			return ns
 		}
-		pid := strings.TrimSpace(run(t, "docker", "inspect", "-f", "{{.State.Pid}}", d.record(id).ContainerID))
-		ns, err := os.Readlink("/proc/" + pid + "/ns/net")
-		if err != nil {
-			t.Fatal(err)
+
+		idle, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
+		nsIdle := use(idle)
+		waitFor(t, 60*time.Second, "the idle conversation to stop", func() bool { return d.record(idle).State == "stopped" })
+		if holdsNamespace(t, ohdPid, nsIdle) {
+			t.Errorf("ohd still holds %s after stopping the idle conversation", nsIdle)
 		}
-		if !holdsNamespace(t, ohdPid, ns) {
-			t.Fatalf("ohd (pid %d) holds no descriptor of %s after forwarding a request in it", ohdPid, ns)
+
+		deleted, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
+		nsDeleted := use(deleted)
+		if r := d.call("DELETE", "/api/conversations/"+deleted, nil); r.Status != 200 {
+			t.Fatalf("DELETE = %d %s", r.Status, r.Body)
 		}
-		return ns
-	}
+		if holdsNamespace(t, ohdPid, nsDeleted) {
+			t.Errorf("ohd still holds %s after DELETE", nsDeleted)
+		}
 
-	idle, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
-	nsIdle := use(idle)
-	waitFor(t, 60*time.Second, "the idle conversation to stop", func() bool { return d.record(idle).State == "stopped" })
-	if holdsNamespace(t, ohdPid, nsIdle) {
-		t.Errorf("ohd still holds %s after stopping the idle conversation", nsIdle)
-	}
-
-	deleted, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.TempDir(t)}})
-	nsDeleted := use(deleted)
-	if r := d.call("DELETE", "/api/conversations/"+deleted, nil); r.Status != 200 {
-		t.Fatalf("DELETE = %d %s", r.Status, r.Body)
-	}
-	if holdsNamespace(t, ohdPid, nsDeleted) {
-		t.Errorf("ohd still holds %s after DELETE", nsDeleted)
-	}
-
-	// The stopped one starts again on the next request, in a new
-	// namespace: use checks that ohd holds the namespace of the new
-	// process, and ohd released the old one above. (The kernel may give
-	// the new namespace the old one's freed inode number, as it does for a
-	// container without network, so the numbers are not compared.)
-	use(idle)
+		// The stopped one starts again on the next request, in a new
+		// namespace: use checks that ohd holds the namespace of the new
+		// process, and ohd released the old one above. (The kernel may give
+		// the new namespace the old one's freed inode number, as it does for a
+		// container without network, so the numbers are not compared.)
+		use(idle)
+	})
 }
 
 // holdsNamespace reports whether process pid has a descriptor open on

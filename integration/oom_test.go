@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -18,6 +17,7 @@ import (
 // working with the inner key the server has (a stop-and-restart would
 // write a fresh key the running server never sees: every request 401).
 func TestOOMInsideIsNotADeath(t *testing.T) {
+	// Docker only by design: it waits for Docker's own "oom" event; TestBackendOOMInsideIsNotADeath is this test on both backends.
 	d := dockerDaemon(t) // containers get 256 MiB
 	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.NewRepo(t, testenv.RepoOptions{})}})
 	c := d.record(id)
@@ -56,22 +56,22 @@ func containerRunning(t *testing.T, id string) bool {
 	return err == nil && strings.TrimSpace(string(out)) == "true"
 }
 
-// TestOrphanContainerIsRemoved: a container of this ohd whose
-// conversation is over (here: none was ever recorded, as when the Engine
+// TestBackendOrphanContainerIsRemoved: a container of this ohd whose
+// conversation is over (here: none was ever recorded, as when the engine
 // finishes the create of an ohd killed mid-create after the next ohd's
 // reconcile) is removed by the periodic sweep, and a live conversation's
 // container is left alone.
-func TestOrphanContainerIsRemoved(t *testing.T) {
-	d := dockerDaemon(t)
-	id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.NewRepo(t, testenv.RepoOptions{})}})
-	live := d.record(id)
-	orphan := strings.TrimSpace(run(t, "docker", "create", "--label", "dev.ohd.server="+d.serverID(),
-		"--label", "dev.ohd.conversation=0b8f8f4e-6d1a-4c55-9b55-1c1f4f0c9d3a", testimage.Ensure(t), "sh", "-c", ":"))
-	t.Cleanup(func() { _ = dockerCmd("rm", "-f", orphan).Run() })
-	waitFor(t, 60*time.Second, "the orphan container to be removed", func() bool {
-		return dockerCmd("inspect", orphan).Run() != nil
+func TestBackendOrphanContainerIsRemoved(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
+		id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"working_dir": testenv.NewRepo(t, testenv.RepoOptions{})}})
+		live := d.record(id)
+		orphan := b.stranger(t, d.serverID())
+		waitFor(t, 60*time.Second, "the orphan container to be removed", func() bool {
+			return !b.exists(t, orphan)
+		})
+		if !b.running(t, live.ContainerID) {
+			t.Errorf("the live conversation's container %s was removed too", shortID(live.ContainerID))
+		}
 	})
-	if !containerRunning(t, live.ContainerID) {
-		t.Errorf("the live conversation's container %s was removed too", shortID(live.ContainerID))
-	}
 }

@@ -102,6 +102,7 @@ func (b *ohctlRun) wait(t *testing.T) error {
 // how to pull or load it, and the password reaches neither ohctl nor the
 // log.
 func TestDockerPullProgressInOhctl(t *testing.T) {
+	// Docker only by design: it shows Docker's pull stream; on Kubernetes ohd runs the node's images and pulls nothing unless --kube-pull-images, and then the kubelet pulls.
 	testenv.RequireDocker(t)
 	img := testimage.Ensure(t)
 	proxy := enginepull.Start(t)

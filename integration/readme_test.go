@@ -165,6 +165,7 @@ func userEnv() []string {
 }
 
 func TestREADMERunCommandStartsTheDaemon(t *testing.T) {
+	// Docker only by design: it runs the README's first command as written, which serves Docker's runtime (the default).
 	claimDefaultDirs(t)
 	clone := freshClone(t)
 	top := readmeBlock(t, filepath.Join(clone, "README.md"), "")
@@ -192,6 +193,7 @@ func TestREADMERunCommandStartsTheDaemon(t *testing.T) {
 }
 
 func TestREADMEQuickStart(t *testing.T) {
+	// Docker only by design: it runs the README's quick start as written, which is Docker's (the default runtime).
 	claimDefaultDirs(t)
 	testenv.RequireDocker(t)
 	testimage.Ensure(t) // make test-image below then finds it current

@@ -20,7 +20,7 @@ import (
 // without a key from ohd itself and, once a conversation of the image
 // exists, names conversation_runtime_routes_v1; the scoped routes it then
 // steers the client to (terminal, git changes, file download) reach the
-// conversation's container. TestCanvasWholeSession covers the same with
+// conversation's container. TestBackendCanvasWholeSession covers the same with
 // an upstream.
 func TestBackendRemoteWorkspaceWithoutUpstream(t *testing.T) {
 	eachBackend(t, remoteWorkspaceWithoutUpstream)

@@ -163,179 +163,183 @@ func removalLosesNothingMadeBeforeItReturns(t *testing.T, b backend) {
 	}
 }
 
-// TestRemovalThatCannotSaveChangesNothing (issue 19, acceptance 6): with
+// TestBackendRemovalThatCannotSaveChangesNothing (issue 19, acceptance 6): with
 // the repository's file system full, and with a view the host's gc
 // corrupted, `ohctl rm` fails before anything is torn down: the container
 // runs and answers, the broker and the worktree stay, and ls and show say
 // `removal failed: <why>` with how to get the work out.
-func TestRemovalThatCannotSaveChangesNothing(t *testing.T) {
-	d := dockerDaemon(t)
-	check := func(t *testing.T, c store.Conversation, wantWhy string) {
-		t.Helper()
-		out, err := d.ohctlErr("rm", c.ID)
-		if err == nil {
-			t.Fatalf("rm succeeded: %s", out)
-		}
-		msg := out + err.Error()
-		for _, want := range []string{"removal failed:", wantWhy, "nothing was removed", "--discard"} {
-			if !strings.Contains(strings.ToLower(msg), strings.ToLower(want)) {
-				t.Errorf("rm's error lacks %q:\n%s", want, msg)
+func TestBackendRemovalThatCannotSaveChangesNothing(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
+		check := func(t *testing.T, c store.Conversation, wantWhy string) {
+			t.Helper()
+			out, err := d.ohctlErr("rm", c.ID)
+			if err == nil {
+				t.Fatalf("rm succeeded: %s", out)
+			}
+			msg := out + err.Error()
+			for _, want := range []string{"removal failed:", wantWhy, "nothing was removed", "--discard"} {
+				if !strings.Contains(strings.ToLower(msg), strings.ToLower(want)) {
+					t.Errorf("rm's error lacks %q:\n%s", want, msg)
+				}
+			}
+			var after store.Conversation
+			d.ohctlJSON(&after, "show", c.ID)
+			if after.State != store.StateRunning || after.ContainerID != c.ContainerID || after.Removal != nil {
+				t.Errorf("after a failed removal: state %s, container %s (was %s), removal %+v", after.State, shortID(after.ContainerID), shortID(c.ContainerID), after.Removal)
+			}
+			for _, p := range []string{c.Worktree, filepath.Join(c.BrokerDir, "broker.sock")} {
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("after a failed removal %s is gone: %v", p, err)
+				}
+			}
+			if got := d.inside(c, "echo alive"); got != "alive" {
+				t.Errorf("the conversation's container does not answer after the failed removal: %q", got)
+			}
+			if r := d.call("GET", "/api/conversations/"+c.ID, nil); r.Status != 200 {
+				t.Errorf("the conversation API after the failed removal: %d %s", r.Status, r.Body)
+			}
+			for _, cmd := range [][]string{{"ls"}, {"show", c.ID}} {
+				if out := d.ohctl(cmd...); !strings.Contains(out, "removal failed: ") || !strings.Contains(strings.ToLower(out), strings.ToLower(wantWhy)) {
+					t.Errorf("ohctl %s does not say why the removal failed:\n%s", cmd[0], out)
+				}
 			}
 		}
-		var after store.Conversation
-		d.ohctlJSON(&after, "show", c.ID)
-		if after.State != store.StateRunning || after.ContainerID != c.ContainerID || after.Removal != nil {
-			t.Errorf("after a failed removal: state %s, container %s (was %s), removal %+v", after.State, shortID(after.ContainerID), shortID(c.ContainerID), after.Removal)
-		}
-		for _, p := range []string{c.Worktree, filepath.Join(c.BrokerDir, "broker.sock")} {
-			if _, err := os.Stat(p); err != nil {
-				t.Errorf("after a failed removal %s is gone: %v", p, err)
-			}
-		}
-		if got := d.inside(c, "echo alive"); got != "alive" {
-			t.Errorf("the conversation's container does not answer after the failed removal: %q", got)
-		}
-		if r := d.call("GET", "/api/conversations/"+c.ID, nil); r.Status != 200 {
-			t.Errorf("the conversation API after the failed removal: %d %s", r.Status, r.Body)
-		}
-		for _, cmd := range [][]string{{"ls"}, {"show", c.ID}} {
-			if out := d.ohctl(cmd...); !strings.Contains(out, "removal failed: ") || !strings.Contains(strings.ToLower(out), strings.ToLower(wantWhy)) {
-				t.Errorf("ohctl %s does not say why the removal failed:\n%s", cmd[0], out)
-			}
-		}
-	}
 
-	t.Run("repository-file-system-full", func(t *testing.T) {
-		// The repository on a small file system of its own, then filled.
-		mnt := testenv.TempDir(t)
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "ohd-test-full", mnt).CombinedOutput(); err != nil {
-			t.Fatalf("mount a tmpfs (the test runs as root): %v %s", err, out)
-		}
-		t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
-		repo := filepath.Join(mnt, "repo")
-		testenv.Git(t, mnt, "init", "-q", "-b", "main", repo)
-		testenv.WriteFile(t, filepath.Join(repo, "README.md"), "hello\n")
-		testenv.Git(t, repo, "add", "-A")
-		testenv.Git(t, repo, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "-m", "first")
-		var c store.Conversation
-		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
-		// Work the host lacks: an unpublished side branch and
-		// uncommitted, incompressible files (the worktree lives under
-		// ohd's state directory, not on the full file system).
-		random := func(name string) {
-			b := make([]byte, 300_000)
-			if _, err := rand.Read(b); err != nil {
+		t.Run("repository-file-system-full", func(t *testing.T) {
+			// The repository on a small file system of its own, then filled.
+			mnt := testenv.TempDir(t)
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "ohd-test-full", mnt).CombinedOutput(); err != nil {
+				t.Fatalf("mount a tmpfs (the test runs as root): %v %s", err, out)
+			}
+			t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
+			repo := filepath.Join(mnt, "repo")
+			testenv.Git(t, mnt, "init", "-q", "-b", "main", repo)
+			testenv.WriteFile(t, filepath.Join(repo, "README.md"), "hello\n")
+			testenv.Git(t, repo, "add", "-A")
+			testenv.Git(t, repo, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "-m", "first")
+			var c store.Conversation
+			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+			// Work the host lacks: an unpublished side branch and
+			// uncommitted, incompressible files (the worktree lives under
+			// ohd's state directory, not on the full file system).
+			random := func(name string) {
+				b := make([]byte, 300_000)
+				if _, err := rand.Read(b); err != nil {
+					t.Fatal(err)
+				}
+				p := filepath.Join(c.Worktree, name)
+				if err := os.WriteFile(p, b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chown(p, c.UID, c.GID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			random("big.bin")
+			d.inside(c, "git switch -q -c side && git add big.bin && git -c user.name=a -c user.email=a@x commit -q -m big")
+			random("more.bin")
+			// What the user makes is the agent's to read once ohd's watcher
+			// shared it, milliseconds later (the save reads as the agent); a
+			// removal in that window fails on it and changes nothing.
+			readable := func() bool {
+				code, _ := d.execIn(c.ID, "sh", "-c", "cd "+c.Worktree+" && : < more.bin")
+				return code == 0
+			}
+			for deadline := time.Now().Add(30 * time.Second); !readable(); time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					var st syscall.Stat_t
+					_ = syscall.Stat(filepath.Join(c.Worktree, "more.bin"), &st)
+					acl := make([]byte, 256)
+					n, err := syscall.Getxattr(filepath.Join(c.Worktree, "more.bin"), "system.posix_acl_access", acl)
+					t.Fatalf("the agent cannot read the user's new file after 30 s: uid %d mode %o acl %x (%v)\n%s", st.Uid, st.Mode, acl[:max(n, 0)], err, grepLines(d.logs.String(), "watch", "shar"))
+				}
+			}
+			fill, err := os.Create(filepath.Join(mnt, "fill"))
+			if err != nil {
 				t.Fatal(err)
 			}
-			p := filepath.Join(c.Worktree, name)
-			if err := os.WriteFile(p, b, 0o644); err != nil {
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := fill.Write(buf); err != nil {
+					break
+				}
+			}
+			fill.Close()
+			check(t, c, "no space left on device") // git's or ohd's own write into the quarantine
+			// Room again: the same removal now saves everything.
+			if err := os.Remove(filepath.Join(mnt, "fill")); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Chown(p, c.UID, c.GID); err != nil {
-				t.Fatal(err)
-			}
-		}
-		random("big.bin")
-		d.inside(c, "git switch -q -c side && git add big.bin && git -c user.name=a -c user.email=a@x commit -q -m big")
-		random("more.bin")
-		// What the user makes is the agent's to read once ohd's watcher
-		// shared it, milliseconds later (the save reads as the agent); a
-		// removal in that window fails on it and changes nothing.
-		readable := func() bool {
-			code, _ := d.execIn(c.ID, "sh", "-c", "cd "+c.Worktree+" && : < more.bin")
-			return code == 0
-		}
-		for deadline := time.Now().Add(30 * time.Second); !readable(); time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				var st syscall.Stat_t
-				_ = syscall.Stat(filepath.Join(c.Worktree, "more.bin"), &st)
-				acl := make([]byte, 256)
-				n, err := syscall.Getxattr(filepath.Join(c.Worktree, "more.bin"), "system.posix_acl_access", acl)
-				t.Fatalf("the agent cannot read the user's new file after 30 s: uid %d mode %o acl %x (%v)\n%s", st.Uid, st.Mode, acl[:max(n, 0)], err, grepLines(d.logs.String(), "watch", "shar"))
-			}
-		}
-		fill, err := os.Create(filepath.Join(mnt, "fill"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 64<<10)
-		for {
-			if _, err := fill.Write(buf); err != nil {
-				break
-			}
-		}
-		fill.Close()
-		check(t, c, "no space left on device") // git's or ohd's own write into the quarantine
-		// Room again: the same removal now saves everything.
-		if err := os.Remove(filepath.Join(mnt, "fill")); err != nil {
-			t.Fatal(err)
-		}
-		var rm store.Conversation
-		d.ohctlJSON(&rm, "rm", c.ID)
-		if rm.State != store.StateDeleted || rm.Removal == nil || rm.Removal.SnapshotRef == "" || len(rm.Removal.Kept) == 0 {
-			t.Errorf("the removal after room was made: %s %+v", rm.State, rm.Removal)
-		}
-	})
-
-	t.Run("view-corrupted-by-the-host-gc", func(t *testing.T) {
-		// An agent branch on a host commit the host then drops: the view
-		// borrows the host's objects, so the host's gc leaves it unable
-		// to read its own branch.
-		repo := testenv.NewRepo(t, testenv.RepoOptions{})
-		testenv.Git(t, repo, "switch", "-q", "-c", "doomed")
-		testenv.WriteFile(t, filepath.Join(repo, "doomed.txt"), "soon gone\n")
-		testenv.Git(t, repo, "add", "-A")
-		testenv.Git(t, repo, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "-m", "doomed")
-		doomed := testenv.Git(t, repo, "rev-parse", "HEAD")
-		testenv.Git(t, repo, "switch", "-q", "main")
-		var c store.Conversation
-		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
-		d.inside(c, "git switch -q -c agent "+doomed+" && echo mine > mine.txt && git add mine.txt && git -c user.name=a -c user.email=a@x commit -q -m mine")
-		testenv.Git(t, repo, "branch", "-D", "doomed")
-		testenv.Git(t, repo, "reflog", "expire", "--expire=now", "--all")
-		testenv.Git(t, repo, "gc", "-q", "--prune=now")
-		if _, err := testenv.GitOutput(repo, "cat-file", "-e", doomed); err == nil {
-			// The host keeps what the view needs (acceptance 7's mirror of
-			// the view's refs): the removal then succeeds and keeps it.
 			var rm store.Conversation
 			d.ohctlJSON(&rm, "rm", c.ID)
-			if rm.State != store.StateDeleted || len(rm.Removal.Kept) == 0 {
-				t.Errorf("the removal of a view whose commits the host kept: %s %+v", rm.State, rm.Removal)
+			if rm.State != store.StateDeleted || rm.Removal == nil || rm.Removal.SnapshotRef == "" || len(rm.Removal.Kept) == 0 {
+				t.Errorf("the removal after room was made: %s %+v", rm.State, rm.Removal)
 			}
-			return
-		}
-		check(t, c, "")
+		})
+
+		t.Run("view-corrupted-by-the-host-gc", func(t *testing.T) {
+			// An agent branch on a host commit the host then drops: the view
+			// borrows the host's objects, so the host's gc leaves it unable
+			// to read its own branch.
+			repo := testenv.NewRepo(t, testenv.RepoOptions{})
+			testenv.Git(t, repo, "switch", "-q", "-c", "doomed")
+			testenv.WriteFile(t, filepath.Join(repo, "doomed.txt"), "soon gone\n")
+			testenv.Git(t, repo, "add", "-A")
+			testenv.Git(t, repo, "-c", "user.name=a", "-c", "user.email=a@x", "commit", "-q", "-m", "doomed")
+			doomed := testenv.Git(t, repo, "rev-parse", "HEAD")
+			testenv.Git(t, repo, "switch", "-q", "main")
+			var c store.Conversation
+			d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+			d.inside(c, "git switch -q -c agent "+doomed+" && echo mine > mine.txt && git add mine.txt && git -c user.name=a -c user.email=a@x commit -q -m mine")
+			testenv.Git(t, repo, "branch", "-D", "doomed")
+			testenv.Git(t, repo, "reflog", "expire", "--expire=now", "--all")
+			testenv.Git(t, repo, "gc", "-q", "--prune=now")
+			if _, err := testenv.GitOutput(repo, "cat-file", "-e", doomed); err == nil {
+				// The host keeps what the view needs (acceptance 7's mirror of
+				// the view's refs): the removal then succeeds and keeps it.
+				var rm store.Conversation
+				d.ohctlJSON(&rm, "rm", c.ID)
+				if rm.State != store.StateDeleted || len(rm.Removal.Kept) == 0 {
+					t.Errorf("the removal of a view whose commits the host kept: %s %+v", rm.State, rm.Removal)
+				}
+				return
+			}
+			check(t, c, "")
+		})
 	})
 }
 
-// TestImageRefusingTheArgumentsNamesTheContract (issue 19, acceptance 9,
+// TestBackendImageRefusingTheArgumentsNamesTheContract (issue 19, acceptance 9,
 // its error half): an image made for an earlier ohd, whose inner server
 // takes no arguments (the stand-in up to 8b00fe3 exited 2 on any), fails
 // the create with a message naming what ohd asks of the image.
-func TestImageRefusingTheArgumentsNamesTheContract(t *testing.T) {
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
-	dir := testenv.TempDir(t)
-	testenv.WriteFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+img+"\n"+
-		`ENTRYPOINT ["/bin/sh", "-c", "if [ $# -gt 0 ]; then echo 'usage: standin (configured by environment)' >&2; exit 2; fi; exec /usr/local/bin/standin", "standin"]`+"\n")
-	tag := "ohd-test-old-args:" + strings.ToLower(store.NewID()[:8])
-	if out, err := dockerCmd("build", "-q", "-t", tag, dir).CombinedOutput(); err != nil {
-		t.Fatalf("docker build: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _ = dockerCmd("rmi", "-f", tag).Run() })
-	d := startDaemon(t, daemonOptions{Runtime: "docker", Args: []string{"--image", tag, "--memory", "268435456", "--ready-timeout", "30s"}})
-	t.Cleanup(func() { removeServerContainers(t, d) })
-	repo := testenv.NewRepo(t, testenv.RepoOptions{})
-	out, err := d.ohctlErr("create", "--repo", repo, "--worktree")
-	if err == nil {
-		t.Fatalf("create with an image that refuses the arguments succeeded: %s", out)
-	}
-	msg := out + err.Error()
-	for _, want := range []string{"--host 0.0.0.0 --port 8000", "must run the OpenHands agent server", tag, "usage: standin"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("the create's error lacks %q:\n%s", want, msg)
+func TestBackendImageRefusingTheArgumentsNamesTheContract(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		testenv.RequireDocker(t)
+		img := testimage.Ensure(t)
+		dir := testenv.TempDir(t)
+		testenv.WriteFile(t, filepath.Join(dir, "Dockerfile"), "FROM "+img+"\n"+
+			`ENTRYPOINT ["/bin/sh", "-c", "if [ $# -gt 0 ]; then echo 'usage: standin (configured by environment)' >&2; exit 2; fi; exec /usr/local/bin/standin", "standin"]`+"\n")
+		tag := "ohd-test-old-args:" + strings.ToLower(store.NewID()[:8])
+		if out, err := dockerCmd("build", "-q", "-t", tag, dir).CombinedOutput(); err != nil {
+			t.Fatalf("docker build: %v\n%s", err, out)
 		}
-	}
+		t.Cleanup(func() { _ = dockerCmd("rmi", "-f", tag).Run() })
+		b.loadImage(t, tag)
+		d := b.daemon(t, "--image", tag, "--ready-timeout", "30s")
+		repo := testenv.NewRepo(t, testenv.RepoOptions{})
+		out, err := d.ohctlErr("create", "--repo", repo, "--worktree")
+		if err == nil {
+			t.Fatalf("create with an image that refuses the arguments succeeded: %s", out)
+		}
+		msg := out + err.Error()
+		for _, want := range []string{"--host 0.0.0.0 --port 8000", "must run the OpenHands agent server", tag, "usage: standin"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the create's error lacks %q:\n%s", want, msg)
+			}
+		}
+	})
 }
 
 // grepLines returns the lines of s holding any of pats.

@@ -39,6 +39,7 @@ import (
 // without privileges; checkNetnsUnderUnit shows separately that the
 // unit's sandbox lets ohd's namespace code in.
 func TestSystemdUnit(t *testing.T) {
+	// Docker only by design: it boots the shipped systemd unit, which runs ohd on a host's Docker; on Kubernetes ohd runs as the DaemonSet of packaging/kubernetes.
 	box := bootSystemd(t, systemdOptions{})
 	name, units, shared, text, d := box.name, box.units, box.shared, box.unitText, box.d
 	systemctl, ohdLog, waitActive := box.systemctl, box.ohdLog, box.waitActive
@@ -172,6 +173,7 @@ func TestSystemdUnit(t *testing.T) {
 // its own; after a stop, a request on the API port starts it again and is
 // answered.
 func TestSystemdSocketActivation(t *testing.T) {
+	// Docker only by design: the shipped systemd socket units, for ohd on a host's Docker; on Kubernetes ohd runs as the DaemonSet of packaging/kubernetes.
 	box := bootSystemd(t, systemdOptions{Sockets: true})
 	d := box.d
 	deadline := time.Now().Add(2 * time.Minute)
@@ -234,6 +236,7 @@ func TestSystemdSocketActivation(t *testing.T) {
 // created in the state directory, the configured API key is the accepted
 // one, and neither key is in ohd's environment or the unit's properties.
 func TestSystemdCredentials(t *testing.T) {
+	// Docker only by design: systemd's credential store under the shipped unit, for ohd on a host's Docker; the DaemonSet of packaging/kubernetes has its own.
 	credstore := testenv.TempDir(t)
 	masterKey := randomHex(t, 32)
 	apiKey := "sd-credential-key-" + randomHex(t, 16)

@@ -21,6 +21,7 @@ import (
 // routes to it (a terminal command runs and its events land in the
 // unit's state directory).
 func TestSystemdUpstreamUnit(t *testing.T) {
+	// Docker only by design: the shipped upstream unit beside ohd.service on a host's Docker, under a real systemd.
 	standin := buildStandin(t)
 	port := freePort(t)
 	_, portNum, _ := strings.Cut(port, ":")

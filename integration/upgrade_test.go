@@ -38,6 +38,7 @@ const previousRelease = "8b00fe3"
 // contract; with this release's image the conversation's events are
 // served again, and the planted link reached nothing.
 func TestUpgradeFromPreviousRelease(t *testing.T) {
+	// Docker only by design: it starts from earlier releases of ohd, which had only the Docker runtime.
 	testenv.RequireRoot(t)
 	testenv.RequireDocker(t)
 	newImage := testimage.Ensure(t)

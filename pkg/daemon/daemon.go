@@ -585,7 +585,8 @@ var worktreeFailpoints = map[string]string{
 }
 
 // dockerFailpoints names the failpoint of each step the Docker runtime
-// reports (runtime.DockerOptions.OnStep).
+// reports (runtime.DockerOptions.OnStep), and the Kubernetes runtime of
+// its start ("created", "started": kubernetes.Options.OnStep).
 var dockerFailpoints = map[string]string{
 	"created": "create/after-container-created",
 	"started": "create/after-container-started",

@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/runtime/kubernetes"
 )
@@ -19,6 +20,7 @@ func (d *Daemon) kubeRuntime(ctx context.Context) (runtime.Runtime, error) {
 		Kubeconfig: d.cfg.Kube.Kubeconfig, Namespace: d.cfg.Kube.Namespace, Node: d.cfg.Kube.Node,
 		PullImages: d.cfg.Kube.PullImages, PolicyEnforced: d.cfg.Kube.PolicyEnforced, Logger: d.log,
 		ImageConfig: kubernetes.CRIImageConfig(d.cfg.Kube.CRISocket),
+		OnStep:      func(step string) { failpoint.Hit(dockerFailpoints[step]) },
 	}
 	if _, err := os.Stat(d.cfg.Kube.CRISocket); err != nil {
 		d.log.Warn("the node's container runtime has no CRI socket here: the kubernetes runtime cannot read image entrypoints, so conversations cannot be created until it answers (--kube-cri-socket)", "err", err)

@@ -16,7 +16,7 @@ const BashEventsDirEnv = "OH_BASH_EVENTS_DIR"
 // the same hostname (runtime.HostnameOf) but the new server's process gets
 // the same pid in its new pid namespace, or the old pid is a live process
 // there, and conversation_lease.py L166-185 then counts the owner alive
-// (TestDockerInnerStateSurvivesContainer's crash case, with the stand-in's
+// (TestBackendInnerStateSurvivesContainer's crash case, with the stand-in's
 // lease).
 const LeaseTTLEnv = "OH_LEASE_TTL_SECONDS"
 

@@ -17,7 +17,7 @@ type killedAt string
 // while it deletes the admin dir leaves nothing under worktrees/ (a half
 // deleted admin dir, without gitdir and locked, is one no git command
 // lists and no retry can tell is ours), and the retry deletes what the
-// killed one moved aside. Found by TestCrashRandomKills: a killed
+// killed one moved aside. Found by TestBackendCrashRandomKills: a killed
 // os.RemoveAll of the admin dir left one for good.
 func TestRemoveKilledMidAdminLeavesNoHalfRegistration(t *testing.T) {
 	dir := testenv.TempDir(t)

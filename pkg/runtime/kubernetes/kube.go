@@ -71,6 +71,11 @@ type Options struct {
 	Logger *slog.Logger
 	// RestConfig, if set, is used instead of Kubeconfig (tests, benches).
 	RestConfig *rest.Config
+	// OnStep, if set, is called as Start passes each step, as the Docker
+	// runtime's is: "created" (the API server took the pod) and "started"
+	// (its agent container runs, before readiness). Crash tests stop the
+	// daemon there. The exec API is one call: no exec steps.
+	OnStep func(step string)
 }
 
 // Kube is the Kubernetes runtime: one pod per conversation on ohd's own
@@ -88,6 +93,7 @@ type Kube struct {
 	httpc     *http.Client
 	// onWatch, if set, is called each time Events has its watch (tests).
 	onWatch func()
+	onStep  func(string)
 }
 
 var (
@@ -137,7 +143,7 @@ func New(ctx context.Context, o Options) (*Kube, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	k := &Kube{cs: cs, rc: rc, ns: o.Namespace, node: node, pull: o.PullImages, enforced: o.PolicyEnforced,
-		imgConfig: o.ImageConfig, log: log, host: rc.Host,
+		imgConfig: o.ImageConfig, log: log, host: rc.Host, onStep: o.OnStep,
 		httpc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	if err := k.Ping(ctx); err != nil {
 		return nil, err

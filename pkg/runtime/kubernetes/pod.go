@@ -201,11 +201,13 @@ func (k *Kube) Start(ctx context.Context, s runtime.Spec) (runtime.Instance, err
 	}
 	inst := runtime.Instance{ContainerID: ID(p), Name: name, NoNetwork: true}
 	inst.Timings.Create = time.Since(t0)
+	k.step("created")
 	t1 := time.Now()
 	p, err = k.waitRunning(ctx, p, s)
 	if err != nil {
 		return runtime.Instance{}, k.failStart(ctx, runtime.StepStart, inst.ContainerID, nil, err)
 	}
+	k.step("started")
 	inst.HostPort = s.InnerPort
 	inst.Addr = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(s.InnerPort))
 	inst.Timings.Start = time.Since(t1)
@@ -215,6 +217,12 @@ func (k *Kube) Start(ctx context.Context, s runtime.Spec) (runtime.Instance, err
 	}
 	inst.Timings.Ready = time.Since(t2)
 	return inst, nil
+}
+
+func (k *Kube) step(name string) {
+	if k.onStep != nil {
+		k.onStep(name)
+	}
 }
 
 // failStart deletes a pod that did not start, collecting what it said.
