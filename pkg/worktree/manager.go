@@ -95,7 +95,50 @@ type Manager struct {
 	// trash is Options.TrashDir ("" deletes in place); emptying counts
 	// the deletions running in the background (Wait).
 	trash    string
-	emptying sync.WaitGroup
+	emptying background
+}
+
+// background counts goroutines as a sync.WaitGroup does, but may be
+// waited for while others start (a removal still running as ohd shuts
+// down): Wait returns once none runs.
+type background struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0
+}
+
+// Go runs f in a goroutine counted until it returns.
+func (b *background) Go(f func()) {
+	b.mu.Lock()
+	if b.n == 0 {
+		b.idle = make(chan struct{})
+	}
+	b.n++
+	b.mu.Unlock()
+	go func() {
+		defer func() {
+			b.mu.Lock()
+			if b.n--; b.n == 0 {
+				close(b.idle)
+			}
+			b.mu.Unlock()
+		}()
+		f()
+	}()
+}
+
+// Wait waits until no goroutine of b runs.
+func (b *background) Wait() {
+	for {
+		b.mu.Lock()
+		if b.n == 0 {
+			b.mu.Unlock()
+			return
+		}
+		idle := b.idle
+		b.mu.Unlock()
+		<-idle
+	}
 }
 
 // DefaultTimeout is the per-invocation git timeout when Options.Timeout is 0.
