@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"net/url"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/store"
 )
 
 // parseID accepts the conversation id forms the agent server's UUID
@@ -11,7 +13,7 @@ import (
 // "urn:uuid:" prefix, any case) and returns the canonical lower-case
 // 8-4-4-4-12 form, which is the only form ohd uses internally.
 func parseID(s string) (string, bool) {
-	if isCanonicalID(s) {
+	if store.ValidID(s) {
 		return s, true // the form every client of ohd's sends: no copy
 	}
 	t := s
@@ -41,28 +43,6 @@ func parseID(s string) (string, bool) {
 	}
 	h := hex.EncodeToString(b[:])
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], true
-}
-
-// isCanonicalID reports whether s is an id in parseID's canonical form
-// already: lower-case hex digits, 8-4-4-4-12.
-func isCanonicalID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // conversationsPrefix is the prefix of every conversation route.
