@@ -134,10 +134,20 @@ func runningOthers(self int) ([]string, error) {
 			continue
 		}
 		if state := procState(string(b)); state != "T" && state != "t" && state != "Z" && state != "X" && state != "" {
-			out = append(out, e.Name())
+			// "19 (git, D)": what it is and why it runs, for the error.
+			out = append(out, fmt.Sprintf("%s (%s, %s)", e.Name(), procComm(string(b)), state))
 		}
 	}
 	return out, nil
+}
+
+// procComm is the command name of a /proc/<pid>/stat line.
+func procComm(stat string) string {
+	i, j := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if i < 0 || j < i {
+		return ""
+	}
+	return stat[i+1 : j]
 }
 
 // procState is the state field of a /proc/<pid>/stat line: the field

@@ -23,6 +23,15 @@ func TestProcState(t *testing.T) {
 			t.Errorf("procState(%q) = %q, want %q", in, got, want)
 		}
 	}
+	for in, want := range map[string]string{
+		"12 (sh) S 1 2 3":         "sh",
+		"15 (weird ) name) R 0 0": "weird ) name",
+		"16 no name":              "",
+	} {
+		if got := procComm(in); got != want {
+			t.Errorf("procComm(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 // TestFreezeStopsAForkingWriter runs All and Thaw in a helper process
