@@ -185,7 +185,14 @@ func TestBackendRemovalThatCannotSaveChangesNothing(t *testing.T) {
 			}
 			var after store.Conversation
 			d.ohctlJSON(&after, "show", c.ID)
-			if after.State != store.StateRunning || after.ContainerID != c.ContainerID || after.Removal != nil {
+			sameContainer := after.ContainerID == c.ContainerID
+			if b.name == "kubernetes" {
+				// By design: Kubernetes cannot pause a pod, so the save's
+				// second try (through a sandbox) stopped it, and the failed
+				// removal started the conversation again in a new pod.
+				sameContainer = after.ContainerID != "" && b.running(t, after.ContainerID)
+			}
+			if after.State != store.StateRunning || !sameContainer || after.Removal != nil {
 				t.Errorf("after a failed removal: state %s, container %s (was %s), removal %+v", after.State, shortID(after.ContainerID), shortID(c.ContainerID), after.Removal)
 			}
 			for _, p := range []string{c.Worktree, filepath.Join(c.BrokerDir, "broker.sock")} {

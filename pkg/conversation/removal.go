@@ -40,6 +40,22 @@ func (m *Manager) Remove(ctx context.Context, id string, opts RemoveOptions) (st
 	if !store.ValidID(id) {
 		return store.Conversation{}, fmt.Errorf("%w: conversation id %q is not a UUID", ErrInvalid, id)
 	}
+	c, err := m.remove(ctx, id, opts)
+	var off *calledOffError
+	if errors.As(err, &off) && off.startAgain {
+		// The save stopped the container to save through a sandbox (a
+		// runtime that cannot pause it, Kubernetes) and failed: the
+		// conversation runs on, in a container made anew.
+		if sc, serr := m.start(ctx, id); serr != nil {
+			m.log.Warn("start the conversation again after its failed removal stopped it; the next request starts it", "id", id, "err", serr)
+		} else {
+			c = sc
+		}
+	}
+	return c, err
+}
+
+func (m *Manager) remove(ctx context.Context, id string, opts RemoveOptions) (store.Conversation, error) {
 	unlock := m.lock(id)
 	defer unlock()
 	conv, err := m.Get(id)
@@ -202,8 +218,12 @@ func savedEarlier(conv store.Conversation) (*worktree.RemoveResult, bool) {
 }
 
 // saveError is a teardown that stopped at saving the work: nothing was
-// torn down.
-type saveError struct{ err error }
+// torn down. stopped says the save stopped the container (a runtime that
+// cannot pause one): it must be started again to run on.
+type saveError struct {
+	err     error
+	stopped bool
+}
 
 func (e *saveError) Error() string { return e.err.Error() }
 func (e *saveError) Unwrap() error { return e.err }
@@ -224,6 +244,10 @@ func (m *Manager) removalFailed(conv store.Conversation, se *saveError) (store.C
 	c, err := m.st.UpdateConversation(conv.ID, func(c *store.Conversation) error {
 		c.Removal = nil
 		c.RemovalFailed = why
+		if se.stopped {
+			// Remove starts it again once the conversation's lock is free.
+			c.State = store.StateStopped
+		}
 		return nil
 	})
 	if err != nil {
@@ -231,8 +255,18 @@ func (m *Manager) removalFailed(conv store.Conversation, se *saveError) (store.C
 	}
 	m.log.Warn("removal failed; nothing was removed", "id", conv.ID, "err", se.err)
 	m.shareAfterCalledOff(c)
-	return c, fmt.Errorf("%w: conversation %s: %s", ErrConflict, conv.ID, why)
+	return c, &calledOffError{err: fmt.Errorf("%w: conversation %s: %s", ErrConflict, conv.ID, why), startAgain: se.stopped}
 }
+
+// calledOffError is a removal called off (removalFailed); startAgain says
+// its save stopped the container, which Remove starts again.
+type calledOffError struct {
+	err        error
+	startAgain bool
+}
+
+func (e *calledOffError) Error() string { return e.err.Error() }
+func (e *calledOffError) Unwrap() error { return e.err }
 
 // teardownMode says what a teardown does with the conversation's work.
 type teardownMode int
@@ -280,9 +314,9 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 			// interrupted run recorded.
 			saved, frozen = r, true
 		} else {
-			r, f, err := m.saveWork(ctx, conv)
+			r, f, stopped, err := m.saveWork(ctx, conv)
 			if err != nil {
-				return res, &saveError{err}
+				return res, &saveError{err: err, stopped: stopped}
 			}
 			saved, frozen = r, f
 			if saved != nil {
@@ -402,26 +436,28 @@ func (m *Manager) teardown(ctx context.Context, conv store.Conversation, mode te
 //     container is frozen by the engine (Pause; no exec runs in a paused
 //     container) and a sandbox container of the conversation (same image,
 //     user, worktree and view mounts, no network, see withSandbox) saves
-//     the work;
+//     the work; a runtime that cannot pause (Kubernetes) stops the
+//     container instead;
 //   - a stopped container: the sandbox saves it.
 //
 // frozen says the container is left stopped for the teardown to remove at
 // once. If the save fails, the container is thawed: the conversation is as
-// it was. A conversation without a view to save through (the local
+// it was; one the runtime stopped instead (stopped) is started again by
+// Remove. A conversation without a view to save through (the local
 // runtime; a record made before views, saved after its container stopped,
 // see removeWorktree) returns nil.
-func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved *worktree.RemoveResult, frozen bool, err error) {
+func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved *worktree.RemoveResult, frozen, stopped bool, err error) {
 	if m.rt.Kind() == "local" || conv.GitLayout != store.GitLayoutView {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	if conv.InPlace {
 		// In place: the folder stays whatever happens; its view is saved
 		// (refs) as a worktree's is, while there is one.
 		if conv.GitView == "" || !dirExists(conv.GitView) || !dirExists(conv.Workspace) {
-			return nil, false, nil
+			return nil, false, false, nil
 		}
 	} else if conv.Worktree == "" || conv.AdminID == "" || !dirExists(conv.Worktree) {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	wt := worktreeOf(conv)
 	if conv.ContainerID != "" && conv.State == store.StateRunning {
@@ -430,7 +466,7 @@ func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved 
 		r, err := m.wt.SaveView(sctx, wt, freezingSandbox{in}, conv.Published)
 		cancel()
 		if err == nil {
-			return &r, true, nil
+			return &r, true, false, nil
 		}
 		// The agent may be stopped: it runs on, and the engine's pause and
 		// a sandbox try again (a save that fails for good fails there too).
@@ -438,7 +474,7 @@ func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved 
 			m.log.Warn("thaw the conversation's processes after a failed save", "id", conv.ID, "err", terr)
 		}
 		if ctx.Err() != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		m.log.Warn("saving the work in the conversation's container failed; the engine pauses the container and a sandbox tries again", "id", conv.ID, "err", err)
 	}
@@ -447,10 +483,12 @@ func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved 
 		switch err := m.rt.Pause(ctx, conv.ContainerID); {
 		case err == nil:
 			paused = true
+		case errors.Is(err, runtime.ErrStoppedNotPaused):
+			stopped = conv.State == store.StateRunning
 		case errors.Is(err, runtime.ErrNotRunning), errors.Is(err, runtime.ErrNotFound):
 			// Nothing of the agent runs.
 		default:
-			return nil, false, fmt.Errorf("stop the agent before saving its work: %w", err)
+			return nil, false, false, fmt.Errorf("stop the agent before saving its work: %w", err)
 		}
 	}
 	var r worktree.RemoveResult
@@ -465,9 +503,9 @@ func (m *Manager) saveWork(ctx context.Context, conv store.Conversation) (saved 
 				m.log.Warn("thaw the conversation's container after a failed save", "id", conv.ID, "err", uerr)
 			}
 		}
-		return nil, false, err
+		return nil, false, stopped, err
 	}
-	return &r, paused, nil
+	return &r, paused || stopped, false, nil
 }
 
 // removeWorktree removes conv's worktree. A worktree with a git view has

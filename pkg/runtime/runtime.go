@@ -61,6 +61,11 @@ var (
 	ErrNoContainer = errors.New("the local runtime has no container")
 	// ErrNotRunning: the container exists but does not run (Pause).
 	ErrNotRunning = errors.New("container not running")
+	// ErrStoppedNotPaused: Pause of a runtime that cannot freeze a
+	// container (Kubernetes has no such call) stopped it instead: nothing
+	// of it runs (the error wraps ErrNotRunning too), and Unpause does not
+	// bring it back; the caller starts it again if it must run on.
+	ErrStoppedNotPaused = errors.New("stopped, not paused (the runtime cannot freeze a container)")
 	// ErrEngineTimeout: the engine did not answer a call within its
 	// deadline (DockerOptions.EngineTimeout): it may be wedged on that
 	// container. The call was given up and recorded (Docker.Stalls).
@@ -315,7 +320,8 @@ type Runtime interface {
 	// cgroup freezer: nothing in it runs, its state stays); Unpause thaws
 	// it. Pausing a paused container, or unpausing one that is not, is no
 	// error; a container that does not run gives ErrNotRunning, a missing
-	// one ErrNotFound.
+	// one ErrNotFound. A runtime that cannot freeze stops the container
+	// and says so with ErrStoppedNotPaused.
 	Pause(ctx context.Context, containerID string) error
 	Unpause(ctx context.Context, containerID string) error
 	// Inspect describes the container; ErrNotFound if it does not exist.

@@ -505,8 +505,9 @@ func (k *Kube) waitPod(ctx context.Context, name string, uid types.UID, cond fun
 
 // Pause cannot freeze a pod: Kubernetes has no such operation. It stops
 // the pod instead (its state stays on the node) and says so with an
-// error wrapping ErrNotRunning: nothing of the agent runs afterwards,
-// which is what a caller pausing before it saves the agent's work needs.
+// error wrapping ErrStoppedNotPaused and ErrNotRunning: nothing of the
+// agent runs afterwards, which is what a caller pausing before it saves
+// the agent's work needs; one that must let it run on starts it again.
 func (k *Kube) Pause(ctx context.Context, id string) error {
 	if _, err := k.get(ctx, id); err != nil {
 		return err
@@ -514,7 +515,7 @@ func (k *Kube) Pause(ctx context.Context, id string) error {
 	if err := k.deletePod(ctx, id, 10*time.Second); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return err
 	}
-	return fmt.Errorf("pod %s was stopped, not frozen (Kubernetes cannot freeze a pod): %w", id, runtime.ErrNotRunning)
+	return fmt.Errorf("pod %s was stopped, not frozen (Kubernetes cannot freeze a pod): %w (%w)", id, runtime.ErrStoppedNotPaused, runtime.ErrNotRunning)
 }
 
 // Unpause has nothing to thaw (see Pause).
