@@ -455,13 +455,23 @@ func kubeBackend() backend {
 		t.Cleanup(func() { removeAll(t, d) })
 		return d
 	}
+	// kill deletes the pod and waits until it is gone, as docker rm -f
+	// returns once the container is: the API answers a delete at once and
+	// the kubelet kills the pod after, so a request made just after the
+	// delete alone would still reach the old pod.
 	kill := func(t testing.TB, id string) {
 		cs := requireKube(t)
 		name, _, _ := strings.Cut(id, "/")
 		zero := int64(0)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
 		_ = cs.CoreV1().Pods(ns()).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		for getPod(t, id) != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("pod %s is still there 60 s after its deletion", id)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	return backend{
 		name:    "kubernetes",

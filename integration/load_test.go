@@ -76,20 +76,22 @@ func (l *latencies) summary(elapsed time.Duration) string {
 }
 
 // TestBackendLoad runs, for OHD_LOAD_DURATION (CI default 20s; the acceptance
-// figure is 60s), OHD_LOAD_BROKER_CLIENTS broker clients (200) and
-// OHD_LOAD_HTTP_CLIENTS proxied HTTP clients (100) against
-// OHD_LOAD_CONVERSATIONS live conversations (50), and wants zero errors:
-// every answer 2xx, no transport error. Broker clients are paced at
-// OHD_LOAD_BROKER_RPS each (10/s: with 4 clients per conversation that is
-// 40/s, inside the broker's documented per-conversation rate of 50/s, so
-// a 429 is an error too); HTTP clients go as fast as ohd answers. It logs
+// figure is 60s), OHD_LOAD_BROKER_CLIENTS broker clients (4 per
+// conversation: 200) and OHD_LOAD_HTTP_CLIENTS proxied HTTP clients (2 per
+// conversation: 100) against OHD_LOAD_CONVERSATIONS live conversations
+// (50), and wants zero errors: every answer 2xx, no transport error.
+// Broker clients are paced at OHD_LOAD_BROKER_RPS each (10/s: with 4
+// clients per conversation that is 40/s, inside the broker's documented
+// per-conversation rate of 50/s, so a 429 is an error too; the clients
+// scale with the conversations, so fewer conversations, as in the
+// Kubernetes rows, keep that rate); HTTP clients go as fast as ohd answers. It logs
 // ohd's memory: resident with 0 and with N conversations, the
 // per-conversation cost, and the peak (VmHWM) at the end.
 func TestBackendLoad(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		n := envInt("OHD_LOAD_CONVERSATIONS", 50)
-		brokerClients := envInt("OHD_LOAD_BROKER_CLIENTS", 200)
-		httpClients := envInt("OHD_LOAD_HTTP_CLIENTS", 100)
+		brokerClients := envInt("OHD_LOAD_BROKER_CLIENTS", 4*n)
+		httpClients := envInt("OHD_LOAD_HTTP_CLIENTS", 2*n)
 		brokerRPS := envInt("OHD_LOAD_BROKER_RPS", 10)
 		duration := envDuration("OHD_LOAD_DURATION", 20*time.Second)
 
