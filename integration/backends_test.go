@@ -456,16 +456,18 @@ func kubeBackend() backend {
 		return d
 	}
 	// kill deletes the pod and waits until it is gone, as docker rm -f
-	// returns once the container is: the API answers a delete at once and
-	// the kubelet kills the pod after, so a request made just after the
-	// delete alone would still reach the old pod.
+	// returns once the container is. The grace period is 1 s, not 0: a
+	// pod deleted with 0 leaves the API at once (a force delete) while the
+	// kubelet kills its containers after, so a request made just after
+	// would still reach the old pod; with 1 the pod object stays until the
+	// kubelet has killed them.
 	kill := func(t testing.TB, id string) {
 		cs := requireKube(t)
 		name, _, _ := strings.Cut(id, "/")
-		zero := int64(0)
+		one := int64(1)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		_ = cs.CoreV1().Pods(ns()).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		_ = cs.CoreV1().Pods(ns()).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &one})
 		for getPod(t, id) != nil {
 			if ctx.Err() != nil {
 				t.Fatalf("pod %s is still there 60 s after its deletion", id)

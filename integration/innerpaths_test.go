@@ -99,6 +99,11 @@ func TestBackendInnerLeaseAcrossContainerLoss(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		testenv.RequireRoot(t)
 		d := b.daemon(t)
+		defer func() {
+			if t.Failed() {
+				t.Logf("ohd's log:\n%s", tail(grepLines(d.logs.String(), "level\":\"INFO", "level\":\"WARN", "level\":\"ERROR"), 40))
+			}
+		}()
 		repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
 		id, _ := d.apiCreate(map[string]any{"workspace": map[string]any{"kind": "LocalWorkspace", "working_dir": repo}})
 		if r := d.call("POST", "/api/conversations/"+id+"/events", map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "still here"}}}); r.Status != 200 {
