@@ -190,9 +190,10 @@ func TestBackendInnerStateSurvivesContainer(t *testing.T) {
 	})
 }
 
-// TestDockerInnerEnvRefused checks ohd serve refuses an --inner-env that
-// looks like a secret or that ohd sets, saying why, before it starts.
-func TestDockerInnerEnvRefused(t *testing.T) {
+// TestServeRefusesInnerEnv checks ohd serve refuses an --inner-env that
+// looks like a secret or that ohd sets, saying why, before it starts
+// (with the local runtime: it needs no engine, so it is no Docker test).
+func TestServeRefusesInnerEnv(t *testing.T) {
 	b := binaries(t)
 	for kv, want := range map[string]string{
 		"OPENAI_API_KEY=sk-123":    "looks like a secret",
