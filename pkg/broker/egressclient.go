@@ -44,11 +44,6 @@ func (b *bufferedConn) WriteTo(w io.Writer) (int64, error) {
 	return n + m, err
 }
 
-// raw is the connection beneath b when b holds no buffered byte.
-func (b *bufferedConn) raw() (net.Conn, bool) {
-	return b.Conn, b.r.Buffered() == 0
-}
-
 // CloseWrite half-closes the connection to the broker, which passes it
 // on to the destination.
 func (b *bufferedConn) CloseWrite() error {

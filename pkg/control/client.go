@@ -143,12 +143,6 @@ func (c *Client) Remove(ctx context.Context, id string, discard bool) (store.Con
 	return out, c.do(ctx, "DELETE", "/v1/conversations/"+esc(id)+q, nil, &out)
 }
 
-// Grant adds a grant to a conversation.
-func (c *Client) Grant(ctx context.Context, id, kind, name string) (store.Conversation, error) {
-	var out store.Conversation
-	return out, c.do(ctx, "POST", "/v1/conversations/"+esc(id)+"/grants", GrantRequest{Kind: kind, Name: name}, &out)
-}
-
 // GrantWith adds a grant with its options (GrantRequest's Push and
 // GitRelay).
 func (c *Client) GrantWith(ctx context.Context, id string, req GrantRequest) (store.Conversation, error) {

@@ -17,10 +17,6 @@ func PrepareReadiness(s Spec) (Spec, error) {
 	return s, s.validateReadiness()
 }
 
-// ShortID is how ohd names a container in messages: the first 12
-// characters of an engine ID, a name ("ohd-...") whole.
-func ShortID(id string) string { return shortID(id) }
-
 // DialOnly is implemented by runtimes whose containers are reached only
 // through their NetnsOpener's dialer, never at 127.0.0.1:<HostPort> (a
 // Kubernetes pod at its IP on the node): their Instances say NoNetwork.

@@ -96,25 +96,19 @@ func findOwnAdminDir(wt Worktree) string {
 	return ""
 }
 
-// abandonedAdminDirs returns what a `git worktree add` for wt.Path killed
-// between creating its admin dir and writing the lock into it leaves
-// under <CommonDir>/worktrees: a directory named as git names one for
-// wt.Path (its base name, or the base name and a number) that is empty or
-// holds only an empty "locked". No git command sees such a directory (it
-// has no gitdir file), `git worktree prune` keeps the second kind, and
-// findOwnAdminDir cannot tell it is ours (no gitdir, no reason), so
-// without this sweep it would stay for good. Nothing of a live worktree
+// abandonedAdminDirsAt returns what a `git worktree add` of path in
+// commonDir killed between creating its admin dir and writing the lock
+// into it leaves under <commonDir>/worktrees: a directory named as git
+// names one for path (its base name, or the base name and a number) that
+// is empty or holds only an empty "locked". No git command sees such a
+// directory (it has no gitdir file), `git worktree prune` keeps the second
+// kind, and findOwnAdminDir cannot tell it is ours (no gitdir, no reason),
+// so without this sweep it would stay for good. Nothing of a live worktree
 // looks like that: git writes the lock's content in the same call that
-// creates it, and gitdir right after.
-func abandonedAdminDirs(wt Worktree) []string {
-	return abandonedAdminDirsAt(wt.CommonDir, wt.Path)
-}
-
-// abandonedAdminDirsAt is abandonedAdminDirs for a `git worktree add` of
-// path in commonDir. With lockTexts it also takes a directory holding only
-// a "locked" with one of those texts: what an add without --lock (a
-// restore's, whose git writes "initializing" first, LC_ALL=C) killed
-// before gitdir leaves.
+// creates it, and gitdir right after. With lockTexts it also takes a
+// directory holding only a "locked" with one of those texts: what an add
+// without --lock (a restore's, whose git writes "initializing" first,
+// LC_ALL=C) killed before gitdir leaves.
 func abandonedAdminDirsAt(commonDir, path string, lockTexts ...string) []string {
 	worktrees := filepath.Join(commonDir, "worktrees")
 	ents, err := os.ReadDir(worktrees)
@@ -151,7 +145,8 @@ func abandonedAdminDirsAt(commonDir, path string, lockTexts ...string) []string 
 	return out
 }
 
-// removeAbandonedAdmins deletes abandonedAdminDirs(wt), and what killed
+// removeAbandonedAdmins deletes abandonedAdminDirsAt(wt.CommonDir,
+// wt.Path), and what killed
 // removeAdmin runs left (sweepTrash). Call it under the repository lock,
 // so no add of ohd's own is half way.
 func (m *Manager) removeAbandonedAdmins(wt Worktree) {
