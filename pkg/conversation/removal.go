@@ -232,7 +232,11 @@ func (e *saveError) Unwrap() error { return e.err }
 // torn down): the record is live again and says why and how to get the
 // work out. The returned error (ErrConflict) says the same.
 func (m *Manager) removalFailed(conv store.Conversation, se *saveError) (store.Conversation, error) {
-	why := fmt.Sprintf("removal failed: %v; nothing was removed and the conversation runs on: fix the cause and run `ohctl rm %s` again", se.err, conv.ID)
+	goesOn := "the conversation runs on"
+	if se.stopped {
+		goesOn = "the conversation starts again in a new container (the runtime stopped it to save, as it cannot pause one)"
+	}
+	why := fmt.Sprintf("removal failed: %v; nothing was removed and %s: fix the cause and run `ohctl rm %s` again", se.err, goesOn, conv.ID)
 	switch {
 	case conv.Worktree != "":
 		why += fmt.Sprintf(", or get the work out first (copy the files of %s; its published commits are on branch %s of %s) and then remove it with `ohctl rm --discard %s`",
