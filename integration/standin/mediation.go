@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"os"
 	"strconv"
@@ -315,6 +317,7 @@ func callLLM(w http.ResponseWriter, r *http.Request, model, base, key string, st
 		}
 	}
 	if rerr != nil {
+		endLLMStream(rerr)
 		return
 	}
 	for {
@@ -326,6 +329,7 @@ func callLLM(w http.ResponseWriter, r *http.Request, model, base, key string, st
 			}
 		}
 		if err != nil {
+			endLLMStream(err)
 			return
 		}
 	}
@@ -523,4 +527,16 @@ func workspaceSession(clearIt bool) http.HandlerFunc {
 		w.Header().Add("Set-Cookie", fmt.Sprintf("%s=%s; HttpOnly; Max-Age=%d; Path=/api/conversations; SameSite=none", openhands.WorkspaceCookie, key, maxAge))
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// endLLMStream ends the answer of an LLM call whose provider stream ended
+// with err: at io.EOF, normally; otherwise, as the agent server's LLM
+// client raises on a cut stream, the caller's connection is cut too (and
+// the cause logged), so the test sees the cut rather than a short answer.
+func endLLMStream(err error) {
+	if errors.Is(err, io.EOF) {
+		return
+	}
+	log.Printf("standin: the LLM stream was cut: %v", err)
+	panic(http.ErrAbortHandler)
 }

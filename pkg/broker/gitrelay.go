@@ -269,17 +269,19 @@ func (c *conversation) gitProxy(w http.ResponseWriter, r *http.Request, rec *Aud
 	if maxLines > 0 && resp.StatusCode == http.StatusOK {
 		report = watchReport(resp, sideband, maxLines)
 	}
-	c.stream(w, r, rec, resp, masked)
+	cut := c.stream(w, r, rec, resp, masked)
 	if report != nil {
 		c.recordCreated(r.Context(), rec, t, verdict.record, report.wait())
 	}
 	c.b.opts.Backend.Audit(*rec)
+	c.endCut(cut, rec, masked)
 }
 
 // stream copies an upstream answer to w: headers but hop-by-hop ones,
 // cookies and authentication challenges, then the body, flushed after
-// every read, the credential masked. The caller audits rec.
-func (c *conversation) stream(w http.ResponseWriter, r *http.Request, rec *AuditRecord, resp *http.Response, masked [][]byte) {
+// every read, the credential masked. The caller audits rec, then ends a
+// cut stream (the error returned) with endCut.
+func (c *conversation) stream(w http.ResponseWriter, r *http.Request, rec *AuditRecord, resp *http.Response, masked [][]byte) error {
 	h := w.Header()
 	for k, vv := range resp.Header {
 		if k == "Set-Cookie" || k == "Www-Authenticate" || isHop(k) {
@@ -297,7 +299,7 @@ func (c *conversation) stream(w http.ResponseWriter, r *http.Request, rec *Audit
 	// A read that fills the buffer has more behind it: flush when the host
 	// pauses (a short read), as for progress lines, not after every read
 	// of a pack.
-	streamRedacted(w, r, rec, resp.Body, red, true)
+	return streamRedacted(w, r, rec, resp.Body, red, true)
 }
 
 // pushVerdict is the policy's answer for each ref of a push.

@@ -144,13 +144,14 @@ func (c *conversation) forward(w http.ResponseWriter, r *http.Request, rec *Audi
 	rec.Allowed, rec.Status = true, resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
 
-	streamRedacted(w, r, rec, resp.Body, newRedactor(f.masked...), false)
+	cut := streamRedacted(w, r, rec, resp.Body, newRedactor(f.masked...), false)
 	for k, vv := range resp.Trailer {
 		for _, v := range vv {
 			h.Add(redactStrings(k, f.masked), redactStrings(v, f.masked))
 		}
 	}
 	c.b.opts.Backend.Audit(*rec)
+	c.endCut(cut, rec, f.masked)
 }
 
 func isHop(k string) bool {

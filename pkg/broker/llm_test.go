@@ -88,6 +88,18 @@ func (p *fakeProvider) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, llmKey[5:]+" tail\n\n")
 		fl.Flush()
 		fmt.Fprint(w, "data: [DONE]\n\n")
+	case "/base/v1/cut":
+		// The provider's connection is lost mid-stream: the answer ends
+		// without its last chunk.
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			p.problem("hijack: %v", err)
+			return
+		}
+		conn.Close()
 	case "/base/v1/error":
 		w.WriteHeader(http.StatusUnauthorized)
 		fmt.Fprintf(w, `{"error":"invalid api key %s"}`, llmKey)
@@ -294,6 +306,34 @@ func TestLLMProxyClientGoneMidStream(t *testing.T) {
 	resp.Body.Close()
 	if rec := e.audit(n + 1); rec.Reason != "client_gone" || rec.Route != "ANY /v1/llm/{profile}/proxy/{path...}" {
 		t.Errorf("audit of a stream the client left = %+v, want reason client_gone", rec)
+	}
+}
+
+// TestLLMProxyCutStreamIsCut: the provider's stream is cut mid-way (its
+// connection lost): the client's read ends in an error, never a clean end
+// that would make the part look like the whole answer; the audit says
+// upstream_interrupted.
+func TestLLMProxyCutStreamIsCut(t *testing.T) {
+	e, ep, _ := llmEnv(t)
+	c := e.client(ep)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://x/v1/llm/openai/proxy/v1/cut", nil)
+	n := e.auditCount()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Errorf("a cut stream read to a clean end (%q): the client takes the part for the whole", got)
+	}
+	if string(got) != "data: first\n\n" {
+		t.Errorf("stream before the cut = %q, want the first event", got)
+	}
+	if rec := e.audit(n + 1); rec.Reason != "upstream_interrupted" || !rec.Allowed {
+		t.Errorf("audit of a cut stream = %+v, want reason upstream_interrupted", rec)
 	}
 }
 

@@ -119,8 +119,11 @@ func redactStrings(s string, keys [][]byte) string {
 // after every read, or with flushOnPause only after a read that did not
 // fill the buffer (bulk data: a pack). rec.Reason says how a stream that
 // did not end cleanly ended: client_gone (the client left, which also
-// cancels the upstream's request) or upstream_interrupted.
-func streamRedacted(w http.ResponseWriter, r *http.Request, rec *AuditRecord, body io.Reader, red *redactor, flushOnPause bool) {
+// cancels the upstream's request) or upstream_interrupted; the error
+// that cut the stream is returned (nil at its end), and the caller, once
+// it has audited, ends the client's connection (endCut) so that a cut
+// stream never looks whole to the client.
+func streamRedacted(w http.ResponseWriter, r *http.Request, rec *AuditRecord, body io.Reader, red *redactor, flushOnPause bool) error {
 	rc := http.NewResponseController(w)
 	for {
 		space := red.space()
@@ -129,7 +132,7 @@ func streamRedacted(w http.ResponseWriter, r *http.Request, rec *AuditRecord, bo
 			if chunk := red.advance(n); len(chunk) > 0 {
 				if _, werr := w.Write(chunk); werr != nil {
 					rec.Reason = "client_gone"
-					return
+					return werr
 				}
 				if !flushOnPause || n < len(space) {
 					_ = rc.Flush()
@@ -142,12 +145,27 @@ func streamRedacted(w http.ResponseWriter, r *http.Request, rec *AuditRecord, bo
 			}
 			switch {
 			case rerr == io.EOF:
+				return nil
 			case r.Context().Err() != nil:
 				rec.Reason = "client_gone"
 			default:
 				rec.Reason = "upstream_interrupted"
 			}
-			return
+			return rerr
 		}
 	}
+}
+
+// endCut ends the handler of a stream streamRedacted returned cut with
+// err: the upstream's failure is logged (masked), and the client's
+// connection is closed without the end of the answer, so the client sees
+// an error rather than a short answer that looks whole (as
+// httputil.ReverseProxy does). A client that left needs neither.
+func (c *conversation) endCut(err error, rec *AuditRecord, masked [][]byte) {
+	if err == nil || rec.Reason == "client_gone" {
+		return
+	}
+	c.b.log.Warn("broker: the upstream's answer was cut; the client's connection is ended with it",
+		"conversation", c.id, "route", rec.Route, "name", rec.Name, "err", redactStrings(err.Error(), masked))
+	panic(http.ErrAbortHandler)
 }

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -34,6 +35,9 @@ import (
 // provider's answer, errors included, passes as the provider sent it.
 type Relay struct {
 	c *Client
+	// ErrorLog, when set, says which answer was cut and why (the
+	// container's log): the client only sees its connection end.
+	ErrorLog *log.Logger
 }
 
 // RelayAddr is where ohctl inner-exec serves the Relay inside a
@@ -177,6 +181,9 @@ func (rl *Relay) proxy(w http.ResponseWriter, r *http.Request, p string) {
 		}
 		if rerr != nil {
 			if !errors.Is(rerr, io.EOF) {
+				if rl.ErrorLog != nil {
+					rl.ErrorLog.Printf("the broker's answer to %s %s was cut: %v", r.Method, p, rerr)
+				}
 				panic(http.ErrAbortHandler) // a cut stream must not look whole
 			}
 			return

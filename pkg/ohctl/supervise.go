@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -33,8 +34,10 @@ func superviseInner(ctx context.Context, path string, argv, env []string, getenv
 	}
 	bc := broker.NewClient(getenv(broker.EnvSocket), getenv(broker.EnvTokenFile))
 	defer bc.Close()
+	relay := broker.NewRelay(bc)
+	relay.ErrorLog = log.New(stderr, "ohctl inner-exec: relay: ", 0)
 	srv := &http.Server{
-		Handler:           broker.NewRelay(bc),
+		Handler:           relay,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
