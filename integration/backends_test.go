@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -113,6 +114,11 @@ type backend struct {
 	// deletes it, and resume creates a new one (another container id),
 	// the conversation's state staying on the node's disk.
 	stoppedKeepsContainer bool
+	// wedge makes the engine hang on the container (testenv.Wedged): on
+	// Docker its shim is stopped; on Kubernetes the pod's (containerd's
+	// shim serves all of a pod's containers), so the kubelet's exec and
+	// kill of the pod hang while the API server answers.
+	wedge func(t testing.TB, containerID string) *testenv.Wedged
 }
 
 // expectedWarning says doctor's check warns on this backend by design:
@@ -287,6 +293,7 @@ func dockerBackend() backend {
 			return ids
 		},
 		stoppedKeepsContainer: true,
+		wedge:                 testenv.Wedge,
 	}
 }
 
@@ -542,18 +549,13 @@ func kubeBackend() backend {
 			return string(out)
 		},
 		loadImage: func(t testing.TB, ref string) { requireKube(t); kubeLoadImage(t, ref) },
-		pid: func(t testing.TB, id string) string {
-			_, uid, _ := strings.Cut(id, "/")
-			marks := []string{uid, strings.ReplaceAll(uid, "-", "_")}
-			ents, _ := os.ReadDir("/proc")
-			for _, e := range ents {
-				cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-				if err == nil && (strings.Contains(string(cg), marks[0]) || strings.Contains(string(cg), marks[1])) {
-					return e.Name()
-				}
+		pid:       podPid,
+		wedge: func(t testing.TB, id string) *testenv.Wedged {
+			pid, err := strconv.Atoi(podPid(t, id))
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Fatalf("no process of pod %s on the host", id)
-			return ""
+			return testenv.WedgeProcess(t, id, pid)
 		},
 		gateway: func(t *testing.T) string { return interfaceAddr(t, "ohdkube0") },
 		workload: func(t testing.TB, id string) workload {
@@ -657,6 +659,17 @@ func (l *lockedBuffer) String() string {
 // podWorkload describes a pod as workload does. The kubelet adds mounts
 // of its own at run time (/etc/hosts, /etc/hostname, /etc/resolv.conf,
 // /dev/termination-log); they are not in the spec, so not here.
+// podPid is a process of pod id (its "<name>/<uid>") on the host.
+func podPid(t testing.TB, id string) string {
+	t.Helper()
+	_, uid, _ := strings.Cut(id, "/")
+	pid, err := testenv.PodProcess(uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strconv.Itoa(pid)
+}
+
 func podWorkload(t testing.TB, p *corev1.Pod) workload {
 	t.Helper()
 	raw, err := json.Marshal(p)

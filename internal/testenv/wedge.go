@@ -119,14 +119,40 @@ func wedge(id string) (*Wedged, error) {
 		logs, _ := dockerCLI(30*time.Second, "logs", "--tail", "5", id)
 		return nil, fmt.Errorf("container %s does not run (pid %q, %s): %s", id, f[1], strings.TrimSpace(st), strings.TrimSpace(logs))
 	}
-	shim, err := parentPid(pid)
+	return wedgeProcess(f[0], pid)
+}
+
+// WedgeProcess wedges the container (or pod) whose process pid is, by
+// stopping the containerd shim it runs under (the nearest ancestor that
+// is one): on Kubernetes with containerd, the pod's shim, which serves
+// all of its containers. id names it in errors and Wedged.ID.
+func WedgeProcess(t testing.TB, id string, pid int) *Wedged {
+	t.Helper()
+	RequireRoot(t)
+	w, err := wedgeProcess(id, pid)
 	if err != nil {
-		return nil, err
+		t.Fatalf("wedge %s: %v", id, err)
 	}
-	if cmd := cmdline(shim); !strings.Contains(cmd, "containerd-shim") {
-		return nil, fmt.Errorf("the parent of the container's init (pid %d) is %q, not a containerd shim", shim, cmd)
+	t.Cleanup(w.Release)
+	return w
+}
+
+func wedgeProcess(id string, pid int) (*Wedged, error) {
+	shim := pid
+	for {
+		ppid, err := parentPid(shim)
+		if err != nil {
+			return nil, err
+		}
+		if ppid <= 1 {
+			return nil, fmt.Errorf("no containerd shim above process %d (%q)", pid, cmdline(pid))
+		}
+		shim = ppid
+		if strings.Contains(cmdline(shim), "containerd-shim") {
+			break
+		}
 	}
-	w := &Wedged{ID: f[0], Shim: shim}
+	w := &Wedged{ID: id, Shim: shim}
 	// The watchdog runs in a session of its own and thaws the shim once
 	// this process is gone, whatever ended it.
 	script := fmt.Sprintf("while kill -0 %d 2>/dev/null; do sleep 1; done; kill -CONT %d", os.Getpid(), shim)
@@ -307,4 +333,23 @@ func dockerCLI(timeout time.Duration, args ...string) (string, error) {
 // exec.Command("docker", ...).
 func Docker(timeout time.Duration, args ...string) (string, error) {
 	return dockerCLI(timeout, args...)
+}
+
+// PodProcess finds a process of the Kubernetes pod whose UID is uid on
+// this host: one whose cgroup names the UID (with underscores under
+// systemd's cgroup driver).
+func PodProcess(uid string) (int, error) {
+	marks := []string{uid, strings.ReplaceAll(uid, "-", "_")}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if err == nil && (bytes.Contains(cg, []byte(marks[0])) || bytes.Contains(cg, []byte(marks[1]))) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process of pod %s on this host", uid)
 }

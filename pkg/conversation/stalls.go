@@ -57,8 +57,12 @@ func (m *Manager) checkEngine(conv *store.Conversation) []control.DoctorCheck {
 		if time.Since(s.At) > stallWindow || (conv != nil && !stallOf(s, *conv)) {
 			continue
 		}
+		fix := "if the engine stays stuck on that container, restart the Docker engine (containers with a live conversation are adopted again)"
+		if s.Kind == "pod" {
+			fix = "if the node stays stuck on that pod, restart its container runtime (containerd) and then the kubelet (pods with a live conversation are adopted again)"
+		}
 		ck := control.DoctorCheck{Check: "engine", Status: "warn",
-			Detail: s.String() + ": ohd gave up on the call and retries what needed it; if the engine stays stuck on that container, restart the Docker engine (containers with a live conversation are adopted again)"}
+			Detail: s.String() + ": ohd gave up on the call and retries what needed it; " + fix}
 		if conv != nil {
 			ck.Conversation = conv.ID
 		}

@@ -122,7 +122,7 @@ func serveCmd(stderr io.Writer) *cli.Command {
 			&cli.IntFlag{Name: "agent-gid", Usage: "gid conversation containers run as (default: the group ohd-agent, else 10001)", Sources: env("agent-gid")},
 			&cli.DurationFlag{Name: "ready-timeout", Value: 60 * time.Second, Usage: "wait this long for a container's health check", Sources: env("ready-timeout")},
 			str("health-path", "inner server health path (default /health)"),
-			&cli.DurationFlag{Name: "engine-timeout", Value: time.Minute, Usage: "give up on a Docker engine call (and an exec the engine has not started) after this long; it is logged and shown by ohctl show and ohctl doctor", Sources: env("engine-timeout")},
+			&cli.DurationFlag{Name: "engine-timeout", Value: time.Minute, Usage: "give up on a Docker engine call (and an exec the engine has not started) after this long; on Kubernetes, on an exec silent that long in a pod that runs no command, and on a pod the kubelet has not stopped that long after its grace period; it is logged and shown by ohctl show and ohctl doctor", Sources: env("engine-timeout")},
 			str("metrics-listen", "also serve metrics on this loopback address"),
 			&cli.IntFlag{Name: "broker-git-in-flight", Value: 8, Usage: "git credential requests one conversation may have in progress (-1: no limit)", Sources: env("broker-git-in-flight")},
 			&cli.IntFlag{Name: "broker-secret-in-flight", Value: 8, Usage: "secret requests one conversation may have in progress (-1: no limit)", Sources: env("broker-secret-in-flight")},

@@ -91,7 +91,9 @@ type Config struct {
 	// EngineTimeout bounds each call ohd makes to the Docker engine (and
 	// the start of each exec); 0 = 1m (runtime.DefaultEngineTimeout). A
 	// call that outlives it is given up, logged, and shown by ohctl show
-	// and ohctl doctor (--engine-timeout).
+	// and ohctl doctor (--engine-timeout). On Kubernetes it is the exec's
+	// watchdog and the kubelet's time to stop a pod past its grace period
+	// (kubernetes.Options.EngineTimeout).
 	EngineTimeout time.Duration
 	// Network is the Docker network containers join; "" means
 	// runtime.IsolatedNetwork (created if missing: containers cannot reach

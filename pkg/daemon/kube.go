@@ -16,11 +16,13 @@ import (
 // (--kube-cri-socket), as the kubelet reads it; no Docker engine is needed
 // on the node.
 func (d *Daemon) kubeRuntime(ctx context.Context) (runtime.Runtime, error) {
+	kubernetes.RouteClientLogs(d.log)
 	ko := kubernetes.Options{
 		Kubeconfig: d.cfg.Kube.Kubeconfig, Namespace: d.cfg.Kube.Namespace, Node: d.cfg.Kube.Node,
 		PullImages: d.cfg.Kube.PullImages, PolicyEnforced: d.cfg.Kube.PolicyEnforced, Logger: d.log,
-		ImageConfig: kubernetes.CRIImageConfig(d.cfg.Kube.CRISocket),
-		OnStep:      func(step string) { failpoint.Hit(dockerFailpoints[step]) },
+		ImageConfig:   kubernetes.CRIImageConfig(d.cfg.Kube.CRISocket),
+		OnStep:        func(step string) { failpoint.Hit(dockerFailpoints[step]) },
+		EngineTimeout: d.cfg.EngineTimeout,
 	}
 	if _, err := os.Stat(d.cfg.Kube.CRISocket); err != nil {
 		d.log.Warn("the node's container runtime has no CRI socket here: the kubernetes runtime cannot read image entrypoints, so conversations cannot be created until it answers (--kube-cri-socket)", "err", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,8 +23,11 @@ const DefaultEngineTimeout = time.Minute
 type Stall struct {
 	// Op is the engine call ("exec start", "inspect", "remove", ...).
 	Op string `json:"op"`
-	// Container is the container's ID or name ("" for calls on none).
+	// Container is the container's ID or name ("" for calls on none); on
+	// Kubernetes, the pod's "<name>/<uid>" (Kind "pod").
 	Container string `json:"container,omitempty"`
+	// Kind is what Container names: "" for a container, "pod".
+	Kind string `json:"kind,omitempty"`
 	// At is when ohd gave up.
 	At time.Time `json:"at"`
 	// Timeout is the deadline the call had.
@@ -31,31 +35,39 @@ type Stall struct {
 }
 
 // String reads "engine call inspect on container 1234abcd timed out at
-// 2026-12-06T20:01:02Z (no answer within 1m0s)".
+// 2026-12-06T20:01:02Z (no answer within 1m0s)", or "... on pod
+// ohd-1234abcd ..." for a pod.
 func (s Stall) String() string {
 	on := ""
-	if s.Container != "" {
+	switch {
+	case s.Container == "":
+	case s.Kind == "pod":
+		name, _, _ := strings.Cut(s.Container, "/")
+		on = " on pod " + name
+	default:
 		on = " on container " + shortID(s.Container)
 	}
 	return fmt.Sprintf("engine call %s%s timed out at %s (no answer within %v)", s.Op, on, s.At.UTC().Format(time.RFC3339), s.Timeout)
 }
 
 // StallReporter is a Runtime that records the engine calls it gave up on
-// (Docker). ohctl show and ohctl doctor list them.
+// (Docker, Kubernetes). ohctl show and ohctl doctor list them.
 type StallReporter interface {
 	// Stalls returns the recent stalls, oldest first (at most 100).
 	Stalls() []Stall
 }
 
-// stalls keeps the last maxStalls stalls.
-type stalls struct {
+// StallLog keeps the last 100 stalls of a runtime; its zero value is
+// ready. It is safe for concurrent use.
+type StallLog struct {
 	mu   sync.Mutex
 	list []Stall
 }
 
 const maxStalls = 100
 
-func (s *stalls) add(st Stall) {
+// Add records st.
+func (s *StallLog) Add(st Stall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.list = append(s.list, st)
@@ -64,14 +76,15 @@ func (s *stalls) add(st Stall) {
 	}
 }
 
-func (s *stalls) all() []Stall {
+// All returns the stalls recorded, oldest first.
+func (s *StallLog) All() []Stall {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.list)
 }
 
 // Stalls returns the engine calls the runtime gave up on, oldest first.
-func (d *Docker) Stalls() []Stall { return d.stalls.all() }
+func (d *Docker) Stalls() []Stall { return d.stalls.All() }
 
 var _ StallReporter = (*Docker)(nil)
 
@@ -83,7 +96,7 @@ var _ StallReporter = (*Docker)(nil)
 type bounded struct {
 	engine
 	timeout time.Duration
-	stalls  *stalls
+	stalls  *StallLog
 	log     *slog.Logger
 }
 
@@ -101,7 +114,7 @@ func (b *bounded) call(ctx context.Context, op, obj string, timeout time.Duratio
 
 func (b *bounded) stall(op, obj string, timeout time.Duration) {
 	st := Stall{Op: op, Container: obj, At: time.Now().UTC(), Timeout: timeout}
-	b.stalls.add(st)
+	b.stalls.Add(st)
 	b.log.Warn("docker runtime: "+st.String()+"; ohd gave up on it", "op", op, "container", shortID(obj), "timeout", timeout)
 }
 

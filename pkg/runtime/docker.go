@@ -117,7 +117,7 @@ type Docker struct {
 	// engineTimeout is DockerOptions.EngineTimeout with its default;
 	// stalls are the calls given up on.
 	engineTimeout time.Duration
-	stalls        stalls
+	stalls        StallLog
 }
 
 var _ Runtime = (*Docker)(nil)

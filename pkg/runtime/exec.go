@@ -151,7 +151,7 @@ func (d *Docker) execStuck(ctx context.Context, id, execID string) bool {
 		return false // gone, or the engine answered: the read will end
 	}
 	st := Stall{Op: "exec start", Container: id, At: time.Now().UTC(), Timeout: d.engineTimeout}
-	d.stalls.add(st)
+	d.stalls.Add(st)
 	d.log.Warn("docker runtime: "+st.String()+"; ohd gave up on the command", "container", shortID(id))
 	return true
 }

@@ -67,9 +67,10 @@ var (
 	// bring it back; the caller starts it again if it must run on.
 	ErrStoppedNotPaused = errors.New("stopped, not paused (the runtime cannot freeze a container)")
 	// ErrEngineTimeout: the engine did not answer a call within its
-	// deadline (DockerOptions.EngineTimeout): it may be wedged on that
-	// container. The call was given up and recorded (Docker.Stalls).
-	ErrEngineTimeout = errors.New("docker engine call timed out")
+	// deadline (DockerOptions.EngineTimeout; on Kubernetes an exec the pod
+	// did not start, a pod the kubelet did not stop): it may be wedged on
+	// that container. The call was given up and recorded (StallReporter).
+	ErrEngineTimeout = errors.New("engine call timed out")
 )
 
 // Mount is a bind mount of a host path into the container.

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -29,6 +31,16 @@ import (
 // it prints at once may be laid out for 0x0, as with Docker engines before
 // API 1.42.
 func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.ExecOptions) (int, error) {
+	return k.exec(ctx, id, cmd, execOptions{ExecOptions: opts})
+}
+
+// execOptions are Exec's options and the watchdog's own switch.
+type execOptions struct {
+	runtime.ExecOptions
+	noWatchdog bool // the watchdog's own probe
+}
+
+func (k *Kube) exec(ctx context.Context, id string, cmd []string, opts execOptions) (int, error) {
 	if len(cmd) == 0 {
 		return -1, fmt.Errorf("exec in pod %s: no command", id)
 	}
@@ -95,8 +107,37 @@ func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.E
 		q := &sizeQueue{first: opts.Size, sizes: opts.Resize, done: fin}
 		so.TerminalSizeQueue = q
 	}
-	err = ex.StreamWithContext(ctx, so)
-	if err == nil {
+	// The watchdog: a command that has said nothing within the engine
+	// timeout may never have started (the pod's shim wedged: the kubelet
+	// and the node's container runtime wait on it for ever, and the API
+	// has no call that says whether an exec started). A second, empty
+	// command then tells: if it does not end within a short look either,
+	// the pod is wedged, the stall is recorded and the command given up.
+	var (
+		heard atomic.Bool
+		stuck atomic.Bool
+	)
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if k.engineTimeout > 0 && !opts.noWatchdog {
+		so.Stdout = heardWriter{so.Stdout, &heard}
+		if so.Stderr != nil { // nil with a terminal
+			so.Stderr = heardWriter{so.Stderr, &heard}
+		}
+		wd := time.AfterFunc(k.engineTimeout, func() {
+			if !heard.Load() && k.execStuck(sctx, id) {
+				stuck.Store(true)
+				cancel()
+			}
+		})
+		defer wd.Stop()
+	}
+	err = ex.StreamWithContext(sctx, so)
+	switch {
+	case stuck.Load():
+		return -1, fmt.Errorf("exec in pod %s: %w: the command said nothing within %v and the pod did not run an empty one either (the node's container runtime may be wedged on it)",
+			id, runtime.ErrEngineTimeout, k.engineTimeout)
+	case err == nil:
 		return 0, nil
 	}
 	var ee kexec.ExitError
@@ -107,6 +148,49 @@ func (k *Kube) Exec(ctx context.Context, id string, cmd []string, opts runtime.E
 		return -1, fmt.Errorf("exec in pod %s: %w", id, ctx.Err())
 	}
 	return -1, k.wrap("exec in pod", id, err)
+}
+
+// execProbeTimeout bounds the watchdog's empty command.
+const execProbeTimeout = 10 * time.Second
+
+// execStuck runs an empty command in pod id: it reports whether the pod
+// did not run it within execProbeTimeout (and records the stall).
+func (k *Kube) execStuck(ctx context.Context, id string) bool {
+	pctx, cancel := context.WithTimeout(ctx, execProbeTimeout)
+	defer cancel()
+	_, err := k.exec(pctx, id, []string{"/bin/sh", "-c", ":"}, execOptions{noWatchdog: true})
+	if ctx.Err() != nil || err == nil || !errors.Is(pctx.Err(), context.DeadlineExceeded) {
+		return false // the caller gave up itself, or the pod answered
+	}
+	k.stall("exec start", id, k.engineTimeout)
+	return true
+}
+
+// stall records that ohd gave up on op on pod id after timeout.
+func (k *Kube) stall(op, id string, timeout time.Duration) runtime.Stall {
+	st := runtime.Stall{Op: op, Container: id, Kind: "pod", At: time.Now().UTC(), Timeout: timeout}
+	k.stalls.Add(st)
+	k.log.Warn("kubernetes runtime: "+st.String()+"; ohd gave up on it", "op", op, "pod", id, "timeout", timeout)
+	return st
+}
+
+// Stalls returns the calls on pods ohd gave up on, oldest first.
+func (k *Kube) Stalls() []runtime.Stall { return k.stalls.All() }
+
+var _ runtime.StallReporter = (*Kube)(nil)
+
+// heardWriter notes that the command wrote something.
+type heardWriter struct {
+	w     io.Writer
+	heard *atomic.Bool
+}
+
+func (h heardWriter) Write(p []byte) (int, error) {
+	h.heard.Store(true)
+	if h.w == nil {
+		return len(p), nil
+	}
+	return h.w.Write(p)
 }
 
 type lockedWriter struct {

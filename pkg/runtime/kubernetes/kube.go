@@ -1,10 +1,13 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/go-logr/logr"
 	"io"
+	"k8s.io/klog/v2"
 	"log/slog"
 	"math"
 	"net"
@@ -76,6 +79,11 @@ type Options struct {
 	// (its agent container runs, before readiness). Crash tests stop the
 	// daemon there. The exec API is one call: no exec steps.
 	OnStep func(step string)
+	// EngineTimeout is how long an exec may say nothing before ohd looks
+	// whether the pod runs commands at all (Exec's watchdog), and how long
+	// past a deletion's grace period the kubelet has to stop the pod; 0
+	// means CallTimeout. What outlives it is a stall (Stalls).
+	EngineTimeout time.Duration
 }
 
 // Kube is the Kubernetes runtime: one pod per conversation on ohd's own
@@ -94,6 +102,10 @@ type Kube struct {
 	// onWatch, if set, is called each time Events has its watch (tests).
 	onWatch func()
 	onStep  func(string)
+	// engineTimeout is Options.EngineTimeout with its default; stalls
+	// are the calls given up on.
+	engineTimeout time.Duration
+	stalls        runtime.StallLog
 }
 
 var (
@@ -143,7 +155,7 @@ func New(ctx context.Context, o Options) (*Kube, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	k := &Kube{cs: cs, rc: rc, ns: o.Namespace, node: node, pull: o.PullImages, enforced: o.PolicyEnforced,
-		imgConfig: o.ImageConfig, log: log, host: rc.Host, onStep: o.OnStep,
+		imgConfig: o.ImageConfig, log: log, host: rc.Host, onStep: o.OnStep, engineTimeout: cmp.Or(o.EngineTimeout, CallTimeout),
 		httpc: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	if err := k.Ping(ctx); err != nil {
 		return nil, err
@@ -439,9 +451,15 @@ func (k *Kube) deletePod(ctx context.Context, id string, grace time.Duration) er
 	}
 	// The kubelet ends the containers within the grace period; a kubelet
 	// that does not answer would leave the pod terminating for good.
-	wctx, wcancel := context.WithTimeout(ctx, grace+CallTimeout)
+	wait := grace + k.engineTimeout
+	wctx, wcancel := context.WithTimeout(ctx, wait)
 	defer wcancel()
-	return k.waitPod(wctx, name, uid, func(p *corev1.Pod) (bool, error) { return p == nil, nil })
+	err = k.waitPod(wctx, name, uid, func(p *corev1.Pod) (bool, error) { return p == nil, nil })
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		st := k.stall("stop (the kubelet did not stop the pod)", id, wait)
+		return fmt.Errorf("delete pod %s: %w: %s (the node's container runtime may be wedged on it; the pod stays terminating until the kubelet stops it)", id, runtime.ErrEngineTimeout, st)
+	}
+	return err
 }
 
 // waitPod calls cond with the pod name (nil once it is gone or replaced
@@ -669,3 +687,33 @@ func (k *Kube) Hardening(ctx context.Context, id string, uid, gid int) ([]string
 }
 
 func quantityBytes(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.BinarySI) }
+
+// RouteClientLogs sends what client-go logs (through klog, to standard
+// error by default) to log at debug level: it reports, as errors, the
+// ends of exec streams ohd closed itself ("Copying stdout failed",
+// "Websocket Ping failed"), and every failure that matters to ohd comes
+// back as an error from the call. klog is process-wide: the daemon calls
+// this once.
+func RouteClientLogs(log *slog.Logger) {
+	klog.SetLogger(logr.FromSlogHandler(debugHandler{log.Handler()}))
+}
+
+// debugHandler logs every record at debug level.
+type debugHandler struct{ slog.Handler }
+
+func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return debugHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h debugHandler) WithGroup(name string) slog.Handler {
+	return debugHandler{h.Handler.WithGroup(name)}
+}

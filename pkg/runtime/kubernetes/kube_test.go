@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"fmt"
 	"net"
 	"net/http"
@@ -481,5 +482,80 @@ func TestKubeExecTTY(t *testing.T) {
 		runtime.ExecOptions{TTY: true, Size: runtime.TermSize{Rows: 40, Cols: 100}, Stdout: &out})
 	if err != nil || code != 0 || strings.TrimSpace(out.String()) != "40 100" {
 		t.Errorf("stty size on a 40x100 terminal: %d %v %q", code, err, out.String())
+	}
+}
+
+// TestKubeWedgedPodCallsGiveUp: the node's container runtime hangs on a
+// pod (testenv.WedgeProcess: the pod's containerd shim stopped). An exec
+// in it gives up at the engine timeout (the watchdog's empty command does
+// not run either), a Stop gives up once the kubelet has not stopped the
+// pod within its grace period and the engine timeout, both are listed by
+// Stalls naming the pod, and another pod on the node runs commands all
+// the while. Once the shim goes on, the pod is removed.
+func TestKubeWedgedPodCallsGiveUp(t *testing.T) {
+	_, server := testKube(t)
+	ctx := context.Background() // no deadline of the caller's: the runtime's own must hold
+	k, err := New(ctx, Options{
+		Kubeconfig: os.Getenv("KUBECONFIG"), Namespace: os.Getenv("OHD_KUBE_NAMESPACE"), Node: os.Getenv("OHD_KUBE_NODE"),
+		ImageConfig: criImageConfig(t), EngineTimeout: 3 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	wedged, err := k.Start(ctx, withImage(t, k, baseSpec(t, server)))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	other, err := k.Start(ctx, withImage(t, k, baseSpec(t, server)))
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	_, uid := splitID(wedged.ContainerID)
+	pid, err := testenv.PodProcess(string(uid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := testenv.WedgeProcess(t, wedged.ContainerID, pid)
+
+	t0 := time.Now()
+	_, err = k.Exec(ctx, wedged.ContainerID, []string{"sh", "-c", ":"}, runtime.ExecOptions{Stdout: io.Discard, Stderr: io.Discard})
+	if !errors.Is(err, runtime.ErrEngineTimeout) {
+		t.Errorf("exec in the wedged pod: %v, want ErrEngineTimeout", err)
+	}
+	t.Logf("exec gave up after %v", time.Since(t0).Round(time.Millisecond))
+	if code, out := execOut(t, k, other.ContainerID, "sh", "-c", "echo on"); code != 0 || out != "on\n" {
+		t.Errorf("exec in another pod while one is wedged: %d %q", code, out)
+	}
+	t0 = time.Now()
+	if err := k.Stop(ctx, wedged.ContainerID, time.Second); !errors.Is(err, runtime.ErrEngineTimeout) {
+		t.Errorf("stop of the wedged pod: %v, want ErrEngineTimeout", err)
+	}
+	t.Logf("stop gave up after %v", time.Since(t0).Round(time.Millisecond))
+	got := k.Stalls()
+	var ops []string
+	for _, s := range got {
+		ops = append(ops, s.Op)
+		name, _, _ := strings.Cut(wedged.ContainerID, "/")
+		if s.Container != wedged.ContainerID || !strings.Contains(s.String(), "on pod "+name+" timed out at") {
+			t.Errorf("stall %+v reads %q, want it to name pod %s", s, s, name)
+		}
+	}
+	if len(got) != 2 || ops[0] != "exec start" || !strings.HasPrefix(ops[1], "stop") {
+		t.Errorf("Stalls() = %v, want the exec's start and the stop", got)
+	}
+	if code, out := execOut(t, k, other.ContainerID, "sh", "-c", "echo still"); code != 0 || out != "still\n" {
+		t.Errorf("exec in another pod after the wedged one's stop gave up: %d %q", code, out)
+	}
+
+	// The shim goes on: the kubelet finishes the deletion.
+	w.Release()
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := k.Remove(rctx, wedged.ContainerID); err != nil {
+		t.Errorf("Remove once the shim goes on: %v", err)
+	}
+	if err := k.Remove(rctx, other.ContainerID); err != nil {
+		t.Errorf("Remove of the other pod: %v", err)
 	}
 }
