@@ -107,7 +107,6 @@ func testWedgedContainerHangsNothing(t *testing.T, be backend) {
 	select {
 	case <-d.done:
 		t.Logf("ohd exited %v after SIGTERM", time.Since(sent).Round(time.Millisecond))
-		t.Logf("TEMPLOG %s", tail(d.logs.String(), 25))
 	case <-time.After(10 * time.Second):
 		t.Fatalf("ohd did not exit within 10 s of SIGTERM while a removal waited on a wedged container:\n%s", tail(d.logs.String(), 30))
 	}
@@ -169,4 +168,3 @@ func stalledObject(b backend, id string) string {
 	}
 	return "container " + id[:12]
 }
-
