@@ -53,11 +53,11 @@ test-unit: ## only the fast package tests (no integration/)
 test-integration: ## only the end-to-end tests in integration/
 	$(GO) test -race -timeout 45m -json ./integration/... | $(TESTSUMMARY)
 
-# TestFaultInjection runs 50 iterations in make test; this runs
+# TestBackendFaultInjection runs 50 iterations in make test; this runs
 # OHD_FAULT_ITERATIONS of them (500 by default, about ten times as long).
 OHD_FAULT_ITERATIONS ?= 500
 fault-long: ## the fault-injection test (failpoints, SIGKILL, SIGTERM, a wedged container) with OHD_FAULT_ITERATIONS=500 iterations
-	OHD_FAULT_ITERATIONS=$(OHD_FAULT_ITERATIONS) $(GO) test -race -count=1 -timeout 4h -json -run 'TestFaultInjection$$' ./integration/ | $(TESTSUMMARY)
+	OHD_FAULT_ITERATIONS=$(OHD_FAULT_ITERATIONS) $(GO) test -race -count=1 -timeout 4h -json -run 'TestBackendFaultInjection/docker$$' ./integration/ | $(TESTSUMMARY)
 
 fmt-check: ## fail if gofmt would change a file
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -13,13 +13,16 @@ import (
 	"github.com/ohd-dev/ohd/internal/testenv"
 )
 
-// engineRelay is a Unix-socket relay between ohd and the Docker engine's
-// socket. Cutting it makes the engine unreachable for ohd only: the
-// machine's engine, and every other client of it, never notice.
+// engineRelay is a relay between ohd and its engine: a Unix-socket relay
+// to the Docker engine's socket, or a TCP relay to the Kubernetes API
+// server (newAPIServerRelay). Cutting it makes the engine unreachable for
+// ohd only: the machine's engine, and every other client of it, never
+// notice.
 type engineRelay struct {
 	t        testing.TB
-	path     string // the socket ohd dials (DOCKER_HOST=unix://<path>)
-	upstream string // the engine's socket
+	network  string // "unix" or "tcp", both sides
+	path     string // the address ohd dials (DOCKER_HOST=unix://<path>; host:port)
+	upstream string // the engine's address
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -43,11 +46,29 @@ func newEngineRelay(t testing.TB) *engineRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &engineRelay{t: t, path: filepath.Join(dir, "docker.sock"), upstream: upstream, conns: map[net.Conn]struct{}{}}
+	r := &engineRelay{t: t, network: "unix", path: filepath.Join(dir, "docker.sock"), upstream: upstream, conns: map[net.Conn]struct{}{}}
 	t.Cleanup(func() {
 		r.cut()
 		os.RemoveAll(dir)
 	})
+	r.restore()
+	return r
+}
+
+// newAPIServerRelay starts a TCP relay on the loopback to the API server
+// at upstream (host:port); it is cut when t ends. Its address is the API
+// server's host with another port, which the server's certificate still
+// names (certificates name hosts, not ports).
+func newAPIServerRelay(t testing.TB, upstream string) *engineRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	r := &engineRelay{t: t, network: "tcp", path: addr, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(r.cut)
 	r.restore()
 	return r
 }
@@ -63,8 +84,10 @@ func (r *engineRelay) restore() {
 	if r.ln != nil {
 		return
 	}
-	_ = os.Remove(r.path)
-	ln, err := net.Listen("unix", r.path)
+	if r.network == "unix" {
+		_ = os.Remove(r.path)
+	}
+	ln, err := net.Listen(r.network, r.path)
 	if err != nil {
 		r.t.Fatalf("relay: listen %s: %v", r.path, err)
 	}
@@ -84,7 +107,7 @@ func (r *engineRelay) restore() {
 
 // serve relays one client connection to the engine.
 func (r *engineRelay) serve(client net.Conn) {
-	up, err := net.Dial("unix", r.upstream)
+	up, err := net.Dial(r.network, r.upstream)
 	if err != nil {
 		client.Close()
 		return
@@ -141,6 +164,9 @@ func (r *engineRelay) cut() {
 		_ = c.Close()
 	}
 	r.wg.Wait()
+	if r.network != "unix" {
+		return
+	}
 	if _, err := os.Stat(r.path); err == nil || !errors.Is(err, os.ErrNotExist) {
 		_ = os.Remove(r.path)
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/internal/testimage"
@@ -473,15 +475,41 @@ func shortID(id string) string {
 	return id
 }
 
-// TestReliabilityEngineTrouble puts a relay of the test's own between ohd
-// and the Docker engine and cuts it: creates fail with an error that says
-// what is wrong, live conversations keep answering, and once the relay is
-// back ohd serves fully again (creates, engine events). Containers killed
-// or removed behind ohd's back are noticed and started again on demand.
-func TestReliabilityEngineTrouble(t *testing.T) {
-	// Docker only for now: its relay cuts ohd's line to Docker's socket (DOCKER_HOST); the same cut of the API server's line is not written yet.
-	relay := newEngineRelay(t)
-	d := smallDockerDaemon(t, []string{"DOCKER_HOST=" + relay.dockerHost()})
+// TestBackendEngineTrouble puts a relay of the test's own between ohd and
+// its engine (the Docker engine's socket; the Kubernetes API server) and
+// cuts it: creates fail with an error that says what is wrong, live
+// conversations keep answering, and once the relay is back ohd serves
+// fully again (creates, engine events). Containers killed or removed
+// behind ohd's back are noticed and started again on demand.
+func TestBackendEngineTrouble(t *testing.T) {
+	eachBackend(t, testEngineTrouble)
+}
+
+func testEngineTrouble(t *testing.T, be backend) {
+	var (
+		relay      *engineRelay
+		d          *daemon
+		checkCause = checkEngineMessage
+		// apiAddr is how the conversation API's error names the engine's
+		// address.
+		apiAddr string
+	)
+	if be.name == "docker" {
+		relay = newEngineRelay(t)
+		d = smallDockerDaemon(t, []string{"DOCKER_HOST=" + relay.dockerHost()})
+	} else {
+		var kubeconfig string
+		relay, kubeconfig = apiServerRelay(t)
+		d = be.daemon(t, "--kubeconfig", kubeconfig)
+		checkCause = checkAPIServerMessage
+		// The test cluster's API server is on the loopback, and the
+		// conversation API scrubs every loopback address from what its
+		// clients read (ohctl, on the control socket, names it).
+		apiAddr = "[conversation server]"
+	}
+	if apiAddr == "" {
+		apiAddr = relay.path
+	}
 	repo := testenv.NewRepo(t, testenv.RepoOptions{})
 	convs := createMany(t, d, []string{repo}, 2)
 	a, b := convs[0], convs[1]
@@ -492,12 +520,12 @@ func TestReliabilityEngineTrouble(t *testing.T) {
 
 	// A container killed behind ohd's back (relay up): noticed, and the
 	// next request starts it again.
-	run(t, "docker", "kill", a.ContainerID)
+	be.crash(t, a.ContainerID)
 	waitForState(t, d, a.ID, store.StateStopped, 15*time.Second)
 	if err := proxiedGet(ctx, api, a.ID, "after-kill"); err != nil {
-		t.Fatalf("first request after docker kill: %v", err)
+		t.Fatalf("first request after the container's kill: %v", err)
 	}
-	if r := d.record(a.ID); r.State != store.StateRunning || !inspectAll(t, r.ContainerID)[r.ContainerID].Running {
+	if r := d.record(a.ID); r.State != store.StateRunning || !be.running(t, r.ContainerID) {
 		t.Fatalf("after the request that restarts it: %+v", r)
 	}
 
@@ -520,7 +548,7 @@ func TestReliabilityEngineTrouble(t *testing.T) {
 	if r.Status != http.StatusServiceUnavailable || e.Step == "" || r.Header.Get("X-Ohd-Failed-Step") != e.Step {
 		t.Errorf("create while the engine is away = %d %s, want 503 naming the failed step", r.Status, r.Body)
 	}
-	checkEngineMessage(t, "conversation API create", e.Detail, relay.path)
+	checkCause(t, "conversation API create", e.Detail, apiAddr)
 
 	_, err = d.ohctlErr("create", "--repo", repo, "--worktree")
 	var oe *ohctlError
@@ -528,7 +556,7 @@ func TestReliabilityEngineTrouble(t *testing.T) {
 		t.Errorf("ohctl create while the engine is away succeeded: %v", err)
 	} else {
 		t.Logf("ohctl create while the engine is away: exit %d: %s", oe.code, strings.TrimSpace(oe.stderr))
-		checkEngineMessage(t, "ohctl create", oe.stderr, relay.path)
+		checkCause(t, "ohctl create", oe.stderr, relay.path)
 	}
 
 	// Live conversations keep working all the while: the proxy goes to
@@ -578,12 +606,12 @@ func TestReliabilityEngineTrouble(t *testing.T) {
 	// Engine events resume: a container removed behind ohd's back is
 	// noticed (the event stream reconnects, with a resync, within its
 	// backoff of at most 5s).
-	run(t, "docker", "rm", "-f", b.ContainerID)
+	be.kill(t, b.ContainerID)
 	removedAt := time.Now()
 	waitForState(t, d, b.ID, store.StateStopped, 30*time.Second)
 	t.Logf("container removed %v after the restore was noticed in %v", removedAt.Sub(restoredAt).Round(time.Millisecond), time.Since(removedAt).Round(time.Millisecond))
 	if err := proxiedGet(ctx, api, b.ID, "after-rm"); err != nil {
-		t.Fatalf("first request after docker rm: %v", err)
+		t.Fatalf("first request after the container's removal: %v", err)
 	}
 	if r := d.record(b.ID); r.State != store.StateRunning || r.ContainerID == b.ContainerID || r.ContainerID == "" {
 		t.Errorf("after the request that starts it again: state %s container %s (removed: %s)", r.State, shortID(r.ContainerID), shortID(b.ContainerID))
@@ -619,6 +647,50 @@ func checkEngineMessage(t testing.TB, what, msg, addr string) {
 	if !strings.Contains(low, "start docker") && !strings.Contains(low, "docker_host") && !strings.Contains(low, "daemon is running") {
 		t.Errorf("%s: error %q does not say what to do (start Docker, or point DOCKER_HOST at a running engine)", what, msg)
 	}
+}
+
+// checkAPIServerMessage checks that msg says the Kubernetes API server at
+// addr does not answer, and what to do.
+func checkAPIServerMessage(t testing.TB, what, msg, addr string) {
+	t.Helper()
+	low := strings.ToLower(msg)
+	if !strings.Contains(low, "kubernetes api server") {
+		t.Errorf("%s: error %q does not say the Kubernetes API server is the problem", what, msg)
+	}
+	if !strings.Contains(msg, addr) {
+		t.Errorf("%s: error %q does not name the API server's address %s", what, msg, addr)
+	}
+	if !strings.Contains(low, "kubeconfig") {
+		t.Errorf("%s: error %q does not say what to do (check the API server, or --kubeconfig)", what, msg)
+	}
+}
+
+// apiServerRelay starts a relay to the test cluster's API server and
+// returns it with a kubeconfig that sends ohd through it.
+func apiServerRelay(t testing.TB) (*engineRelay, string) {
+	t.Helper()
+	requireKube(t)
+	cfg, err := clientcmd.LoadFromFile(os.Getenv("KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := cfg.Contexts[cfg.CurrentContext]
+	if kc == nil || cfg.Clusters[kc.Cluster] == nil {
+		t.Fatalf("kubeconfig %s: no cluster for its current context %q", os.Getenv("KUBECONFIG"), cfg.CurrentContext)
+	}
+	cl := cfg.Clusters[kc.Cluster]
+	u, err := url.Parse(cl.Server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := newAPIServerRelay(t, u.Host)
+	u.Host = relay.path
+	cl.Server = u.String()
+	path := filepath.Join(testenv.TempDir(t), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return relay, path
 }
 
 // waitForState polls the record of id until it reaches state.

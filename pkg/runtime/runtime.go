@@ -44,8 +44,9 @@ var (
 	// ErrNotFound: the container or image does not exist. For an image
 	// (missing, and its pull failed) the message says how to provide it.
 	ErrNotFound = errors.New("not found")
-	// ErrEngineUnavailable: the Docker engine does not answer.
-	ErrEngineUnavailable = errors.New("docker engine unavailable")
+	// ErrEngineUnavailable: the engine (the Docker engine, the Kubernetes
+	// API server) does not answer.
+	ErrEngineUnavailable = errors.New("engine unavailable")
 	// ErrNotReady: the inner server did not answer its health check with
 	// 200 within Spec.ReadyTimeout.
 	ErrNotReady = errors.New("container not ready in time")

@@ -219,7 +219,8 @@ func (k *Kube) wrap(op, obj string, err error) error {
 	if errors.As(err, &se) && se.Status().Code != 0 && se.Status().Code < 500 {
 		return fmt.Errorf("%s %s: %w", op, obj, err)
 	}
-	return fmt.Errorf("%s %s: %w: %v", op, obj, runtime.ErrEngineUnavailable, err)
+	return fmt.Errorf("%s %s: %w: %v: the Kubernetes API server at %s does not answer; live conversations keep running, new ones wait for it: check the API server (or the server of --kubeconfig)",
+		op, obj, runtime.ErrEngineUnavailable, err, k.host)
 }
 
 // ID is a pod's container id as ohd records it: its name and UID, so that
@@ -386,7 +387,16 @@ func (k *Kube) ResolveImage(ctx context.Context, ref string) (runtime.Image, err
 	if k.imgConfig == nil {
 		return runtime.Image{}, fmt.Errorf("resolve image %s: the kubernetes runtime was given no way to read an image's entrypoint (Options.ImageConfig)", ref)
 	}
+	// The image is read from the node's container runtime, not the API
+	// server: the API server is asked too, so that a create finds it away
+	// here, before anything is provisioned (as Docker's image inspect
+	// does), not at the pod after the worktree and the broker.
+	ping := make(chan error, 1)
+	go func() { ping <- k.Ping(ctx) }()
 	img, err := k.imgConfig(ctx, ref)
+	if perr := <-ping; perr != nil {
+		return runtime.Image{}, fmt.Errorf("resolve image %s: %w", ref, perr)
+	}
 	if err != nil {
 		return runtime.Image{}, err
 	}
