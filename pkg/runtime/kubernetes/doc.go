@@ -87,4 +87,14 @@
 //
 // Every API call runs under the caller's deadline, or [CallTimeout] when it
 // has none; watches, log streams and exec sessions end with their context.
+// The API server answers even when the node's container runtime is wedged
+// on a pod (its containerd shim stopped): what hangs then is the kubelet's
+// exec and kill. So an exec that has said nothing within
+// Options.EngineTimeout is checked with an empty command, and given up if
+// that does not run either; a pod the kubelet has not stopped within its
+// grace period and the engine timeout is given up; both are recorded as
+// stalls ([Kube.Stalls], [runtime.StallReporter]) that ohctl show and
+// ohctl doctor list, and fail with [runtime.ErrEngineTimeout]. The
+// kubelet's other pods go on meanwhile. [RouteClientLogs] sends
+// client-go's own log lines to ohd's log at debug level.
 package kubernetes
