@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
-	"github.com/ohd-dev/ohd/internal/testimage"
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
@@ -39,9 +37,11 @@ type createFailure struct {
 // the container gets ready; a broker that cannot open), the undo finishes
 // the record: failed, naming the step, no undo pending, nothing left, and
 // the API shows no such conversation, all without a restart of ohd.
-func TestAPICreateFailuresFinishTheRecord(t *testing.T) {
-	testenv.RequireDocker(t)
-	img := testimage.Ensure(t)
+func TestBackendAPICreateFailuresFinishTheRecord(t *testing.T) {
+	eachBackend(t, testAPICreateFailuresFinishTheRecord)
+}
+
+func testAPICreateFailuresFinishTheRecord(t *testing.T, b backend) {
 	groups := []struct {
 		name  string
 		args  []string
@@ -64,9 +64,7 @@ func TestAPICreateFailuresFinishTheRecord(t *testing.T) {
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
-			args := append([]string{"--image", img, "--memory", "268435456"}, g.args...)
-			d := startDaemon(t, daemonOptions{Runtime: "docker", Args: args, Env: g.env})
-			t.Cleanup(func() { removeServerContainers(t, d) })
+			d := b.start(t, daemonOptions{Args: g.args, Env: g.env})
 			for _, tc := range g.cases {
 				t.Run(tc.name, func(t *testing.T) { runCreateFailure(t, d, tc, g.retry) })
 			}
@@ -139,8 +137,8 @@ func runCreateFailure(t *testing.T, d *daemon, tc createFailure, retry bool) {
 // directory, worktree, branch or worktree folder.
 func assertNothingLeftOf(t *testing.T, d *daemon, repo, id string) {
 	t.Helper()
-	if out := run(t, "docker", "ps", "-aq", "--filter", "label=dev.ohd.conversation="+id); strings.TrimSpace(out) != "" {
-		t.Errorf("containers left: %s", out)
+	if left := backendOf(d).ofConversation(t, id); len(left) > 0 {
+		t.Errorf("containers left: %v", left)
 	}
 	if _, err := os.Lstat(filepath.Join(d.dirs.Run, "conversations", id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket dir left: %v", err)
@@ -159,18 +157,28 @@ func assertNothingLeftOf(t *testing.T, d *daemon, repo, id string) {
 // waitHeldCreate returns once the conversation's inner server holds the
 // create (standin_hold), so the client gives up in the forward step.
 func waitHeldCreate(t *testing.T, d *daemon, id string) {
+	b := backendOf(d)
 	waitForQuiet(2*time.Minute, func() bool {
-		out, _ := exec.Command("sh", "-c", "docker logs $(docker ps -q --filter label=dev.ohd.conversation="+id+") 2>&1").Output()
-		return strings.Contains(string(out), "holding the create")
+		for _, c := range b.ofConversation(t, id) {
+			if strings.Contains(b.output(t, c), "holding the create") {
+				return true
+			}
+		}
+		return false
 	})
 }
 
 // waitContainerOf returns once the conversation's container runs (and
 // its inner server is not ready: the readiness wait is under way).
 func waitContainerOf(t *testing.T, d *daemon, id string) {
+	b := backendOf(d)
 	waitForQuiet(2*time.Minute, func() bool {
-		out, _ := dockerCmd("ps", "-q", "--filter", "label=dev.ohd.conversation="+id).Output()
-		return strings.TrimSpace(string(out)) != ""
+		for _, c := range b.ofConversation(t, id) {
+			if b.running(t, c) {
+				return true
+			}
+		}
+		return false
 	})
 }
 
