@@ -36,13 +36,13 @@ test: fmt-check vet ## gofmt check, go vet, and every test with -race (Docker te
 # with OHD_KUBE=1 (none skips; -count=1: a cached pass says nothing of
 # this cluster), scripts/kube/down tears it down whatever
 # they did. The crash and load tests run shorter here than in make test
-# (each crash point once, 10 random kills, 20 live conversations, 20
+# (each crash point once, 10 random kills, 20 live conversations, 10
 # fault-injection iterations): what
 # is the runtime's (each step a kill can land after, adoption, removal)
 # is the same at every count, the daemon's recovery is shared with the
 # Docker rows, which run the full counts, and the one node has two cores.
 KUBERUN ?= /var/lib/ohd-kube
-KUBECOUNTS ?= OHD_CRASH_RUNS=1 OHD_CRASH_KILLS=10 OHD_LOAD_CONVERSATIONS=20 OHD_FAULT_ITERATIONS=20
+KUBECOUNTS ?= OHD_CRASH_RUNS=1 OHD_CRASH_KILLS=10 OHD_LOAD_CONVERSATIONS=20 OHD_FAULT_ITERATIONS=10
 test-kube: ## bring up a one-node Kubernetes cluster, run the Kubernetes tests (both backends where they differ) against it, tear it down
 	./scripts/kube/up
 	. $(KUBERUN)/env && OHD_KUBE=1 $(KUBECOUNTS) $(GO) test -race -count=1 -timeout 60m -json -run 'Kube|Backend/kubernetes' ./pkg/runtime/kubernetes/ ./packaging/ ./integration/ | $(TESTSUMMARY); \
