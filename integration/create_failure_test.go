@@ -160,7 +160,9 @@ func waitHeldCreate(t *testing.T, d *daemon, id string) {
 	b := backendOf(d)
 	waitForQuiet(2*time.Minute, func() bool {
 		for _, c := range b.ofConversation(t, id) {
-			if strings.Contains(b.output(t, c), "holding the create") {
+			// Only a running container has a log to read (a pod being
+			// created has none yet, and reading it fails the test).
+			if b.running(t, c) && strings.Contains(b.output(t, c), "holding the create") {
 				return true
 			}
 		}
