@@ -61,13 +61,7 @@ func newEngineRelay(t testing.TB) *engineRelay {
 // names (certificates name hosts, not ports).
 func newAPIServerRelay(t testing.TB, upstream string) *engineRelay {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	r := &engineRelay{t: t, network: "tcp", path: addr, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	r := &engineRelay{t: t, network: "tcp", path: freePort(t), upstream: upstream, conns: map[net.Conn]struct{}{}}
 	t.Cleanup(r.cut)
 	r.restore()
 	return r
