@@ -96,6 +96,14 @@ func testWedgedContainerHangsNothing(t *testing.T, be backend) {
 	if !strings.Contains(doc, "timed out at") {
 		t.Errorf("ohctl doctor does not report the stall:\n%s", doc)
 	}
+	// ... with what the operator can do about it: the engine's fix.
+	fix := "restart the Docker engine"
+	if be.name == "kubernetes" {
+		fix = "restart its container runtime (containerd) and then the kubelet"
+	}
+	if !strings.Contains(doc, fix) {
+		t.Errorf("ohctl doctor does not say what to do about the stall (%q):\n%s", fix, doc)
+	}
 	if !strings.Contains(d.logs.String(), "on "+stalledObject(be, a.ContainerID)+" timed out at") {
 		t.Errorf("ohd's log does not report the stalled call:\n%s", tail(grepOut(d.logs.String(), `"level":"DEBUG"`), 20))
 	}
