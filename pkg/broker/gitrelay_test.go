@@ -603,6 +603,40 @@ func TestGitRelayMasksEchoedToken(t *testing.T) {
 	}
 }
 
+// TestGitRelayCutAnswerIsCut: the host's connection is lost in the middle
+// of its answer: git's read through the relay ends in an error, never in
+// a clean end that would pass a part of a pack or a ref list for the
+// whole; the audit says upstream_interrupted.
+func TestGitRelayCutAnswerIsCut(t *testing.T) {
+	e := newEnv(t)
+	host := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/x-git-upload-pack-advertisement")
+		fmt.Fprint(w, "001e# service=git-upload-pack\n")
+		w.(http.Flusher).Flush()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(host.Close)
+	addr := strings.TrimPrefix(host.URL, "http://")
+	e.be.SetGitCredential(addr, broker.GitCredential{Username: "x-access-token", Password: []byte(gitToken), Scheme: "http"})
+	ep := e.open(broker.Conversation{ID: "conv-c", UID: os.Geteuid(), GID: os.Getegid(), Epoch: 1, Grants: broker.Grants{Git: []string{addr}}})
+	n := e.auditCount()
+	req, _ := http.NewRequest(http.MethodGet, "http://x/v1/git/"+addr+"/r.git/info/refs?service=git-upload-pack", nil)
+	resp, err := e.client(ep).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Errorf("a cut answer read to a clean end (%q): git takes the part for the whole", got)
+	}
+	if rec := e.audit(n + 1); rec.Reason != "upstream_interrupted" {
+		t.Errorf("audit of a cut answer = %+v, want reason upstream_interrupted", rec)
+	}
+}
+
 // clone clones acme/widgets.git through g's relay and returns the work
 // tree.
 func (g *gitRelay) clone(t *testing.T) string {
