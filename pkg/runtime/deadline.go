@@ -76,6 +76,15 @@ func (s *StallLog) Add(st Stall) {
 	}
 }
 
+// Record stamps st with the time, adds it, and logs it as a warning of
+// the runtime named who ("docker runtime"); it returns st as recorded.
+func (s *StallLog) Record(log *slog.Logger, who string, st Stall) Stall {
+	st.At = time.Now().UTC()
+	s.Add(st)
+	log.Warn(who+": "+st.String()+"; ohd gave up on it", "op", st.Op, "container", st.Container, "timeout", st.Timeout)
+	return st
+}
+
 // All returns the stalls recorded, oldest first.
 func (s *StallLog) All() []Stall {
 	s.mu.Lock()
@@ -113,9 +122,7 @@ func (b *bounded) call(ctx context.Context, op, obj string, timeout time.Duratio
 }
 
 func (b *bounded) stall(op, obj string, timeout time.Duration) {
-	st := Stall{Op: op, Container: obj, At: time.Now().UTC(), Timeout: timeout}
-	b.stalls.Add(st)
-	b.log.Warn("docker runtime: "+st.String()+"; ohd gave up on it", "op", op, "container", shortID(obj), "timeout", timeout)
+	b.stalls.Record(b.log, "docker runtime", Stall{Op: op, Container: obj, Timeout: timeout})
 }
 
 func (b *bounded) Ping(ctx context.Context, o client.PingOptions) (r client.PingResult, err error) {

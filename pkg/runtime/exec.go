@@ -150,9 +150,7 @@ func (d *Docker) execStuck(ctx context.Context, id, execID string) bool {
 	case err != nil && !errors.Is(err, ErrEngineTimeout):
 		return false // gone, or the engine answered: the read will end
 	}
-	st := Stall{Op: "exec start", Container: id, At: time.Now().UTC(), Timeout: d.engineTimeout}
-	d.stalls.Add(st)
-	d.log.Warn("docker runtime: "+st.String()+"; ohd gave up on the command", "container", shortID(id))
+	d.stalls.Record(d.log, "docker runtime", Stall{Op: "exec start", Container: id, Timeout: d.engineTimeout})
 	return true
 }
 

@@ -168,10 +168,7 @@ func (k *Kube) execStuck(ctx context.Context, id string) bool {
 
 // stall records that ohd gave up on op on pod id after timeout.
 func (k *Kube) stall(op, id string, timeout time.Duration) runtime.Stall {
-	st := runtime.Stall{Op: op, Container: id, Kind: "pod", At: time.Now().UTC(), Timeout: timeout}
-	k.stalls.Add(st)
-	k.log.Warn("kubernetes runtime: "+st.String()+"; ohd gave up on it", "op", op, "pod", id, "timeout", timeout)
-	return st
+	return k.stalls.Record(k.log, "kubernetes runtime", runtime.Stall{Op: op, Container: id, Kind: "pod", Timeout: timeout})
 }
 
 // Stalls returns the calls on pods ohd gave up on, oldest first.
