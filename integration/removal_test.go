@@ -362,3 +362,60 @@ func grepLines(s string, pats ...string) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// TestBackendRemovalRightAfterTheUserSavedFiles: the user saves files in
+// the conversation's worktree (private ones, 0600, as editors make their
+// backups) and runs `ohctl rm` at once. The watcher shares what the user
+// makes some milliseconds later, and passes nothing once a removal is
+// marked, so a removal that came first failed on those files (its save
+// reads the tree as the agent). The removal now asks the watcher to share
+// what is queued before it marks the conversation (Watcher.Settle): it
+// succeeds, and the snapshot holds every file.
+func TestBackendRemovalRightAfterTheUserSavedFiles(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		d := b.daemon(t)
+		repo := testenv.NewRepo(t, testenv.RepoOptions{Owner: &testenv.Owner{UID: 1000, GID: 1000}})
+		var c store.Conversation
+		d.ohctlJSON(&c, "create", "--repo", repo, "--worktree")
+		// A burst, so that the watcher's pass is still to come when the
+		// removal arrives.
+		var names []string
+		for i := range 200 {
+			name := filepath.Join("saved", "d"+strconv.Itoa(i%10), "f"+strconv.Itoa(i)+".txt")
+			p := filepath.Join(c.Worktree, name)
+			if i < 10 {
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chown(filepath.Dir(p), 1000, 1000); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(p, []byte("saved "+strconv.Itoa(i)+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(p, 1000, 1000); err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, name)
+		}
+		if err := os.Chown(filepath.Join(c.Worktree, "saved"), 1000, 1000); err != nil {
+			t.Fatal(err)
+		}
+		out, err := d.ohctlErr("rm", c.ID)
+		if err != nil {
+			t.Fatalf("rm right after the user saved files: %v\n%s\n%s", err, out, grepLines(d.logs.String(), "watch", "shar", "settle"))
+		}
+		var rm store.Conversation
+		d.ohctlJSON(&rm, "show", c.ID)
+		if rm.State != store.StateDeleted || rm.Removal == nil || rm.Removal.SnapshotRef == "" {
+			t.Fatalf("after rm: state %s, removal %+v", rm.State, rm.Removal)
+		}
+		for _, name := range []string{names[0], names[len(names)-1]} {
+			got := testenv.Git(t, repo, "-c", "safe.directory=*", "show", rm.Removal.SnapshotRef+":"+filepath.ToSlash(name))
+			if !strings.HasPrefix(got, "saved ") {
+				t.Errorf("the snapshot's %s = %q", name, got)
+			}
+		}
+	})
+}

@@ -568,7 +568,7 @@ func newOHDSide(ctx context.Context, dir, helper string, opts CreateOptions, rec
 			if opts.OnStep != nil {
 				opts.OnStep(id, step, d)
 			}
-		}, Logger: quiet,
+		}, Logger: dbg,
 	}); err != nil {
 		return nil, err
 	}

@@ -65,6 +65,11 @@ func (m *Manager) remove(ctx context.Context, id string, opts RemoveOptions) (st
 	if err := removable(conv, opts); err != nil {
 		return conv, err
 	}
+	// What the user made until now is shared before the mark, after which
+	// the watcher passes nothing: the save reads the tree as the agent.
+	if !opts.Discard {
+		m.settleWatch(ctx, id)
+	}
 	conv, err = m.st.UpdateConversation(id, func(c *store.Conversation) error {
 		if c.Removal == nil || !c.Removal.Done {
 			c.Removal = &store.Removal{RequestedAt: time.Now().UTC(), Discard: opts.Discard}

@@ -2,7 +2,10 @@ package conversation
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/ohd-dev/ohd/pkg/failpoint"
 	"github.com/ohd-dev/ohd/pkg/gitboundary"
@@ -27,6 +30,11 @@ type treeWatchers struct {
 	starting map[string]bool
 	ended    map[string]bool
 	wg       sync.WaitGroup
+	// settleDir holds the watchers' marker directories (Settle), under
+	// the runtime directory; what an ohd that crashed left there goes
+	// before the first watcher of this one starts.
+	settleOnce sync.Once
+	settleDir  string
 }
 
 // watching reports whether c's watcher runs healthy (every directory
@@ -88,12 +96,24 @@ func (m *Manager) startWatch(ctx context.Context, c store.Conversation, meanwhil
 		cur, err := m.st.Conversation(id)
 		return err == nil && cur.Removal == nil && cur.State != store.StateDeleted && ctx.Err() == nil
 	}
+	m.tw.settleOnce.Do(func() {
+		dir := filepath.Join(m.cfg.RuntimeDir, "watch-settle")
+		if err := os.RemoveAll(dir); err != nil {
+			m.log.Warn("remove the tree watchers' old marker directories", "dir", dir, "err", err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			m.log.Warn("make the tree watchers' marker directory (the system's temporary directory is used)", "dir", dir, "err", err)
+			return
+		}
+		m.tw.settleDir = dir
+	})
 	var w *gitboundary.Watcher
 	if live() {
 		var err error
 		w, err = gitboundary.Watch(tree, boundaryIDs(c), gitboundary.WatchOptions{
-			Allow:   live,
-			OnError: func(err error) { m.log.Warn("could not share what the user made with the agent", "id", id, "err", err) },
+			Allow:     live,
+			OnError:   func(err error) { m.log.Warn("could not share what the user made with the agent", "id", id, "err", err) },
+			SettleDir: m.tw.settleDir,
 		})
 		switch {
 		case err != nil:
@@ -138,6 +158,32 @@ func (m *Manager) shareMadeMeanwhile(c store.Conversation, live func() bool) {
 		m.log.Warn("could not share what the user made with the agent", "id", c.ID, "err", err)
 	}
 }
+
+// settleWatch shares what the user made in id's tree until now, if its
+// watcher runs (gitboundary.Watcher.Settle): a removal asks it before it
+// marks the conversation, after which the watcher shares nothing, so that
+// a file the user saved a moment before is the agent's to read when the
+// save reads the tree as the agent. It waits at most settleTimeout; a
+// watcher that does not answer in time leaves the removal as it was
+// before (its save may fail on that file, changing nothing).
+func (m *Manager) settleWatch(ctx context.Context, id string) {
+	m.tw.mu.Lock()
+	w := m.tw.watching[id]
+	m.tw.mu.Unlock()
+	if w == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	if err := w.Settle(sctx); err != nil {
+		m.log.Warn("the tree watcher did not share what the user made before the removal", "id", id, "err", err)
+	}
+}
+
+// settleTimeout bounds settleWatch: a pass over what a burst of events
+// named (an archive unpacked a moment before) takes milliseconds to
+// seconds.
+const settleTimeout = 10 * time.Second
 
 // unwatch stops id's watcher, if any, and waits for its pass in progress;
 // forGood (the removal) keeps one from starting again. A watcher still

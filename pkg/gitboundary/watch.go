@@ -1,10 +1,12 @@
 package gitboundary
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +44,9 @@ type WatchOptions struct {
 	Allow func() bool
 	// OnError is told what a pass could not do (nil: nothing).
 	OnError func(error)
+	// SettleDir is where the watcher makes the private directory of
+	// Settle's markers (removed by Close). Default os.TempDir().
+	SettleDir string
 }
 
 // Watcher shares what the user makes in a tree while it runs (Watch).
@@ -61,9 +66,21 @@ type Watcher struct {
 	missed   bool // a watch could not be placed since the last full walk
 	passes   int
 
+	// Settle's markers: a private directory, watched by the same inotify
+	// instance, where each Settle makes a file; its event comes after
+	// every event queued before it (one queue per instance, in order).
+	settleDir string
+	settleWd  int32
+	settleSeq uint64
+	settles   map[string]chan struct{} // marker name -> its Settle
+
 	stop, loopDone, readerDone chan struct{}
 	once                       sync.Once
 }
+
+// settleMark prefixes a Settle marker's name among the names the reader
+// passes to the loop (no name under the tree starts with a NUL).
+const settleMark = "\x00settle:"
 
 // watchMask: a name made or moved into a directory, and the directory's
 // own end.
@@ -112,13 +129,82 @@ func Watch(root string, ids IDs, opts WatchOptions) (*Watcher, error) {
 		loopDone:   make(chan struct{}),
 		readerDone: make(chan struct{}),
 	}
-	if err := walk(root, &watchPlacer{w: w}); err != nil {
+	fail := func(err error) (*Watcher, error) {
 		w.in.Close()
 		unix.Close(rfd)
+		if w.settleDir != "" {
+			os.RemoveAll(w.settleDir)
+		}
 		return nil, fmt.Errorf("watch %s: %w", root, err)
+	}
+	if w.settleDir, err = os.MkdirTemp(opts.SettleDir, "ohd-watch-settle-"); err != nil {
+		return fail(err)
+	}
+	wd, err := unix.InotifyAddWatch(ifd, w.settleDir, unix.IN_CREATE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+	if err != nil {
+		return fail(fmt.Errorf("inotify: %w", err))
+	}
+	w.settleWd, w.settles = int32(wd), map[string]chan struct{}{}
+	if err := walk(root, &watchPlacer{w: w}); err != nil {
+		return fail(err)
 	}
 	go w.run()
 	return w, nil
+}
+
+// Settle returns once what the user made in the tree before it was called
+// is shared: the watcher reads every event the kernel queued until then
+// and runs their pass at once, not after the debounce. A removal calls it
+// before it marks the conversation (from then on no pass runs), so that a
+// file the user saved a moment before `ohctl rm` is the agent's to read
+// when the save reads the tree as the agent. It fails when ctx ends or the
+// watcher is closed first; a pass that Allow refuses shares nothing.
+func (w *Watcher) Settle(ctx context.Context) error {
+	w.mu.Lock()
+	if w.settles == nil {
+		w.mu.Unlock()
+		return errors.New("settle the tree watcher: it is closed")
+	}
+	w.settleSeq++
+	name := strconv.FormatUint(w.settleSeq, 10)
+	done := make(chan struct{})
+	w.settles[name] = done
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		if w.settles != nil {
+			delete(w.settles, name)
+		}
+		w.mu.Unlock()
+	}()
+	marker := filepath.Join(w.settleDir, name)
+	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("settle the tree watcher of %s: %w", w.root, err)
+	}
+	f.Close()
+	defer os.Remove(marker)
+	select {
+	case <-done:
+		return nil
+	case <-w.stop:
+		return fmt.Errorf("settle the tree watcher of %s: it is closed", w.root)
+	case <-ctx.Done():
+		return fmt.Errorf("settle the tree watcher of %s: %w", w.root, ctx.Err())
+	}
+}
+
+// settled tells the Settles whose markers names holds (all waiting ones,
+// when all) that their pass has run.
+func (w *Watcher) settled(names []string, all bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for name, done := range w.settles {
+		if all || slices.Contains(names, name) {
+			close(done)
+			delete(w.settles, name)
+		}
+	}
 }
 
 // Degraded reports whether some directory of the tree has no watch (the
@@ -154,6 +240,12 @@ func (w *Watcher) Close() error {
 		err = w.in.Close() // wakes the reader; the kernel drops every watch
 		<-w.readerDone
 		unix.Close(w.rootFd)
+		w.mu.Lock()
+		w.settles = nil // a Settle from now on fails; those waiting see stop
+		w.mu.Unlock()
+		if rerr := os.RemoveAll(w.settleDir); err == nil {
+			err = rerr
+		}
 	})
 	return err
 }
@@ -232,15 +324,32 @@ func (w *Watcher) run() {
 			if len(pending) == 0 && !full {
 				first = time.Now()
 			}
+			var settles []string
+			overflow := false
 			for _, n := range names {
 				switch {
+				case strings.HasPrefix(n, settleMark):
+					settles = append(settles, strings.TrimPrefix(n, settleMark))
 				case n == "":
-					full = true // the queue overflowed: walk everything
+					full, overflow = true, true // the queue overflowed: walk everything
 				case len(pending) >= w.opts.MaxPending:
 					full = true
 				default:
 					pending[n] = true
 				}
+			}
+			if len(settles) > 0 || overflow && w.settling() {
+				// A Settle waits: everything queued before its marker
+				// has been read; share it now. After an overflow (a
+				// marker may be lost) the whole tree is walked, which
+				// covers every Settle waiting.
+				timer.Stop()
+				if len(pending) > 0 || full {
+					w.pass(pending, full)
+					pending, full = map[string]bool{}, false
+				}
+				w.settled(settles, overflow)
+				continue
 			}
 			wait := w.opts.Debounce
 			if late := 10*w.opts.Debounce - time.Since(first); late < wait {
@@ -254,8 +363,16 @@ func (w *Watcher) run() {
 	}
 }
 
+// settling reports whether a Settle waits.
+func (w *Watcher) settling() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.settles) > 0
+}
+
 // parse returns the paths (relative to root) the events in b name; ""
-// stands for a queue overflow.
+// stands for a queue overflow, settleMark and a name for a Settle's
+// marker.
 func (w *Watcher) parse(b []byte) []string {
 	var out []string
 	w.mu.Lock()
@@ -272,6 +389,10 @@ func (w *Watcher) parse(b []byte) []string {
 		case ev.Mask&unix.IN_Q_OVERFLOW != 0:
 			w.degraded = true
 			out = append(out, "")
+		case ev.Wd == w.settleWd:
+			if ev.Mask&unix.IN_CREATE != 0 && name != "" {
+				out = append(out, settleMark+name)
+			}
 		case ev.Mask&unix.IN_IGNORED != 0:
 			delete(w.watches, ev.Wd)
 		case ev.Mask&(unix.IN_MOVE_SELF|unix.IN_DELETE_SELF) != 0:

@@ -1,6 +1,7 @@
 package gitboundary
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -313,4 +314,68 @@ func TestWatchPastMaxPendingWalksAll(t *testing.T) {
 		_, err := runAs(t, testAgent, root, "sh", "-c", "for i in 1 2 3 4 5 6; do echo a >> f$i || exit 1; done; echo a >> d/x")
 		return err == nil
 	})
+}
+
+// TestWatchSettleSharesAtOnce: Settle returns once what the user made
+// before it is shared, without waiting for the debounce (here far longer
+// than the test); it leaves no marker behind, and fails on a closed
+// watcher. Without Settle the file would be shared only after a minute.
+func TestWatchSettleSharesAtOnce(t *testing.T) {
+	needRoot(t)
+	root := ownedTree(t, map[string]string{"README": "r\n", "docs/a.md": "a\n"})
+	if _, err := Borrow(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+	settleDir := t.TempDir()
+	fds := openFds(t)
+	w, err := Watch(root, testIDs, WatchOptions{Debounce: 6 * time.Second, SettleDir: settleDir,
+		OnError: func(err error) { t.Errorf("watcher: %v", err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentMay := func(cmd string) bool {
+		_, err := runAs(t, testAgent, root, "sh", "-c", cmd)
+		return err == nil
+	}
+	for i, cmd := range []string{
+		"umask 022; echo saved > docs/new.md",
+		"umask 022; mkdir -p fresh/deep && echo f > fresh/deep/f && echo s > docs/a.swp && mv docs/a.swp docs/a.md",
+	} {
+		mustRunAs(t, testOwner, root, "sh", "-c", cmd)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		t0 := time.Now()
+		err := w.Settle(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Settle %d: %v", i, err)
+		}
+		if took := time.Since(t0); took > 5*time.Second {
+			t.Errorf("Settle %d took %v: it waited for the debounce", i, took)
+		}
+	}
+	for _, cmd := range []string{"cat docs/new.md", "echo x >> docs/new.md", "echo x >> docs/a.md", "echo x >> fresh/deep/f", "touch fresh/deep/g"} {
+		if !agentMay(cmd) {
+			t.Errorf("right after Settle the agent may not %s", cmd)
+		}
+	}
+	if ents, err := os.ReadDir(settleDir); err != nil || len(ents) != 1 {
+		t.Errorf("the settle directory holds %v (%v), want the watcher's own directory only", ents, err)
+	} else if markers, _ := os.ReadDir(filepath.Join(settleDir, ents[0].Name())); len(markers) != 0 {
+		t.Errorf("Settle left markers: %v", markers)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(settleDir); len(ents) != 0 {
+		t.Errorf("Close left %v in the settle directory", ents)
+	}
+	if got := openFds(t); got != fds {
+		t.Errorf("%d descriptors open after Close, %d before Watch", got, fds)
+	}
+	if err := w.Settle(context.Background()); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Errorf("Settle after Close = %v, want an error saying it is closed", err)
+	}
 }
