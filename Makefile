@@ -82,6 +82,7 @@ fuzz-long: ## run every fuzz target for 10 minutes
 
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+SYSCTLDIR ?= $(PREFIX)/lib/sysctl.d
 
 install: build ## install binaries and service files (PREFIX=/usr/local; starts nothing)
 	install -d $(DESTDIR)$(PREFIX)/bin
@@ -94,6 +95,9 @@ ifeq ($(shell uname -s),Linux)
 	install -d $(DESTDIR)$(SYSUSERSDIR)
 	install -m 0644 packaging/systemd/ohd-agent.sysusers $(DESTDIR)$(SYSUSERSDIR)/ohd-agent.conf
 	-[ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null && systemd-sysusers $(SYSUSERSDIR)/ohd-agent.conf
+	install -d $(DESTDIR)$(SYSCTLDIR)
+	install -m 0644 packaging/systemd/ohd.sysctl $(DESTDIR)$(SYSCTLDIR)/60-ohd.conf
+	-[ -z "$(DESTDIR)" ] && command -v systemd-sysctl >/dev/null && systemd-sysctl $(SYSCTLDIR)/60-ohd.conf
 	@echo "next: sudo systemctl daemon-reload && sudo systemctl enable --now ohd (see packaging/README.md)"
 endif
 ifeq ($(shell uname -s),Darwin)
@@ -105,7 +109,7 @@ endif
 uninstall: ## remove installed binaries and unit files (state is kept: see README)
 	rm -f $(DESTDIR)$(PREFIX)/bin/ohd $(DESTDIR)$(PREFIX)/bin/ohctl
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.service $(DESTDIR)$(SYSTEMDUNITDIR)/ohd.socket $(DESTDIR)$(SYSTEMDUNITDIR)/ohd-api.socket
-	rm -f $(DESTDIR)$(SYSUSERSDIR)/ohd-agent.conf
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/ohd-agent.conf $(DESTDIR)$(SYSCTLDIR)/60-ohd.conf
 
 clean: ## remove build output
 	rm -rf $(BIN)
