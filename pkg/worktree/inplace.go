@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ohd-dev/ohd/pkg/gitindex"
 	"github.com/ohd-dev/ohd/pkg/hardgit"
 )
 
@@ -504,19 +505,30 @@ func (m *Manager) ensureSubmoduleDir(top, rel string, uid, gid int) error {
 }
 
 // gitlinks lists the submodule paths (gitlinks) of the index of the git
-// dir gitDir, whose work tree is workTree, through hardened git (ls-files
-// reads no file of the work tree).
+// dir gitDir, whose work tree is workTree: read from the index file itself
+// (package gitindex: a large repository's index is read in a millisecond,
+// where git lists every entry), or, for an index that package does not
+// read, through hardened git (ls-files reads no file of the work tree).
 func (m *Manager) gitlinks(workTree, gitDir string, uid, gid int) ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
-	defer cancel()
-	out, err := m.git(ctx, gitTarget{Dir: workTree, GitDir: gitDir, WorkTree: workTree, UID: uid, GID: gid}, runOpts{}, "ls-files", "--stage", "-z")
-	if err != nil {
-		return nil, fmt.Errorf("list the submodules of %s: %w", workTree, err)
+	var links []string
+	if read, err := gitindex.Gitlinks(filepath.Join(gitDir, "index"), uid); err == nil {
+		links = read
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+		defer cancel()
+		out, err := m.git(ctx, gitTarget{Dir: workTree, GitDir: gitDir, WorkTree: workTree, UID: uid, GID: gid}, runOpts{}, "ls-files", "--stage", "-z")
+		if err != nil {
+			return nil, fmt.Errorf("list the submodules of %s: %w", workTree, err)
+		}
+		for _, e := range strings.Split(out, "\x00") {
+			if meta, path, ok := strings.Cut(e, "\t"); ok && strings.HasPrefix(meta, "160000 ") {
+				links = append(links, path)
+			}
+		}
 	}
 	var paths []string
-	for _, e := range strings.Split(out, "\x00") {
-		meta, path, ok := strings.Cut(e, "\t")
-		if ok && strings.HasPrefix(meta, "160000 ") && cleanRelPath(path) {
+	for _, path := range links {
+		if cleanRelPath(path) {
 			paths = append(paths, path)
 		}
 	}
