@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
 // In place: the conversation works in the repository's own folder (what
@@ -457,7 +458,7 @@ func submoduleGitDir(sub, dg string, st fs.FileInfo) string {
 	if st.IsDir() {
 		return dg
 	}
-	b, err := readHostFile(dg, 4096)
+	b, err := nofollow.ReadFile(dg, 4096)
 	if err != nil {
 		return ""
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/packcheck"
 	"github.com/ohd-dev/ohd/pkg/repolock"
+	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
 // Options configures a Manager; the zero value of optional fields is safe.
@@ -363,4 +364,4 @@ func lexists(path string) (bool, error) {
 // readLinkFile reads a small file (a .git or gitdir file) without
 // following a final symlink: the agent can write both, and ohd may be
 // root.
-func readLinkFile(path string) ([]byte, error) { return readHostFile(path, maxLinkFile) }
+func readLinkFile(path string) ([]byte, error) { return nofollow.ReadFile(path, maxLinkFile) }
