@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // Health is the state of one worktree as the host repository sees it, for
@@ -88,7 +89,7 @@ func dotGitPointsAt(path, admin string) bool {
 // commonDirOrRepo is either a git common dir or any directory inside a work
 // tree. For doctor: an entry whose Prunable is true has a gitdir that does
 // not resolve on the host (for example one created inside a container).
-func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]Registration, error) {
+func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]porcelain.Registration, error) {
 	dir, err := checkWorkspace(commonDirOrRepo)
 	if err != nil {
 		return nil, fmt.Errorf("worktree registrations: %w", err)
@@ -129,7 +130,7 @@ func looksLikeGitDir(dir string) bool {
 	return true
 }
 
-func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid int) ([]Registration, error) {
+func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid int) ([]porcelain.Registration, error) {
 	if m.euid != 0 && uid != m.euid {
 		return nil, hardgit.OwnerError(uid, m.euid)
 	}
@@ -137,5 +138,5 @@ func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid 
 	if err != nil {
 		return nil, err
 	}
-	return ParseWorktreeList([]byte(out))
+	return porcelain.ParseWorktreeList([]byte(out))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // In place: the conversation works in the repository's own folder (what
@@ -515,9 +516,8 @@ func (m *Manager) gitlinks(workTree, gitDir string, uid, gid int) ([]string, err
 		return nil, fmt.Errorf("list the submodules of %s: %w", workTree, err)
 	}
 	var paths []string
-	for _, e := range strings.Split(out, "\x00") {
-		meta, path, ok := strings.Cut(e, "\t")
-		if ok && strings.HasPrefix(meta, "160000 ") && cleanRelPath(path) {
+	for _, path := range porcelain.Gitlinks(out) {
+		if cleanRelPath(path) {
 			paths = append(paths, path)
 		}
 	}

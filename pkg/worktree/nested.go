@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // A nested repository is a directory of the worktree with a .git of its
@@ -50,7 +52,7 @@ func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) ([]string,
 		return nil, fmt.Errorf("status of the working tree: %w", err)
 	}
 	var empty []string
-	for _, dir := range untrackedDirs(status) {
+	for _, dir := range porcelain.UntrackedDirs(status) {
 		if !isNestedRepo(filepath.Join(t.WorkTree, dir)) {
 			continue
 		}
@@ -74,20 +76,6 @@ func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) ([]string,
 		return nil, fmt.Errorf("add the working tree to a temporary index: %w", err)
 	}
 	return empty, nil
-}
-
-// untrackedDirs returns the directories of a `status --porcelain=v1 -z
-// --untracked-files=all` output: with every untracked file listed one by
-// one, git lists a directory ("?? dir/") only when it is a repository of
-// its own, which it does not look into.
-func untrackedDirs(status string) []string {
-	var dirs []string
-	for _, e := range strings.Split(status, "\x00") {
-		if p, ok := strings.CutPrefix(e, "?? "); ok && strings.HasSuffix(p, "/") {
-			dirs = append(dirs, strings.TrimSuffix(p, "/"))
-		}
-	}
-	return dirs
 }
 
 // isNestedRepo reports whether dir is a real directory (not a symlink)
@@ -155,16 +143,11 @@ func (m *Manager) nestedTree(ctx context.Context, wt Worktree, dir string, memo 
 	}
 	// Nested repositories inside: those with a commit are gitlinks in the
 	// new index, those without are still untracked.
-	var cands []string
 	staged, err := m.git(ctx, nt, no, "ls-files", "-z", "--stage")
 	if err != nil {
 		return "", nil, err
 	}
-	for _, e := range strings.Split(staged, "\x00") {
-		if meta, path, ok := strings.Cut(e, "\t"); ok && strings.HasPrefix(meta, "160000 ") {
-			cands = append(cands, path)
-		}
-	}
+	cands := porcelain.Gitlinks(staged)
 	others, err := m.git(ctx, nt, no, "ls-files", "-z", "--others", "--exclude-standard", "--directory")
 	if err != nil {
 		return "", nil, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // Snapshot records the uncommitted state of wt (modified, staged and
@@ -86,7 +87,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox boo
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("status of the worktree: %w", err)
 	}
-	clean, ignored := splitIgnored(out)
+	clean, ignored := porcelain.SplitIgnored(out)
 	if clean == "" {
 		return "", nil, ignored, nil
 	}
@@ -141,7 +142,7 @@ func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox boo
 	}
 	if inSandbox {
 		budget := maxNested
-		if nested, err = m.addNestedRepos(ctx, wt, t, o, memo, tmp, untrackedDirs(clean), 0, &budget); err != nil {
+		if nested, err = m.addNestedRepos(ctx, wt, t, o, memo, tmp, porcelain.UntrackedDirs(clean), 0, &budget); err != nil {
 			return "", nil, nil, err
 		}
 	}
@@ -239,22 +240,4 @@ func (m *Manager) copyIndex(src, dst string, uid, gid int) error {
 // the same size, look unchanged, and its change would be lost.
 func keepIndexTime(dst string, st fs.FileInfo) error {
 	return os.Chtimes(dst, time.Time{}, st.ModTime())
-}
-
-// splitIgnored separates a `status --porcelain=v1 -z --ignored` output
-// into the rest of it and the ignored paths ("!! path" entries).
-func splitIgnored(status string) (rest string, ignored []string) {
-	if !strings.Contains(status, "!! ") {
-		return status, nil
-	}
-	var b strings.Builder
-	for _, e := range strings.Split(status, "\x00") {
-		if p, ok := strings.CutPrefix(e, "!! "); ok {
-			ignored = append(ignored, p)
-		} else if e != "" {
-			b.WriteString(e)
-			b.WriteByte(0)
-		}
-	}
-	return b.String(), ignored
 }
