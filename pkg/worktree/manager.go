@@ -16,7 +16,6 @@ import (
 	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/packcheck"
 	"github.com/ohd-dev/ohd/pkg/repolock"
-	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
 // Options configures a Manager; the zero value of optional fields is safe.
@@ -360,8 +359,3 @@ func lexists(path string) (bool, error) {
 	}
 	return false, err
 }
-
-// readLinkFile reads a small file (a .git or gitdir file) without
-// following a final symlink: the agent can write both, and ohd may be
-// root.
-func readLinkFile(path string) ([]byte, error) { return nofollow.ReadFile(path, maxLinkFile) }

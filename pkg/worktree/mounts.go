@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 )
 
 // Mount is a bind mount for the conversation's container. Source always
@@ -56,7 +58,7 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 	// starting, since a removal interrupted after it deleted the
 	// registration must still finish. `ohctl doctor` checks the host's
 	// side.
-	if wt.View == "" && !wt.InPlace && (!dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path)) {
+	if wt.View == "" && !wt.InPlace && (!admindir.DotGitPointsAt(wt.Path, wt.AdminDir) || !admindir.PointsAt(wt.AdminDir, wt.Path)) {
 		return nil, fmt.Errorf("worktree mount plan %s: %w: its .git file and %s/gitdir do not point at each other: check `ohctl doctor`, or remove and recreate the conversation", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	var mounts []Mount

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 )
 
 // RestoreOptions say what Restore brings back.
@@ -99,8 +100,8 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 			into = j.Into
 		}
 	}
-	if where := checkedOutIn(opts.CommonDir, branch); where != "" {
-		if j == nil && samePath(where, into) {
+	if where := admindir.CheckedOutIn(opts.CommonDir, branch); where != "" {
+		if j == nil && admindir.SamePath(where, into) {
 			// Finished before (its journal is gone only at the very end):
 			// the retry of a restore whose answer was lost succeeds.
 			m.log.Info("conversation work already restored", "conversation", id, "path", where)
@@ -189,7 +190,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		_ = os.RemoveAll(into)
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
-	admin, err := findAdminDir(opts.CommonDir, into)
+	admin, err := admindir.Find(opts.CommonDir, into)
 	unlock()
 	m.onStep("restore-checkout")
 	if err != nil {

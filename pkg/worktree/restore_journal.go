@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 )
 
 // restoreJournal is what a Restore under way has made, written to ohd's
@@ -189,13 +191,13 @@ func (m *Manager) undoRestore(ctx context.Context, commonDir string, j *restoreJ
 	defer unlock()
 	m.clearStaleRefLocks(commonDir, j)
 	// A restore's git worktree add killed before it wrote gitdir leaves an
-	// admin dir findAdminDir cannot find (found by TestFaultInjection: an
+	// admin dir admindir.Find cannot find (found by TestFaultInjection: an
 	// empty worktrees/restored3 that no git lists, for good).
 	defer m.removeAbandonedAdminsAt(commonDir, j.Into, "restore", "initializing")
 	if ok, _ := lexists(j.Into); ok {
-		admin, ferr := findAdminDir(commonDir, j.Into)
+		admin, ferr := admindir.Find(commonDir, j.Into)
 		if ferr == nil {
-			if err := m.removeAdmin(commonDir, admin, "restore-"+filepath.Base(admin)); err != nil {
+			if err := admindir.Remove(commonDir, admin, "restore-"+filepath.Base(admin), func() { m.onStep("admin-moved") }); err != nil {
 				return err
 			}
 		} else if ents, err := os.ReadDir(j.Into); err != nil || len(ents) > 0 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
@@ -37,7 +38,7 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 	if m.euid != 0 && wt.UID != m.euid {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w", wt.Path, hardgit.OwnerError(wt.UID, m.euid))
 	}
-	if !ownsAdmin(wt) {
+	if !admindir.Owns(wt.AdminDir, wt.Path, LockReason(wt.ConversationID)) {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w: %s is not this worktree's registration: nothing can be snapshotted", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	commit, _, _, err = m.snapshotCommit(ctx, wt, false)

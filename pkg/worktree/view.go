@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
@@ -246,7 +247,7 @@ func (m *Manager) SeedView(ctx context.Context, wt Worktree) (Worktree, error) {
 	if wt.View != "" {
 		return wt, nil
 	}
-	if !ownsAdmin(wt) {
+	if !admindir.Owns(wt.AdminDir, wt.Path, LockReason(wt.ConversationID)) {
 		return wt, fmt.Errorf("worktree seed view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	wt.View, _ = viewPaths(wt.Path)
