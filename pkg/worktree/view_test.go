@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/journal"
 )
 
 // hostSandbox runs `ohctl view` in this process, on the host: the unit
@@ -947,16 +948,16 @@ func TestRestoreClearsTheRefLockOfAKilledGit(t *testing.T) {
 			// is gone (or, for the control, still runs).
 			lock := filepath.Join(repo.CommonDir, "refs", "stash.lock")
 			testenv.WriteFile(t, lock, "")
-			j, err := m.readRestoreJournal(wt.ConversationID)
+			j, err := journal.Read(m.lockDir, wt.ConversationID, m.log)
 			if err != nil || j == nil {
 				t.Fatalf("journal of the killed restore: %+v %v", j, err)
 			}
 			if holderGone {
 				j.Holder = "999999999 1"
-			} else if j.Holder != processIdentity(os.Getpid()) {
-				t.Fatalf("journal holder %q, want this process %q", j.Holder, processIdentity(os.Getpid()))
+			} else if j.Holder != journal.ProcessIdentity(os.Getpid()) {
+				t.Fatalf("journal holder %q, want this process %q", j.Holder, journal.ProcessIdentity(os.Getpid()))
 			}
-			if err := m.writeRestoreJournal(j); err != nil {
+			if err := journal.Write(m.lockDir, j); err != nil {
 				t.Fatal(err)
 			}
 			_, err = m.Restore(testCtx(t), opts)
