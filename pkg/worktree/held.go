@@ -30,7 +30,7 @@ import (
 // published by a later publish once no such directory holds a repository
 // (the agent removed it, or the removal moved it out). A gitlink of one
 // of the user's own submodules (one in the host's index) is the user's:
-// its .git is fixed by the container's mounts (pointers.go).
+// its .git is fixed by the container's mounts (package mountplan).
 
 // HeldPrefix is where ohd holds back commits of conversation id that
 // would make the user's git enter a repository the agent made:

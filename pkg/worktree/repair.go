@@ -138,7 +138,7 @@ func (m *Manager) Repair(ctx context.Context, wt Worktree) error {
 		files = append(files, [2]string{filepath.Join(wt.AdminDir, "locked"), LockReason(wt.ConversationID)})
 	}
 	// The worktree's .git is rewritten in place: the running container
-	// has it bind-mounted read-only (pointers.go), and a rename over it
+	// has it bind-mounted read-only (package mountplan), and a rename over it
 	// would detach that mount in the container's namespace, leaving the
 	// agent a writable .git until the container is made anew.
 	if err := m.rewriteOwned(files[0][0], files[0][1], wt.UID, wt.GID); err != nil {
