@@ -5,6 +5,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // Sentinel errors. Every error returned by this package wraps at most one
@@ -50,9 +51,10 @@ var (
 	ErrInvalidWorktree = mountplan.ErrInvalidWorktree
 
 	// ErrUnsavedWork is returned by Remove when the worktree directory holds
-	// files that cannot be snapshotted (its registration is gone); nothing
-	// is removed unless RemoveOptions.Discard is set.
-	ErrUnsavedWork = errors.New("worktree has work that cannot be saved")
+	// files that cannot be snapshotted (its registration is gone, or a
+	// nested repository without a commit); nothing is removed unless
+	// RemoveOptions.Discard is set. It is package snapshot's.
+	ErrUnsavedWork = snapshot.ErrUnsavedWork
 
 	// ErrGit is wrapped by every failure of a git command (see GitError).
 	ErrGit = hardgit.ErrGit

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
 	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // RemoveOptions says how Remove treats unsaved work.
@@ -652,12 +653,13 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 // checkNested returns those of the nested repositories the sandbox reported
 // (the agent's word, stored, printed and put in the removal's message)
 // that are clean relative paths, free of control and format characters,
-// of directories of the imported snapshot, at most maxNested of them.
-func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string, names []string) ([]string, error) {
+// of directories of the imported snapshot snap, at most snapshot.MaxNested
+// of them.
+func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snap string, names []string) ([]string, error) {
 	var ok []string
 	seen := map[string]bool{}
 	for _, n := range names {
-		if len(ok) == maxNested*4 {
+		if len(ok) == snapshot.MaxNested*4 {
 			break // the rest is not looked at
 		}
 		if seen[n] || !cleanRelPath(n) {
@@ -671,7 +673,7 @@ func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string
 	}
 	var in strings.Builder
 	for _, n := range ok {
-		in.WriteString(snapshot + ":" + n + "\n")
+		in.WriteString(snap + ":" + n + "\n")
 	}
 	out, err := m.git(ctx, ct, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objecttype)")
 	if err != nil {
@@ -680,7 +682,7 @@ func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string
 	lines := strings.Split(out, "\n")
 	var dirs []string
 	for i, n := range ok {
-		if i < len(lines) && lines[i] == "tree" && len(dirs) < maxNested {
+		if i < len(lines) && lines[i] == "tree" && len(dirs) < snapshot.MaxNested {
 			dirs = append(dirs, n)
 		}
 	}

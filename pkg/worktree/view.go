@@ -14,6 +14,7 @@ import (
 
 	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // The conversation's private git view (see the package comment, "The git
@@ -187,7 +188,7 @@ func (m *Manager) seedViewIndex(wt Worktree) error {
 // copyIndexFiles copies the host git dir src's index into the view's git
 // dir dst, with its split index's shared index files (core.splitIndex:
 // sharedindex.<id>, which the index names and git reads from the git
-// dir), each with its modification time (keepIndexTime). A missing index
+// dir), each with its modification time (snapshot.KeepIndexTime). A missing index
 // copies nothing.
 func copyIndexFiles(w *ownedWriter, src, dst string) error {
 	ents, err := os.ReadDir(src)
@@ -208,7 +209,7 @@ func copyIndexFiles(w *ownedWriter, src, dst string) error {
 		}
 		w.write(filepath.Join(dst, name), b, 0o644)
 		if w.err == nil {
-			w.err = keepIndexTime(filepath.Join(dst, name), st)
+			w.err = snapshot.KeepIndexTime(filepath.Join(dst, name), st)
 		}
 	}
 	return nil
