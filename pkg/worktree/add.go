@@ -488,7 +488,8 @@ func (m *Manager) undoAdd(ctx context.Context, wt Worktree, hadWorktreesDir bool
 	defer cancel()
 	// Ours: pointing at our path, or, when git was stopped before writing
 	// gitdir, carrying our lock reason (git writes the lock first).
-	for admin := admindir.FindOwn(wt.CommonDir, wt.Path, LockReason(wt.ConversationID)); admin != ""; admin = admindir.FindOwn(wt.CommonDir, wt.Path, LockReason(wt.ConversationID)) {
+	reason := LockReason(wt.ConversationID)
+	for admin := admindir.FindOwn(wt.CommonDir, wt.Path, reason); admin != ""; admin = admindir.FindOwn(wt.CommonDir, wt.Path, reason) {
 		if err := admindir.Remove(wt.CommonDir, admin, wt.ConversationID, func() { m.onStep("admin-moved") }); err != nil {
 			m.log.Warn("undo worktree add: remove admin dir", "path", admin, "err", err)
 			break
