@@ -24,7 +24,7 @@ import (
 //	                                            of its own in its place
 //	<Folder>/.../<repo>/.git        read-only   its git dir (or .git file)
 //	                                            and its submodules (see
-//	                                            Submodules)
+//	                                            submoduleMounts)
 //	<Folder>/.../<name>.git         read-only   a bare repository, whole
 //
 // A repository's own work tree is not looked through: a repository inside
@@ -87,7 +87,7 @@ func PlainFolder(h Host, ws string, uid, gid int) ([]Mount, error) {
 				return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 			}
 			if gd := submoduleGitDir(dir, dg, st); gd != "" {
-				subs, err := Submodules(h, dir, gd, uid, gid)
+				subs, err := submoduleMounts(h, dir, gd, uid, gid)
 				if err != nil {
 					return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 				}

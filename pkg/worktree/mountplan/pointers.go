@@ -114,7 +114,7 @@ func findMount(ms []Mount, target string) (int, bool) {
 // WorkTreePointers returns the read-only pointer mounts of the work tree
 // at workTree whose git dir (for its index) is gitDir: its .git when that
 // is a file (a linked worktree's, a separate git dir's), and its
-// submodules' (Submodules). A .git that is a directory is the git
+// submodules' (submoduleMounts). A .git that is a directory is the git
 // dir itself, mounted by the caller; one missing is left (a worktree whose
 // removal was interrupted still starts, to finish it).
 func WorkTreePointers(h Host, workTree, gitDir string, uid, gid int) ([]Mount, error) {
@@ -133,7 +133,7 @@ func WorkTreePointers(h Host, workTree, gitDir string, uid, gid int) ([]Mount, e
 	if !dirExists(gitDir) {
 		return ptrs, nil // a registration removed by an interrupted removal: no index the user's git reads
 	}
-	subs, err := Submodules(h, workTree, gitDir, uid, gid)
+	subs, err := submoduleMounts(h, workTree, gitDir, uid, gid)
 	if err != nil {
 		return nil, err
 	}

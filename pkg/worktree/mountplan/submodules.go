@@ -12,15 +12,15 @@ import (
 	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
-// Bounds of Submodules: nesting depth, and submodules in all.
+// Bounds of submoduleMounts: nesting depth, and submodules in all.
 const (
 	maxSubmoduleDepth = 8
 	maxSubmodules     = 1000
 )
 
-// Submodules returns the mounts that keep the agent from changing where
-// the user's git looks for the submodules of the work tree at workTree
-// (git dir gitDir, owned by uid:gid). The user's next `git status` (and
+// submoduleMounts returns the mounts that keep the agent from changing
+// where the user's git looks for the submodules of the work tree at
+// workTree (git dir gitDir, owned by uid:gid). The user's next `git status` (and
 // diff, commit) on the host enters every populated submodule, recursively,
 // as a child git in it; a populated submodule is one whose directory has
 // a .git, and the directory lies in the agent's folder. So:
@@ -35,7 +35,7 @@ const (
 //
 // A submodule path that is not a directory is refused: nothing there
 // could be kept from being replaced by one.
-func Submodules(h Host, workTree, gitDir string, uid, gid int) ([]Mount, error) {
+func submoduleMounts(h Host, workTree, gitDir string, uid, gid int) ([]Mount, error) {
 	type repo struct {
 		workTree, gitDir string
 		depth            int
