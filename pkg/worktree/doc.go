@@ -54,9 +54,9 @@
 //     symlink out of where ohd looks.
 //
 // ErrInvalidPath, ErrInvalidWorktree (mountplan's) and ErrUnsavedWork
-// (snapshot's) are declared where they are first returned; this package's
-// are the same values, so errors.Is against them holds whichever returned
-// the error.
+// (snapshot's) are declared in the subpackage that returns them too (it
+// cannot import this one); this package's are the same values, so
+// errors.Is against them holds whichever package returned the error.
 //
 // # One path, two namespaces
 //
