@@ -970,7 +970,7 @@ func TestBackendContainerSettings(t *testing.T) {
 		}
 		wantMounts := map[string]want{
 			c.Worktree:                          {c.Worktree, true},
-			filepath.Join(c.Worktree, ".git"):   {filepath.Join(c.Worktree, ".git"), false}, // the user's git follows it (pointers.go)
+			filepath.Join(c.Worktree, ".git"):   {filepath.Join(c.Worktree, ".git"), false}, // the user's git follows it (package mountplan)
 			c.CommonDir:                         {c.GitView, true},
 			alt:                                 {filepath.Join(c.CommonDir, "objects"), false},
 			filepath.Join(c.CommonDir, "hooks"): {filepath.Join(c.CommonDir, "hooks"), false},

@@ -93,7 +93,7 @@ func checkInvariants(t testing.TB, d *daemon, repos ...string) []store.Conversat
 			t.Errorf("%s: %d admin dirs for %d registrations:\n%s\nregistrations: %v", repo, len(admin), len(wts)-1, strings.Join(what, "\n"), wts[1:])
 		}
 		// A registration's removal moves it out of worktrees/ first
-		// (pkg/worktree removeAdmin): nothing of one is left once
+		// (pkg/worktree/admindir Remove): nothing of one is left once
 		// reconcile finished.
 		if left, _ := filepath.Glob(filepath.Join(repo, ".git", "ohd-removing-*")); len(left) > 0 {
 			t.Errorf("%s: an interrupted admin dir removal left %v", repo, left)

@@ -249,7 +249,7 @@ func TestBackendGitViewAttackDotGitRedirected(t *testing.T) {
 func gitViewAttackDotGitRedirected(t *testing.T, b backend) {
 	a := newAttack(t, b)
 	a.commitAndWait()
-	// The .git file is read-only inside (pointers.go): the write fails,
+	// The .git file is read-only inside (package mountplan): the write fails,
 	// and what follows must hold either way.
 	a.run(`mkdir -p $GITDIR/worktrees/$VADMIN && cp $ADMIN/HEAD $ADMIN/commondir $GITDIR/worktrees/$VADMIN/ && echo "gitdir: $GITDIR/worktrees/$VADMIN" > .git; echo wip > wip.txt; git status --short`)
 	a.d.ohctlErr("doctor")

@@ -14,7 +14,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/store"
 )
 
-// Issue 26, fixed pointers (pkg/worktree, pointers.go). When the user's
+// Issue 26, fixed pointers (pkg/worktree/mountplan). When the user's
 // git recurses into a submodule it sets GIT_DIR for the child and skips
 // its ownership check, so what it follows there must stay the user's:
 // each submodule's .git, each submodule's directory and every directory

@@ -311,7 +311,7 @@ func (m *Manager) doStart(ctx context.Context, id string) (store.Conversation, e
 		// A container keeps the mounts it was made with: one whose mounts
 		// are not today's (made by an earlier version, or before a
 		// submodule was added) is made anew, so that every pointer the
-		// user's git follows is fixed (worktree, pointers.go).
+		// user's git follows is fixed (worktree/mountplan).
 		if ins, err := m.rt.Inspect(ctx, c.ContainerID); err == nil && ins.Mounts != nil && !sameMounts(ins.Mounts, spec.Mounts) {
 			m.retire(c.ContainerID)
 			if err := m.rt.Remove(ctx, c.ContainerID); err != nil && !errors.Is(err, runtime.ErrNotFound) {

@@ -22,7 +22,7 @@ import (
 // Live pins. A container keeps the mounts it was made with, so a
 // submodule the user adds or checks out while the conversation runs (a
 // `git submodule add`, a pull that brings one) would not be fixed in it
-// (pkg/worktree's pointers.go) until it is made anew: the agent could
+// (pkg/worktree/mountplan) until it is made anew: the agent could
 // move its directory away and put a repository of its own there, which
 // the user's git enters as that submodule without its ownership check.
 // So while a conversation runs, the publisher notices when the user's

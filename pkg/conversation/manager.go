@@ -24,6 +24,7 @@ import (
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/store"
 	"github.com/ohd-dev/ohd/pkg/worktree"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
 )
 
 // Paths inside every container.
@@ -456,7 +457,7 @@ func (m *Manager) views() bool {
 // plain folder's (worktree.PlainFolderMounts), the pointers the user's git
 // follows fixed in each.
 func (m *Manager) workspaceMounts(conv store.Conversation) ([]runtime.Mount, error) {
-	var plan []worktree.Mount
+	var plan []mountplan.Mount
 	var err error
 	if conv.Worktree != "" || conv.InPlace {
 		plan, err = m.wt.MountPlan(worktreeOf(conv))

@@ -11,7 +11,7 @@ import (
 )
 
 // checkPointers is doctor's check that c's running container has every
-// workspace mount of today's plan (worktree, pointers.go: the .git files,
+// workspace mount of today's plan (worktree/mountplan: the .git files,
 // submodule directories and the directories above them that the user's
 // git follows, fixed). A container keeps the mounts it was made with: a
 // submodule the user checked out since is fixed in it live by the

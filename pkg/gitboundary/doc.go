@@ -43,8 +43,8 @@
 //
 //   - git skips the ownership check when it recurses into a submodule
 //     (it sets GIT_DIR): the pointers it follows there are fixed inside the
-//     container (pkg/worktree's submodule mounts, issue 26's fixed
-//     pointers).
+//     container (pkg/worktree/mountplan's submodule mounts, issue 26's
+//     fixed pointers).
 //   - git checks a repository's directories, not its files: a directory
 //     the user owns and the agent may write can be filled as an implicit
 //     bare repository that the user's `git log` there reads. So Borrow

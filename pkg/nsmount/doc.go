@@ -1,9 +1,9 @@
 // Package nsmount binds directories and files onto themselves inside a
 // running container's mount namespace, from the host: the pointers the
-// user's git follows into a submodule (pkg/worktree's pinned pointers)
-// that appeared after the container was made (a submodule the user added
-// or checked out mid-conversation) are fixed at once, without making the
-// container anew.
+// user's git follows into a submodule (pkg/worktree/mountplan's pinned
+// pointers) that appeared after the container was made (a submodule the
+// user added or checked out mid-conversation) are fixed at once, without
+// making the container anew.
 //
 // # Where to start
 //

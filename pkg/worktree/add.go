@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 )
 
 // AddOptions says what Add creates.
@@ -313,7 +314,7 @@ func (m *Manager) Add(ctx context.Context, opts AddOptions) (Worktree, error) {
 		defer unlock()
 		return undo(fmt.Errorf("create worktree in %s: %w", repo.TopLevel, err))
 	}
-	if wt.AdminDir, err = findAdminDir(wt.CommonDir, wt.Path); err != nil {
+	if wt.AdminDir, err = admindir.Find(wt.CommonDir, wt.Path); err != nil {
 		defer unlock()
 		return undo(err)
 	}
@@ -395,7 +396,7 @@ func (m *Manager) checkFree(ctx context.Context, rt gitTarget, wt Worktree, know
 	if err != nil {
 		return err
 	}
-	admin := registeredAt(wt.CommonDir, wt.Path)
+	admin := admindir.RegisteredAt(wt.CommonDir, wt.Path)
 	unlock()
 	if admin != "" {
 		return fmt.Errorf("%w: %s is still registered as a worktree of %s: remove the conversation first", ErrExists, wt.Path, wt.Repo)
@@ -487,8 +488,9 @@ func (m *Manager) undoAdd(ctx context.Context, wt Worktree, hadWorktreesDir bool
 	defer cancel()
 	// Ours: pointing at our path, or, when git was stopped before writing
 	// gitdir, carrying our lock reason (git writes the lock first).
-	for admin := findOwnAdminDir(wt); admin != ""; admin = findOwnAdminDir(wt) {
-		if err := m.removeAdmin(wt.CommonDir, admin, wt.ConversationID); err != nil {
+	reason := LockReason(wt.ConversationID)
+	for admin := admindir.FindOwn(wt.CommonDir, wt.Path, reason); admin != ""; admin = admindir.FindOwn(wt.CommonDir, wt.Path, reason) {
+		if err := admindir.Remove(wt.CommonDir, admin, wt.ConversationID, func() { m.onStep("admin-moved") }); err != nil {
 			m.log.Warn("undo worktree add: remove admin dir", "path", admin, "err", err)
 			break
 		}
@@ -506,67 +508,6 @@ func (m *Manager) undoAdd(ctx context.Context, wt Worktree, hadWorktreesDir bool
 	if !hadWorktreesDir {
 		_ = os.Remove(filepath.Join(wt.CommonDir, "worktrees")) // only if empty
 	}
-}
-
-// findAdminDir returns the admin dir of the worktree at path: the one its
-// .git file names, if that one's gitdir points back at path; else the first
-// under <commonDir>/worktrees whose gitdir points at path.
-func findAdminDir(commonDir, path string) (string, error) {
-	want := filepath.Join(path, ".git")
-	worktrees := filepath.Join(commonDir, "worktrees")
-	if b, err := readLinkFile(want); err == nil {
-		if admin, err := parseDotGit(b, path); err == nil && filepath.Dir(admin) == worktrees && adminPointsAt(admin, path) {
-			return admin, nil
-		}
-	}
-	ents, err := os.ReadDir(worktrees)
-	if err != nil {
-		return "", fmt.Errorf("find the admin dir of %s: %w", path, err)
-	}
-	for _, e := range ents {
-		admin := filepath.Join(worktrees, e.Name())
-		if e.IsDir() && adminPointsAt(admin, path) {
-			return admin, nil
-		}
-	}
-	return "", fmt.Errorf("find the admin dir of %s: no entry in %s points at it", path, worktrees)
-}
-
-// adminPointsAt reports whether <admin>/gitdir names <path>/.git.
-func adminPointsAt(admin, path string) bool {
-	b, err := readLinkFile(filepath.Join(admin, "gitdir"))
-	if err != nil {
-		return false
-	}
-	p, err := parseAdminGitdir(b, admin)
-	return err == nil && samePath(p, filepath.Join(path, ".git"))
-}
-
-// samePath compares two absolute paths, resolving symlinks where they exist.
-func samePath(a, b string) bool {
-	if a == b {
-		return true
-	}
-	ra, err1 := filepath.EvalSymlinks(a)
-	rb, err2 := filepath.EvalSymlinks(b)
-	if err1 != nil || err2 != nil {
-		// The paths may not exist (a removed worktree); compare their
-		// resolved parents.
-		ra, err1 = evalParent(a)
-		rb, err2 = evalParent(b)
-		if err1 != nil || err2 != nil {
-			return false
-		}
-	}
-	return ra == rb
-}
-
-func evalParent(p string) (string, error) {
-	d, err := filepath.EvalSymlinks(filepath.Dir(p))
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(d, filepath.Base(p)), nil
 }
 
 // chown gives path to uid:gid when ohd is root (otherwise ohd is the owner).

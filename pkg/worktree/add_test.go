@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // TestAddRegistersLockedWorktree: after Add the host's own git sees the
@@ -36,7 +37,7 @@ func TestAddRegistersLockedWorktree(t *testing.T) {
 		t.Errorf("Add() mismatch (-want +got):\n%s", diff)
 	}
 
-	var found *Registration
+	var found *porcelain.Registration
 	regs := worktreeList(t, repo.TopLevel)
 	for i := range regs {
 		if regs[i].Path == wt.Path {
@@ -46,7 +47,7 @@ func TestAddRegistersLockedWorktree(t *testing.T) {
 	if found == nil {
 		t.Fatalf("git worktree list = %+v, want an entry for %s", regs, wt.Path)
 	}
-	wantReg := Registration{
+	wantReg := porcelain.Registration{
 		Path:       wt.Path,
 		Head:       wt.StartCommit,
 		Branch:     "refs/heads/openhands/" + id,

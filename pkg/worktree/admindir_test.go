@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 )
 
 // killedAt stands for ohd dying at a step: OnStep panics with it.
@@ -57,9 +58,9 @@ func TestRemoveKilledMidAdminLeavesNoHalfRegistration(t *testing.T) {
 	if !sawMoved {
 		t.Fatal("the admin dir's removal never reported admin-moved: it is not moved out before it is deleted")
 	}
-	left, _ := filepath.Glob(filepath.Join(repo.CommonDir, trashPrefix+"*"))
+	left, _ := filepath.Glob(filepath.Join(repo.CommonDir, admindir.TrashPrefix+"*"))
 	if len(left) != 1 {
-		t.Fatalf("after the kill, %s* = %v, want the moved admin dir", trashPrefix, left)
+		t.Fatalf("after the kill, %s* = %v, want the moved admin dir", admindir.TrashPrefix, left)
 	}
 	if out := testenv.Git(t, repo.TopLevel, "worktree", "list", "--porcelain"); strings.Contains(out, wt.Path) {
 		t.Errorf("git still lists the half-removed worktree:\n%s", out)
@@ -74,7 +75,7 @@ func TestRemoveKilledMidAdminLeavesNoHalfRegistration(t *testing.T) {
 		t.Errorf("the retry kept no snapshot of the unsaved work: %+v", res)
 	}
 	assertGone(t, m, wt)
-	if left, _ := filepath.Glob(filepath.Join(repo.CommonDir, trashPrefix+"*")); len(left) != 0 {
+	if left, _ := filepath.Glob(filepath.Join(repo.CommonDir, admindir.TrashPrefix+"*")); len(left) != 0 {
 		t.Errorf("the retry left %v", left)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(repo.CommonDir, "worktrees")); len(ents) != 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
 )
 
 // BenchmarkAddRemove measures one conversation's worktree life (Add, then
@@ -27,9 +28,9 @@ func BenchmarkAddRemove(b *testing.B) {
 
 // BenchmarkMountPlanPointers measures MountPlan of a worktree in a
 // repository of 10,000 files and three submodules, and the part of it
-// that fixes the pointers (pointers.go: one `git ls-files --stage` of the
-// host's index per repository entered, a few lstat per submodule), which
-// every container start pays.
+// that fixes the pointers (package mountplan: one `git ls-files --stage`
+// of the host's index per repository entered, a few lstat per
+// submodule), which every container start pays.
 func BenchmarkMountPlanPointers(b *testing.B) {
 	m := newManager(b)
 	dir := testenv.NewRepo(b, testenv.RepoOptions{})
@@ -55,11 +56,11 @@ func BenchmarkMountPlanPointers(b *testing.B) {
 	})
 	b.Run("pointers", func(b *testing.B) {
 		for b.Loop() {
-			ptrs, err := m.workTreePointers(wt.Path, wt.AdminDir, wt.UID, wt.GID)
+			ptrs, err := mountplan.WorkTreePointers(mountHost{m}, wt.Path, wt.AdminDir, wt.UID, wt.GID)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := pinPointers([]Mount{{Source: wt.Path, Target: wt.Path}}, ptrs); err != nil {
+			if _, err := mountplan.Pin([]mountplan.Mount{{Source: wt.Path, Target: wt.Path}}, ptrs); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -22,16 +22,41 @@
 // PlainFolderMounts is the mounts of a workspace that is no git work tree
 // at all: the repositories in it stay the user's.
 //
-// The files: add.go, remove.go, snapshot.go, restore.go are the lifecycle;
-// inplace.go is in place; view.go (seeding), publish.go (ref moves),
-// package gitimport (the bounded, quarantined import) and sandbox.go (the
-// in-container side) are the git view; runner.go runs git through package
-// hardgit (hardened git); mounts.go the container's mounts, plain.go a
-// plain folder's, pointers.go the pointers every mode fixes (what the
-// user's git follows into a submodule without its ownership check: .git
-// files, submodule directories and every directory above them), held.go the
-// commits held back because they would make the user's git enter a
-// repository the agent made (refs/ohd/held/<id>/, ErrHeld).
+// The files: add.go, remove.go, snapshot.go, restore.go (restore_undo.go
+// undoes an interrupted one) are the lifecycle; inplace.go is in place;
+// view.go (seeding), hostview.go (the read-only remote "host"), publish.go
+// (ref moves), mirror.go (the live mirror), package gitimport (the
+// bounded, quarantined import) and sandbox.go (the in-container side) are
+// the git view; runner.go runs git through package hardgit (hardened git);
+// mounts.go the container's mounts; held.go the commits held back because
+// they would make the user's git enter a repository the agent made
+// (refs/ohd/held/<id>/, ErrHeld); health.go and repair.go serve `ohctl
+// doctor`.
+//
+// What needs no Manager lives in packages of its own below this one, none
+// of which imports it back:
+//
+//   - admindir: git's records of linked worktrees, the admin dirs under
+//     <common-dir>/worktrees/ and the .git and gitdir files linking each to
+//     its worktree (found, owned, swept, removed in one rename);
+//   - mountplan: the mounts that fix the pointers every mode protects (what
+//     the user's git follows into a submodule without its ownership check:
+//     .git files, submodule directories and every directory above them),
+//     and a plain folder's whole plan; it asks the Manager (its Host) for
+//     an index's gitlinks and for chown;
+//   - snapshot: the commit of a worktree's uncommitted state, built in a
+//     temporary index (nested repositories saved as files in the sandbox);
+//   - journal: the journal of a Restore under way, which a killed restore
+//     leaves for the next one to undo;
+//   - porcelain: parsers of git's -z output (worktree list, status, ls-tree,
+//     ls-files, diff-tree);
+//   - nofollow: reading the files the agent can write without following a
+//     symlink out of where ohd looks.
+//
+// ErrInvalidPath, ErrInvalidWorktree (mountplan's) and ErrUnsavedWork
+// (snapshot's) are declared in the subpackage that returns them too (it
+// cannot import this one); this package's are the same values, so
+// errors.Is against them holds whichever package returned the error.
 //
 // # One path, two namespaces
 //
@@ -175,8 +200,9 @@
 // agent makes or moves is mirrored under refs/ohd/live/<id>/ through the
 // same import, so the host's gc never prunes what the view borrows); ignored
 // files are counted (RemoveResult.IgnoredFiles) and not kept. Without a
-// view, Remove calls Snapshot, which records the uncommitted state (modified, staged and untracked files; not
-// ignored ones) as a commit under refs/ohd/snapshots/<id>. It builds the
+// view, Remove calls Snapshot, which records the uncommitted state
+// (modified, staged and untracked files; not ignored ones; package
+// snapshot) as a commit under refs/ohd/snapshots/<id>. It builds the
 // tree in a temporary index that starts as a copy of the worktree's index
 // (staged content counts; the worktree's own index is never written); the
 // commit's parent is the worktree's HEAD, plus the staged index state as a

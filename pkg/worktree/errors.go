@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // Sentinel errors. Every error returned by this package wraps at most one
@@ -12,8 +14,10 @@ import (
 var (
 	// ErrInvalidPath is returned when a workspace path is unusable: empty,
 	// relative, missing, not a directory, inside a .git directory, or
-	// changed since it was inspected.
-	ErrInvalidPath = errors.New("invalid path")
+	// changed since it was inspected, or a plain folder whose
+	// repositories cannot all be protected. It is package mountplan's,
+	// whose plain folder plan returns it too.
+	ErrInvalidPath = mountplan.ErrInvalidPath
 
 	// ErrInvalidID is returned when a conversation id is not a canonical
 	// (lower-case, hyphenated) UUID.
@@ -41,13 +45,16 @@ var (
 
 	// ErrInvalidWorktree is returned when a Worktree value is inconsistent
 	// (for example its Path is not <Root>/<id>/<basename>), so acting on it
-	// could touch something that is not the conversation's.
-	ErrInvalidWorktree = errors.New("invalid worktree record")
+	// could touch something that is not the conversation's, or when its
+	// mount plan could not keep the agent from moving a pointer the user's
+	// git follows. It is package mountplan's, whose plans return it too.
+	ErrInvalidWorktree = mountplan.ErrInvalidWorktree
 
 	// ErrUnsavedWork is returned by Remove when the worktree directory holds
-	// files that cannot be snapshotted (its registration is gone); nothing
-	// is removed unless RemoveOptions.Discard is set.
-	ErrUnsavedWork = errors.New("worktree has work that cannot be saved")
+	// files that cannot be snapshotted (its registration is gone, or a
+	// nested repository without a commit); nothing is removed unless
+	// RemoveOptions.Discard is set. It is package snapshot's.
+	ErrUnsavedWork = snapshot.ErrUnsavedWork
 
 	// ErrGit is wrapped by every failure of a git command (see GitError).
 	ErrGit = hardgit.ErrGit

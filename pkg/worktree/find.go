@@ -6,8 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 )
 
 // Find reconstructs conversation id's Worktree in repo from what is on
@@ -46,7 +47,7 @@ func (m *Manager) Find(ctx context.Context, repo Repo, id string) (Worktree, err
 	if v, _ := viewPaths(wt.Path); func() bool { ok, _ := lexists(v); return ok }() {
 		wt.View = v
 	}
-	if admin := findOwnAdminDir(wt); admin != "" {
+	if admin := admindir.FindOwn(wt.CommonDir, wt.Path, LockReason(wt.ConversationID)); admin != "" {
 		wt.AdminDir, wt.AdminID = admin, filepath.Base(admin)
 	}
 	ct := commonTarget(wt.CommonDir, uid, gid)
@@ -74,90 +75,19 @@ func (m *Manager) Find(ctx context.Context, repo Repo, id string) (Worktree, err
 	return wt, nil
 }
 
-// findOwnAdminDir returns the admin dir under <CommonDir>/worktrees whose
-// gitdir names wt.Path or whose lock carries the conversation's reason,
-// or "".
-func findOwnAdminDir(wt Worktree) string {
-	worktrees := filepath.Join(wt.CommonDir, "worktrees")
-	ents, err := os.ReadDir(worktrees)
-	if err != nil {
-		return ""
-	}
-	for _, e := range ents {
-		admin := filepath.Join(worktrees, e.Name())
-		if !e.IsDir() {
-			continue
-		}
-		lock, _ := readLinkFile(filepath.Join(admin, "locked"))
-		if adminPointsAt(admin, wt.Path) || strings.TrimSpace(string(lock)) == LockReason(wt.ConversationID) {
-			return admin
-		}
-	}
-	return ""
-}
-
-// abandonedAdminDirsAt returns what a `git worktree add` of path in
-// commonDir killed between creating its admin dir and writing the lock
-// into it leaves under <commonDir>/worktrees: a directory named as git
-// names one for path (its base name, or the base name and a number) that
-// is empty or holds only an empty "locked". No git command sees such a
-// directory (it has no gitdir file), `git worktree prune` keeps the second
-// kind, and findOwnAdminDir cannot tell it is ours (no gitdir, no reason),
-// so without this sweep it would stay for good. Nothing of a live worktree
-// looks like that: git writes the lock's content in the same call that
-// creates it, and gitdir right after. With lockTexts it also takes a
-// directory holding only a "locked" with one of those texts: what an add
-// without --lock (a restore's, whose git writes "initializing" first,
-// LC_ALL=C) killed before gitdir leaves.
-func abandonedAdminDirsAt(commonDir, path string, lockTexts ...string) []string {
-	worktrees := filepath.Join(commonDir, "worktrees")
-	ents, err := os.ReadDir(worktrees)
-	if err != nil {
-		return nil
-	}
-	base := filepath.Base(path)
-	var out []string
-	for _, e := range ents {
-		name := e.Name()
-		suffix, ok := strings.CutPrefix(name, base)
-		if !ok || !e.IsDir() || strings.Trim(suffix, "0123456789") != "" {
-			continue
-		}
-		admin := filepath.Join(worktrees, name)
-		inside, err := os.ReadDir(admin)
-		if err != nil || len(inside) > 1 {
-			continue
-		}
-		if len(inside) == 1 {
-			st, err := os.Lstat(filepath.Join(admin, "locked"))
-			if inside[0].Name() != "locked" || err != nil || !st.Mode().IsRegular() {
-				continue
-			}
-			if st.Size() != 0 {
-				b, err := os.ReadFile(filepath.Join(admin, "locked"))
-				if err != nil || !slices.Contains(lockTexts, strings.TrimSpace(string(b))) {
-					continue
-				}
-			}
-		}
-		out = append(out, admin)
-	}
-	return out
-}
-
-// removeAbandonedAdmins deletes abandonedAdminDirsAt(wt.CommonDir,
-// wt.Path), and what killed
-// removeAdmin runs left (sweepTrash). Call it under the repository lock,
-// so no add of ohd's own is half way.
+// removeAbandonedAdmins deletes admindir.Abandoned(wt.CommonDir,
+// wt.Path), and what killed admindir.Remove runs left
+// (admindir.SweepTrash). Call it under the repository lock, so no add of
+// ohd's own is half way.
 func (m *Manager) removeAbandonedAdmins(wt Worktree) {
 	m.removeAbandonedAdminsAt(wt.CommonDir, wt.Path, wt.ConversationID)
 }
 
 // removeAbandonedAdminsAt is removeAbandonedAdmins for an add of path in
-// commonDir by owner (lockTexts as abandonedAdminDirsAt's).
+// commonDir by owner (lockTexts as admindir.Abandoned's).
 func (m *Manager) removeAbandonedAdminsAt(commonDir, path, owner string, lockTexts ...string) {
-	m.sweepTrash(commonDir)
-	for _, admin := range abandonedAdminDirsAt(commonDir, path, lockTexts...) {
+	admindir.SweepTrash(commonDir, m.log)
+	for _, admin := range admindir.Abandoned(commonDir, path, lockTexts...) {
 		_ = os.Remove(filepath.Join(admin, "locked"))
 		if err := os.Remove(admin); err != nil {
 			m.log.Warn("remove an admin dir a killed git worktree add left", "path", admin, "err", err)

@@ -3,11 +3,11 @@ package worktree
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // Health is the state of one worktree as the host repository sees it, for
@@ -55,7 +55,7 @@ func (m *Manager) Health(ctx context.Context, wt Worktree) (Health, error) {
 	}
 	var h Health
 	for _, r := range regs {
-		if !samePath(r.Path, wt.Path) {
+		if !admindir.SamePath(r.Path, wt.Path) {
 			continue
 		}
 		h.Registered = true
@@ -64,23 +64,9 @@ func (m *Manager) Health(ctx context.Context, wt Worktree) (Health, error) {
 		h.Branch = strings.TrimPrefix(r.Branch, "refs/heads/")
 		break
 	}
-	h.GitdirResolves = dotGitPointsAt(wt.Path, wt.AdminDir) && adminPointsAt(wt.AdminDir, wt.Path)
-	h.AdminExists = looksLikeAdminDir(wt.AdminDir)
+	h.GitdirResolves = admindir.DotGitPointsAt(wt.Path, wt.AdminDir) && admindir.PointsAt(wt.AdminDir, wt.Path)
+	h.AdminExists = admindir.LooksLikeAdmin(wt.AdminDir)
 	return h, nil
-}
-
-// dotGitPointsAt reports whether <path>/.git names admin (and admin exists).
-func dotGitPointsAt(path, admin string) bool {
-	b, err := readLinkFile(filepath.Join(path, ".git"))
-	if err != nil {
-		return false
-	}
-	p, err := parseDotGit(b, path)
-	if err != nil || !samePath(p, admin) {
-		return false
-	}
-	st, err := os.Stat(admin)
-	return err == nil && st.IsDir()
 }
 
 // Registrations lists the worktrees registered in a repository, from
@@ -88,13 +74,13 @@ func dotGitPointsAt(path, admin string) bool {
 // commonDirOrRepo is either a git common dir or any directory inside a work
 // tree. For doctor: an entry whose Prunable is true has a gitdir that does
 // not resolve on the host (for example one created inside a container).
-func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]Registration, error) {
+func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]porcelain.Registration, error) {
 	dir, err := checkWorkspace(commonDirOrRepo)
 	if err != nil {
 		return nil, fmt.Errorf("worktree registrations: %w", err)
 	}
 	commonDir := dir
-	if !looksLikeGitDir(dir) {
+	if !admindir.LooksLikeGitDir(dir) {
 		repo, err := m.Inspect(ctx, dir)
 		if err != nil {
 			return nil, fmt.Errorf("worktree registrations: %w", err)
@@ -115,21 +101,7 @@ func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]
 	return regs, nil
 }
 
-// looksLikeGitDir reports whether dir has the shape of a git common dir.
-func looksLikeGitDir(dir string) bool {
-	head, err := os.Lstat(filepath.Join(dir, "HEAD"))
-	if err != nil || !head.Mode().IsRegular() {
-		return false
-	}
-	for _, name := range []string{"objects", "refs"} {
-		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || !st.IsDir() {
-			return false
-		}
-	}
-	return true
-}
-
-func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid int) ([]Registration, error) {
+func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid int) ([]porcelain.Registration, error) {
 	if m.euid != 0 && uid != m.euid {
 		return nil, hardgit.OwnerError(uid, m.euid)
 	}
@@ -137,5 +109,5 @@ func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid 
 	if err != nil {
 		return nil, err
 	}
-	return ParseWorktreeList([]byte(out))
+	return porcelain.ParseWorktreeList([]byte(out))
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // Held gitlinks. A commit of the agent's that adds or changes a gitlink
@@ -28,7 +30,7 @@ import (
 // published by a later publish once no such directory holds a repository
 // (the agent removed it, or the removal moved it out). A gitlink of one
 // of the user's own submodules (one in the host's index) is the user's:
-// its .git is fixed by the container's mounts (pointers.go).
+// its .git is fixed by the container's mounts (package mountplan).
 
 // HeldPrefix is where ohd holds back commits of conversation id that
 // would make the user's git enter a repository the agent made:
@@ -66,7 +68,10 @@ func (m *Manager) heldGitlinks(ctx context.Context, ct gitTarget, wt Worktree, b
 	if err != nil {
 		return nil, fmt.Errorf("list the gitlinks of %s: %w", shortOID(tip), err)
 	}
-	links := gitlinkChanges(out, base == "")
+	links := porcelain.ChangedGitlinks(out)
+	if base == "" {
+		links = porcelain.Gitlinks(out)
+	}
 	if len(links) == 0 {
 		return nil, nil
 	}
@@ -98,29 +103,6 @@ func (m *Manager) heldGitlinks(ctx context.Context, ct gitTarget, wt Worktree, b
 		}
 	}
 	return held, nil
-}
-
-// gitlinkChanges returns the paths of the gitlinks (mode 160000) in the
-// output of `git diff-tree -r -z` (or, listing, `git ls-tree -r -z`).
-func gitlinkChanges(out string, listing bool) []string {
-	var paths []string
-	if listing {
-		for _, e := range strings.Split(out, "\x00") {
-			if meta, p, ok := strings.Cut(e, "\t"); ok && strings.HasPrefix(meta, "160000 ") {
-				paths = append(paths, p)
-			}
-		}
-		return paths
-	}
-	// ":<old mode> <new mode> <old> <new> <status>\x00<path>\x00"
-	f := strings.Split(out, "\x00")
-	for i := 0; i+1 < len(f); i += 2 {
-		meta := strings.Fields(strings.TrimPrefix(f[i], ":"))
-		if len(meta) >= 2 && meta[1] == "160000" {
-			paths = append(paths, f[i+1])
-		}
-	}
-	return paths
 }
 
 // holdsRepo reports whether the directory rel of the work tree top holds

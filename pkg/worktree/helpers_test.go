@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // testCtx is a context that ends with the test.
@@ -76,13 +77,13 @@ func newRepoWorktree(t testing.TB) (*Manager, Repo, Worktree) {
 
 // worktreeList returns the host's view of a repository's worktrees, as
 // the user would get it with plain git.
-func worktreeList(t testing.TB, dir string) []Registration {
+func worktreeList(t testing.TB, dir string) []porcelain.Registration {
 	t.Helper()
 	out, err := testenv.GitOutput(dir, "-c", "safe.directory=*", "worktree", "list", "--porcelain", "-z")
 	if err != nil {
 		t.Fatalf("git worktree list: %v", err)
 	}
-	regs, err := ParseWorktreeList([]byte(out))
+	regs, err := porcelain.ParseWorktreeList([]byte(out))
 	if err != nil {
 		t.Fatalf("ParseWorktreeList: %v", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
 // The host's branches, live inside the view (see the package comment,
@@ -103,7 +105,7 @@ func (m *Manager) RefreshHostView(ctx context.Context, wt Worktree) (bool, error
 		return false, fmt.Errorf("worktree refresh host view: %w", err)
 	}
 	file := filepath.Join(dir, "packed-refs")
-	if old, err := readHostFile(file, 64<<20); err == nil && bytes.Equal(old, packed) {
+	if old, err := nofollow.ReadFile(file, 64<<20); err == nil && bytes.Equal(old, packed) {
 		return false, nil
 	}
 	tmp := file + ".ohd-new"

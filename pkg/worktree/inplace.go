@@ -9,10 +9,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/ohd-dev/ohd/pkg/gitindex"
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // In place: the conversation works in the repository's own folder (what
@@ -42,7 +43,7 @@ import (
 //	                                            point it elsewhere
 //	submodules' .git, unpopulated   read-only   and the directories holding
 //	submodule directories                       them pinned onto themselves
-//	                                            (pointers.go)
+//	                                            (package mountplan)
 //
 // The view's HEAD is on the branch the host has checked out (ViewBranch;
 // a detached host HEAD gives the view openhands/<id>), its index a copy of
@@ -328,26 +329,26 @@ func (wt Worktree) modulesDir() string {
 }
 
 // inPlaceMounts is MountPlan in place (see the layout above).
-func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
-	var mounts []Mount
+func (m *Manager) inPlaceMounts(wt Worktree) ([]mountplan.Mount, error) {
+	var mounts []mountplan.Mount
 	if wt.Workdir != "" && wt.Workdir != wt.Path {
-		mounts = append(mounts, Mount{Source: wt.Path, Target: wt.Path, ReadOnly: true}, Mount{Source: wt.Workdir, Target: wt.Workdir})
+		mounts = append(mounts, mountplan.Mount{Source: wt.Path, Target: wt.Path, ReadOnly: true}, mountplan.Mount{Source: wt.Workdir, Target: wt.Workdir})
 	} else {
-		mounts = append(mounts, Mount{Source: wt.Path, Target: wt.Path})
+		mounts = append(mounts, mountplan.Mount{Source: wt.Path, Target: wt.Path})
 	}
 	mounts = append(mounts,
-		Mount{Source: wt.View, Target: wt.CommonDir},
-		Mount{Source: filepath.Join(wt.CommonDir, "objects"), Target: filepath.Join(filepath.Dir(wt.View), viewObjects), ReadOnly: true})
+		mountplan.Mount{Source: wt.View, Target: wt.CommonDir},
+		mountplan.Mount{Source: filepath.Join(wt.CommonDir, "objects"), Target: filepath.Join(filepath.Dir(wt.View), viewObjects), ReadOnly: true})
 	// The repository's hooks, and its submodules' git dirs, read-only:
 	// the submodules the user checked out work inside (status, log, diff,
 	// a build that reads them), but the agent commits in none of them.
 	for _, p := range []string{filepath.Join(wt.CommonDir, "hooks"), wt.modulesDir()} {
 		if dirExistsNoFollow(p) {
-			mounts = append(mounts, Mount{Source: p, Target: p, ReadOnly: true})
+			mounts = append(mounts, mountplan.Mount{Source: p, Target: p, ReadOnly: true})
 		}
 	}
 	for _, mt := range mounts {
-		if err := checkMountSource(mt.Source); err != nil {
+		if err := mountplan.CheckSource(mt.Source); err != nil {
 			return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 		}
 	}
@@ -359,7 +360,7 @@ func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 	case st.Mode().IsRegular():
 		// A linked worktree's or a separate git dir's pointer: the
 		// agent must not point the user's git at a directory it made
-		// (workTreePointers mounts it read-only).
+		// (mountplan.WorkTreePointers mounts it read-only).
 	case st.IsDir() && dotGit == wt.CommonDir:
 		// Covered by the view's mount.
 	default:
@@ -369,139 +370,14 @@ func (m *Manager) inPlaceMounts(wt Worktree) ([]Mount, error) {
 	if wt.AdminDir != "" {
 		gitDir = wt.AdminDir
 	}
-	ptrs, err := m.workTreePointers(wt.Path, gitDir, wt.UID, wt.GID)
+	ptrs, err := mountplan.WorkTreePointers(mountHost{m}, wt.Path, gitDir, wt.UID, wt.GID)
 	if err != nil {
 		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 	}
-	if mounts, err = pinPointers(mounts, ptrs); err != nil {
+	if mounts, err = mountplan.Pin(mounts, ptrs); err != nil {
 		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 	}
 	return mounts, nil
-}
-
-// Bounds of submoduleMounts: nesting depth, and submodules in all.
-const (
-	maxSubmoduleDepth = 8
-	maxSubmodules     = 1000
-)
-
-// submoduleMounts keeps the agent from changing where the user's git
-// looks for the submodules of the work tree at workTree (git dir gitDir,
-// owned by uid:gid). The user's next `git status` (and
-// diff, commit) on the host enters every populated submodule, recursively,
-// as a child git in it; a populated submodule is one whose directory has
-// a .git, and the directory lies in the agent's folder. So:
-//
-//   - a populated submodule's .git (a file pointing into modules/, or an
-//     embedded git dir) is mounted read-only, and the submodules in its
-//     own index are protected in turn;
-//   - an unpopulated one's directory (empty, as git's checkout leaves it;
-//     made as git makes it when missing) is mounted read-only, so the
-//     agent cannot populate it with a .git of its own, nor move it away
-//     (a mount point cannot be renamed or removed).
-//
-// A submodule path that is not a directory is refused: nothing there
-// could be kept from being replaced by one.
-func (m *Manager) submoduleMounts(workTree, gitDir string, uid, gid int) ([]Mount, error) {
-	type repo struct {
-		workTree, gitDir string
-		depth            int
-	}
-	var mounts []Mount
-	count := 0
-	for queue := []repo{{workTree, gitDir, 0}}; len(queue) > 0; queue = queue[1:] {
-		r := queue[0]
-		subs, err := m.gitlinks(r.workTree, r.gitDir, uid, gid)
-		if err != nil {
-			return nil, err
-		}
-		for _, p := range subs {
-			if count++; count > maxSubmodules {
-				return nil, fmt.Errorf("%w: more than %d submodules: ohd protects each one's git dir, and stops there", ErrInvalidWorktree, maxSubmodules)
-			}
-			sub := filepath.Join(r.workTree, p)
-			dg := filepath.Join(sub, ".git")
-			st, err := os.Lstat(dg)
-			if err == nil && (st.Mode().IsRegular() || st.IsDir()) && realPathIs(dg) {
-				mounts = append(mounts, Mount{Source: dg, Target: dg, ReadOnly: true})
-				if gd := submoduleGitDir(sub, dg, st); gd != "" && r.depth+1 < maxSubmoduleDepth {
-					queue = append(queue, repo{sub, gd, r.depth + 1})
-				}
-				continue
-			}
-			if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-				return nil, fmt.Errorf("submodule %s: %w", sub, err)
-			}
-			if err := m.ensureSubmoduleDir(r.workTree, p, uid, gid); err != nil {
-				return nil, err
-			}
-			if err := checkMountSource(sub); err != nil {
-				return nil, err
-			}
-			mounts = append(mounts, Mount{Source: sub, Target: sub, ReadOnly: true})
-		}
-	}
-	return mounts, nil
-}
-
-// realPathIs reports whether p's path has no symlink in it.
-func realPathIs(p string) bool {
-	real, err := filepath.EvalSymlinks(p)
-	return err == nil && real == p
-}
-
-// submoduleGitDir returns the git dir of the populated submodule at sub
-// whose .git is dg (st its Lstat): dg itself when it is a directory, else
-// what its "gitdir:" line names (relative to sub), when that is a real
-// directory; "" when it cannot tell.
-func submoduleGitDir(sub, dg string, st fs.FileInfo) string {
-	if st.IsDir() {
-		return dg
-	}
-	b, err := readHostFile(dg, 4096)
-	if err != nil {
-		return ""
-	}
-	target, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:")
-	if !ok {
-		return ""
-	}
-	target = strings.TrimSpace(target)
-	if !filepath.IsAbs(target) {
-		target = filepath.Join(sub, target)
-	}
-	target = filepath.Clean(target)
-	if !dirExistsNoFollow(target) || !realPathIs(target) {
-		return ""
-	}
-	return target
-}
-
-// ensureSubmoduleDir makes sure the submodule path rel of the work tree at
-// top is a directory, making it and its missing parents (owned by
-// uid:gid, as git's checkout would) when they are missing. A component
-// that is a symlink or not a directory is refused.
-func (m *Manager) ensureSubmoduleDir(top, rel string, uid, gid int) error {
-	p := top
-	for _, part := range strings.Split(rel, "/") {
-		p = filepath.Join(p, part)
-		st, err := os.Lstat(p)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if err := os.Mkdir(p, 0o755); err != nil {
-				return fmt.Errorf("make the submodule directory %s: %w", p, err)
-			}
-			if err := m.chown(p, uid, gid); err != nil {
-				return err
-			}
-		case err != nil:
-			return fmt.Errorf("submodule %s: %w", p, err)
-		case !st.IsDir():
-			return fmt.Errorf("%w: the submodule path %s goes through %s, which is not a directory (%s): ohd cannot keep the agent from putting a git dir there; remove it, or run `git submodule update --init %s`, then try again",
-				ErrInvalidWorktree, filepath.Join(top, rel), p, st.Mode().Type(), rel)
-		}
-	}
-	return nil
 }
 
 // gitlinks lists the submodule paths (gitlinks) of the index of the git
@@ -520,11 +396,7 @@ func (m *Manager) gitlinks(workTree, gitDir string, uid, gid int) ([]string, err
 		if err != nil {
 			return nil, fmt.Errorf("list the submodules of %s: %w", workTree, err)
 		}
-		for _, e := range strings.Split(out, "\x00") {
-			if meta, path, ok := strings.Cut(e, "\t"); ok && strings.HasPrefix(meta, "160000 ") {
-				links = append(links, path)
-			}
-		}
+		links = porcelain.Gitlinks(out)
 	}
 	var paths []string
 	for _, path := range links {

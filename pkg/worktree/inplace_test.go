@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
 )
 
 // addInPlace adds an in-place conversation for repo.
@@ -63,7 +64,7 @@ func TestInPlaceSeedPublishRemove(t *testing.T) {
 	if err != nil {
 		t.Fatalf("MountPlan: %v", err)
 	}
-	want := map[string]Mount{
+	want := map[string]mountplan.Mount{
 		dir:                        {Source: dir, Target: dir},
 		filepath.Join(dir, ".git"): {Source: wt.View, Target: filepath.Join(dir, ".git")},
 	}

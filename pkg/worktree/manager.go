@@ -359,8 +359,3 @@ func lexists(path string) (bool, error) {
 	}
 	return false, err
 }
-
-// readLinkFile reads a small file (a .git or gitdir file) without
-// following a final symlink: the agent can write both, and ohd may be
-// root.
-func readLinkFile(path string) ([]byte, error) { return readHostFile(path, maxLinkFile) }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
 // The live mirror (see the package comment, "The view is live both ways
@@ -79,7 +81,7 @@ type packedAll struct {
 // packedRefs reads the view's packed-refs (name -> object id), again only
 // when it changed: the publisher asks several times a second.
 func (m *Manager) packedRefs(view string) (map[string]string, error) {
-	f, err := openBeneath(view, "packed-refs")
+	f, err := nofollow.OpenBeneath(view, "packed-refs")
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -97,7 +99,7 @@ func (m *Manager) packedRefs(view string) (map[string]string, error) {
 			return c.refs, nil
 		}
 	}
-	b, err := readRegular(f, "packed-refs", 64<<20)
+	b, err := nofollow.ReadRegular(f, "packed-refs", 64<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +146,7 @@ func walkRefs(fd int, prefix string, depth int, refs map[string]string, n *int) 
 				continue
 			}
 			file := os.NewFile(uintptr(f), name)
-			b, err := readRegular(file, name, 4096)
+			b, err := nofollow.ReadRegular(file, name, 4096)
 			file.Close()
 			if s := strings.TrimSpace(string(b)); err == nil && isHexID(s) {
 				refs[name] = s
@@ -158,7 +160,7 @@ func walkRefs(fd int, prefix string, depth int, refs map[string]string, n *int) 
 // seeded before the file existed: every ref then counts as the agent's).
 func seedRefsOf(wt Worktree) map[string]string {
 	seed := map[string]string{}
-	b, err := readHostFile(filepath.Join(filepath.Dir(wt.View), seedRefsFile), 64<<20)
+	b, err := nofollow.ReadFile(filepath.Join(filepath.Dir(wt.View), seedRefsFile), 64<<20)
 	if err != nil {
 		return seed
 	}

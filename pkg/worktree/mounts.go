@@ -6,16 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
-)
 
-// Mount is a bind mount for the conversation's container. Source always
-// equals Target: the container sees every path at its host path.
-type Mount struct {
-	Source, Target string
-	ReadOnly       bool
-}
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
+)
 
 // MountPlan returns the bind mounts that make wt resolve inside a
 // container exactly as on the host, parents before children. With a git
@@ -30,7 +25,7 @@ type Mount struct {
 //	<Path>/.git, submodules         read-only   the pointers the user's git
 //	                                            follows, and the directories
 //	                                            holding them pinned (see
-//	                                            pointers.go)
+//	                                            package mountplan)
 //
 // Without a view (a worktree created before views existed, until its
 // container is next started: see SeedView), the layout of old:
@@ -45,40 +40,40 @@ type Mount struct {
 // Every source exists on the host when MountPlan returns, is a real
 // directory (not a symlink) and is canonical. Call it after Add and before
 // creating the container, and again before each container (re)start.
-func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
+func (m *Manager) MountPlan(wt Worktree) ([]mountplan.Mount, error) {
 	if err := m.checkWorktree(wt); err != nil {
 		return nil, fmt.Errorf("worktree mount plan: %w", err)
 	}
 	// With a view the host's registration is not mounted, and
 	// <Path>/.git is mounted read-only (the user's git on the host
-	// follows it: see pointers.go) but need not point at it: neither may
+	// follows it: see package mountplan) but need not point at it: neither may
 	// stop the work being saved in a sandbox, nor the container
 	// starting, since a removal interrupted after it deleted the
 	// registration must still finish. `ohctl doctor` checks the host's
 	// side.
-	if wt.View == "" && !wt.InPlace && (!dotGitPointsAt(wt.Path, wt.AdminDir) || !adminPointsAt(wt.AdminDir, wt.Path)) {
+	if wt.View == "" && !wt.InPlace && (!admindir.DotGitPointsAt(wt.Path, wt.AdminDir) || !admindir.PointsAt(wt.AdminDir, wt.Path)) {
 		return nil, fmt.Errorf("worktree mount plan %s: %w: its .git file and %s/gitdir do not point at each other: check `ohctl doctor`, or remove and recreate the conversation", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
-	var mounts []Mount
+	var mounts []mountplan.Mount
 	if wt.InPlace {
 		return m.inPlaceMounts(wt)
 	}
 	if wt.View != "" {
 		_, alt := viewPaths(wt.Path)
-		mounts = []Mount{
+		mounts = []mountplan.Mount{
 			{Source: wt.Path, Target: wt.Path},
 			{Source: wt.View, Target: wt.CommonDir},
 			{Source: filepath.Join(wt.CommonDir, "objects"), Target: alt, ReadOnly: true},
 		}
 		if hv := hostViewPath(wt); dirExistsNoFollow(hv) {
-			mounts = append(mounts, Mount{Source: hv, Target: hv, ReadOnly: true})
+			mounts = append(mounts, mountplan.Mount{Source: hv, Target: hv, ReadOnly: true})
 		}
 		hooks := filepath.Join(wt.CommonDir, "hooks")
 		if st, err := os.Lstat(hooks); err == nil && st.IsDir() {
-			mounts = append(mounts, Mount{Source: hooks, Target: hooks, ReadOnly: true})
+			mounts = append(mounts, mountplan.Mount{Source: hooks, Target: hooks, ReadOnly: true})
 		}
 	} else {
-		mounts = []Mount{
+		mounts = []mountplan.Mount{
 			{Source: wt.Path, Target: wt.Path},
 			{Source: wt.CommonDir, Target: wt.CommonDir, ReadOnly: true},
 			{Source: wt.AdminDir, Target: wt.AdminDir},
@@ -88,11 +83,11 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 			if err := m.ensureDir(p, wt.UID, wt.GID); err != nil {
 				return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 			}
-			mounts = append(mounts, Mount{Source: p, Target: p})
+			mounts = append(mounts, mountplan.Mount{Source: p, Target: p})
 		}
 	}
 	for _, mt := range mounts {
-		if err := checkMountSource(mt.Source); err != nil {
+		if err := mountplan.CheckSource(mt.Source); err != nil {
 			return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 		}
 	}
@@ -103,27 +98,16 @@ func (m *Manager) MountPlan(wt Worktree) ([]Mount, error) {
 			"common_dir", wt.CommonDir)
 	}
 	// The pointers the user's git on the host follows into the worktree
-	// and its submodules (pointers.go); the host's admin dir holds the
+	// and its submodules (package mountplan); the host's admin dir holds the
 	// index that git reads.
-	ptrs, err := m.workTreePointers(wt.Path, wt.AdminDir, wt.UID, wt.GID)
+	ptrs, err := mountplan.WorkTreePointers(mountHost{m}, wt.Path, wt.AdminDir, wt.UID, wt.GID)
 	if err != nil {
 		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 	}
-	if mounts, err = pinPointers(mounts, ptrs); err != nil {
+	if mounts, err = mountplan.Pin(mounts, ptrs); err != nil {
 		return nil, fmt.Errorf("worktree mount plan %s: %w", wt.Path, err)
 	}
 	return mounts, nil
-}
-
-// sortMounts orders mounts so that a parent comes before anything below it.
-func sortMounts(ms []Mount) {
-	sort.SliceStable(ms, func(i, j int) bool {
-		di, dj := strings.Count(ms[i].Target, "/"), strings.Count(ms[j].Target, "/")
-		if di != dj {
-			return di < dj
-		}
-		return ms[i].Target < ms[j].Target
-	})
 }
 
 // ensureDir makes sure p is a directory, creating it for uid:gid (mode
@@ -134,31 +118,10 @@ func (m *Manager) ensureDir(p string, uid, gid int) error {
 	case err == nil:
 		return m.chown(p, uid, gid)
 	case errors.Is(err, fs.ErrExist):
-		return nil // checked by checkMountSource
+		return nil // checked by mountplan.CheckSource
 	default:
 		return fmt.Errorf("create %s: %w", p, err)
 	}
-}
-
-// checkMountSource requires p to be a real, canonical directory: Docker
-// resolves symlinks in a bind source, so a symlink planted in the git dir
-// could otherwise mount an arbitrary host directory.
-func checkMountSource(p string) error {
-	st, err := os.Lstat(p)
-	if err != nil {
-		return fmt.Errorf("mount source: %w", err)
-	}
-	if st.Mode()&fs.ModeSymlink != 0 || !st.IsDir() {
-		return fmt.Errorf("%w: mount source %s is not a directory (%s): it must be a real directory", ErrInvalidWorktree, p, st.Mode().Type())
-	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return fmt.Errorf("mount source: %w", err)
-	}
-	if real != p {
-		return fmt.Errorf("%w: mount source %s resolves to %s: its path must not go through a symlink", ErrInvalidWorktree, p, real)
-	}
-	return nil
 }
 
 // dirExistsNoFollow reports whether p is a directory (not a symlink).
@@ -166,3 +129,21 @@ func dirExistsNoFollow(p string) bool {
 	st, err := os.Lstat(p)
 	return err == nil && st.IsDir()
 }
+
+// PlainFolderMounts returns the bind mounts of the plain folder ws
+// (mountplan.PlainFolder: every repository in it protected from the
+// agent), parents before children. uid and gid own what it makes (a
+// missing submodule directory).
+func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]mountplan.Mount, error) {
+	return mountplan.PlainFolder(mountHost{m}, ws, uid, gid)
+}
+
+// mountHost is the Manager as package mountplan's Host: hardened git for
+// the submodules of an index, and chown.
+type mountHost struct{ m *Manager }
+
+func (h mountHost) Gitlinks(workTree, gitDir string, uid, gid int) ([]string, error) {
+	return h.m.gitlinks(workTree, gitDir, uid, gid)
+}
+
+func (h mountHost) Chown(path string, uid, gid int) error { return h.m.chown(path, uid, gid) }

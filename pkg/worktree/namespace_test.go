@@ -12,6 +12,7 @@ import (
 
 	"github.com/ohd-dev/ohd/internal/testenv"
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
 )
 
 // TestMountPlan checks the mounts' shape (the worktree's .git read-only:
@@ -28,16 +29,16 @@ func TestMountPlan(t *testing.T) {
 		t.Fatalf("MountPlan: %v", err)
 	}
 	c := repo.CommonDir
-	want := []Mount{
+	want := []mountplan.Mount{
 		{Source: c, Target: c, ReadOnly: true},
 		{Source: c + "/logs", Target: c + "/logs"},
 		{Source: c + "/objects", Target: c + "/objects"},
 		{Source: c + "/refs", Target: c + "/refs"},
 		{Source: wt.AdminDir, Target: wt.AdminDir},
 		{Source: wt.Path, Target: wt.Path},
-		{Source: wt.Path + "/.git", Target: wt.Path + "/.git", ReadOnly: true}, // pointers.go
+		{Source: wt.Path + "/.git", Target: wt.Path + "/.git", ReadOnly: true}, // package mountplan
 	}
-	sortMounts(want) // the worktree's depth depends on the temp dirs
+	mountplan.Sort(want) // the worktree's depth depends on the temp dirs
 	if diff := cmp.Diff(want, plan); diff != "" {
 		t.Errorf("MountPlan mismatch (-want +got):\n%s", diff)
 	}

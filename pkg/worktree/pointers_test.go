@@ -1,7 +1,6 @@
 package worktree
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/mountplan"
 )
 
 // submoduleRepo returns a repository with three submodules
@@ -26,7 +26,7 @@ func submoduleRepo(t *testing.T) string {
 // mountModes returns the mounts under root by path relative to it: "rw"
 // or "ro", each at its own path; t fails on a mount elsewhere than its
 // source, one twice, or one before a mount it lies in.
-func mountModes(t *testing.T, mounts []Mount, root string) map[string]string {
+func mountModes(t *testing.T, mounts []mountplan.Mount, root string) map[string]string {
 	t.Helper()
 	got := map[string]string{}
 	for i, mt := range mounts {
@@ -137,34 +137,12 @@ func TestMountPlanPinsEveryPointer(t *testing.T) {
 	})
 }
 
-// TestPinPointersBound: a plan that would need more than maxMounts mounts
-// is refused, saying why, rather than leaving a pointer unfixed.
-func TestPinPointersBound(t *testing.T) {
-	root := testenv.TempDir(t)
-	var ptrs []Mount
-	for i := 0; i < maxMounts/2+1; i++ {
-		d := filepath.Join(root, "d"+strconv.Itoa(i), "sub")
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		ptrs = append(ptrs, Mount{Source: d, Target: d, ReadOnly: true})
-	}
-	_, err := pinPointers([]Mount{{Source: root, Target: root}}, ptrs)
-	if !errors.Is(err, ErrInvalidWorktree) || !strings.Contains(err.Error(), "more than "+strconv.Itoa(maxMounts)) {
-		t.Errorf("pinPointers(%d pointers in as many directories) = %v, want a refusal naming the bound", len(ptrs), err)
-	}
-	got, err := pinPointers([]Mount{{Source: root, Target: root}}, ptrs[:10])
-	if err != nil || len(got) != 21 {
-		t.Errorf("pinPointers(10 pointers) = %d mounts, %v; want 21", len(got), err)
-	}
-}
-
 // runPointerAttacks runs attacks as uid:gid in the work tree top, each
 // followed by the user's `git status` there (same uid: the fixed pointers
 // must hold without the ownership check), in a mount namespace where the
 // mounts are bound onto their own paths (none: the control). It returns
 // which attacks' markers appeared.
-func runPointerAttacks(t *testing.T, top string, mounts []Mount, attacks []testenv.PointerAttack, uid, gid int) map[string]bool {
+func runPointerAttacks(t *testing.T, top string, mounts []mountplan.Mount, attacks []testenv.PointerAttack, uid, gid int) map[string]bool {
 	t.Helper()
 	mark := testenv.TempDir(t)
 	if err := os.Chmod(mark, 0o777); err != nil {

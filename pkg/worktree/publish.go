@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ohd-dev/ohd/pkg/gitimport"
+	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
 )
 
 // KeptPrefix is where ohd keeps refs of conversation id's view that the
@@ -234,7 +235,7 @@ func (m *Manager) ViewBranch(wt Worktree) (string, error) {
 		return "", fmt.Errorf("worktree view branch: %w: %s has no git view", ErrInvalidWorktree, wt.Path)
 	}
 	ref := "refs/heads/" + wt.viewBranch()
-	b, err := readBeneath(wt.View, ref, 4096)
+	b, err := nofollow.ReadBeneath(wt.View, ref, 4096)
 	switch {
 	case err == nil:
 		s := strings.TrimSpace(string(b))
@@ -260,7 +261,7 @@ type packedFile struct {
 // publisher asks several times a second, and an agent can make the file
 // large.
 func (m *Manager) packedRef(view, ref string) (string, error) {
-	f, err := openBeneath(view, "packed-refs")
+	f, err := nofollow.OpenBeneath(view, "packed-refs")
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -297,51 +298,6 @@ func (m *Manager) packedRef(view, ref string) (string, error) {
 	}
 	m.packed.Store(view, key)
 	return key.oid, nil
-}
-
-// readBeneath reads the regular file rel below dir (see openBeneath),
-// refusing one larger than max.
-func readBeneath(dir, rel string, max int64) ([]byte, error) {
-	f, err := openBeneath(dir, rel)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return readRegular(f, rel, max)
-}
-
-// openBeneath opens rel below dir, opening every component with
-// O_NOFOLLOW relative to the one before: a symlink anywhere on the way is
-// refused (ELOOP or ENOTDIR), so the read never leaves dir.
-func openBeneath(dir, rel string) (*os.File, error) {
-	parts := strings.Split(rel, "/")
-	for _, p := range parts {
-		if p == "" || p == "." || p == ".." {
-			return nil, fmt.Errorf("read %s in %s: bad path", rel, dir)
-		}
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	for i, p := range parts {
-		flags := unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		if i < len(parts)-1 {
-			flags |= unix.O_DIRECTORY
-		} else {
-			flags |= unix.O_NONBLOCK
-		}
-		next, err := unix.Openat(fd, p, flags, 0)
-		unix.Close(fd)
-		if err != nil {
-			if err == unix.ENOTDIR || err == unix.ELOOP {
-				err = fmt.Errorf("%s is not a plain path (a symlink or file on the way): %w", rel, fs.ErrNotExist)
-			}
-			return nil, &os.PathError{Op: "open", Path: filepath.Join(dir, rel), Err: err}
-		}
-		fd = next
-	}
-	return os.NewFile(uintptr(fd), filepath.Join(dir, rel)), nil
 }
 
 // keepable reports whether a view ref is one ohd keeps when its commit is

@@ -20,6 +20,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // RemoveOptions says how Remove treats unsaved work.
@@ -148,7 +150,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	if m.euid != 0 && wt.UID != m.euid {
 		return fail(hardgit.OwnerError(wt.UID, m.euid))
 	}
-	registered := ownsAdmin(wt)
+	registered := admindir.Owns(wt.AdminDir, wt.Path, LockReason(wt.ConversationID))
 	ct := commonTarget(wt.CommonDir, wt.UID, wt.GID)
 	snapRef := SnapshotRef(wt.ConversationID)
 
@@ -196,8 +198,8 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 
 	// Checked again under the lock: a registration seen before it may have
 	// been removed meanwhile and its name reused by git for another
-	// worktree, which ownsAdmin then refuses.
-	registered = registered && ownsAdmin(wt)
+	// worktree, which admindir.Owns then refuses.
+	registered = registered && admindir.Owns(wt.AdminDir, wt.Path, LockReason(wt.ConversationID))
 	if err := m.removeWorktree(wt, registered); err != nil {
 		return fail(err)
 	}
@@ -205,7 +207,7 @@ func (m *Manager) Remove(ctx context.Context, wt Worktree, opts RemoveOptions) (
 	// A registration is an admin dir whose gitdir names the path: none may
 	// be left for ours (an admin dir git reused for another worktree is
 	// not ours and stays).
-	if admin := registeredAt(wt.CommonDir, wt.Path); admin != "" {
+	if admin := admindir.RegisteredAt(wt.CommonDir, wt.Path); admin != "" {
 		return fail(fmt.Errorf("%s is still registered after removal (%s): run `git worktree remove --force --force %s` in %s", wt.Path, admin, wt.Path, wt.Repo))
 	}
 	// The branch, the snapshot ref and the live mirror, read in one git
@@ -276,7 +278,7 @@ func (m *Manager) SaveView(ctx context.Context, wt Worktree, sb Sandbox, publish
 	// Saving reads only the view (its own admin dir) and writes the host's
 	// objects and refs: a host registration that is gone (deleted by
 	// hand) does not stop it, one that is another worktree's does.
-	if _, err := os.Lstat(wt.AdminDir); !wt.InPlace && !errors.Is(err, fs.ErrNotExist) && !ownsAdmin(wt) {
+	if _, err := os.Lstat(wt.AdminDir); !wt.InPlace && !errors.Is(err, fs.ErrNotExist) && !admindir.Owns(wt.AdminDir, wt.Path, LockReason(wt.ConversationID)) {
 		return res, fmt.Errorf("worktree save view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	if err := m.saveView(ctx, wt, RemoveOptions{Sandbox: sb, Published: published}, &res); err != nil {
@@ -651,12 +653,13 @@ func (m *Manager) unreachable(ctx context.Context, ct gitTarget, id string, name
 // checkNested returns those of the nested repositories the sandbox reported
 // (the agent's word, stored, printed and put in the removal's message)
 // that are clean relative paths, free of control and format characters,
-// of directories of the imported snapshot, at most maxNested of them.
-func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string, names []string) ([]string, error) {
+// of directories of the imported snapshot snap, at most snapshot.MaxNested
+// of them.
+func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snap string, names []string) ([]string, error) {
 	var ok []string
 	seen := map[string]bool{}
 	for _, n := range names {
-		if len(ok) == maxNested*4 {
+		if len(ok) == snapshot.MaxNested*4 {
 			break // the rest is not looked at
 		}
 		if seen[n] || !cleanRelPath(n) {
@@ -670,7 +673,7 @@ func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string
 	}
 	var in strings.Builder
 	for _, n := range ok {
-		in.WriteString(snapshot + ":" + n + "\n")
+		in.WriteString(snap + ":" + n + "\n")
 	}
 	out, err := m.git(ctx, ct, runOpts{Stdin: []byte(in.String())}, "cat-file", "--batch-check=%(objecttype)")
 	if err != nil {
@@ -679,7 +682,7 @@ func (m *Manager) checkNested(ctx context.Context, ct gitTarget, snapshot string
 	lines := strings.Split(out, "\n")
 	var dirs []string
 	for i, n := range ok {
-		if i < len(lines) && lines[i] == "tree" && len(dirs) < maxNested {
+		if i < len(lines) && lines[i] == "tree" && len(dirs) < snapshot.MaxNested {
 			dirs = append(dirs, n)
 		}
 	}
@@ -767,7 +770,7 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 // registration claiming the path, which need not be ours if an agent
 // rewrote another admin dir's gitdir. For the same reason ohd does not ask
 // git to remove the worktree by path: it deletes the directory and (only if
-// it is ours, see ownsAdmin) the admin dir itself, which is all
+// it is ours, see admindir.Owns) the admin dir itself, which is all
 // `git worktree remove --force` does.
 func (m *Manager) removeWorktree(wt Worktree, registered bool) error {
 	if registered {
@@ -775,10 +778,10 @@ func (m *Manager) removeWorktree(wt Worktree, registered bool) error {
 			return fmt.Errorf("unlock %s: %w", wt.Path, err)
 		}
 		// What `git worktree remove --force` does, done directly: the admin
-		// dir is ours (ownsAdmin, checked before unlocking; git cannot
+		// dir is ours (admindir.Owns, checked before unlocking; git cannot
 		// reuse a name that exists), the snapshot is taken, and git would
 		// only delete the two directories. Two git runs fewer per removal.
-		if err := m.removeAdmin(wt.CommonDir, wt.AdminDir, wt.ConversationID); err != nil {
+		if err := admindir.Remove(wt.CommonDir, wt.AdminDir, wt.ConversationID, func() { m.onStep("admin-moved") }); err != nil {
 			return err
 		}
 		_ = os.Remove(filepath.Join(wt.CommonDir, "worktrees")) // git does this too; only if empty
@@ -842,32 +845,6 @@ func (m *Manager) emptyTrash() {
 // end.
 func (m *Manager) Wait() { m.emptying.Wait() }
 
-// ownsAdmin reports whether wt.AdminDir is this conversation's admin dir
-// and so may be used and deleted: its gitdir names wt.Path; or it names
-// another path whose .git does not point back (the file was rewritten, or
-// is missing) while its lock still carries this conversation's reason. An
-// admin dir git has reused for another live worktree (a retried Remove
-// after the name was recycled) fails both tests.
-func ownsAdmin(wt Worktree) bool {
-	st, err := os.Lstat(wt.AdminDir)
-	if err != nil || !st.IsDir() {
-		return false
-	}
-	if adminPointsAt(wt.AdminDir, wt.Path) {
-		return true
-	}
-	b, err := readLinkFile(filepath.Join(wt.AdminDir, "locked"))
-	if err != nil || strings.TrimSpace(string(b)) != LockReason(wt.ConversationID) {
-		return false
-	}
-	if b, err := readLinkFile(filepath.Join(wt.AdminDir, "gitdir")); err == nil {
-		if p, err := parseAdminGitdir(b, wt.AdminDir); err == nil && filepath.Base(p) == ".git" && dotGitPointsAt(filepath.Dir(p), wt.AdminDir) {
-			return false // a live worktree elsewhere really uses it
-		}
-	}
-	return true
-}
-
 // settleBranch deletes or keeps the conversation's branch and fills res.
 // It returns the path of another worktree that has the branch checked out,
 // if any (the branch is then kept).
@@ -881,7 +858,7 @@ func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, o
 	} else {
 		m.log.Warn("cannot count the branch's commits; keeping it", "branch", wt.Branch, "err", err)
 	}
-	if path := checkedOutIn(wt.CommonDir, ref); path != "" {
+	if path := admindir.CheckedOutIn(wt.CommonDir, ref); path != "" {
 		res.BranchKept = true
 		return path, nil
 	}
@@ -895,46 +872,6 @@ func (m *Manager) settleBranch(ctx context.Context, wt Worktree, ct gitTarget, o
 	}
 	res.BranchDeleted = true
 	return "", nil
-}
-
-// checkedOutIn returns the path of a worktree of commonDir (the main one or
-// a linked one) that has ref checked out, or "". It reads the HEAD files,
-// as git itself does to refuse deleting such a branch.
-func checkedOutIn(commonDir, ref string) string {
-	headIs := func(dir string) bool {
-		b, err := readLinkFile(filepath.Join(dir, "HEAD"))
-		return err == nil && strings.TrimSpace(string(b)) == "ref: "+ref
-	}
-	if headIs(commonDir) {
-		if filepath.Base(commonDir) == ".git" {
-			return filepath.Dir(commonDir)
-		}
-		return commonDir
-	}
-	entries, _ := os.ReadDir(filepath.Join(commonDir, "worktrees"))
-	for _, e := range entries {
-		admin := filepath.Join(commonDir, "worktrees", e.Name())
-		if !headIs(admin) {
-			continue
-		}
-		if b, err := readLinkFile(filepath.Join(admin, "gitdir")); err == nil {
-			return filepath.Dir(strings.TrimSpace(string(b)))
-		}
-		return admin
-	}
-	return ""
-}
-
-// registeredAt returns the admin dir of commonDir whose gitdir names path,
-// or "". It reads the admin dirs, as git worktree list does.
-func registeredAt(commonDir, path string) string {
-	entries, _ := os.ReadDir(filepath.Join(commonDir, "worktrees"))
-	for _, e := range entries {
-		if admin := filepath.Join(commonDir, "worktrees", e.Name()); adminPointsAt(admin, path) {
-			return admin
-		}
-	}
-	return ""
 }
 
 // readRefs returns the object ids of those refs that exist, in one git run.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
 )
 
 // Stale is a worktree registration of a repository whose worktree does
@@ -58,7 +60,7 @@ func staleAt(admin string) (Stale, bool) {
 	if err != nil || !st.IsDir() {
 		return Stale{}, false
 	}
-	b, err := readLinkFile(filepath.Join(admin, "gitdir"))
+	b, err := admindir.ReadLinkFile(filepath.Join(admin, "gitdir"))
 	if err != nil {
 		return Stale{}, false // git itself reports these differently; leave them
 	}
@@ -70,12 +72,12 @@ func staleAt(admin string) (Stale, bool) {
 		return Stale{}, false
 	}
 	s := Stale{Path: filepath.Dir(dotGit), AdminDir: admin}
-	if head, err := readLinkFile(filepath.Join(admin, "HEAD")); err == nil {
+	if head, err := admindir.ReadLinkFile(filepath.Join(admin, "HEAD")); err == nil {
 		if ref, ok := strings.CutPrefix(strings.TrimSpace(string(head)), "ref: refs/heads/"); ok {
 			s.Branch = ref
 		}
 	}
-	if reason, err := readLinkFile(filepath.Join(admin, "locked")); err == nil {
+	if reason, err := admindir.ReadLinkFile(filepath.Join(admin, "locked")); err == nil {
 		s.Locked, s.LockReason = true, strings.TrimSpace(string(reason))
 	}
 	return s, true
@@ -125,7 +127,7 @@ func (m *Manager) Repair(ctx context.Context, wt Worktree) error {
 		return fmt.Errorf("worktree repair %s: %w", wt.Path, err)
 	}
 	defer unlock()
-	if !looksLikeAdminDir(wt.AdminDir) {
+	if !admindir.LooksLikeAdmin(wt.AdminDir) {
 		return fmt.Errorf("worktree repair %s: %w: its registration %s is gone; end the conversation (its work is snapshotted) and start a new one", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	files := [][2]string{
@@ -136,7 +138,7 @@ func (m *Manager) Repair(ctx context.Context, wt Worktree) error {
 		files = append(files, [2]string{filepath.Join(wt.AdminDir, "locked"), LockReason(wt.ConversationID)})
 	}
 	// The worktree's .git is rewritten in place: the running container
-	// has it bind-mounted read-only (pointers.go), and a rename over it
+	// has it bind-mounted read-only (package mountplan), and a rename over it
 	// would detach that mount in the container's namespace, leaving the
 	// agent a writable .git until the container is made anew.
 	if err := m.rewriteOwned(files[0][0], files[0][1], wt.UID, wt.GID); err != nil {
@@ -149,17 +151,6 @@ func (m *Manager) Repair(ctx context.Context, wt Worktree) error {
 	}
 	m.log.Info("worktree repaired", "conversation", wt.ConversationID, "path", wt.Path)
 	return nil
-}
-
-// looksLikeAdminDir reports whether dir still holds a registration (git
-// needs its HEAD and commondir files).
-func looksLikeAdminDir(dir string) bool {
-	for _, name := range []string{"HEAD", "commondir"} {
-		if st, err := os.Lstat(filepath.Join(dir, name)); err != nil || !st.Mode().IsRegular() {
-			return false
-		}
-	}
-	return true
 }
 
 // rewriteOwned writes content into the regular file at path, keeping its

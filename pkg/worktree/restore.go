@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
+	"github.com/ohd-dev/ohd/pkg/worktree/journal"
 )
 
 // RestoreOptions say what Restore brings back.
@@ -87,7 +89,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 	branch := "refs/heads/" + BranchName(id)
 	// A restore that was interrupted (ohd killed) left its journal: what
 	// it made is undone first, and this one does it all again.
-	j, err := m.readRestoreJournal(id)
+	j, err := journal.Read(m.lockDir, id, m.log)
 	if err != nil {
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
@@ -99,8 +101,8 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 			into = j.Into
 		}
 	}
-	if where := checkedOutIn(opts.CommonDir, branch); where != "" {
-		if j == nil && samePath(where, into) {
+	if where := admindir.CheckedOutIn(opts.CommonDir, branch); where != "" {
+		if j == nil && admindir.SamePath(where, into) {
 			// Finished before (its journal is gone only at the very end):
 			// the retry of a restore whose answer was lost succeeds.
 			m.log.Info("conversation work already restored", "conversation", id, "path", where)
@@ -158,15 +160,15 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		return res, fmt.Errorf("worktree restore %s: %w: no work of this conversation is kept in %s", id, ErrInvalidWorktree, opts.Repo)
 	}
 	if j == nil {
-		j = &restoreJournal{ID: id}
+		j = &journal.Journal{ID: id}
 	}
 	j.Into, j.CommonDir = into, opts.CommonDir
-	j.Holder = processIdentity(os.Getpid())
+	j.Holder = journal.ProcessIdentity(os.Getpid())
 	j.CreatedBranch, j.CreatedAt = "", ""
 	if slices.Contains(args, "-b") {
 		j.CreatedBranch, j.CreatedAt = res.Branch, args[len(args)-1]
 	}
-	if err := m.writeRestoreJournal(j); err != nil {
+	if err := journal.Write(m.lockDir, j); err != nil {
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
 	m.onStep("restore")
@@ -189,7 +191,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 		_ = os.RemoveAll(into)
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
-	admin, err := findAdminDir(opts.CommonDir, into)
+	admin, err := admindir.Find(opts.CommonDir, into)
 	unlock()
 	m.onStep("restore-checkout")
 	if err != nil {
@@ -226,7 +228,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 	if err := m.restoreKept(ctx, ct, id, refs, j, &res); err != nil {
 		return res, fmt.Errorf("worktree restore %s in %s: %w", id, into, err)
 	}
-	if err := m.removeRestoreJournal(id); err != nil {
+	if err := journal.Remove(m.lockDir, id); err != nil {
 		return res, fmt.Errorf("worktree restore %s: %w", id, err)
 	}
 	res.Path = into
@@ -239,7 +241,7 @@ func (m *Manager) Restore(ctx context.Context, opts RestoreOptions) (RestoreResu
 // conversation's view (same name if free, else restored-<id prefix>/name)
 // and pushes the kept stash onto the repository's stash. refs are the
 // refs read under KeptPrefix(id).
-func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs map[string]string, j *restoreJournal, res *RestoreResult) error {
+func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs map[string]string, j *journal.Journal, res *RestoreResult) error {
 	heads := KeptPrefix(id) + "heads/"
 	var names []string
 	for ref := range refs {
@@ -295,7 +297,7 @@ func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs
 				return fmt.Errorf("read the repository's stash: %w", err)
 			}
 			j.UserStash, j.UserStashRead = user, true
-			if err := m.writeRestoreJournal(j); err != nil {
+			if err := journal.Write(m.lockDir, j); err != nil {
 				return err
 			}
 		}
@@ -322,6 +324,76 @@ func (m *Manager) restoreKept(ctx context.Context, ct gitTarget, id string, refs
 		}
 		res.Stash = stash
 		res.StashEntries = len(older) + 1
+	}
+	return nil
+}
+
+// stashEntries lists refs/stash's entries, newest first (none if there
+// is no stash).
+func (m *Manager) stashEntries(ctx context.Context, ct gitTarget) ([]journal.StashEntry, error) {
+	have, err := m.readRefsUnder(ctx, ct, "refs/stash")
+	if err != nil || have["refs/stash"] == "" {
+		return nil, err
+	}
+	out, err := m.git(ctx, ct, runOpts{}, "log", "-g", "--no-decorate", "--format=%H%x09%gs", "refs/stash", "--")
+	if err != nil {
+		return nil, err
+	}
+	var list []journal.StashEntry
+	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {
+		oid, msg, ok := strings.Cut(line, "\t")
+		if !ok || !isHexID(oid) {
+			continue
+		}
+		list = append(list, journal.StashEntry{OID: oid, Message: msg})
+	}
+	return list, nil
+}
+
+// restoreTags makes tags from the view's tags the removal kept
+// (refs/ohd/kept/<id>/tags/<name>): the same name if free, else
+// restored-<id prefix>/<name>; a tag already there with the same object
+// (a retried restore) is left as it is.
+func (m *Manager) restoreTags(ctx context.Context, ct gitTarget, id string, refs map[string]string, res *RestoreResult) error {
+	prefix := KeptPrefix(id) + "tags/"
+	var names []string
+	for ref := range refs {
+		if name, ok := strings.CutPrefix(ref, prefix); ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	have, err := m.readRefsUnder(ctx, ct, "refs/tags/")
+	if err != nil {
+		return err
+	}
+	var tx strings.Builder
+	for _, name := range names {
+		oid := refs[prefix+name]
+		local := name
+		for _, cand := range []string{name, "restored-" + id[:8] + "/" + name} {
+			local = cand
+			if have["refs/tags/"+cand] == "" || have["refs/tags/"+cand] == oid {
+				break
+			}
+		}
+		switch cur := have["refs/tags/"+local]; {
+		case cur == oid:
+			res.Tags = append(res.Tags, local) // restored before
+			continue
+		case cur != "" || !validRefName("refs/tags/"+local):
+			continue
+		}
+		fmt.Fprintf(&tx, "create refs/tags/%s %s\n", local, oid)
+		res.Tags = append(res.Tags, local)
+	}
+	if tx.Len() > 0 {
+		if _, err := m.git(ctx, ct, runOpts{Stdin: []byte(tx.String())}, "update-ref", "-m", "ohd: restore conversation "+id, "--stdin"); err != nil {
+			return fmt.Errorf("make the tags: %w", err)
+		}
 	}
 	return nil
 }

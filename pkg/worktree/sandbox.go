@@ -211,7 +211,7 @@ func (m *Manager) collect(ctx context.Context, wt Worktree) (Collected, error) {
 	// run fewer waited for).
 	refs := make(chan error, 1)
 	go func() { refs <- m.collectRefs(ctx, commonTarget(wt.CommonDir, wt.UID, wt.GID), &c) }()
-	snap, nested, ignored, err := m.snapshotCommit(ctx, wt, true)
+	snap, nested, ignored, err := m.snapshots().Commit(ctx, snapshotTree(wt), true)
 	if rerr := <-refs; err == nil {
 		err = rerr
 	}

@@ -2,17 +2,11 @@ package worktree
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // Snapshot records the uncommitted state of wt (modified, staged and
@@ -36,10 +30,10 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 	if m.euid != 0 && wt.UID != m.euid {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w", wt.Path, hardgit.OwnerError(wt.UID, m.euid))
 	}
-	if !ownsAdmin(wt) {
+	if !admindir.Owns(wt.AdminDir, wt.Path, LockReason(wt.ConversationID)) {
 		return "", "", fmt.Errorf("worktree snapshot %s: %w: %s is not this worktree's registration: nothing can be snapshotted", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
-	commit, _, _, err = m.snapshotCommit(ctx, wt, false)
+	commit, _, _, err = m.snapshots().Commit(ctx, snapshotTree(wt), false)
 	if err != nil || commit == "" {
 		if err != nil {
 			err = fmt.Errorf("worktree snapshot %s: %w", wt.Path, err)
@@ -62,199 +56,14 @@ func (m *Manager) Snapshot(ctx context.Context, wt Worktree) (ref, commit string
 	return ref, commit, nil
 }
 
-// snapshotCommit builds the snapshot commit (objects only, no ref) and
-// returns its id, or "" when there is nothing uncommitted. In the sandbox
-// (inSandbox: it reads the nested repositories' files), an untracked
-// nested repository is saved as its files rather than as the gitlink git
-// would make of it (nested lists those saved so), and the one walk of the
-// worktree also lists its ignored files (ignored; nil outside).
-func (m *Manager) snapshotCommit(ctx context.Context, wt Worktree, inSandbox bool) (commit string, nested, ignored []string, err error) {
-	t := worktreeTarget(wt)
-	// One filter enumeration serves every command below: the agent is
-	// stopped, nothing changes the configuration meanwhile.
-	memo := &filterMemo{}
-	// The common case, a clean worktree, costs one status: nothing staged,
-	// modified or untracked means nothing to save. GIT_OPTIONAL_LOCKS=0
-	// keeps status from refreshing (writing) the worktree's index.
-	args := []string{"status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames"}
-	if inSandbox {
-		// With -uall, every ignored file is listed too, one by one: the
-		// count the removal reports costs no second walk.
-		args = append(args, "--ignored")
-	}
-	out, err := m.git(ctx, t, runOpts{Filters: memo}, args...)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("status of the worktree: %w", err)
-	}
-	clean, ignored := splitIgnored(out)
-	if clean == "" {
-		return "", nil, ignored, nil
-	}
-	head, hasHead, err := m.revParse(ctx, t, "HEAD^{commit}")
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("read HEAD: %w", err)
-	}
-	var headTree string
-	if hasHead {
-		headTree, _, err = m.revParse(ctx, t, head+"^{tree}")
-	} else {
-		headTree, err = m.emptyTree(ctx, t)
-	}
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("read HEAD's tree: %w", err)
-	}
-
-	tmp, err := os.MkdirTemp("", "ohd-snapshot-")
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("temporary index: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := m.chown(tmp, wt.UID, wt.GID); err != nil {
-		return "", nil, nil, err
-	}
-	index := filepath.Join(tmp, "index")
-	if err := m.copyIndex(filepath.Join(wt.AdminDir, "index"), index, wt.UID, wt.GID); err != nil {
-		return "", nil, nil, err
-	}
-	o := runOpts{Env: []string{"GIT_INDEX_FILE=" + index}, Filters: memo}
-
-	// The index as the agent left it (fails when it has conflicts; then
-	// there is no separate index state to keep).
-	indexTree, err := m.git(ctx, t, o, "write-tree")
-	indexTree = strings.TrimSpace(indexTree)
-	if err != nil {
-		var ge *GitError
-		if !errors.As(err, &ge) || ge.ExitCode < 0 {
-			return "", nil, nil, fmt.Errorf("write the index tree: %w", err)
-		}
-		indexTree = ""
-	}
-	empty, err := m.addAll(ctx, t, o)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	if !inSandbox && len(empty) > 0 {
-		// Outside the sandbox nested repositories are not read: the
-		// snapshot could not hold these, and removing would lose them.
-		return "", nil, nil, fmt.Errorf("%w: %s is a nested git repository without a commit, which the snapshot cannot save: commit in it or copy it elsewhere, then try again (or remove with --discard to drop it)",
-			ErrUnsavedWork, filepath.Join(wt.Path, empty[0]))
-	}
-	if inSandbox {
-		budget := maxNested
-		if nested, err = m.addNestedRepos(ctx, wt, t, o, memo, tmp, untrackedDirs(clean), 0, &budget); err != nil {
-			return "", nil, nil, err
-		}
-	}
-	out, err = m.git(ctx, t, o, "write-tree")
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("write the working tree: %w", err)
-	}
-	workTree := strings.TrimSpace(out)
-	if workTree == headTree && (indexTree == "" || indexTree == headTree) {
-		return "", nil, ignored, nil
-	}
-
-	var parents []string
-	if hasHead {
-		parents = append(parents, "-p", head)
-	}
-	when := time.Now().UTC().Format(time.RFC3339)
-	// The index is a second parent whenever something is staged, even
-	// when it equals the working tree: restore recreates the staged state
-	// from it (without it, everything staged would come back unstaged).
-	if indexTree != "" && indexTree != headTree {
-		msg := fmt.Sprintf("ohd: index of conversation %s at %s", wt.ConversationID, when)
-		args := append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, indexTree)
-		out, err := m.git(ctx, t, runOpts{}, args...)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("commit the index state: %w", err)
-		}
-		parents = append(parents, "-p", strings.TrimSpace(out))
-	}
-	msg := fmt.Sprintf("ohd: snapshot of conversation %s at %s\n\n"+
-		"Uncommitted changes (modified, staged and untracked files) of\n%s\n"+
-		"when the conversation ended. A second parent, if any, is the index.\n",
-		wt.ConversationID, when, wt.Path)
-	args = append(append([]string{"commit-tree", "--no-gpg-sign"}, parents...), "-m", msg, workTree)
-	out, err = m.git(ctx, t, runOpts{}, args...)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("commit the snapshot: %w", err)
-	}
-	commit = strings.TrimSpace(out)
-	if !isHexID(commit) {
-		return "", nil, nil, fmt.Errorf("git commit-tree: unexpected output %q", truncate(out, 100))
-	}
-	return commit, nested, ignored, nil
+// snapshots builds snapshot commits (package snapshot) as this Manager's
+// git and owner.
+func (m *Manager) snapshots() *snapshot.Builder {
+	return &snapshot.Builder{Git: m.runner(), Chown: m.chown}
 }
 
-// emptyTree returns the id of the empty tree in this repository's hash
-// (without writing it).
-func (m *Manager) emptyTree(ctx context.Context, t gitTarget) (string, error) {
-	out, err := m.git(ctx, t, runOpts{Stdin: []byte{}}, "hash-object", "-t", "tree", "--stdin")
-	if err != nil {
-		return "", fmt.Errorf("hash the empty tree: %w", err)
-	}
-	return strings.TrimSpace(out), nil
-}
-
-// copyIndex copies the worktree's index to dst (owned by uid:gid). The
-// source is opened without following a symlink (the admin dir is
-// agent-writable and ohd may be root); a missing index copies nothing
-// (git then starts from an empty index).
-func (m *Manager) copyIndex(src, dst string, uid, gid int) error {
-	in, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("open the worktree's index: %w", err)
-	}
-	defer in.Close()
-	st, err := in.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("the worktree's index %s is not a regular file", src)
-	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("temporary index: %w", err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy the worktree's index: %w", err)
-	}
-	if err := out.Close(); err != nil {
-		return fmt.Errorf("copy the worktree's index: %w", err)
-	}
-	if err := keepIndexTime(dst, st); err != nil {
-		return fmt.Errorf("copy the worktree's index: %w", err)
-	}
-	return m.chown(dst, uid, gid)
-}
-
-// keepIndexTime gives a copy of an index the modification time of the
-// index it copies (st). Git trusts an entry whose file's size and times
-// match it unless the entry is no older than the index file itself (it is
-// "racily clean", and git compares contents): a copy with a new time
-// would make a file changed in the second of the index's last write, at
-// the same size, look unchanged, and its change would be lost.
-func keepIndexTime(dst string, st fs.FileInfo) error {
-	return os.Chtimes(dst, time.Time{}, st.ModTime())
-}
-
-// splitIgnored separates a `status --porcelain=v1 -z --ignored` output
-// into the rest of it and the ignored paths ("!! path" entries).
-func splitIgnored(status string) (rest string, ignored []string) {
-	if !strings.Contains(status, "!! ") {
-		return status, nil
-	}
-	var b strings.Builder
-	for _, e := range strings.Split(status, "\x00") {
-		if p, ok := strings.CutPrefix(e, "!! "); ok {
-			ignored = append(ignored, p)
-		} else if e != "" {
-			b.WriteString(e)
-			b.WriteByte(0)
-		}
-	}
-	return b.String(), ignored
+// snapshotTree is what a snapshot of wt reads: its worktree and, for the
+// index and HEAD, its own admin dir (never the agent-writable .git file).
+func snapshotTree(wt Worktree) snapshot.Tree {
+	return snapshot.Tree{ID: wt.ConversationID, Path: wt.Path, GitDir: wt.AdminDir, UID: wt.UID, GID: wt.GID}
 }

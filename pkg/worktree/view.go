@@ -5,13 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/ohd-dev/ohd/pkg/worktree/admindir"
+	"github.com/ohd-dev/ohd/pkg/worktree/nofollow"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // The conversation's private git view (see the package comment, "The git
@@ -92,7 +95,7 @@ func (m *Manager) seedViewWith(ctx context.Context, wt Worktree, index bool) (er
 	}
 	w.write(filepath.Join(v, "objects", "info", "alternates"), []byte(alt+"\n"), 0o644)
 
-	config, cerr := readHostFile(filepath.Join(wt.CommonDir, "config"), 1<<20)
+	config, cerr := nofollow.ReadFile(filepath.Join(wt.CommonDir, "config"), 1<<20)
 	if cerr != nil {
 		return fmt.Errorf("seed view: %w", cerr)
 	}
@@ -104,7 +107,7 @@ func (m *Manager) seedViewWith(ctx context.Context, wt Worktree, index bool) (er
 		}
 	}
 	w.write(filepath.Join(v, "config"), append(append(withNewline(config), upstream...), hostRemoteConfig(wt)...), 0o644)
-	head, herr := readHostFile(filepath.Join(wt.CommonDir, "HEAD"), 4096)
+	head, herr := nofollow.ReadFile(filepath.Join(wt.CommonDir, "HEAD"), 4096)
 	if herr != nil {
 		return fmt.Errorf("seed view: %w", herr)
 	}
@@ -120,7 +123,7 @@ func (m *Manager) seedViewWith(ctx context.Context, wt Worktree, index bool) (er
 		return fmt.Errorf("seed view: list the repository's refs: %w", rerr)
 	}
 	m.seedHostView(wt, &w, head, refs)
-	if b, err := readHostFile(filepath.Join(wt.CommonDir, "shallow"), 64<<20); err == nil {
+	if b, err := nofollow.ReadFile(filepath.Join(wt.CommonDir, "shallow"), 64<<20); err == nil {
 		w.write(filepath.Join(v, "shallow"), b, 0o644)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)
@@ -153,7 +156,7 @@ func (m *Manager) seedViewWith(ctx context.Context, wt Worktree, index bool) (er
 		w.mkdir(filepath.Join(admin, "info"), 0o755)
 		copyInfo(&w, filepath.Join(wt.AdminDir, "info"), filepath.Join(admin, "info"))
 	}
-	if b, err := readHostFile(filepath.Join(filepath.Dir(hostIndex), "config.worktree"), 1<<20); err == nil {
+	if b, err := nofollow.ReadFile(filepath.Join(filepath.Dir(hostIndex), "config.worktree"), 1<<20); err == nil {
 		w.write(filepath.Join(admin, "config.worktree"), b, 0o644)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("seed view: %w", err)
@@ -185,7 +188,7 @@ func (m *Manager) seedViewIndex(wt Worktree) error {
 // copyIndexFiles copies the host git dir src's index into the view's git
 // dir dst, with its split index's shared index files (core.splitIndex:
 // sharedindex.<id>, which the index names and git reads from the git
-// dir), each with its modification time (keepIndexTime). A missing index
+// dir), each with its modification time (snapshot.KeepIndexTime). A missing index
 // copies nothing.
 func copyIndexFiles(w *ownedWriter, src, dst string) error {
 	ents, err := os.ReadDir(src)
@@ -197,7 +200,7 @@ func copyIndexFiles(w *ownedWriter, src, dst string) error {
 		if name != "index" && !(strings.HasPrefix(name, "sharedindex.") && isHexID(strings.TrimPrefix(name, "sharedindex."))) {
 			continue
 		}
-		b, st, err := readHostFileInfo(filepath.Join(src, name), 1<<30)
+		b, st, err := nofollow.ReadFileInfo(filepath.Join(src, name), 1<<30)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // gone meanwhile, or not a regular file
 		}
@@ -206,7 +209,7 @@ func copyIndexFiles(w *ownedWriter, src, dst string) error {
 		}
 		w.write(filepath.Join(dst, name), b, 0o644)
 		if w.err == nil {
-			w.err = keepIndexTime(filepath.Join(dst, name), st)
+			w.err = snapshot.KeepIndexTime(filepath.Join(dst, name), st)
 		}
 	}
 	return nil
@@ -226,7 +229,7 @@ func copyInfo(w *ownedWriter, src, dst string) {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		if b, err := readHostFile(filepath.Join(src, e.Name()), 16<<20); err == nil {
+		if b, err := nofollow.ReadFile(filepath.Join(src, e.Name()), 16<<20); err == nil {
 			w.write(filepath.Join(dst, e.Name()), b, 0o644)
 		}
 	}
@@ -245,7 +248,7 @@ func (m *Manager) SeedView(ctx context.Context, wt Worktree) (Worktree, error) {
 	if wt.View != "" {
 		return wt, nil
 	}
-	if !ownsAdmin(wt) {
+	if !admindir.Owns(wt.AdminDir, wt.Path, LockReason(wt.ConversationID)) {
 		return wt, fmt.Errorf("worktree seed view %s: %w: %s is not this worktree's registration", wt.Path, ErrInvalidWorktree, wt.AdminDir)
 	}
 	wt.View, _ = viewPaths(wt.Path)
@@ -356,48 +359,6 @@ func withNewline(b []byte) []byte {
 		return append(b, '\n')
 	}
 	return b
-}
-
-// readHostFile reads a regular file, refusing a symlink (as the final
-// component) and anything larger than max.
-func readHostFile(path string, max int64) ([]byte, error) {
-	b, _, err := readHostFileInfo(path, max)
-	return b, err
-}
-
-// readHostFileInfo is readHostFile that also returns the file's info.
-func readHostFileInfo(path string, max int64) ([]byte, fs.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := readRegular(f, path, max)
-	return b, st, err
-}
-
-// readRegular reads the open file f (named name in errors) if it is a
-// regular file of at most max bytes.
-func readRegular(f *os.File, name string, max int64) ([]byte, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file: %w", name, fs.ErrNotExist)
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err == nil && int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
-	}
-	return b, err
 }
 
 // ownedWriter creates files and directories owned by uid:gid in a tree

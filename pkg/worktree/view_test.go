@@ -19,6 +19,8 @@ import (
 	"testing"
 
 	"github.com/ohd-dev/ohd/internal/testenv"
+	"github.com/ohd-dev/ohd/pkg/worktree/journal"
+	"github.com/ohd-dev/ohd/pkg/worktree/snapshot"
 )
 
 // hostSandbox runs `ohctl view` in this process, on the host: the unit
@@ -651,11 +653,11 @@ func (s *plantSandbox) View(ctx context.Context, args []string, stdin io.Reader,
 
 // TestRemoveWithViewChecksPlantedNestedRepos: the nested repositories the
 // sandbox reports are the agent's word: the host keeps only clean relative
-// paths of directories of the snapshot, at most maxNested of them.
+// paths of directories of the snapshot, at most snapshot.MaxNested of them.
 func TestRemoveWithViewChecksPlantedNestedRepos(t *testing.T) {
 	m, _, _, wt := newView(t)
 	var dirs []string
-	for i := 0; i < maxNested+20; i++ {
+	for i := 0; i < snapshot.MaxNested+20; i++ {
 		d := fmt.Sprintf("d%03d", i)
 		testenv.WriteFile(t, filepath.Join(wt.Path, d, "f.txt"), "x\n")
 		dirs = append(dirs, d)
@@ -672,8 +674,8 @@ func TestRemoveWithViewChecksPlantedNestedRepos(t *testing.T) {
 	if res.SnapshotRef == "" {
 		t.Fatalf("Remove = %+v, want a snapshot", res)
 	}
-	if len(res.NestedRepos) != maxNested {
-		t.Errorf("NestedRepos has %d entries, want at most %d", len(res.NestedRepos), maxNested)
+	if len(res.NestedRepos) != snapshot.MaxNested {
+		t.Errorf("NestedRepos has %d entries, want at most %d", len(res.NestedRepos), snapshot.MaxNested)
 	}
 	for _, n := range res.NestedRepos {
 		if !slices.Contains(dirs, n) {
@@ -947,16 +949,16 @@ func TestRestoreClearsTheRefLockOfAKilledGit(t *testing.T) {
 			// is gone (or, for the control, still runs).
 			lock := filepath.Join(repo.CommonDir, "refs", "stash.lock")
 			testenv.WriteFile(t, lock, "")
-			j, err := m.readRestoreJournal(wt.ConversationID)
+			j, err := journal.Read(m.lockDir, wt.ConversationID, m.log)
 			if err != nil || j == nil {
 				t.Fatalf("journal of the killed restore: %+v %v", j, err)
 			}
 			if holderGone {
 				j.Holder = "999999999 1"
-			} else if j.Holder != processIdentity(os.Getpid()) {
-				t.Fatalf("journal holder %q, want this process %q", j.Holder, processIdentity(os.Getpid()))
+			} else if j.Holder != journal.ProcessIdentity(os.Getpid()) {
+				t.Fatalf("journal holder %q, want this process %q", j.Holder, journal.ProcessIdentity(os.Getpid()))
 			}
-			if err := m.writeRestoreJournal(j); err != nil {
+			if err := journal.Write(m.lockDir, j); err != nil {
 				t.Fatal(err)
 			}
 			_, err = m.Restore(testCtx(t), opts)

@@ -1,4 +1,4 @@
-package worktree
+package snapshot
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/ohd-dev/ohd/pkg/hardgit"
+	"github.com/ohd-dev/ohd/pkg/worktree/porcelain"
 )
 
 // A nested repository is a directory of the worktree with a .git of its
@@ -22,11 +25,11 @@ import (
 // conversation's index or HEAD (a submodule) stays a gitlink, as git has it.
 
 // maxNestedDepth bounds how deep nested repositories inside nested
-// repositories are saved as files, and maxNested how many are (each costs
+// repositories are saved as files, and MaxNested how many are (each costs
 // a few git runs in the sandbox); the others stay as git has them.
 const (
 	maxNestedDepth = 4
-	maxNested      = 100
+	MaxNested      = 100
 )
 
 // addAll is `git add --all` into o's index. It returns the nested
@@ -34,27 +37,27 @@ const (
 // of one and then adds nothing at all, so the rest is added again without
 // them (they are for addNestedRepos, or refused outside the sandbox). Any
 // other error is an error.
-func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) ([]string, error) {
-	_, err := m.git(ctx, t, o, "add", "--all")
+func (b *Builder) addAll(ctx context.Context, t hardgit.Target, o hardgit.Opts) ([]string, error) {
+	_, err := b.git(ctx, t, o, "add", "--all")
 	if err == nil {
 		return nil, nil
 	}
-	var ge *GitError
+	var ge *hardgit.GitError
 	if !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "does not have a commit checked out") {
 		return nil, fmt.Errorf("add the working tree to a temporary index: %w", err)
 	}
 	// The nested repositories are the directories status lists; each is
 	// tried alone to tell those without a commit.
-	status, err := m.git(ctx, t, o, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames")
+	status, err := b.git(ctx, t, o, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--ignore-submodules=all", "--no-renames")
 	if err != nil {
 		return nil, fmt.Errorf("status of the working tree: %w", err)
 	}
 	var empty []string
-	for _, dir := range untrackedDirs(status) {
+	for _, dir := range porcelain.UntrackedDirs(status) {
 		if !isNestedRepo(filepath.Join(t.WorkTree, dir)) {
 			continue
 		}
-		_, err := m.git(ctx, t, o, "add", "--all", "--", ":(literal)"+dir)
+		_, err := b.git(ctx, t, o, "add", "--all", "--", ":(literal)"+dir)
 		if err == nil {
 			continue
 		}
@@ -70,24 +73,10 @@ func (m *Manager) addAll(ctx context.Context, t gitTarget, o runOpts) ([]string,
 		spec.WriteString(":(exclude,literal)" + dir + "\x00")
 	}
 	o.Stdin = []byte(spec.String())
-	if _, err := m.git(ctx, t, o, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
+	if _, err := b.git(ctx, t, o, "add", "--all", "--pathspec-from-file=-", "--pathspec-file-nul"); err != nil {
 		return nil, fmt.Errorf("add the working tree to a temporary index: %w", err)
 	}
 	return empty, nil
-}
-
-// untrackedDirs returns the directories of a `status --porcelain=v1 -z
-// --untracked-files=all` output: with every untracked file listed one by
-// one, git lists a directory ("?? dir/") only when it is a repository of
-// its own, which it does not look into.
-func untrackedDirs(status string) []string {
-	var dirs []string
-	for _, e := range strings.Split(status, "\x00") {
-		if p, ok := strings.CutPrefix(e, "?? "); ok && strings.HasSuffix(p, "/") {
-			dirs = append(dirs, strings.TrimSuffix(p, "/"))
-		}
-	}
-	return dirs
 }
 
 // isNestedRepo reports whether dir is a real directory (not a symlink)
@@ -104,7 +93,7 @@ func isNestedRepo(dir string) bool {
 // addNestedRepos replaces, in o's index, each candidate (a path relative
 // to t's work tree) that is a nested repository by the tree of its files.
 // It returns the paths saved so, relative to the conversation's worktree.
-func (m *Manager) addNestedRepos(ctx context.Context, wt Worktree, t gitTarget, o runOpts, memo *filterMemo, tmp string, candidates []string, depth int, budget *int) ([]string, error) {
+func (b *Builder) addNestedRepos(ctx context.Context, wt Tree, t hardgit.Target, o hardgit.Opts, memo *hardgit.FilterMemo, tmp string, candidates []string, depth int, budget *int) ([]string, error) {
 	if depth >= maxNestedDepth {
 		return nil, nil
 	}
@@ -115,16 +104,16 @@ func (m *Manager) addNestedRepos(ctx context.Context, wt Worktree, t gitTarget, 
 			continue
 		}
 		*budget--
-		tree, inner, err := m.nestedTree(ctx, wt, dir, memo, tmp, depth+1, budget)
+		tree, inner, err := b.nestedTree(ctx, wt, dir, memo, tmp, depth+1, budget)
 		if err != nil {
 			return nil, fmt.Errorf("save nested repository %s: %w", rel, err)
 		}
 		// add --all staged it as a gitlink (or, without a commit, not
 		// at all): its files go in its place.
-		if _, err := m.git(ctx, t, o, "update-index", "--force-remove", "--", rel); err != nil {
+		if _, err := b.git(ctx, t, o, "update-index", "--force-remove", "--", rel); err != nil {
 			return nil, fmt.Errorf("save nested repository %s: %w", rel, err)
 		}
-		if _, err := m.git(ctx, t, o, "read-tree", "--prefix="+rel+"/", tree); err != nil {
+		if _, err := b.git(ctx, t, o, "read-tree", "--prefix="+rel+"/", tree); err != nil {
 			return nil, fmt.Errorf("save nested repository %s: %w", rel, err)
 		}
 		full, err := filepath.Rel(wt.Path, dir)
@@ -140,32 +129,27 @@ func (m *Manager) addNestedRepos(ctx context.Context, wt Worktree, t gitTarget, 
 // nestedTree writes the tree of nested repository dir's files (objects
 // into the conversation's view) and returns it, with the nested
 // repositories inside it that were saved as files too.
-func (m *Manager) nestedTree(ctx context.Context, wt Worktree, dir string, memo *filterMemo, tmp string, depth int, budget *int) (string, []string, error) {
+func (b *Builder) nestedTree(ctx context.Context, wt Tree, dir string, memo *hardgit.FilterMemo, tmp string, depth int, budget *int) (string, []string, error) {
 	idxDir, err := os.MkdirTemp(tmp, "nested-")
 	if err != nil {
 		return "", nil, fmt.Errorf("temporary index: %w", err)
 	}
-	if err := m.chown(idxDir, wt.UID, wt.GID); err != nil {
+	if err := b.chown(idxDir, wt.UID, wt.GID); err != nil {
 		return "", nil, err
 	}
-	nt := gitTarget{Dir: dir, GitDir: wt.AdminDir, WorkTree: dir, UID: wt.UID, GID: wt.GID}
-	no := runOpts{Env: []string{"GIT_INDEX_FILE=" + filepath.Join(idxDir, "index")}, Filters: memo}
-	if _, err := m.addAll(ctx, nt, no); err != nil { // those without a commit are listed below
+	nt := hardgit.Target{Dir: dir, GitDir: wt.GitDir, WorkTree: dir, UID: wt.UID, GID: wt.GID}
+	no := hardgit.Opts{Env: []string{"GIT_INDEX_FILE=" + filepath.Join(idxDir, "index")}, Filters: memo}
+	if _, err := b.addAll(ctx, nt, no); err != nil { // those without a commit are listed below
 		return "", nil, err
 	}
 	// Nested repositories inside: those with a commit are gitlinks in the
 	// new index, those without are still untracked.
-	var cands []string
-	staged, err := m.git(ctx, nt, no, "ls-files", "-z", "--stage")
+	staged, err := b.git(ctx, nt, no, "ls-files", "-z", "--stage")
 	if err != nil {
 		return "", nil, err
 	}
-	for _, e := range strings.Split(staged, "\x00") {
-		if meta, path, ok := strings.Cut(e, "\t"); ok && strings.HasPrefix(meta, "160000 ") {
-			cands = append(cands, path)
-		}
-	}
-	others, err := m.git(ctx, nt, no, "ls-files", "-z", "--others", "--exclude-standard", "--directory")
+	cands := porcelain.Gitlinks(staged)
+	others, err := b.git(ctx, nt, no, "ls-files", "-z", "--others", "--exclude-standard", "--directory")
 	if err != nil {
 		return "", nil, err
 	}
@@ -174,16 +158,16 @@ func (m *Manager) nestedTree(ctx context.Context, wt Worktree, dir string, memo 
 			cands = append(cands, p)
 		}
 	}
-	inner, err := m.addNestedRepos(ctx, wt, nt, no, memo, tmp, cands, depth, budget)
+	inner, err := b.addNestedRepos(ctx, wt, nt, no, memo, tmp, cands, depth, budget)
 	if err != nil {
 		return "", nil, err
 	}
-	out, err := m.git(ctx, nt, no, "write-tree")
+	out, err := b.git(ctx, nt, no, "write-tree")
 	if err != nil {
 		return "", nil, err
 	}
 	tree := strings.TrimSpace(out)
-	if !isHexID(tree) {
+	if !hardgit.IsObjectID(tree) {
 		return "", nil, fmt.Errorf("git write-tree: unexpected output %q", truncate(out, 100))
 	}
 	return tree, inner, nil

@@ -1,4 +1,4 @@
-package worktree
+package mountplan
 
 import (
 	"errors"
@@ -39,15 +39,15 @@ const (
 	maxPlainRepos = 256
 )
 
-// PlainFolderMounts returns the bind mounts of the plain folder ws (see
+// PlainFolder returns the bind mounts of the plain folder ws (see
 // above), parents before children. uid and gid own what it makes (a
 // missing submodule directory).
-func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
-	if err := checkMountSource(ws); err != nil {
+func PlainFolder(h Host, ws string, uid, gid int) ([]Mount, error) {
+	if err := CheckSource(ws); err != nil {
 		return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 	}
 	base := []Mount{{Source: ws, Target: ws}}
-	var ptrs []Mount // pinned by pinPointers
+	var ptrs []Mount // pinned by Pin
 	repos, dirs := 0, 0
 	for stack := []string{ws}; len(stack) > 0; {
 		dir := stack[len(stack)-1]
@@ -87,7 +87,7 @@ func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
 				return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 			}
 			if gd := submoduleGitDir(dir, dg, st); gd != "" {
-				subs, err := m.submoduleMounts(dir, gd, uid, gid)
+				subs, err := submoduleMounts(h, dir, gd, uid, gid)
 				if err != nil {
 					return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 				}
@@ -101,7 +101,7 @@ func (m *Manager) PlainFolderMounts(ws string, uid, gid int) ([]Mount, error) {
 			}
 		}
 	}
-	mounts, err := pinPointers(base, ptrs)
+	mounts, err := Pin(base, ptrs)
 	if err != nil {
 		return nil, fmt.Errorf("plain folder %s: %w", ws, err)
 	}

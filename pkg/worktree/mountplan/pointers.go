@@ -1,4 +1,4 @@
-package worktree
+package mountplan
 
 import (
 	"fmt"
@@ -31,20 +31,21 @@ import (
 // be renamed. The cost for the agent: it cannot remove or rename a pinned
 // directory (a checkout that deletes one fails there), and a rename from
 // one pinned directory into another is a copy (EXDEV), as across any two
-// mounts. TestPinnedPointersHoldInAContainer tries the attacks.
+// mounts. TestPinnedPointersHoldInNamespace (package worktree) and
+// TestBackendPointerAttacksFailInContainer (integration) try the attacks.
 
 // maxMounts bounds the bind mounts of one conversation's plan: each costs
 // the engine a mount at every container start. Beyond it the plan is
 // refused (a pointer left unfixed would be the agent's to move).
 const maxMounts = 1024
 
-// pinPointers returns plan with every directory holding one of the
-// pointer mounts ptrs (read-only mounts of a .git, an unpopulated
+// Pin returns plan with every directory holding one of the pointer
+// mounts ptrs (read-only mounts of a .git, an unpopulated
 // submodule's directory, a bare repository), and every directory above
 // each up to the mount of plan that holds it, bound onto itself; ptrs are
 // in the result too. Each pinned directory must be a real, canonical
 // directory.
-func pinPointers(plan, ptrs []Mount) ([]Mount, error) {
+func Pin(plan, ptrs []Mount) ([]Mount, error) {
 	targets := map[string]bool{} // mount points so far: read-only?
 	for _, mt := range plan {
 		targets[mt.Target] = mt.ReadOnly
@@ -88,7 +89,7 @@ func pinPointers(plan, ptrs []Mount) ([]Mount, error) {
 	}
 	sort.Strings(dirs)
 	for _, d := range dirs {
-		if err := checkMountSource(d); err != nil {
+		if err := CheckSource(d); err != nil {
 			return nil, err
 		}
 		out = append(out, Mount{Source: d, Target: d})
@@ -96,7 +97,7 @@ func pinPointers(plan, ptrs []Mount) ([]Mount, error) {
 	if len(out) > maxMounts {
 		return nil, fmt.Errorf("%w: the container would need %d mounts (more than %d) to keep the agent from moving the repositories and submodules the user's git enters: choose a smaller folder, or a repository with fewer submodules", ErrInvalidWorktree, len(out), maxMounts)
 	}
-	sortMounts(out)
+	Sort(out)
 	return out, nil
 }
 
@@ -110,13 +111,13 @@ func findMount(ms []Mount, target string) (int, bool) {
 	return -1, false
 }
 
-// workTreePointers returns the read-only pointer mounts of the work tree
+// WorkTreePointers returns the read-only pointer mounts of the work tree
 // at workTree whose git dir (for its index) is gitDir: its .git when that
 // is a file (a linked worktree's, a separate git dir's), and its
 // submodules' (submoduleMounts). A .git that is a directory is the git
 // dir itself, mounted by the caller; one missing is left (a worktree whose
 // removal was interrupted still starts, to finish it).
-func (m *Manager) workTreePointers(workTree, gitDir string, uid, gid int) ([]Mount, error) {
+func WorkTreePointers(h Host, workTree, gitDir string, uid, gid int) ([]Mount, error) {
 	var ptrs []Mount
 	dotGit := filepath.Join(workTree, ".git")
 	st, err := os.Lstat(dotGit)
@@ -129,10 +130,10 @@ func (m *Manager) workTreePointers(workTree, gitDir string, uid, gid int) ([]Mou
 	case !os.IsNotExist(err):
 		return nil, fmt.Errorf("%s: %w", dotGit, err)
 	}
-	if !dirExistsNoFollow(gitDir) {
+	if !dirExists(gitDir) {
 		return ptrs, nil // a registration removed by an interrupted removal: no index the user's git reads
 	}
-	subs, err := m.submoduleMounts(workTree, gitDir, uid, gid)
+	subs, err := submoduleMounts(h, workTree, gitDir, uid, gid)
 	if err != nil {
 		return nil, err
 	}
