@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"github.com/ohd-dev/ohd/pkg/openhands"
-	"github.com/ohd-dev/ohd/pkg/packcheck"
 	"net"
 	"net/url"
 	"os"
@@ -15,6 +13,8 @@ import (
 	"github.com/ohd-dev/ohd/pkg/broker"
 	"github.com/ohd-dev/ohd/pkg/control"
 	"github.com/ohd-dev/ohd/pkg/egress"
+	"github.com/ohd-dev/ohd/pkg/openhands"
+	"github.com/ohd-dev/ohd/pkg/packcheck"
 	"github.com/ohd-dev/ohd/pkg/proxy"
 	"github.com/ohd-dev/ohd/pkg/runtime"
 	"github.com/ohd-dev/ohd/pkg/runtime/kubernetes"
