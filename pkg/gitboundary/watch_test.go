@@ -31,12 +31,7 @@ func midConversationAttack(t *testing.T, old bool) (ran bool, plant, out string)
 			}
 		}
 	} else {
-		if _, err := Borrow(root, testIDs); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := Apply(root, testIDs); err != nil {
-			t.Fatal(err)
-		}
+		lendAndShare(t, root)
 	}
 	box, marker := markerBox(t)
 	evil := filepath.Join(box, "evil.sh")
@@ -113,6 +108,18 @@ func TestBorrowDropsTheCheckoutsAgentDefault(t *testing.T) {
 	}
 }
 
+// lendAndShare lends root's directories to the agent and shares the tree
+// with it, as a conversation's create does.
+func lendAndShare(t *testing.T, root string) {
+	t.Helper()
+	if _, err := Borrow(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(root, testIDs); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // openFds counts this process's open descriptors.
 func openFds(t *testing.T) int {
 	t.Helper()
@@ -144,12 +151,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func TestWatchSharesWhatTheUserMakes(t *testing.T) {
 	needRoot(t)
 	root := ownedTree(t, map[string]string{"README": "r\n", "docs/a.md": "a\n"})
-	if _, err := Borrow(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
+	lendAndShare(t, root)
 	fds, goroutines := openFds(t), runtime.NumGoroutine()
 	w, err := Watch(root, testIDs, WatchOptions{OnError: func(err error) { t.Errorf("watcher: %v", err) }})
 	if err != nil {
@@ -276,12 +278,7 @@ func TestAgentsGroupGainsNothingOfTheUsers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := Borrow(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
+	lendAndShare(t, root)
 	mustRunAs(t, testAgent, root, "sh", "-c", "chgrp "+strconv.Itoa(testAgent)+" docs && chmod g+s docs")
 	mustRunAs(t, testOwner, root, "sh", "-c", "umask 002; mkdir docs/fresh")
 	var st unix.Stat_t
@@ -298,12 +295,7 @@ func TestAgentsGroupGainsNothingOfTheUsers(t *testing.T) {
 func TestWatchPastMaxPendingWalksAll(t *testing.T) {
 	needRoot(t)
 	root := ownedTree(t, map[string]string{"README": "r\n"})
-	if _, err := Borrow(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
+	lendAndShare(t, root)
 	w, err := Watch(root, testIDs, WatchOptions{MaxPending: 2, Debounce: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -323,12 +315,7 @@ func TestWatchPastMaxPendingWalksAll(t *testing.T) {
 func TestWatchSettleSharesAtOnce(t *testing.T) {
 	needRoot(t)
 	root := ownedTree(t, map[string]string{"README": "r\n", "docs/a.md": "a\n"})
-	if _, err := Borrow(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(root, testIDs); err != nil {
-		t.Fatal(err)
-	}
+	lendAndShare(t, root)
 	settleDir := t.TempDir()
 	fds := openFds(t)
 	w, err := Watch(root, testIDs, WatchOptions{Debounce: 6 * time.Second, SettleDir: settleDir,
