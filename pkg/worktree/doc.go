@@ -7,9 +7,9 @@
 // workspace directory is in a git work tree; Add creates the
 // conversation's worktree (with AddOptions.View, its own git view);
 // MountPlan lists the bind mounts its container needs; ViewBranch and
-// Publish keep the host's branch equal to the view's; Health and
-// Registrations serve `ohctl doctor`; Remove (SaveView, or Snapshot without
-// a view) ends it; Restore brings an ended conversation's work back; Find
+// Publish keep the host's branch equal to the view's; Health serves
+// `ohctl doctor`, StaleRegistrations the registrations left behind; Remove
+// (SaveView, or Snapshot without a view) ends it; Restore brings an ended conversation's work back; Find
 // rebuilds a Worktree from disk when its record was lost (a crash between
 // Add and saving the result). RunView is the sandbox side (`ohctl view`,
 // run inside the conversation's container). ContainerGitConfig is the git

@@ -69,38 +69,11 @@ func (m *Manager) Health(ctx context.Context, wt Worktree) (Health, error) {
 	return h, nil
 }
 
-// Registrations lists the worktrees registered in a repository, from
-// `git worktree list --porcelain -z` run as the repository's owner.
-// commonDirOrRepo is either a git common dir or any directory inside a work
-// tree. For doctor: an entry whose Prunable is true has a gitdir that does
-// not resolve on the host (for example one created inside a container).
-func (m *Manager) Registrations(ctx context.Context, commonDirOrRepo string) ([]porcelain.Registration, error) {
-	dir, err := checkWorkspace(commonDirOrRepo)
-	if err != nil {
-		return nil, fmt.Errorf("worktree registrations: %w", err)
-	}
-	commonDir := dir
-	if !admindir.LooksLikeGitDir(dir) {
-		repo, err := m.Inspect(ctx, dir)
-		if err != nil {
-			return nil, fmt.Errorf("worktree registrations: %w", err)
-		}
-		if !repo.IsGit {
-			return nil, fmt.Errorf("worktree registrations %s: %w", dir, ErrNotGit)
-		}
-		commonDir = repo.CommonDir
-	}
-	uid, gid, err := owner(commonDir)
-	if err != nil {
-		return nil, fmt.Errorf("worktree registrations %s: %w", commonDir, err)
-	}
-	regs, err := m.registrations(ctx, commonDir, uid, gid)
-	if err != nil {
-		return nil, fmt.Errorf("worktree registrations %s: %w", commonDir, err)
-	}
-	return regs, nil
-}
-
+// registrations lists the worktrees registered in the repository of
+// commonDir, from `git worktree list --porcelain -z` run as its owner
+// uid:gid. For Health: an entry whose Prunable is true has a gitdir that
+// does not resolve on the host (for example one created inside a
+// container).
 func (m *Manager) registrations(ctx context.Context, commonDir string, uid, gid int) ([]porcelain.Registration, error) {
 	if m.euid != 0 && uid != m.euid {
 		return nil, hardgit.OwnerError(uid, m.euid)
