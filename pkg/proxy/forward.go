@@ -148,6 +148,14 @@ func (s *Server) forwardBodiless(w http.ResponseWriter, r *http.Request, ft *fwd
 		s.proxyErrorFor(w, r, ft, err)
 		return
 	}
+	s.answerBodiless(w, resp, ft)
+}
+
+// answerBodiless writes the inner server's answer to a forwarded GET or
+// HEAD: hop-by-hop headers dropped, scrubbed (scrubResponse), the body
+// streamed. A cut answer panics with http.ErrAbortHandler, so that the
+// client's connection ends.
+func (s *Server) answerBodiless(w http.ResponseWriter, resp *http.Response, ft *fwdTarget) {
 	defer resp.Body.Close()
 	stripHopByHop(resp.Header)
 	scrubResponse(resp, ft)
@@ -296,6 +304,11 @@ type fwdTarget struct {
 	query    string                                      // auth parameters stripped
 	body     *limitedBody                                // nil for a bodiless GET or HEAD
 	tw       touchWriter                                 // the client's writer
+	// plain, on the lean path, answers the client itself when the inner
+	// answer's head (at the front of pc's reader) is plain: answered
+	// false (nothing read) sends it on to http.ReadResponse; reuse says
+	// the inner connection may serve another request.
+	plain func(pc *innerConn) (answered, reuse bool, err error)
 }
 
 func (s *Server) newReverseProxy() *httputil.ReverseProxy {

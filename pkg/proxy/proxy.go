@@ -291,11 +291,18 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 // "/api/conversations/{id}/{tail...}": an id segment followed by a slash,
 // in a path the mux would not redirect to its clean form.
 func isForwardPath(u *url.URL) bool {
-	p := u.Path
+	if !strings.HasPrefix(u.Path, conversationsPrefix) {
+		return false
+	}
+	return isForwardPathString(u.Path, u.EscapedPath())
+}
+
+// isForwardPathString is isForwardPath for a path p and its escaped form.
+func isForwardPathString(p, escaped string) bool {
 	if !strings.HasPrefix(p, conversationsPrefix) {
 		return false
 	}
-	rest, ok := strings.CutPrefix(u.EscapedPath(), conversationsPrefix)
+	rest, ok := strings.CutPrefix(escaped, conversationsPrefix)
 	if !ok || strings.IndexByte(rest, '/') <= 0 || isPortTail(rest) {
 		return false
 	}
@@ -326,21 +333,33 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	// The front reads every connection first and answers the hot path's
+	// requests itself; net/http's server gets the rest (front.go).
+	f := newFront(s, ln, base)
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(f.handoff) }()
+	acceptc := make(chan error, 1)
+	go func() { acceptc <- f.acceptLoop() }()
 	var err error
 	select {
 	case err = <-errc:
+	case err = <-acceptc:
 	case <-ctx.Done():
-		s.closeOnce.Do(func() { close(s.closing) })
-		sctx, cancel := context.WithTimeout(context.Background(), s.t.Shutdown)
-		_ = hs.Shutdown(sctx)
-		cancel()
-		err = <-errc
 	}
 	s.closeOnce.Do(func() { close(s.closing) })
+	sctx, cancel := context.WithTimeout(context.Background(), s.t.Shutdown)
+	var fwg sync.WaitGroup
+	fwg.Go(func() { f.shutdown(sctx) })
+	_ = hs.Shutdown(sctx)
+	fwg.Wait()
+	cancel()
+	if ctx.Err() != nil {
+		err = nil
+	}
 	cancelBase()
 	_ = hs.Close()
+	f.close()
+	f.wg.Wait()
 	s.inner.CloseIdleConnections()
 	s.wsMu.Lock()
 	s.wsDone = true

@@ -225,7 +225,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // roundTrip writes a request's head and reads the answer's; the body is read by
 // the caller through the returned response, after which the connection
-// goes back to the pool (or is closed).
+// goes back to the pool (or is closed). When ft.plain answered the
+// request itself, the response is nil (and so is the error).
 func (pc *innerConn) roundTrip(req *http.Request, ft *fwdTarget, writeHead headWriter) (*http.Response, error) {
 	pc.read = 0
 	// The request's end (the client went away) ends any I/O in progress.
@@ -246,6 +247,17 @@ func (pc *innerConn) roundTrip(req *http.Request, ft *fwdTarget, writeHead headW
 	}
 	if pc.t.responseHeader > 0 {
 		_ = pc.c.SetReadDeadline(time.Now().Add(pc.t.responseHeader))
+	}
+	if ft != nil && ft.plain != nil {
+		// The lean path answers a plain answer itself (lean.go).
+		answered, reuse, err := ft.plain(pc)
+		if err != nil {
+			return fail(err)
+		}
+		if answered {
+			pc.release(stop, reuse)
+			return nil, nil
+		}
 	}
 	var resp *http.Response
 	for {
