@@ -3,10 +3,15 @@
 // conversation through ohd's orchestrator and forwards to the
 // conversation's own "inner" agent server (in its container, published on
 // 127.0.0.1:<port>; reached inside the container's network namespace when
-// the orchestrator's Target carries a Dial). Bodiless GET and HEAD, the hot
-// path, are forwarded by forwardBodiless over innerTransport's pooled
-// connections on the handler's goroutine; other requests by
-// httputil.ReverseProxy, with the same header and scrubbing rules.
+// the orchestrator's Target carries a Dial). Serve reads every connection
+// first (front.go): a forwarded GET that is plain on both sides, the hot
+// path, is answered from the bytes by the lean path (lean.go: which
+// requests and answers qualify, and what it does not do); at the first
+// request it does not take, the connection goes to net/http's server for
+// the rest of its life. There, bodiless GET and HEAD are forwarded by
+// forwardBodiless over innerTransport's pooled connections on the
+// handler's goroutine, other requests by httputil.ReverseProxy; the lean
+// path uses the same pool, header rules and scrubbing.
 //
 // # Start here
 //

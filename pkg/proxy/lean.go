@@ -146,7 +146,7 @@ func (lr *leanRequest) parse(s *Server, br *bufio.Reader, n int) bool {
 		}
 		off += end + 1
 	}
-	if lr.host == nil || keys != 1 || !s.keys.validBytes(key) {
+	if len(lr.host) == 0 || keys != 1 || !s.keys.validBytes(key) {
 		return false
 	}
 	lr.query = stripAuthQuery(string(q))
@@ -357,14 +357,17 @@ func (lc *leanConn) plainAnswer(pc *innerConn) (answered, reuse bool, err error)
 		}
 		bw.Write(name)
 		bw.WriteString(": ")
-		if bytes.IndexByte(value, ':') >= 0 {
+		switch {
+		case bytes.IndexByte(value, ':') >= 0:
 			// Only a value with a colon can name an address.
 			v := scrubString(string(value), ft.addr, ft.dialAddr)
 			if v == "" && (string(name) == "Location" || string(name) == "Content-Location") {
 				v = "/"
 			}
 			bw.WriteString(v)
-		} else {
+		case len(value) == 0 && (string(name) == "Location" || string(name) == "Content-Location"):
+			bw.WriteString("/") // as scrubHeaders
+		default:
 			bw.Write(value)
 		}
 		bw.WriteString("\r\n")
