@@ -285,7 +285,11 @@ func (lc *leanConn) peekHead(readHeader time.Duration) (int, bool) {
 		if len(buf) >= 4 && string(buf[:4]) != "GET " {
 			return 0, false
 		}
-		if i := indexHeadEnd(buf); i >= 0 {
+		i, bare := indexHeadEnd(buf)
+		if bare {
+			return 0, false // a line ending in a bare LF: net/http's
+		}
+		if i >= 0 {
 			return i, true
 		}
 		if len(buf) >= leanBufSize {
@@ -304,12 +308,20 @@ func (lc *leanConn) peekHead(readHeader time.Duration) (int, bool) {
 }
 
 // indexHeadEnd returns the length of the head in buf, up to and
-// including the blank line that ends it, or -1.
-func indexHeadEnd(buf []byte) int {
-	for i := 0; i+3 < len(buf); i++ {
-		if buf[i] == '\r' && buf[i+1] == '\n' && buf[i+2] == '\r' && buf[i+3] == '\n' {
-			return i + 4
+// including the blank line that ends it, or -1; bare reports a line that
+// ends in a LF without a CR before the head's end (a head the lean path
+// does not read, and whose end it would not find).
+func indexHeadEnd(buf []byte) (n int, bare bool) {
+	for i := 0; i < len(buf); i++ {
+		if buf[i] != '\n' {
+			continue
+		}
+		if i == 0 || buf[i-1] != '\r' {
+			return -1, true
+		}
+		if i >= 3 && buf[i-3] == '\r' && buf[i-2] == '\n' {
+			return i + 1, false
 		}
 	}
-	return -1
+	return -1, false
 }

@@ -64,7 +64,7 @@ func (lr *leanRequest) parse(s *Server, br *bufio.Reader, n int) bool {
 	head, _ := br.Peek(n)
 	lr.head, lr.lines, lr.host = head, lr.lines[:0], nil
 	eol := bytes.IndexByte(head, '\n')
-	if eol < 0 || head[eol-1] != '\r' {
+	if eol < 1 || head[eol-1] != '\r' {
 		return false
 	}
 	line := head[:eol-1]
@@ -426,7 +426,11 @@ func peekAnswerHead(br *bufio.Reader) (int, error) {
 	}
 	for {
 		buf, _ := br.Peek(br.Buffered())
-		if i := indexHeadEnd(buf); i >= 0 {
+		i, bare := indexHeadEnd(buf)
+		if bare {
+			return 0, nil // http.ReadResponse's
+		}
+		if i >= 0 {
 			return i, nil
 		}
 		if len(buf) >= br.Size() {
@@ -568,7 +572,8 @@ const leanHold = 2048
 // chunked; Date added; the Content-Type sniffed when missing; trailers).
 type leanWriter struct {
 	bw          *bufio.Writer
-	h           http.Header
+	h           http.Header // the handler's
+	sent        http.Header // h as WriteHeader found it: what the head says
 	status      int
 	wroteHeader bool // the status is fixed
 	committed   bool // the head is written
@@ -598,12 +603,22 @@ func (w *leanWriter) WriteHeader(code int) {
 		return // 1xx: forwarded answers never send one
 	}
 	w.wroteHeader, w.status = true, code
+	w.sent = w.h.Clone()
 	w.bodyless = code == http.StatusNoContent || code == http.StatusNotModified
-	if v := w.h.Get("Content-Length"); v != "" {
+	if w.bodyless {
+		// What net/http's server leaves out of such an answer.
+		delete(w.sent, "Content-Length")
+		delete(w.sent, "Transfer-Encoding")
+		if code == http.StatusNotModified {
+			delete(w.sent, "Content-Type")
+		}
+		return
+	}
+	if v := w.sent.Get("Content-Length"); v != "" {
 		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
 			w.clen = n
 		} else {
-			w.h.Del("Content-Length")
+			delete(w.sent, "Content-Length")
 		}
 	}
 }
@@ -620,7 +635,7 @@ func (w *leanWriter) Write(p []byte) (int, error) {
 			w.hold = append(w.hold, p...)
 			return len(p), nil
 		}
-		w.commit(w.clen < 0)
+		w.commit(w.clen < 0, p)
 		if len(w.hold) > 0 {
 			hold := w.hold
 			w.hold = w.hold[:0]
@@ -656,21 +671,24 @@ func (w *leanWriter) writeBody(p []byte) (int, error) {
 	return n, err
 }
 
-// commit writes the status line and headers.
-func (w *leanWriter) commit(chunked bool) {
+// commit writes the status line and headers; p is the body's first
+// bytes when none are held (the Content-Type is sniffed from the first
+// bytes, as net/http's server does, unless the body is encoded).
+func (w *leanWriter) commit(chunked bool, p []byte) {
 	w.committed = true
-	w.chunked = chunked && !w.bodyless
-	if len(w.h["Trailer"]) > 0 && !w.bodyless {
-		w.chunked, w.clen = true, -1
-		w.h.Del("Content-Length")
-	}
+	w.chunked = chunked && !w.bodyless && w.clen < 0
+	h := w.sent
 	bw := w.bw
 	bw.WriteString("HTTP/1.1 ")
 	writeStatus(bw, w.status)
-	if _, ok := w.h["Content-Type"]; !ok && !w.bodyless && len(w.hold) > 0 {
-		w.h.Set("Content-Type", http.DetectContentType(w.hold))
+	first := w.hold
+	if len(first) == 0 {
+		first = p
 	}
-	for k, vv := range w.h {
+	if _, ok := h["Content-Type"]; !ok && !w.bodyless && len(first) > 0 && h.Get("Content-Encoding") == "" {
+		h.Set("Content-Type", http.DetectContentType(first))
+	}
+	for k, vv := range h {
 		if strings.HasPrefix(k, http.TrailerPrefix) || k == "Transfer-Encoding" || k == "Connection" {
 			continue
 		}
@@ -681,7 +699,7 @@ func (w *leanWriter) commit(chunked bool) {
 			bw.WriteString("\r\n")
 		}
 	}
-	if _, ok := w.h["Date"]; !ok {
+	if _, ok := h["Date"]; !ok {
 		bw.WriteString("Date: ")
 		bw.Write(appendDate(w.date[:0]))
 		bw.WriteString("\r\n")
@@ -690,12 +708,12 @@ func (w *leanWriter) commit(chunked bool) {
 	case w.bodyless:
 	case w.chunked:
 		bw.WriteString("Transfer-Encoding: chunked\r\n")
-	case len(w.h["Content-Length"]) == 0:
+	case len(h["Content-Length"]) == 0:
 		bw.WriteString("Content-Length: ")
 		bw.WriteString(strconv.FormatInt(w.clen, 10))
 		bw.WriteString("\r\n")
 	}
-	if w.closing || len(w.h["Connection"]) > 0 {
+	if w.closing || len(h["Connection"]) > 0 {
 		bw.WriteString("Connection: close\r\n")
 		w.keep = false
 	}
@@ -712,7 +730,7 @@ func (w *leanWriter) FlushError() error {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.committed {
-		w.commit(w.clen < 0)
+		w.commit(w.clen < 0, nil)
 		if len(w.hold) > 0 {
 			hold := w.hold
 			w.hold = w.hold[:0]
@@ -735,10 +753,10 @@ func (w *leanWriter) finish() bool {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.committed {
-		if w.clen < 0 && !w.bodyless && len(w.h["Trailer"]) == 0 {
+		if w.clen < 0 && !w.bodyless && len(w.sent["Trailer"]) == 0 {
 			w.clen = int64(len(w.hold))
 		}
-		w.commit(w.clen < 0)
+		w.commit(w.clen < 0, nil)
 		if len(w.hold) > 0 {
 			hold := w.hold
 			w.hold = w.hold[:0]
@@ -746,8 +764,10 @@ func (w *leanWriter) finish() bool {
 		}
 	}
 	if w.chunked {
+		// The trailers: the values the handler set by the end, of the
+		// names it declared, and those set with http.TrailerPrefix.
 		w.bw.WriteString("0\r\n")
-		for _, k := range w.h["Trailer"] {
+		for _, k := range w.sent["Trailer"] {
 			for _, name := range strings.Split(k, ",") {
 				name = http.CanonicalHeaderKey(strings.TrimSpace(name))
 				for _, v := range w.h[name] {
