@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -231,6 +232,11 @@ func (lc *leanConn) serve() {
 	handed := false
 	defer lc.f.wg.Done()
 	defer func() {
+		// A bug must cost one connection, not the daemon (as net/http's
+		// server recovers its handlers' panics).
+		if p := recover(); p != nil {
+			lc.f.s.log.Error("conversation API: panic reading a request", "panic", p, "stack", string(debug.Stack()))
+		}
 		lc.cancel()
 		lc.f.untrack(lc)
 		if !handed {
