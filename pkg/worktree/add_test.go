@@ -146,3 +146,18 @@ func TestPlanRefusesARegisteredPath(t *testing.T) {
 		t.Errorf("the refused Plan changed the disk (-before +after):\n%s", cmp.Diff(before, after))
 	}
 }
+
+// TestRepoDiffNamesTheChangedFields: the stale-Repo error says what
+// changed, field by field, and nothing else.
+func TestRepoDiffNamesTheChangedFields(t *testing.T) {
+	a := Repo{Workspace: "/w", IsGit: true, TopLevel: "/w", CommonDir: "/w/.git", GitDir: "/w/.git", UID: 1000, GID: 1000}
+	b := a
+	b.CommonDir, b.UID = "/elsewhere/.git", 1001
+	want := "-CommonDir: /w/.git\n+CommonDir: /elsewhere/.git\n-UID: 1000\n+UID: 1001\n"
+	if got := repoDiff(a, b); got != want {
+		t.Errorf("repoDiff = %q, want %q", got, want)
+	}
+	if got := repoDiff(a, a); got != "" {
+		t.Errorf("repoDiff of equal Repos = %q, want nothing", got)
+	}
+}
