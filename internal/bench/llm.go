@@ -354,7 +354,11 @@ func llmThroughContainer(ctx context.Context, opts LLMOptions, prov *benchProvid
 	if n := prov.badKeys(); n > 0 {
 		return r, fmt.Errorf("the provider got %d requests without the injected key", n)
 	}
-	return r, sc.Err()
+	if err := sc.Err(); err != nil {
+		// Say where the stream broke: ohd's log of the run.
+		return r, fmt.Errorf("the stream through ohd after %d events (%v): %w\nohd's log:\n%s", r.StreamEvents, r.StreamDur, err, d.logs)
+	}
+	return r, nil
 }
 
 func directHeader(style string) http.Header {
