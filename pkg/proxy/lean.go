@@ -102,34 +102,11 @@ func (lr *leanRequest) parse(s *Server, br *bufio.Reader, n int) bool {
 	var key []byte
 	keys := 0
 	for off := eol + 1; off < n-2; {
-		end := bytes.IndexByte(head[off:], '\n')
-		if end < 1 || head[off+end-1] != '\r' {
+		sp, next, ok := headerLine(head, off)
+		if !ok {
 			return false
 		}
-		l := head[off : off+end-1]
-		colon := bytes.IndexByte(l, ':')
-		if colon < 1 {
-			return false // also a continuation line (it starts with white space)
-		}
-		name := l[:colon]
-		for _, c := range name {
-			if !httpguts.IsTokenRune(rune(c)) {
-				return false
-			}
-		}
-		vs, ve := colon+1, len(l)
-		for vs < ve && (l[vs] == ' ' || l[vs] == '\t') {
-			vs++
-		}
-		for ve > vs && (l[ve-1] == ' ' || l[ve-1] == '\t') {
-			ve--
-		}
-		value := l[vs:ve]
-		for _, c := range value {
-			if (c < ' ' && c != '\t') || c == 0x7f {
-				return false
-			}
-		}
+		name, value := head[sp.name[0]:sp.name[1]], head[sp.value[0]:sp.value[1]]
 		switch {
 		case asciiEqualFold(name, "Host"):
 			if lr.host != nil || !httpguts.ValidHostHeader(string(value)) {
@@ -142,15 +119,51 @@ func (lr *leanRequest) parse(s *Server, br *bufio.Reader, n int) bool {
 		case leanRefused(name):
 			return false
 		case !leanDropped(name):
-			lr.lines = append(lr.lines, lineSpan{[2]int{off, off + colon}, [2]int{off + vs, off + ve}})
+			lr.lines = append(lr.lines, sp)
 		}
-		off += end + 1
+		off = next
 	}
 	if len(lr.host) == 0 || keys != 1 || !s.keys.validBytes(key) {
 		return false
 	}
 	lr.query = stripAuthQuery(string(q))
 	return true
+}
+
+// headerLine reads the header line at head[off:] (of a request or an
+// answer): its name and its value, trimmed of blanks, as offsets into
+// head, and where the next line starts. ok is false for a line the lean
+// path does not read: no CRLF ending, no colon, a name that is not a
+// token (a continuation line too: it starts with white space), a control
+// character in the value.
+func headerLine(head []byte, off int) (sp lineSpan, next int, ok bool) {
+	end := bytes.IndexByte(head[off:], '\n')
+	if end < 1 || head[off+end-1] != '\r' {
+		return sp, 0, false
+	}
+	l := head[off : off+end-1]
+	colon := bytes.IndexByte(l, ':')
+	if colon < 1 {
+		return sp, 0, false
+	}
+	for _, c := range l[:colon] {
+		if !httpguts.IsTokenRune(rune(c)) {
+			return sp, 0, false
+		}
+	}
+	vs, ve := colon+1, len(l)
+	for vs < ve && (l[vs] == ' ' || l[vs] == '\t') {
+		vs++
+	}
+	for ve > vs && (l[ve-1] == ' ' || l[ve-1] == '\t') {
+		ve--
+	}
+	for _, c := range l[vs:ve] {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return sp, 0, false
+		}
+	}
+	return lineSpan{[2]int{off, off + colon}, [2]int{off + vs, off + ve}}, off + end + 1, true
 }
 
 // pathByte reports whether c may appear in a lean path: RFC 3986's
@@ -471,34 +484,11 @@ func (a *plainHead) parse(head []byte) bool {
 	a.status = code
 	hasType := false
 	for off := eol + 1; off < len(head)-2; {
-		end := bytes.IndexByte(head[off:], '\n')
-		if end < 1 || head[off+end-1] != '\r' {
+		sp, next, ok := headerLine(head, off)
+		if !ok {
 			return false
 		}
-		l := head[off : off+end-1]
-		colon := bytes.IndexByte(l, ':')
-		if colon < 1 {
-			return false
-		}
-		name := l[:colon]
-		for _, c := range name {
-			if !httpguts.IsTokenRune(rune(c)) {
-				return false
-			}
-		}
-		vs, ve := colon+1, len(l)
-		for vs < ve && (l[vs] == ' ' || l[vs] == '\t') {
-			vs++
-		}
-		for ve > vs && (l[ve-1] == ' ' || l[ve-1] == '\t') {
-			ve--
-		}
-		value := l[vs:ve]
-		for _, c := range value {
-			if (c < ' ' && c != '\t') || c == 0x7f {
-				return false
-			}
-		}
+		name, value := head[sp.name[0]:sp.name[1]], head[sp.value[0]:sp.value[1]]
 		pass := true
 		switch {
 		case asciiEqualFold(name, "Content-Length"):
@@ -523,9 +513,9 @@ func (a *plainHead) parse(head []byte) bool {
 			pass = false
 		}
 		if pass {
-			a.lines = append(a.lines, lineSpan{[2]int{off, off + colon}, [2]int{off + vs, off + ve}})
+			a.lines = append(a.lines, sp)
 		}
-		off += end + 1
+		off = next
 	}
 	return a.length >= 0 && (hasType || a.length == 0)
 }
