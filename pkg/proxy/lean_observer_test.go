@@ -1,0 +1,62 @@
+package proxy
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// routeObserver records ObserveRequest calls.
+type routeObserver struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (o *routeObserver) ObserveRequest(route string, status int, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls = append(o.calls, route+" "+itoa3(status))
+}
+
+func (o *routeObserver) WebSocketOpened()                   {}
+func (o *routeObserver) WebSocketClosed(int, time.Duration) {}
+
+func (o *routeObserver) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.calls
+	o.calls = nil
+	return c
+}
+
+func itoa3(n int) string {
+	return string([]byte{byte('0' + n/100), byte('0' + n/10%10), byte('0' + n%10)})
+}
+
+// TestLeanPathReportsEveryRequest: a request the lean path answers is
+// counted for the metrics as the old path counts it (route "forward", the
+// status answered), a plain answer, one through leanWriter and an error
+// alike, and a request handed to net/http is counted once, not twice.
+func TestLeanPathReportsEveryRequest(t *testing.T) {
+	in := startRawAnswers(t)
+	convs := &leanConvs{addr: in.addr}
+	obs := &routeObserver{}
+	_, addr, marks, _ := startFront(t, convs, func(o *Options) { o.Observer = obs })
+	c, br := dialFront(t, addr)
+	conv := "/api/conversations/" + leanConvID
+	roundTrips(t, c, br, leanGet(conv+"/events/1"), "GET")
+	roundTrips(t, c, br, leanGet(conv+"/chunked/x"), "GET")
+	if marks.handedOff(t, c) {
+		t.Fatal("the front handed off a connection that sent only lean requests: the test would not try the lean path")
+	}
+	got := obs.take()
+	want := []string{"forward 200", "forward 200"}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("observed %v on the lean path, want %v", got, want)
+	}
+	// Handed off: net/http's path counts it (once).
+	roundTrips(t, c, br, "POST "+conv+"/events/post HTTP/1.1\r\nHost: h\r\nX-Session-API-Key: "+outerKeys[0]+"\r\nContent-Length: 3\r\n\r\nabc", "POST")
+	if got := obs.take(); len(got) != 1 || got[0] != "forward 200" {
+		t.Errorf("observed %v for a handed-off POST, want [forward 200]", got)
+	}
+}
