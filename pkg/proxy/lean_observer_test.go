@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"context"
+	"io"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ohd-dev/ohd/pkg/conversation"
 )
 
 // routeObserver records ObserveRequest calls.
@@ -67,4 +71,33 @@ func TestLeanPathReportsEveryRequest(t *testing.T) {
 	if got := obs.take(1); len(got) != 1 || got[0] != "forward 200" {
 		t.Errorf("observed %v for a handed-off POST, want [forward 200]", got)
 	}
+}
+
+// panickyConvs panics in Target for one conversation: a bug on the lean
+// path's way.
+type panickyConvs struct{ *leanConvs }
+
+func (c panickyConvs) Target(ctx context.Context, id string) (conversation.Target, error) {
+	if id == leanConflictID {
+		panic("a bug on the lean path")
+	}
+	return c.leanConvs.Target(ctx, id)
+}
+
+// TestLeanPathPanicCostsOnlyItsConnection: a panic while the lean path
+// answers ends that connection (as net/http's server does for a
+// handler's), and the server goes on serving others.
+func TestLeanPathPanicCostsOnlyItsConnection(t *testing.T) {
+	in := startRawAnswers(t)
+	_, addr, _, _ := startFront(t, panickyConvs{&leanConvs{addr: in.addr}}, nil)
+	c, br := dialFront(t, addr)
+	if _, err := io.WriteString(c, leanGet("/api/conversations/"+leanConflictID+"/events/1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readAnswer(br, "GET"); err == nil {
+		t.Fatal("the panicking request got an answer; want its connection closed")
+	}
+	c2, br2 := dialFront(t, addr)
+	uri := "/api/conversations/" + leanConvID + "/events/2"
+	wantEcho(t, roundTrips(t, c2, br2, leanGet(uri), "GET")[0], "GET", uri)
 }
